@@ -1,0 +1,49 @@
+package notify
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrNotFound: no such notification.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: an idempotency key was reused with a different request.
+	ErrConflict = errors.New("idempotency key reused with a different request")
+	// ErrInjectedFault is returned by a create that failed on purpose
+	// (NewNotification.Fault).
+	ErrInjectedFault = errors.New("injected fault")
+	// ErrUnavailable: the store cannot be reached.
+	ErrUnavailable = errors.New("store unavailable")
+)
+
+// permanentError marks an error that retrying cannot cure.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as permanent: the delivery goes to the dead letters at
+// once instead of being retried. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err, or any error it wraps, was marked
+// Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+// FieldError is a validation error about one field of a request.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Message) }

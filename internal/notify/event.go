@@ -1,0 +1,95 @@
+package notify
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// EventRequested is the type of the outbox event written with every new
+// notification.
+const EventRequested = "notification.requested"
+
+// Event is one outbox row as the relay sees it.
+type Event struct {
+	ID         int64
+	Type       string
+	Payload    []byte
+	OccurredAt time.Time
+}
+
+// Requested is the payload of a notification.requested event.
+type Requested struct {
+	NotificationID string `json:"notification_id"`
+	UserID         string `json:"user_id"`
+	Channel        string `json:"channel"`
+	To             string `json:"to"`
+	Subject        string `json:"subject"`
+	Body           string `json:"body"`
+}
+
+// NewRequested builds the event payload for a notification.
+func NewRequested(n Notification) Requested {
+	return Requested{
+		NotificationID: FormatID(n.ID),
+		UserID:         n.UserID,
+		Channel:        n.Channel,
+		To:             n.To,
+		Subject:        n.Subject,
+		Body:           n.Body,
+	}
+}
+
+// Message is one delivery as a worker receives it, whatever the transport.
+type Message struct {
+	// ID is the outbox id: the message id on the broker and the key of
+	// processed_messages.
+	ID int64
+	// Type is the event type.
+	Type string
+	// Payload is the event payload, undecoded.
+	Payload []byte
+	// RetryCount is how many retries came before this delivery (0 on the
+	// first).
+	RetryCount int
+}
+
+// Decode checks a message's type and decodes its payload. Every error it
+// returns is permanent: the message can never be processed and goes to the
+// dead letters at once.
+func (m Message) Decode() (Requested, int64, error) {
+	if m.Type != EventRequested {
+		return Requested{}, 0, Permanent(fmt.Errorf("unknown event type %q", m.Type))
+	}
+	var r Requested
+	dec := json.NewDecoder(bytes.NewReader(m.Payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Requested{}, 0, Permanent(fmt.Errorf("decode payload: %v", err))
+	}
+	if dec.More() {
+		return Requested{}, 0, Permanent(fmt.Errorf("decode payload: trailing data"))
+	}
+	id, ok := ParseID(r.NotificationID)
+	if !ok {
+		return Requested{}, 0, Permanent(fmt.Errorf("payload: invalid notification_id %q", r.NotificationID))
+	}
+	req := CreateRequest{UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body}
+	if err := req.Validate(); err != nil {
+		return Requested{}, 0, Permanent(fmt.Errorf("payload: %v", err))
+	}
+	return r, id, nil
+}
+
+// Outcome is what became of one delivery.
+type Outcome string
+
+// The outcomes a worker reports; they are also the values of the outcome
+// label of herald_worker_deliveries_total.
+const (
+	OutcomeSent      Outcome = "sent"
+	OutcomeRetried   Outcome = "retried"
+	OutcomeDead      Outcome = "dead"
+	OutcomeDuplicate Outcome = "duplicate"
+)

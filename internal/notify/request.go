@@ -1,0 +1,89 @@
+package notify
+
+import (
+	"net/mail"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on the fields of a create request, in bytes.
+const (
+	MaxUserIDLen  = 255
+	MaxToLen      = 320
+	MaxSubjectLen = 998
+	MaxBodyLen    = 512 << 10
+)
+
+// CreateRequest is a client's request to send a notification.
+type CreateRequest struct {
+	UserID  string `json:"user_id"`
+	Channel string `json:"channel"`
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+	Body    string `json:"body"`
+}
+
+// Validate checks a request against the contract. It returns a *FieldError
+// naming the first offending field, or nil.
+func (r CreateRequest) Validate() error {
+	if err := checkText("user_id", r.UserID, MaxUserIDLen, false); err != nil {
+		return err
+	}
+	switch r.Channel {
+	case "":
+		return &FieldError{Field: "channel", Message: "is required"}
+	case ChannelEmail:
+	default:
+		return &FieldError{Field: "channel", Message: `must be "email"`}
+	}
+	if err := checkText("to", r.To, MaxToLen, false); err != nil {
+		return err
+	}
+	if _, err := ParseAddress(r.To); err != nil {
+		return &FieldError{Field: "to", Message: "must be a single email address"}
+	}
+	if err := checkText("subject", r.Subject, MaxSubjectLen, false); err != nil {
+		return err
+	}
+	return checkText("body", r.Body, MaxBodyLen, true)
+}
+
+// ParseAddress parses a single RFC 5322 address ("a@example.com" or
+// "Name <a@example.com>") and returns the bare address.
+func ParseAddress(s string) (string, error) {
+	a, err := mail.ParseAddress(s)
+	if err != nil {
+		return "", err
+	}
+	if strings.ContainsAny(a.Address, "\r\n") {
+		return "", &FieldError{Field: "to", Message: "contains a line break"}
+	}
+	return a.Address, nil
+}
+
+// checkText requires a non-empty, valid UTF-8 value of at most max bytes.
+// Only a multi-line field (the body) may hold control characters other than
+// tab, and then only line breaks.
+func checkText(field, v string, max int, multiline bool) error {
+	switch {
+	case strings.TrimSpace(v) == "":
+		return &FieldError{Field: field, Message: "is required"}
+	case len(v) > max:
+		return &FieldError{Field: field, Message: "is too long"}
+	case !utf8.ValidString(v):
+		return &FieldError{Field: field, Message: "is not valid UTF-8"}
+	}
+	for _, c := range v {
+		if c == '\t' || (multiline && (c == '\r' || c == '\n')) {
+			continue
+		}
+		if c == '\r' || c == '\n' {
+			return &FieldError{Field: field, Message: "must not contain line breaks"}
+		}
+		if unicode.IsControl(c) {
+			return &FieldError{Field: field, Message: "must not contain control characters"}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+// Package testenv gives integration tests their services: a PostgreSQL
+// database and a RabbitMQ name prefix of their own, cleaned up afterwards.
+//
+// A test that needs a service skips when its URL is unset, and fails instead
+// when HERALD_REQUIRE_SERVICES=1 (set by make test and CI), so that a missing
+// service can never pass unnoticed.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Variables naming the services tests use.
+const (
+	PostgresVar = "HERALD_TEST_POSTGRES_URL" // e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+	AMQPVar     = "HERALD_TEST_AMQP_URL"     // e.g. amqp://guest:guest@127.0.0.1:5672/
+	RequireVar  = "HERALD_REQUIRE_SERVICES"
+)
+
+// Require returns the value of the variable, or skips the test (fails it
+// when services are required).
+func Require(t testing.TB, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		if os.Getenv(RequireVar) == "1" {
+			t.Fatalf("%s is unset and %s=1: this integration test must run", name, RequireVar)
+		}
+		t.Skipf("%s is unset; set it to run this integration test", name)
+	}
+	return v
+}
+
+// Suffix returns a short random name part, unique per call.
+func Suffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// PostgresURL creates a fresh, empty database for the test and returns its
+// URL. The database is dropped when the test ends.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	admin := Require(t, PostgresVar)
+	name := "herald_test_" + Suffix()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", PostgresVar, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Logf("drop test database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("drop test database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatalf("parse %s: %v", PostgresVar, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// AMQP returns the broker URL and a name prefix unique to the test, for the
+// transport's Prefix setting, so that tests running side by side never share
+// an exchange or a queue. The caller deletes what it declared.
+func AMQP(t testing.TB) (amqpURL, prefix string) {
+	t.Helper()
+	amqpURL = Require(t, AMQPVar)
+	return amqpURL, "t" + Suffix() + "."
+}

@@ -1,0 +1,27 @@
+package table
+
+import (
+	"context"
+	"time"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Queue is the outbox table used directly as a queue, with leases. The stores
+// implement it.
+type Queue interface {
+	// Claim leases up to limit due outbox rows (processed_at IS NULL,
+	// available_at <= now, no live lease) in id order to token until now +
+	// lease, and returns them as messages whose RetryCount is the row's
+	// attempts. PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite with
+	// one UPDATE ... RETURNING.
+	Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error)
+	// Finish marks a row leased to token processed (processed_at = now); a
+	// non-empty reason marks it dead-lettered and keeps the reason
+	// (last_error). A row no longer leased to token is left alone.
+	Finish(ctx context.Context, id int64, token, reason string) error
+	// Reschedule ends the lease of a row leased to token and makes it due
+	// again after delay; with retry it counts a retry (attempts+1) and keeps
+	// reason (last_error).
+	Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error
+}
