@@ -93,3 +93,11 @@ const (
 	OutcomeDead      Outcome = "dead"
 	OutcomeDuplicate Outcome = "duplicate"
 )
+
+// OutboxStats describes the backlog: outbox rows not yet handed on.
+type OutboxStats struct {
+	// Unprocessed is the number of rows with processed_at NULL.
+	Unprocessed int64
+	// OldestAge is the age of the oldest of them (0 when there is none).
+	OldestAge time.Duration
+}
