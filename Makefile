@@ -1,0 +1,39 @@
+# herald: run `make help` for the targets.
+
+GO       ?= go
+PKGS     ?= ./...
+POSTGRES ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+AMQP     ?= amqp://guest:guest@127.0.0.1:5672/
+
+# Integration tests need the real services; under make they must not skip.
+export HERALD_REQUIRE_SERVICES = 1
+export HERALD_TEST_POSTGRES_URL ?= $(POSTGRES)
+export HERALD_TEST_AMQP_URL ?= $(AMQP)
+
+.PHONY: help build test services test-go test-outage lint bench
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/herald
+	$(GO) build -o bin/herald ./cmd/herald
+
+test: services lint test-go test-outage ## everything CI runs: services, lint, all tests
+	@echo "make test: all passed"
+
+services: ## start (or install and start) PostgreSQL and RabbitMQ
+	@scripts/services.sh
+
+test-go: ## unit and integration tests (services required)
+	$(GO) test -count=1 -timeout 8m $(PKGS)
+
+test-outage: ## tests that stop the broker: run alone, never beside the others
+	$(GO) test -count=1 -timeout 5m -p 1 -tags outage -run Outage ./cmd/herald/
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) vet -tags outage ./cmd/herald/
+
+bench: services ## Go benchmarks of the hot paths
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+)
+
+var (
+	storeFlags  = []string{"database-url"}
+	apiFlags    = []string{"http-addr", "api-token", "alert-backlog", "alert-for", "monitor-interval", "telegram-token", "telegram-chat-id", "telegram-api", "retention", "max-backlog", "debug-faults"}
+	relayFlags  = []string{"broker-url", "relay-batch", "relay-interval", "retry-delay"}
+	workerFlags = []string{"broker-url", "smtp-url", "smtp-from", "max-retries", "retry-delay", "prefetch", "relay-interval", "debug-faults", "debug-crash"}
+)
+
+func join(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		for _, f := range l {
+			if !contains(out, f) {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+func cmdServe(ctx context.Context, args []string, e env) error {
+	cfg, _, err := parseConfig("serve", "Runs api + relay + worker + monitor in one process. Migrates the database at start.",
+		args, e.getenv, e.stderr, join(storeFlags, apiFlags, relayFlags, workerFlags)...)
+	if err != nil {
+		return err
+	}
+	a, err := newApp(ctx, cfg, e, true)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	handler, err := a.apiHandler()
+	if err != nil {
+		return err
+	}
+	w, err := a.newWorker()
+	if err != nil {
+		return err
+	}
+	a.logStartup()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveHTTP(gctx, cfg.HTTPAddr, handler, a.log) })
+	g.Go(func() error { return w.Run(gctx) })
+	if cfg.BrokerURL != "" {
+		r, err := a.newRelay()
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return r.Run(gctx) })
+	}
+	err = g.Wait()
+	a.log.Info("stopped")
+	return err
+}
+
+// logStartup says, once, what serve uses and which variables change it.
+func (a *app) logStartup() {
+	c := a.cfg
+	store, transport, mail := "PostgreSQL", "RabbitMQ (relay + worker)", "SMTP "+redact(c.SMTPURL)
+	if strings.HasPrefix(c.DatabaseURL, "sqlite:") {
+		store = "SQLite file " + strings.TrimPrefix(c.DatabaseURL, "sqlite:")
+	}
+	if c.BrokerURL == "" {
+		transport = "outbox table (no broker)"
+	}
+	if c.SMTPURL == "" {
+		mail = "mbox file " + mboxPath
+	}
+	a.log.Info("herald serve",
+		"api", "http://"+c.HTTPAddr,
+		"store", store,
+		"transport", transport,
+		"mail", mail,
+		"switch", "HERALD_DATABASE_URL=postgres://... HERALD_BROKER_URL=amqp://... HERALD_SMTP_URL=smtp://host:port")
+}
+
+func cmdAPI(ctx context.Context, args []string, e env) error {
+	cfg, _, err := parseConfig("api", "Serves the HTTP API, /metrics, the backlog monitor and alert.",
+		args, e.getenv, e.stderr, join(storeFlags, []string{"broker-url"}, apiFlags)...)
+	if err != nil {
+		return err
+	}
+	a, err := newApp(ctx, cfg, e, false)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	handler, err := a.apiHandler()
+	if err != nil {
+		return err
+	}
+	return serveHTTP(ctx, cfg.HTTPAddr, handler, a.log)
+}
+
+func cmdRelay(ctx context.Context, args []string, e env) error {
+	cfg, _, err := parseConfig("relay", "Publishes outbox events to the broker; marks a row only after the broker confirmed it.",
+		args, e.getenv, e.stderr, join(storeFlags, relayFlags, []string{"metrics-addr"})...)
+	if err != nil {
+		return err
+	}
+	if cfg.BrokerURL == "" {
+		return errors.New("herald relay needs HERALD_BROKER_URL: without a broker, workers read the outbox table and no relay runs")
+	}
+	a, err := newApp(ctx, cfg, e, false)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	r, err := a.newRelay()
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.Run(gctx) })
+	a.serveMetrics(gctx, g)
+	return g.Wait()
+}
+
+func cmdWorker(ctx context.Context, args []string, e env) error {
+	cfg, _, err := parseConfig("worker", "Delivers notifications from the broker (or the outbox table) to the sender.",
+		args, e.getenv, e.stderr, join(storeFlags, workerFlags, []string{"metrics-addr"})...)
+	if err != nil {
+		return err
+	}
+	a, err := newApp(ctx, cfg, e, false)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	w, err := a.newWorker()
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.Run(gctx) })
+	a.serveMetrics(gctx, g)
+	return g.Wait()
+}
+
+// serveMetrics starts the own /metrics listener of relay and worker when
+// HERALD_METRICS_ADDR is set.
+func (a *app) serveMetrics(ctx context.Context, g *errgroup.Group) {
+	if a.cfg.MetricsAddr == "" {
+		return
+	}
+	g.Go(func() error { return serveHTTP(ctx, a.cfg.MetricsAddr, a.metricsHandler(), a.log) })
+}
+
+func cmdMigrate(ctx context.Context, args []string, e env) error {
+	cfg, _, err := parseConfig("migrate", "Applies the embedded migrations. Running it twice changes nothing.",
+		args, e.getenv, e.stderr, storeFlags...)
+	if err != nil {
+		return err
+	}
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	if err := st.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	fmt.Fprintln(e.stdout, "migrations applied")
+	return nil
+}
+
+func cmdOutbox(ctx context.Context, args []string, e env) error {
+	if len(args) == 0 || args[0] != "stats" {
+		fmt.Fprintln(e.stderr, "Usage: herald outbox stats [--json] [flags]")
+		return errUsage
+	}
+	args = args[1:]
+	asJSON := false
+	rest := args[:0:0]
+	for _, a := range args {
+		if a == "--json" || a == "-json" {
+			asJSON = true
+			continue
+		}
+		rest = append(rest, a)
+	}
+	cfg, _, err := parseConfig("outbox stats", "Prints the unprocessed outbox count and the age of the oldest unprocessed event (--json for a JSON object).",
+		rest, e.getenv, e.stderr, storeFlags...)
+	if err != nil {
+		return err
+	}
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	s, err := st.OutboxStats(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox stats: %w", err)
+	}
+	if asJSON {
+		return json.NewEncoder(e.stdout).Encode(map[string]any{
+			"unprocessed":    s.Unprocessed,
+			"oldest_seconds": s.OldestAge.Seconds(),
+		})
+	}
+	fmt.Fprintf(e.stdout, "unprocessed     %d\noldest_seconds  %.3f\n", s.Unprocessed, s.OldestAge.Seconds())
+	return nil
+}

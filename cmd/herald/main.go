@@ -1,0 +1,83 @@
+// Command herald is a notification service that never loses a notification
+// and never applies one twice. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, errHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "herald:", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage is returned for a command line that names no known command; the
+// usage has been printed.
+var errUsage = errors.New("usage")
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, env env) error
+}
+
+// env is what a command sees of the world.
+type env struct {
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "api + relay + worker + monitor in one process", cmdServe},
+		{"api", "HTTP API, /metrics, backlog monitor and alert", cmdAPI},
+		{"relay", "outbox -> broker", cmdRelay},
+		{"worker", "broker (or outbox table) -> sender", cmdWorker},
+		{"migrate", "apply the database migrations (idempotent)", cmdMigrate},
+		{"outbox", "outbox stats: unprocessed count and age of the oldest", cmdOutbox},
+	}
+}
+
+// run is herald's whole command line; main and the end-to-end tests call it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	e := env{getenv: getenv, stdout: stdout, stderr: stderr}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], e)
+		}
+	}
+	fmt.Fprintf(stderr, "herald: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return errUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: herald COMMAND [flags]\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'herald COMMAND --help' for the flags of a command. Every flag has an environment variable (HERALD_...).")
+}

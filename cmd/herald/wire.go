@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/sender/mbox"
+	"github.com/heraldhq/herald/internal/sender/smtp"
+	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/transport/rabbitmq"
+	"github.com/heraldhq/herald/internal/transport/table"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+// store is everything herald asks of a database. Both engines provide all of
+// it; this file is the one place that picks an implementation.
+type store interface {
+	api.Store
+	api.Pinger
+	relay.Source
+	relay.Waker
+	worker.Store
+	table.Queue
+	Migrate(ctx context.Context) error
+	OutboxStats(ctx context.Context) (notify.OutboxStats, error)
+}
+
+// MboxPath is where mail goes when HERALD_SMTP_URL is unset.
+const mboxPath = "herald.mbox"
+
+// openStore opens the store HERALD_DATABASE_URL names.
+func openStore(ctx context.Context, url string) (store, func(), error) {
+	switch {
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		s, err := postgres.Open(ctx, url, postgres.Config{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("open postgres store: %w", err)
+		}
+		return s, s.Close, nil
+	case strings.HasPrefix(url, "sqlite:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//")
+		if path == "" {
+			return nil, nil, fmt.Errorf("HERALD_DATABASE_URL %q names no file (want sqlite:PATH)", url)
+		}
+		s, err := sqlite.Open(ctx, path, sqlite.Config{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+		}
+		return s, func() { _ = s.Close() }, nil
+	default:
+		return nil, nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres:// or sqlite:, got %q", redact(url))
+	}
+}
+
+// app holds what the long-running commands share.
+type app struct {
+	cfg   Config
+	log   *slog.Logger
+	st    store
+	reg   *prometheus.Registry
+	close []func()
+}
+
+func newApp(ctx context.Context, cfg Config, e env, migrate bool) (*app, error) {
+	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	a := &app{cfg: cfg, log: log, st: st, close: []func(){closeStore}}
+	if migrate {
+		if err := st.Migrate(ctx); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+	}
+	a.reg = prometheus.NewRegistry()
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return a, nil
+}
+
+func (a *app) Close() {
+	for i := len(a.close) - 1; i >= 0; i-- {
+		a.close[i]()
+	}
+}
+
+func (a *app) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
+}
+
+// apiHandler builds the HTTP API.
+func (a *app) apiHandler() (http.Handler, error) {
+	checks := []api.Check{{Name: "store", Pinger: a.st}}
+	if a.cfg.BrokerURL != "" {
+		checks = append(checks, api.Check{Name: "broker", Pinger: rabbitmq.Pinger{URL: a.cfg.BrokerURL}})
+	}
+	h, err := api.New(a.st, api.Config{
+		Token:       a.cfg.APIToken,
+		DebugFaults: a.cfg.DebugFaults,
+		Ready:       checks,
+		Metrics:     a.metricsHandler(),
+		Registerer:  a.reg,
+		Logger:      a.log.With("component", "api"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return h.Handler(), nil
+}
+
+func (a *app) rabbitConfig(name string) rabbitmq.Config {
+	return rabbitmq.Config{
+		URL:            a.cfg.BrokerURL,
+		RetryDelay:     a.cfg.RetryDelay,
+		Prefetch:       a.cfg.Prefetch,
+		ConnectionName: "herald " + name,
+		Logger:         a.log.With("component", name),
+	}
+}
+
+// newRelay builds the relay (broker transport only).
+func (a *app) newRelay() (*relay.Relay, error) {
+	pub, err := rabbitmq.NewPublisher(a.rabbitConfig("relay"))
+	if err != nil {
+		return nil, err
+	}
+	a.close = append(a.close, func() { _ = pub.Close() })
+	return relay.New(a.st, pub, a.st, relay.Config{
+		Batch:      a.cfg.RelayBatch,
+		Interval:   a.cfg.RelayInterval,
+		Logger:     a.log.With("component", "relay"),
+		Registerer: a.reg,
+	})
+}
+
+// newWorker builds the worker on the configured transport and sender.
+func (a *app) newWorker() (*worker.Worker, error) {
+	var src worker.Source
+	if a.cfg.BrokerURL != "" {
+		c, err := rabbitmq.NewConsumer(a.rabbitConfig("worker"))
+		if err != nil {
+			return nil, err
+		}
+		src = c
+	} else {
+		t, err := table.New(a.st, a.st, table.Config{
+			Prefetch:     a.cfg.Prefetch,
+			RetryDelay:   a.cfg.RetryDelay,
+			PollInterval: a.cfg.RelayInterval,
+			Logger:       a.log.With("component", "worker"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		src = t
+	}
+	var snd worker.Sender
+	if a.cfg.SMTPURL != "" {
+		s, err := smtp.New(smtp.Config{URL: a.cfg.SMTPURL, From: a.cfg.SMTPFrom})
+		if err != nil {
+			return nil, err
+		}
+		snd = s
+	} else {
+		s, err := mbox.New(mboxPath)
+		if err != nil {
+			return nil, err
+		}
+		snd = s
+	}
+	crash, err := crashHook(a.cfg.DebugCrash, a.log)
+	if err != nil {
+		return nil, err
+	}
+	return worker.New(src, a.st, snd, worker.Config{
+		From:       a.cfg.SMTPFrom,
+		MaxRetries: a.cfg.MaxRetries,
+		NoRetries:  a.cfg.MaxRetries == 0,
+		Logger:     a.log.With("component", "worker"),
+		Registerer: a.reg,
+		Crash:      crash,
+	})
+}
+
+// crashHook parses HERALD_DEBUG_CRASH (POINT[:N]) into a hook that kills the
+// process with SIGKILL the N-th time the worker passes POINT: a crash that
+// no deferred function or signal handler can soften.
+func crashHook(spec string, log *slog.Logger) (func(string), error) {
+	if spec == "" {
+		return nil, nil
+	}
+	point, nth, _ := strings.Cut(spec, ":")
+	if point != "after-send" && point != "after-commit" {
+		return nil, fmt.Errorf("HERALD_DEBUG_CRASH: unknown point %q (want after-send or after-commit)", point)
+	}
+	n := int64(1)
+	if nth != "" {
+		v, err := strconv.ParseInt(nth, 10, 64)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("HERALD_DEBUG_CRASH: want POINT[:N] with N >= 1, got %q", spec)
+		}
+		n = v
+	}
+	var passes atomic.Int64
+	return func(p string) {
+		if p != point || passes.Add(1) != n {
+			return
+		}
+		log.Error("debug crash: killing the process", "point", p, "pass", n)
+		_ = syscall.Kill(syscall.Getpid(), syscall.SIGKILL)
+		select {} // never continue past the crash point
+	}, nil
+}
+
+// serveHTTP serves h on addr until ctx ends, then shuts down gracefully.
+func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("listening", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shut down %s: %w", addr, err)
+	}
+	return nil
+}
+
+// redact drops the password from a URL for logs and errors.
+func redact(url string) string {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return url
+	}
+	userinfo, host, ok := strings.Cut(rest, "@")
+	if !ok {
+		return url
+	}
+	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
+		return scheme + "://" + user + ":xxxxx@" + host
+	}
+	return url
+}

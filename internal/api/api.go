@@ -1,0 +1,278 @@
+// Package api is herald's HTTP API: it accepts notifications, shows them,
+// and answers health, readiness and metrics probes.
+//
+// Every reply is JSON; every error has the shape
+// {"error":{"code","message","field"}}. Errors are mapped to HTTP statuses
+// here and nowhere else, and internal error text (SQL, DSNs, stack traces) is
+// logged, never sent to the client.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultMaxBodyBytes is the default limit on a request body: 1 MiB, as the
+// contract promises.
+const DefaultMaxBodyBytes = 1 << 20
+
+// readyTimeout bounds each readiness ping so that a hung dependency makes
+// /readyz answer 503 instead of hanging the prober.
+const readyTimeout = 2 * time.Second
+
+// Check is one dependency that GET /readyz pings.
+type Check struct {
+	// Name identifies the dependency in the readiness reply ("store",
+	// "broker"). Required.
+	Name string
+	// Pinger is pinged on every readiness probe. Required.
+	Pinger Pinger
+}
+
+// Config configures the API.
+type Config struct {
+	// Token, when not empty, is required as "Authorization: Bearer <token>"
+	// on every route but /healthz, /readyz and /metrics. Default: empty (no
+	// authentication).
+	Token string
+	// DebugFaults enables the X-Herald-Fault request header; when false the
+	// header is ignored. Default: false. Never enable it in production.
+	DebugFaults bool
+	// Ready lists the dependencies GET /readyz pings. Default: none (ready
+	// whenever the process answers).
+	Ready []Check
+	// Metrics, when set, is served at GET /metrics (usually promhttp's
+	// handler for the process's registry). Default: nil (no /metrics route).
+	Metrics http.Handler
+	// Registerer, when set, receives the API's request metrics
+	// (herald_http_requests_total, herald_http_request_duration_seconds).
+	// Default: nil (no request metrics).
+	Registerer prometheus.Registerer
+	// Logger receives store failures and other errors kept from clients.
+	// Default: a logger that discards everything.
+	Logger *slog.Logger
+	// MaxBodyBytes limits the size of a request body; larger bodies get 413.
+	// Default: DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// Admission, when set, is asked before every create is written. An
+	// error wrapping a *RetryAfterError makes the create answer 429 with
+	// Retry-After; any other error answers 503. Default: nil (always admit).
+	Admission func(ctx context.Context) error
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MaxBodyBytes < 0 {
+		return fmt.Errorf("max body bytes must not be negative, got %d", c.MaxBodyBytes)
+	}
+	seen := make(map[string]bool, len(c.Ready))
+	for i, ch := range c.Ready {
+		switch {
+		case ch.Name == "":
+			return fmt.Errorf("ready check %d: name is required", i)
+		case ch.Pinger == nil:
+			return fmt.Errorf("ready check %q: pinger is required", ch.Name)
+		case seen[ch.Name]:
+			return fmt.Errorf("ready check %q: name is used twice", ch.Name)
+		}
+		seen[ch.Name] = true
+	}
+	return nil
+}
+
+// The route patterns; they are also the values of the route label of the
+// request metrics.
+const (
+	routeCreate  = "POST /notifications"
+	routeGet     = "GET /notifications/{id}"
+	routeHealthz = "GET /healthz"
+	routeReadyz  = "GET /readyz"
+	routeMetrics = "GET /metrics"
+	// routeUnmatched labels requests that matched no route (404, 405), so
+	// that raw paths never become label values.
+	routeUnmatched = "unmatched"
+)
+
+// openPaths need no token: probes and scrapers carry none.
+var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+// probeMethods are the methods tried to fill the Allow header of a 405.
+var probeMethods = []string{
+	http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions,
+}
+
+// API serves herald's HTTP API.
+type API struct {
+	store   Store
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	routes  map[string]bool
+	tokenH  [sha256.Size]byte
+	metrics *httpMetrics
+	handler http.Handler
+}
+
+// New returns the API over store. It fails when the configuration is
+// invalid or the metrics cannot be registered.
+func New(store Store, cfg Config) (*API, error) {
+	if store == nil {
+		return nil, errors.New("new api: store is required")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new api: %w", err)
+	}
+	a := &API{store: store, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), routes: map[string]bool{}}
+	if cfg.Token != "" {
+		a.tokenH = sha256.Sum256([]byte(cfg.Token))
+	}
+	if cfg.Registerer != nil {
+		m, err := newHTTPMetrics(cfg.Registerer)
+		if err != nil {
+			return nil, fmt.Errorf("new api: %w", err)
+		}
+		a.metrics = m
+	}
+	a.handle(routeCreate, http.HandlerFunc(a.create))
+	a.handle(routeGet, http.HandlerFunc(a.get))
+	a.handle(routeHealthz, http.HandlerFunc(a.healthz))
+	a.handle(routeReadyz, http.HandlerFunc(a.readyz))
+	if cfg.Metrics != nil {
+		a.handle(routeMetrics, cfg.Metrics)
+	}
+	a.handler = http.HandlerFunc(a.serve)
+	return a, nil
+}
+
+func (a *API) handle(pattern string, h http.Handler) {
+	a.mux.Handle(pattern, h)
+	a.routes[pattern] = true
+}
+
+// Handler returns the http.Handler serving every route.
+func (a *API) Handler() http.Handler { return a.handler }
+
+// serve is the edge: it recovers panics, records metrics, authenticates and
+// turns the mux's plain-text 404 and 405 into JSON errors.
+func (a *API) serve(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	_, pattern := a.mux.Handler(r)
+	route := routeUnmatched
+	if a.routes[pattern] {
+		route = pattern
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			a.log.Error("http handler panicked", "route", route, "panic", fmt.Sprint(v))
+			if !sw.wrote {
+				writeError(sw, http.StatusInternalServerError, apiError{Code: "internal", Message: "internal error"})
+			}
+		}
+		a.metrics.observe(route, sw.code(), time.Since(start))
+	}()
+
+	if !openPaths[r.URL.Path] && !a.authorized(r) {
+		sw.Header().Set("WWW-Authenticate", "Bearer")
+		writeError(sw, http.StatusUnauthorized, apiError{Code: "unauthorized", Message: "a valid bearer token is required"})
+		return
+	}
+	if pattern != "" {
+		a.mux.ServeHTTP(sw, r)
+		return
+	}
+	if allow := a.allowed(r); len(allow) > 0 {
+		sw.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(sw, http.StatusMethodNotAllowed, apiError{Code: "method_not_allowed", Message: "method " + r.Method + " is not allowed here"})
+		return
+	}
+	writeError(sw, http.StatusNotFound, apiError{Code: "not_found", Message: "no such resource"})
+}
+
+// allowed lists the methods a route accepts at r's path, asking the mux
+// itself so that the Allow header can never disagree with the routes.
+func (a *API) allowed(r *http.Request) []string {
+	var allow []string
+	for _, m := range probeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := a.mux.Handler(probe); a.routes[p] {
+			allow = append(allow, m)
+		}
+	}
+	return slices.Clip(allow)
+}
+
+// authorized compares SHA-256 digests in constant time, so that neither the
+// token's content nor its length leaks through timing.
+func (a *API) authorized(r *http.Request) bool {
+	if a.cfg.Token == "" {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	const scheme = "bearer "
+	if len(h) <= len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(scheme):])))
+	return subtle.ConstantTimeCompare(got[:], a.tokenH[:]) == 1
+}
+
+// statusWriter remembers the status for the metrics and whether anything was
+// written, so that a panic after the header went out does not write twice.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status = code
+		w.wrote = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.status = http.StatusOK
+		w.wrote = true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (flush,
+// deadlines) through the wrapper.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}

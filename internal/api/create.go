@@ -1,0 +1,248 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Header names the create route reads or writes.
+const (
+	headerIdempotencyKey = "Idempotency-Key"
+	headerFault          = "X-Herald-Fault"
+	headerReplayed       = "Idempotent-Replayed"
+)
+
+// maxIdempotencyKeyLen bounds Idempotency-Key so a key always fits its
+// indexed column.
+const maxIdempotencyKeyLen = 255
+
+// requestFields are the keys a create body may hold, spelled exactly.
+// encoding/json matches keys case-insensitively and keeps the last of
+// duplicates, which would let {"to":..,"TO":..} smuggle a second recipient
+// past a reviewing proxy; the body is therefore scanned for exact, unique
+// keys before it is decoded.
+var requestFields = map[string]bool{"user_id": true, "channel": true, "to": true, "subject": true, "body": true}
+
+// create handles POST /notifications.
+func (a *API) create(w http.ResponseWriter, r *http.Request) {
+	nn, aerr, status := a.readCreate(w, r)
+	if aerr != nil {
+		writeError(w, status, *aerr)
+		return
+	}
+	// Admission comes after validation: a client with a bad request must
+	// fix it whatever the load, and a 429 must mean "retry as is".
+	if a.cfg.Admission != nil {
+		if err := a.cfg.Admission(r.Context()); err != nil {
+			if ra, ok := errors.AsType[*RetryAfterError](err); ok {
+				w.Header().Set("Retry-After", retryAfterSeconds(ra.After))
+				writeError(w, http.StatusTooManyRequests, apiError{Code: "too_many_requests", Message: "too many pending notifications; retry later"})
+				return
+			}
+			a.unavailable(w, r, "admit notification", err)
+			return
+		}
+	}
+	created, err := a.store.Create(r.Context(), nn)
+	switch {
+	case err == nil:
+	case errors.Is(err, notify.ErrConflict):
+		writeError(w, http.StatusConflict, apiError{Code: "idempotency_conflict", Message: "the idempotency key was already used with a different request", Field: headerIdempotencyKey})
+		return
+	case errors.Is(err, notify.ErrInjectedFault):
+		a.log.InfoContext(r.Context(), "create failed on purpose", "fault", nn.Fault)
+		writeError(w, http.StatusInternalServerError, apiError{Code: "injected_fault", Message: "the create failed on purpose (" + headerFault + "); nothing was written"})
+		return
+	default:
+		a.unavailable(w, r, "create notification", err)
+		return
+	}
+	n := created.Notification
+	w.Header().Set("Location", "/notifications/"+notify.FormatID(n.ID))
+	if created.Replayed {
+		w.Header().Set(headerReplayed, "true")
+	}
+	writeJSON(w, http.StatusCreated, newNotificationView(n))
+}
+
+// unavailable logs a store failure and answers 503 without its text, which
+// may hold SQL or a DSN.
+func (a *API) unavailable(w http.ResponseWriter, r *http.Request, what string, err error) {
+	a.log.ErrorContext(r.Context(), what+" failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable", Message: "the service is temporarily unavailable; retry later"})
+}
+
+// readCreate checks a create request's headers and body. On failure it
+// returns the error to answer and its status.
+func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNotification, *apiError, int) {
+	var nn notify.NewNotification
+	if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
+		return nn, e, http.StatusUnsupportedMediaType
+	}
+	key, e := idempotencyKey(r.Header)
+	if e != nil {
+		return nn, e, http.StatusBadRequest
+	}
+	nn.IdempotencyKey = key
+	if a.cfg.DebugFaults {
+		if vs, ok := r.Header[headerFault]; ok {
+			if len(vs) != 1 || vs[0] != notify.FaultAfterOutboxInsert {
+				return nn, &apiError{Code: "invalid_header", Message: "must be " + strconv.Quote(notify.FaultAfterOutboxInsert), Field: headerFault}, http.StatusBadRequest
+			}
+			nn.Fault = notify.FaultAfterOutboxInsert
+		}
+	}
+	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(a.cfg.MaxBodyBytes, 10) + " bytes"}
+	if r.ContentLength > a.cfg.MaxBodyBytes {
+		return nn, tooLarge, http.StatusRequestEntityTooLarge
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nn, tooLarge, http.StatusRequestEntityTooLarge
+		}
+		return nn, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
+	}
+	req, e := decodeCreate(raw)
+	if e != nil {
+		return nn, e, http.StatusBadRequest
+	}
+	if err := req.Validate(); err != nil {
+		if fe, ok := errors.AsType[*notify.FieldError](err); ok {
+			return nn, &apiError{Code: "invalid_field", Message: fe.Field + " " + fe.Message, Field: fe.Field}, http.StatusBadRequest
+		}
+		return nn, &apiError{Code: "invalid_field", Message: "the request is invalid"}, http.StatusBadRequest
+	}
+	nn.Request = req
+	return nn, nil, 0
+}
+
+// checkContentType accepts application/json with any parameters, except a
+// charset other than UTF-8: JSON on the wire is UTF-8 (RFC 8259).
+func checkContentType(ct string) *apiError {
+	e := &apiError{Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
+	if ct == "" {
+		return e
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return e
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		e.Message = "Content-Type charset must be utf-8"
+		return e
+	}
+	return nil
+}
+
+// idempotencyKey returns the optional Idempotency-Key: 1 to 255 printable
+// ASCII characters, given once.
+func idempotencyKey(h http.Header) (string, *apiError) {
+	vs, ok := h[headerIdempotencyKey]
+	if !ok {
+		return "", nil
+	}
+	e := &apiError{Code: "invalid_header", Message: "must be 1 to 255 printable ASCII characters, given once", Field: headerIdempotencyKey}
+	if len(vs) != 1 || vs[0] == "" || len(vs[0]) > maxIdempotencyKeyLen {
+		return "", e
+	}
+	for i := 0; i < len(vs[0]); i++ {
+		if c := vs[0][i]; c < 0x20 || c > 0x7e {
+			return "", e
+		}
+	}
+	return vs[0], nil
+}
+
+// maxEchoLen bounds how much of a client's unknown key is echoed back.
+const maxEchoLen = 64
+
+// clip shortens s to at most n bytes without splitting a character.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// decodeCreate decodes a create body strictly: valid UTF-8 (encoding/json
+// would silently replace bad bytes), one JSON object with exactly spelled,
+// unique, known keys of the right types, and nothing after it.
+func decodeCreate(raw []byte) (notify.CreateRequest, *apiError) {
+	var req notify.CreateRequest
+	if !utf8.Valid(raw) {
+		return req, &apiError{Code: "invalid_utf8", Message: "the request body is not valid UTF-8"}
+	}
+	if e := scanKeys(raw); e != nil {
+		return req, e
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			return req, &apiError{Code: "invalid_field", Message: te.Field + " must be a " + te.Type.String(), Field: te.Field}
+		}
+		return req, &apiError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}
+	}
+	return req, nil
+}
+
+// scanKeys checks the shape of the body before it is decoded: one object,
+// known keys spelled exactly and given once, nothing after it.
+func scanKeys(raw []byte) *apiError {
+	invalid := func(msg string) *apiError { return &apiError{Code: "invalid_json", Message: msg} }
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return invalid("the request body is empty")
+	}
+	if err != nil {
+		return invalid("the request body is not valid JSON")
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return invalid("the request body must be a JSON object")
+	}
+	seen := make(map[string]bool, len(requestFields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return invalid("the request body is not valid JSON")
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return invalid("the request body is not valid JSON")
+		}
+		if !requestFields[key] {
+			key = clip(key, maxEchoLen)
+			return &apiError{Code: "unknown_field", Message: "unknown field " + strconv.Quote(key), Field: key}
+		}
+		if seen[key] {
+			return &apiError{Code: "invalid_field", Message: key + " is given more than once", Field: key}
+		}
+		seen[key] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return invalid("the request body is not valid JSON")
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return invalid("the request body is not valid JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("the request body must hold one JSON object and nothing after it")
+	}
+	return nil
+}

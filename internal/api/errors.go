@@ -1,0 +1,66 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// RetryAfterError is returned (possibly wrapped) by Config.Admission to shed
+// load: the create answers 429 with a Retry-After header and writes nothing.
+type RetryAfterError struct {
+	// After is how long the client should wait; it is rounded up to whole
+	// seconds, and at least 1.
+	After time.Duration
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("too many requests, retry after %s", e.After)
+}
+
+// apiError is the body of every error reply.
+type apiError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+type errorBody struct {
+	Error apiError `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, e apiError) {
+	writeJSON(w, status, errorBody{Error: e})
+}
+
+// writeJSON writes v as the whole reply. The values it is given are built
+// from plain strings and numbers, so encoding cannot fail.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(`{"error":{"code":"internal","message":"internal error"}}`)
+		status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// retryAfterSeconds renders d for a Retry-After header: whole seconds,
+// rounded up, at least 1 (0 would invite an immediate retry storm).
+func retryAfterSeconds(d time.Duration) string {
+	s := math.Ceil(d.Seconds())
+	if s < 1 || math.IsNaN(s) {
+		s = 1
+	}
+	if s > 86400 {
+		s = 86400
+	}
+	return strconv.Itoa(int(s))
+}

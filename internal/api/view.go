@@ -1,0 +1,48 @@
+package api
+
+import (
+	"time"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// notificationView is a notification as the API shows it. The body is left
+// out: it can be large and the client already has it.
+type notificationView struct {
+	ID        string  `json:"id"`
+	UserID    string  `json:"user_id"`
+	Channel   string  `json:"channel"`
+	To        string  `json:"to"`
+	Subject   string  `json:"subject"`
+	Status    string  `json:"status"`
+	Attempts  int     `json:"attempts"`
+	LastError *string `json:"last_error"`
+	CreatedAt string  `json:"created_at"`
+	UpdatedAt string  `json:"updated_at"`
+	SentAt    *string `json:"sent_at"`
+}
+
+func newNotificationView(n notify.Notification) notificationView {
+	v := notificationView{
+		ID:        notify.FormatID(n.ID),
+		UserID:    n.UserID,
+		Channel:   n.Channel,
+		To:        n.To,
+		Subject:   n.Subject,
+		Status:    string(n.Status),
+		Attempts:  n.Attempts,
+		CreatedAt: formatTime(n.CreatedAt),
+		UpdatedAt: formatTime(n.UpdatedAt),
+	}
+	if n.LastError != "" {
+		v.LastError = &n.LastError
+	}
+	if n.SentAt != nil {
+		s := formatTime(*n.SentAt)
+		v.SentAt = &s
+	}
+	return v
+}
+
+// formatTime renders RFC 3339 in UTC, with the fraction the store kept.
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,195 @@
+// Package relay moves outbox events to the broker: it claims unprocessed
+// rows, publishes them, and marks processed only the rows the broker
+// confirmed.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Config tunes a Relay.
+type Config struct {
+	// Batch is the number of rows claimed per transaction. Default 100.
+	Batch int
+	// Interval is the longest idle wait between polls when no wake-up
+	// arrives. Default 500ms.
+	Interval time.Duration
+	// MaxBackoff caps the wait after consecutive failures (store or broker
+	// down). Default 5s.
+	MaxBackoff time.Duration
+	// Logger receives one record per failure streak. Default: discard.
+	Logger *slog.Logger
+	// Registerer, when set, receives the relay's metrics.
+	Registerer prometheus.Registerer
+}
+
+func (c Config) withDefaults() Config {
+	if c.Batch == 0 {
+		c.Batch = 100
+	}
+	if c.Interval == 0 {
+		c.Interval = 500 * time.Millisecond
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Batch < 1:
+		return fmt.Errorf("relay batch must be at least 1, got %d", c.Batch)
+	case c.Interval <= 0:
+		return fmt.Errorf("relay interval must be positive, got %s", c.Interval)
+	case c.MaxBackoff <= 0:
+		return fmt.Errorf("relay max backoff must be positive, got %s", c.MaxBackoff)
+	}
+	return nil
+}
+
+// Relay publishes outbox rows to the broker.
+type Relay struct {
+	src     Source
+	pub     Publisher
+	waker   Waker
+	cfg     Config
+	log     *slog.Logger
+	metrics metrics
+}
+
+type metrics struct {
+	published prometheus.Counter
+	failures  prometheus.Counter
+}
+
+// New returns a Relay that claims from src and publishes with pub. waker may
+// be nil; then the relay only polls.
+func New(src Source, pub Publisher, waker Waker, cfg Config) (*Relay, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{src: src, pub: pub, waker: waker, cfg: cfg, log: cfg.Logger}
+	r.metrics = metrics{
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_relay_published_total",
+			Help: "Outbox events published and confirmed by the broker.",
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "herald_relay_publish_failures_total",
+			Help: "Relay batches that failed (store or broker error, or events not confirmed).",
+		}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.metrics.published, r.metrics.failures} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("register relay metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Run relays until ctx ends. It never returns because the store or the
+// broker is down: it backs off and tries again. It returns nil when ctx ends.
+func (r *Relay) Run(ctx context.Context) error {
+	var wake <-chan struct{}
+	if r.waker != nil {
+		wake = r.waker.Subscribe(ctx)
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil
+			}
+		}
+		// Drain full batches back to back; wait only when the outbox is
+		// empty or something failed.
+		for {
+			n, err := r.RunOnce(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				failures++
+				if failures == 1 {
+					r.log.Warn("relay batch failed; backing off", "err", err)
+				}
+				break
+			}
+			if failures > 0 {
+				r.log.Info("relay recovered", "failed_batches", failures)
+				failures = 0
+			}
+			if n < r.cfg.Batch {
+				break
+			}
+		}
+		stopTimer(timer)
+		timer.Reset(r.wait(failures))
+	}
+}
+
+// wait is the next idle wait: the poll interval, or a capped exponential
+// backoff after consecutive failures.
+func (r *Relay) wait(failures int) time.Duration {
+	if failures == 0 {
+		return r.cfg.Interval
+	}
+	d := 100 * time.Millisecond
+	for i := 1; i < failures && d < r.cfg.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.MaxBackoff)
+}
+
+// RunOnce relays one batch and returns the number of rows it claimed.
+func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	confirmedTotal := 0
+	n, err := r.src.RelayBatch(ctx, r.cfg.Batch, func(ctx context.Context, events []notify.Event) ([]int64, error) {
+		confirmed, err := r.pub.Publish(ctx, events)
+		confirmedTotal = len(confirmed)
+		if err == nil && len(confirmed) < len(events) {
+			err = fmt.Errorf("broker confirmed %d of %d events", len(confirmed), len(events))
+		}
+		return confirmed, err
+	})
+	if err == nil && confirmedTotal < n {
+		err = errors.New("events left unconfirmed")
+	}
+	r.metrics.published.Add(float64(confirmedTotal))
+	if err != nil {
+		r.metrics.failures.Inc()
+		return n, fmt.Errorf("relay batch: %w", err)
+	}
+	return n, nil
+}
+
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+}

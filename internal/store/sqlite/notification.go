@@ -1,0 +1,165 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+const notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
+	last_error, idempotency_key, created_at, updated_at, sent_at`
+
+// The idempotency key is the conflict target: a second create with the same
+// key inserts nothing and returns no row, and Create then compares the
+// request with the stored one.
+const insertNotification = `
+INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id`
+
+const insertOutbox = `
+INSERT INTO outbox (event_type, payload, occurred_at, available_at)
+VALUES (?, ?, ?, ?)`
+
+// Create writes the notification and its notification.requested outbox event
+// in one transaction, then wakes the subscribers. See api.Store.
+func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
+	r := nn.Request
+	t := now()
+	n := notify.Notification{
+		UserID:         r.UserID,
+		Channel:        r.Channel,
+		To:             r.To,
+		Subject:        r.Subject,
+		Body:           r.Body,
+		Status:         notify.StatusPending,
+		IdempotencyKey: nn.IdempotencyKey,
+		CreatedAt:      t,
+		UpdatedAt:      t,
+	}
+	var replayed *notify.Notification
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, insertNotification,
+			r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
+			formatTime(t), formatTime(t)).Scan(&n.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			prev, err := scanNotification(tx.QueryRowContext(ctx,
+				`SELECT `+notificationColumns+` FROM notifications WHERE idempotency_key = ?`, nn.IdempotencyKey))
+			if err != nil {
+				return fmt.Errorf("read notification with the same idempotency key: %w", err)
+			}
+			if prev.UserID != r.UserID || prev.Channel != r.Channel || prev.To != r.To ||
+				prev.Subject != r.Subject || prev.Body != r.Body {
+				return notify.ErrConflict
+			}
+			replayed = &prev
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("insert notification: %w", classify(err))
+		}
+		payload, err := json.Marshal(notify.NewRequested(n))
+		if err != nil {
+			return fmt.Errorf("encode event payload: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, insertOutbox,
+			notify.EventRequested, string(payload), formatTime(t), formatTime(t)); err != nil {
+			return fmt.Errorf("insert outbox event: %w", classify(err))
+		}
+		if nn.Fault == notify.FaultAfterOutboxInsert {
+			return notify.ErrInjectedFault
+		}
+		return nil
+	})
+	if err != nil {
+		return notify.Created{}, fmt.Errorf("create notification: %w", err)
+	}
+	if replayed != nil {
+		return notify.Created{Notification: *replayed, Replayed: true}, nil
+	}
+	s.wake()
+	return notify.Created{Notification: n}, nil
+}
+
+// Get returns one notification, or an error wrapping notify.ErrNotFound.
+func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) {
+	n, err := scanNotification(s.read.QueryRowContext(ctx,
+		`SELECT `+notificationColumns+` FROM notifications WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, notify.ErrNotFound)
+	}
+	if err != nil {
+		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, classify(err))
+	}
+	return n, nil
+}
+
+// scanNotification reads one row of notificationColumns.
+func scanNotification(row *sql.Row) (notify.Notification, error) {
+	var (
+		n                    notify.Notification
+		status               string
+		lastErr, key, sentAt sql.NullString
+		createdAt, updatedAt string
+	)
+	if err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
+		&lastErr, &key, &createdAt, &updatedAt, &sentAt); err != nil {
+		return notify.Notification{}, err
+	}
+	n.Status = notify.Status(status)
+	n.LastError = lastErr.String
+	n.IdempotencyKey = key.String
+	var err error
+	if n.CreatedAt, err = parseTime(createdAt); err != nil {
+		return notify.Notification{}, err
+	}
+	if n.UpdatedAt, err = parseTime(updatedAt); err != nil {
+		return notify.Notification{}, err
+	}
+	if sentAt.Valid {
+		t, err := parseTime(sentAt.String)
+		if err != nil {
+			return notify.Notification{}, err
+		}
+		n.SentAt = &t
+	}
+	return n, nil
+}
+
+// Subscribe returns a channel that receives a value (coalesced: at most one
+// pending) after every committed Create in this process, and is closed when
+// ctx ends. It implements relay.Waker. Creates in other processes on the same
+// file are not seen: their readers fall back to polling.
+func (s *Store) Subscribe(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.subs[ch] = struct{}{}
+	s.mu.Unlock()
+	// AfterFunc, not a goroutine per subscriber waiting on ctx: nothing is
+	// parked while the subscription lives.
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		delete(s.subs, ch)
+		close(ch) // under the lock, so wake never sends on a closed channel
+		s.mu.Unlock()
+	})
+	return ch
+}
+
+// wake signals every subscriber without blocking: a subscriber with a
+// signal already pending has not looked yet and will see the new rows too.
+func (s *Store) wake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,220 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+const selectRelayBatch = `
+SELECT id, event_type, payload, occurred_at FROM outbox
+WHERE processed_at IS NULL
+ORDER BY id
+LIMIT ?`
+
+const markRelayed = `UPDATE outbox SET processed_at = ? WHERE id = ? AND processed_at IS NULL`
+
+// RelayBatch hands up to limit unprocessed outbox rows, in id order, to
+// publish, and marks processed the ones publish confirmed, in one write
+// transaction. It implements relay.Source. The transaction holds the write
+// lock while publish runs, so relays (and every other writer) take turns;
+// SQLite has one writer anyway, and no row can be relayed twice at once.
+func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
+	if limit < 1 {
+		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
+	}
+	var (
+		n          int
+		publishErr error
+	)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		events, err := relayEvents(ctx, tx, limit)
+		if err != nil {
+			return err
+		}
+		n = len(events)
+		if n == 0 {
+			return nil
+		}
+		claimed := make(map[int64]bool, n)
+		for _, e := range events {
+			claimed[e.ID] = true
+		}
+		var confirmed []int64
+		confirmed, publishErr = publish(ctx, events)
+		at := formatTime(now())
+		for _, id := range confirmed {
+			// Only rows of this batch: a confused publisher must not
+			// mark rows nobody published.
+			if !claimed[id] {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, markRelayed, at, id); err != nil {
+				return fmt.Errorf("mark outbox row %d processed: %w", id, classify(err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("relay batch: %w", err)
+	}
+	if publishErr != nil {
+		return n, fmt.Errorf("relay batch: publish: %w", publishErr)
+	}
+	return n, nil
+}
+
+func relayEvents(ctx context.Context, tx *sql.Tx, limit int) ([]notify.Event, error) {
+	rows, err := tx.QueryContext(ctx, selectRelayBatch, limit)
+	if err != nil {
+		return nil, fmt.Errorf("select outbox rows: %w", classify(err))
+	}
+	defer rows.Close()
+	var events []notify.Event
+	for rows.Next() {
+		var (
+			e          notify.Event
+			payload    string
+			occurredAt string
+		)
+		if err := rows.Scan(&e.ID, &e.Type, &payload, &occurredAt); err != nil {
+			return nil, fmt.Errorf("scan outbox row: %w", err)
+		}
+		e.Payload = []byte(payload)
+		if e.OccurredAt, err = parseTime(occurredAt); err != nil {
+			return nil, err
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("select outbox rows: %w", classify(err))
+	}
+	return events, nil
+}
+
+// OutboxStats counts the unprocessed outbox rows and the age of the oldest.
+func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
+	var (
+		st     notify.OutboxStats
+		oldest sql.NullString
+	)
+	err := s.read.QueryRowContext(ctx,
+		`SELECT count(*), min(occurred_at) FROM outbox WHERE processed_at IS NULL`).Scan(&st.Unprocessed, &oldest)
+	if err != nil {
+		return notify.OutboxStats{}, fmt.Errorf("outbox stats: %w", classify(err))
+	}
+	if oldest.Valid {
+		t, err := parseTime(oldest.String)
+		if err != nil {
+			return notify.OutboxStats{}, fmt.Errorf("outbox stats: %w", err)
+		}
+		st.OldestAge = max(time.Since(t), 0)
+	}
+	return st, nil
+}
+
+// One statement claims: SQLite has no SKIP LOCKED, but the write lock
+// serializes claimers, so the subquery and the update see the same rows and
+// two workers can never lease the same row. A lease whose time has passed is
+// free to take: its worker died or stalled, and the row must not be lost.
+const claimOutbox = `
+UPDATE outbox SET locked_by = ?, locked_until = ?
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE processed_at IS NULL
+      AND available_at <= ?
+      AND (locked_until IS NULL OR locked_until < ?)
+    ORDER BY id
+    LIMIT ?)
+RETURNING id, event_type, payload, attempts`
+
+// Claim leases up to limit due outbox rows to token until now + lease. It
+// implements table.Queue.
+func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
+	switch {
+	case token == "":
+		return nil, errors.New("claim outbox rows: empty lease token")
+	case limit < 1:
+		return nil, fmt.Errorf("claim outbox rows: limit must be at least 1, got %d", limit)
+	case lease <= 0:
+		return nil, fmt.Errorf("claim outbox rows: lease must be positive, got %s", lease)
+	}
+	var msgs []notify.Message
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		t := now()
+		rows, err := tx.QueryContext(ctx, claimOutbox,
+			token, formatTime(t.Add(lease)), formatTime(t), formatTime(t), limit)
+		if err != nil {
+			return classify(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				m       notify.Message
+				payload string
+			)
+			if err := rows.Scan(&m.ID, &m.Type, &payload, &m.RetryCount); err != nil {
+				return fmt.Errorf("scan: %w", err)
+			}
+			m.Payload = []byte(payload)
+			msgs = append(msgs, m)
+		}
+		return classify(rows.Err())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	// RETURNING gives no order guarantee.
+	sort.Slice(msgs, func(i, j int) bool { return msgs[i].ID < msgs[j].ID })
+	return msgs, nil
+}
+
+// Finish and Reschedule compare and set on the lease: a worker whose lease
+// ran out, and whose row another worker has claimed since, must not settle
+// that worker's delivery.
+
+const finishOutbox = `
+UPDATE outbox SET processed_at = ?, last_error = coalesce(?, last_error)
+WHERE id = ? AND locked_by = ? AND processed_at IS NULL`
+
+// Finish marks a row leased to token processed; a non-empty reason records
+// it as dead-lettered (last_error = reason). It implements table.Queue.
+func (s *Store) Finish(ctx context.Context, id int64, token, reason string) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, finishOutbox, formatTime(now()), nullString(reason), id, token)
+		return classify(err)
+	})
+	if err != nil {
+		return fmt.Errorf("finish outbox row %d: %w", id, err)
+	}
+	return nil
+}
+
+const rescheduleOutbox = `
+UPDATE outbox SET locked_by = NULL, locked_until = NULL, available_at = ?,
+    attempts = attempts + ?, last_error = coalesce(?, last_error)
+WHERE id = ? AND locked_by = ? AND processed_at IS NULL`
+
+// Reschedule ends the lease of a row leased to token and makes it due again
+// after delay; with retry it counts a retry (attempts+1). A non-empty reason
+// is kept as last_error. It implements table.Queue.
+func (s *Store) Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error {
+	inc := 0
+	if retry {
+		inc = 1
+	}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, rescheduleOutbox,
+			formatTime(now().Add(max(delay, 0))), inc, nullString(reason), id, token)
+		return classify(err)
+	})
+	if err != nil {
+		return fmt.Errorf("reschedule outbox row %d: %w", id, err)
+	}
+	return nil
+}

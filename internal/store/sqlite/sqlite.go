@@ -1,0 +1,227 @@
+// Package sqlite is herald's embedded store: notifications, the outbox and
+// the consumer's deduplication table in one SQLite file, through the pure Go
+// driver modernc.org/sqlite (no cgo).
+//
+// SQLite allows one writer at a time, so the store has exactly one write
+// connection, whose transactions start with BEGIN IMMEDIATE: a transaction
+// takes the write lock before it reads, so it never has to upgrade a read
+// lock (which can fail with SQLITE_BUSY without waiting) and every
+// read-then-write inside it sees the state it will change. Reads (Get,
+// OutboxStats, Ping) use a separate pool and, thanks to WAL, never wait for
+// the writer. Several processes may open the same file (herald api beside
+// herald worker); they queue for the write lock for up to the busy timeout.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	sqlitedriver "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Config tunes a Store.
+type Config struct {
+	// BusyTimeout is how long a connection waits for a lock held by another
+	// connection (another process on the same file) before failing with
+	// SQLITE_BUSY. Default 5s.
+	BusyTimeout time.Duration
+	// ReadConns is the size of the read pool. Default 4.
+	ReadConns int
+}
+
+func (c Config) withDefaults() Config {
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = 5 * time.Second
+	}
+	if c.ReadConns == 0 {
+		c.ReadConns = 4
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.BusyTimeout < time.Millisecond:
+		return fmt.Errorf("sqlite busy timeout must be at least 1ms, got %s", c.BusyTimeout)
+	case c.ReadConns < 1:
+		return fmt.Errorf("sqlite read connections must be at least 1, got %d", c.ReadConns)
+	}
+	return nil
+}
+
+// Store is a herald store on one SQLite file. It is safe for concurrent use.
+type Store struct {
+	write *sql.DB // one connection: SQLite has one writer
+	read  *sql.DB
+
+	mu   sync.Mutex
+	subs map[chan struct{}]struct{}
+}
+
+// Open opens (creating if needed) the SQLite database at path and checks that
+// it can be read and written. It does not create the schema: call Migrate.
+func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case path == "":
+		return nil, errors.New("open sqlite: empty path")
+	case path == ":memory:" || strings.HasPrefix(path, "file:"):
+		// The read pool and the write connection must see the same
+		// database: a private in-memory database would be one per
+		// connection, and a URI would be parsed differently by the
+		// driver. herald's store is a file.
+		return nil, fmt.Errorf("open sqlite: %q is not a file path", path)
+	case strings.ContainsRune(path, '?'):
+		// The driver splits the name at '?' to find its parameters.
+		return nil, fmt.Errorf("open sqlite: path %q must not contain '?'", path)
+	}
+
+	write, err := sql.Open("sqlite", dsn(path, cfg, false))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite write connection: %w", err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxIdleTime(0)
+	write.SetConnMaxLifetime(0)
+	// The write connection connects first: switching a new file to WAL
+	// needs the exclusive lock, which read connections would not get.
+	if err := write.PingContext(ctx); err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, classify(err))
+	}
+
+	read, err := sql.Open("sqlite", dsn(path, cfg, true))
+	if err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("open sqlite read pool: %w", err)
+	}
+	read.SetMaxOpenConns(cfg.ReadConns)
+	read.SetMaxIdleConns(cfg.ReadConns)
+	if err := read.PingContext(ctx); err != nil {
+		_ = read.Close()
+		_ = write.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, classify(err))
+	}
+	return &Store{write: write, read: read, subs: make(map[chan struct{}]struct{})}, nil
+}
+
+// dsn builds the driver's name for path. The settings are _pragma
+// parameters because the driver applies them to every new connection,
+// including the ones database/sql opens later on its own.
+//
+//   - journal_mode=WAL: readers do not block the writer nor the writer
+//     readers, and a commit is one append to the log.
+//   - synchronous=NORMAL: in WAL mode a commit is not fsynced, the log is
+//     at checkpoints. A committed transaction survives a crash of the
+//     process (kill -9 included: the data is in the OS page cache); only a
+//     power loss or kernel crash can lose the last commits, never corrupt
+//     the file. FULL would fsync every commit, several times slower, for a
+//     failure an embedded deployment usually does not need to survive.
+//   - busy_timeout: wait for another process's write lock instead of
+//     failing at once.
+//   - foreign_keys: honour any REFERENCES a later migration adds.
+//   - _txlock=immediate: BEGIN IMMEDIATE for every write transaction (see
+//     the package doc).
+//   - query_only on the read pool: a read connection can never write, so
+//     the one-writer rule cannot be broken by mistake.
+func dsn(path string, cfg Config, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", cfg.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	if readOnly {
+		q.Add("_pragma", "query_only(ON)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return path + "?" + q.Encode()
+}
+
+// Close closes the database. Subscriptions end with their contexts, not
+// here.
+func (s *Store) Close() error {
+	return errors.Join(s.read.Close(), s.write.Close())
+}
+
+// Ping checks that the database file can be read. A failure wraps
+// notify.ErrUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	// database/sql's own ping may answer from an idle connection without
+	// touching the file; a query on the schema reads it.
+	var n int
+	if err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+		return fmt.Errorf("ping sqlite: %w: %w", notify.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// inTx runs fn in a write transaction (BEGIN IMMEDIATE) and commits when fn
+// returns nil; otherwise it rolls back and returns fn's error untouched.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", classify(err))
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", classify(err))
+	}
+	return nil
+}
+
+// classify marks errors that mean the database cannot be used right now
+// (locked beyond the busy timeout, I/O failure, disk full, file gone) with
+// notify.ErrUnavailable, so that callers answer "try later" rather than
+// "broken".
+func classify(err error) error {
+	var e *sqlitedriver.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	switch e.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR,
+		sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_FULL:
+		return fmt.Errorf("%w: %w", notify.ErrUnavailable, err)
+	}
+	return err
+}
+
+// timeLayout is how every timestamp is stored: UTC, fixed width, microsecond
+// precision (as PostgreSQL's timestamptz). Fixed width makes SQL text
+// comparison (<, MIN, ORDER BY) agree with time order, and the text stays
+// readable in the sqlite3 shell, which integer microseconds would not.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+// now is the store's clock, at the precision it stores, so that a value
+// returned from a write equals the value read back later.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(timeLayout, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("parse stored time %q: %w", s, err)
+	}
+	return t, nil
+}
+
+// nullString stores "" as NULL, for optional text columns.
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }

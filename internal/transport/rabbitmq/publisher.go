@@ -1,0 +1,129 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Publisher publishes outbox events to the notifications exchange and waits
+// for the broker's confirms. It connects on first use and reconnects on the
+// next call after a failure. It is safe for concurrent use; calls are
+// serialized.
+type Publisher struct {
+	cfg  Config
+	topo Topology
+
+	mu     sync.Mutex
+	closed bool
+	conn   *amqp.Connection
+	ch     *confirmChannel
+}
+
+// NewPublisher returns a Publisher. It does not connect: the first Publish
+// does.
+func NewPublisher(cfg Config) (*Publisher, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Publisher{cfg: cfg, topo: cfg.Topology()}, nil
+}
+
+// Publish publishes every event (persistent, mandatory, with the contract's
+// properties), all of them before awaiting any confirm, and returns the ids
+// of the events the broker confirmed. An event returned as unroutable,
+// nacked or not confirmed within ConfirmTimeout or before ctx ends is left
+// out, and err says why. After a connection or channel failure the next
+// call reconnects.
+func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("publish: publisher is closed")
+	}
+	if err := p.connect(ctx); err != nil {
+		return nil, fmt.Errorf("publish: %w", err)
+	}
+
+	msgs := make([]outgoing, len(events))
+	for i, ev := range events {
+		msgs[i] = outgoing{
+			exchange: p.topo.Exchange,
+			key:      ev.Type,
+			msg: amqp.Publishing{
+				ContentType:  "application/json",
+				DeliveryMode: amqp.Persistent,
+				Type:         ev.Type,
+				MessageId:    notify.FormatID(ev.ID),
+				Timestamp:    ev.OccurredAt,
+				Body:         ev.Payload,
+			},
+		}
+	}
+	res := p.ch.publish(ctx, p.cfg.ConfirmTimeout, msgs)
+	if res.broken {
+		p.drop()
+	}
+	confirmed := make([]int64, 0, len(events))
+	for i, ok := range res.confirmed {
+		if ok {
+			confirmed = append(confirmed, events[i].ID)
+		}
+	}
+	if res.err != nil {
+		return confirmed, fmt.Errorf("publish %d events, %d confirmed: %w", len(events), len(confirmed), res.err)
+	}
+	return confirmed, nil
+}
+
+// connect makes sure a healthy connection and confirm channel exist.
+func (p *Publisher) connect(ctx context.Context) error {
+	if p.conn != nil && !p.conn.IsClosed() && !p.ch.ch.IsClosed() {
+		return nil
+	}
+	p.drop()
+	conn, err := p.cfg.dial(ctx, "publisher")
+	if err != nil {
+		return err
+	}
+	ch, err := openConfirmChannel(conn, p.topo)
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	p.conn, p.ch = conn, ch
+	return nil
+}
+
+// drop closes the connection, if any, so that the next call reconnects.
+func (p *Publisher) drop() {
+	if p.conn != nil {
+		_ = p.conn.Close()
+	}
+	p.conn, p.ch = nil, nil
+}
+
+// Close closes the connection. Publish fails afterwards.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.conn == nil {
+		return nil
+	}
+	err := p.conn.Close()
+	p.conn, p.ch = nil, nil
+	if err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return fmt.Errorf("close broker connection: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+// Package table is the broker-less transport: workers claim due outbox rows
+// straight from the table, with a lease, and own their retries and dead
+// letters there.
+package table
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+// Waker tells the transport that new outbox rows were committed.
+type Waker interface {
+	// Subscribe returns a channel that receives a value whenever new rows
+	// may have been committed; it is closed when ctx ends.
+	Subscribe(ctx context.Context) <-chan struct{}
+}
+
+// Config tunes a Transport.
+type Config struct {
+	// Prefetch is the number of rows a worker holds at once. Default 10.
+	Prefetch int
+	// RetryDelay is the wait before a failed delivery is tried again.
+	// Default 30s.
+	RetryDelay time.Duration
+	// Lease is how long a claimed row stays invisible to other workers. A
+	// worker that dies leaves its rows to be claimed again after it.
+	// Default 1m; keep it well above the sender's timeout.
+	Lease time.Duration
+	// PollInterval is the longest idle wait between claims (retries that
+	// come due, rows committed by another process without a wake-up).
+	// Default 500ms.
+	PollInterval time.Duration
+	// Grace bounds how long in-flight deliveries may run after ctx ends.
+	// Default 30s.
+	Grace time.Duration
+	// Logger receives one record per failure streak. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefetch == 0 {
+		c.Prefetch = 10
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = 30 * time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = time.Minute
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.Grace == 0 {
+		c.Grace = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Prefetch < 1:
+		return fmt.Errorf("prefetch must be at least 1, got %d", c.Prefetch)
+	case c.RetryDelay < 0:
+		return fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay)
+	case c.Lease <= 0 || c.PollInterval <= 0 || c.Grace <= 0:
+		return fmt.Errorf("lease, poll interval and grace must be positive")
+	}
+	return nil
+}
+
+// Transport delivers outbox rows to a worker.
+type Transport struct {
+	q     Queue
+	waker Waker
+	cfg   Config
+	log   *slog.Logger
+}
+
+// New returns a Transport over q. waker may be nil; then it only polls.
+func New(q Queue, waker Waker, cfg Config) (*Transport, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Transport{q: q, waker: waker, cfg: cfg, log: cfg.Logger}, nil
+}
+
+// Consume claims due rows and calls handle for each, at most Prefetch at
+// once, until ctx ends; then it waits for the calls in flight (bounded by
+// Grace) and returns nil. Rows still unsettled keep their lease and come back
+// when it expires.
+func (t *Transport) Consume(ctx context.Context, handle func(context.Context, worker.Delivery)) error {
+	var wake <-chan struct{}
+	if t.waker != nil {
+		wake = t.waker.Subscribe(ctx)
+	}
+	// In-flight calls run on a context that outlives ctx by Grace, so a
+	// shutdown lets them finish and settle.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	stop := context.AfterFunc(ctx, func() {
+		time.AfterFunc(t.cfg.Grace, hcancel)
+	})
+	defer stop()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, t.cfg.Prefetch)
+	freed := make(chan struct{}, 1)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-freed:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil
+			}
+		}
+		n := t.cfg.Prefetch - len(slots)
+		if n == 0 {
+			continue // a finishing call signals freed
+		}
+		token := newToken()
+		msgs, err := t.q.Claim(ctx, token, n, t.cfg.Lease)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := t.cfg.PollInterval
+		switch {
+		case err != nil:
+			failures++
+			if failures == 1 {
+				t.log.Warn("claim outbox rows failed; backing off", "err", err)
+			}
+			wait = backoff(failures, t.cfg.PollInterval)
+		case failures > 0:
+			t.log.Info("claiming recovered", "failed_claims", failures)
+			failures = 0
+		}
+		for _, m := range msgs {
+			slots <- struct{}{}
+			wg.Add(1)
+			go func(d *delivery) {
+				defer wg.Done()
+				defer func() {
+					<-slots
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}()
+				handle(hctx, d)
+			}(&delivery{t: t, msg: m, token: token})
+		}
+		if len(msgs) == n && err == nil {
+			wait = 0 // there may be more due rows: claim again at once
+		}
+		stopTimer(timer)
+		timer.Reset(wait)
+	}
+}
+
+// delivery is one claimed row.
+type delivery struct {
+	t     *Transport
+	msg   notify.Message
+	token string
+}
+
+func (d *delivery) Message() notify.Message { return d.msg }
+
+func (d *delivery) Ack(ctx context.Context) error {
+	return d.t.q.Finish(ctx, d.msg.ID, d.token, "")
+}
+
+func (d *delivery) Retry(ctx context.Context, reason string) error {
+	return d.t.q.Reschedule(ctx, d.msg.ID, d.token, d.t.cfg.RetryDelay, reason, true)
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	return d.t.q.Finish(ctx, d.msg.ID, d.token, reason)
+}
+
+func (d *delivery) Release(ctx context.Context) error {
+	return d.t.q.Reschedule(ctx, d.msg.ID, d.token, 0, "", false)
+}
+
+func newToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func backoff(failures int, base time.Duration) time.Duration {
+	d := base
+	for i := 1; i < failures && d < 5*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Second)
+}
+
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+}

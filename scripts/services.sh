@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Makes sure the services the tests need are up on this machine: PostgreSQL on
+# 127.0.0.1:5432 (user postgres, trust auth) and RabbitMQ on 127.0.0.1:5672
+# (guest/guest). Starts them when stopped and installs Debian's packages when
+# absent. Safe to run again and again.
+set -euo pipefail
+
+log() { printf 'services: %s\n' "$*" >&2; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+	local port=$1 name=$2 i
+	for i in $(seq 1 120); do
+		port_open "$port" && return 0
+		sleep 0.5
+	done
+	log "$name did not open port $port within 60s"
+	return 1
+}
+
+apt_updated=0
+apt_install() {
+	if [ "$(id -u)" != 0 ]; then
+		log "need root to install $*"
+		return 1
+	fi
+	if [ "$apt_updated" = 0 ]; then
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq
+		apt_updated=1
+	fi
+	log "installing $*"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+postgres() {
+	if ! port_open 5432; then
+		if ! command -v pg_ctlcluster >/dev/null 2>&1 || [ -z "$(ls /etc/postgresql 2>/dev/null)" ]; then
+			apt_install postgresql
+		fi
+		local version
+		version=$(ls /etc/postgresql | sort -V | tail -n 1)
+		log "starting PostgreSQL $version"
+		pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+		wait_port 5432 PostgreSQL
+	fi
+	# A fresh Debian cluster asks for a password over TCP; the tests connect
+	# as postgres without one, as on the project's machines.
+	if ! psql -h 127.0.0.1 -U postgres -d postgres -Atqc 'select 1' >/dev/null 2>&1; then
+		local hba
+		hba=$(su postgres -c "psql -Atqc 'show hba_file'" 2>/dev/null || true)
+		if [ -n "$hba" ] && [ -w "$hba" ]; then
+			log "allowing trust auth for postgres on 127.0.0.1 in $hba"
+			sed -i '1i host all postgres 127.0.0.1/32 trust\nhost all postgres ::1/128 trust' "$hba"
+			su postgres -c "psql -Atqc 'select pg_reload_conf()'" >/dev/null
+		fi
+		psql -h 127.0.0.1 -U postgres -d postgres -Atqc 'select 1' >/dev/null
+	fi
+	log "PostgreSQL ready"
+}
+
+rabbitmq() {
+	if ! port_open 5672; then
+		if ! command -v rabbitmq-server >/dev/null 2>&1; then
+			apt_install rabbitmq-server
+		fi
+		# The node may be up with its app stopped (a test stops it on purpose).
+		if rabbitmqctl -q status >/dev/null 2>&1; then
+			log "starting the RabbitMQ app"
+			rabbitmqctl -q start_app
+		else
+			log "starting RabbitMQ"
+			rabbitmq-server -detached
+			rabbitmqctl -q await_startup --timeout 120 >/dev/null 2>&1 || true
+		fi
+		wait_port 5672 RabbitMQ
+	fi
+	log "RabbitMQ ready"
+}
+
+postgres
+rabbitmq
