@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -90,4 +91,38 @@ func AMQP(t testing.TB) (amqpURL, prefix string) {
 	t.Helper()
 	amqpURL = Require(t, AMQPVar)
 	return amqpURL, "t" + Suffix() + "."
+}
+
+// Vhost creates a RabbitMQ virtual host for the test (through rabbitmqctl,
+// which must be on PATH), grants the URL's user all rights on it, and returns
+// the broker URL pointing at it. The vhost, with everything in it, is deleted
+// when the test ends. herald's processes declare the contract's fixed names;
+// a vhost of their own keeps tests running side by side apart.
+func Vhost(t testing.TB) string {
+	t.Helper()
+	base := Require(t, AMQPVar)
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("parse %s: %v", AMQPVar, err)
+	}
+	user := u.User.Username()
+	if user == "" {
+		user = "guest"
+	}
+	name := "herald-test-" + Suffix()
+	rabbitmqctl(t, "add_vhost", name)
+	t.Cleanup(func() { rabbitmqctl(t, "delete_vhost", name) })
+	rabbitmqctl(t, "set_permissions", "-p", name, user, ".*", ".*", ".*")
+	u.Path = "/" + name
+	return u.String()
+}
+
+func rabbitmqctl(t testing.TB, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
+	}
 }

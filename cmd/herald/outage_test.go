@@ -1,0 +1,57 @@
+//go:build outage
+
+package main
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// These tests stop a shared service. They are built only with the outage tag
+// and run alone (make test-outage), never beside tests that need the service.
+
+func rabbitmqctl(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+	require.NoError(t, err, "rabbitmqctl %v: %s", args, out)
+}
+
+// Exercise: with RabbitMQ stopped, creates still answer 201; after the
+// broker is back every one is delivered and the outbox is empty.
+func TestOutageBrokerStopped(t *testing.T) {
+	const n = 200
+	s := newStack(t, nil)
+	s.startAPI(nil)
+	s.start("relay")
+	s.start("worker")
+
+	rabbitmqctl(t, "stop_app")
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			rabbitmqctl(t, "start_app")
+		}
+	})
+	ids := createMany(t, s.api, n, 8)
+	require.Len(t, ids, n, "every create answered 201 with the broker down")
+	require.Equal(t, n, s.count("SELECT count(*) FROM outbox WHERE processed_at IS NULL"),
+		"nothing can be marked processed while the broker is down")
+
+	rabbitmqctl(t, "start_app")
+	stopped = false
+	require.Eventually(t, func() bool {
+		return s.count("SELECT count(*) FROM notifications WHERE status = 'sent'") == n
+	}, 120*time.Second, 100*time.Millisecond)
+	require.Zero(t, s.count("SELECT count(*) FROM outbox WHERE processed_at IS NULL"))
+	byID := s.smtp.CountByMessageID()
+	require.Len(t, byID, n)
+	for _, id := range ids {
+		require.Equal(t, 1, byID["<"+id+"@example.com>"], "notification %s", id)
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// stack is the production shape: PostgreSQL, RabbitMQ (a vhost of the
+// test's own), an SMTP server, and herald processes started on demand.
+type stack struct {
+	t    *testing.T
+	db   string
+	amqp string
+	smtp *smtptest.Server
+	dir  string
+	env  map[string]string
+	api  client
+}
+
+func newStack(t *testing.T, env map[string]string) *stack {
+	t.Helper()
+	s := &stack{t: t, db: testenv.PostgresURL(t), amqp: testenv.Vhost(t), smtp: smtptest.Start(t), dir: t.TempDir()}
+	s.env = map[string]string{
+		"HERALD_DATABASE_URL":   s.db,
+		"HERALD_BROKER_URL":     s.amqp,
+		"HERALD_SMTP_URL":       s.smtp.URL(),
+		"HERALD_SMTP_FROM":      "herald@example.com",
+		"HERALD_RELAY_INTERVAL": "200ms",
+	}
+	for k, v := range env {
+		s.env[k] = v
+	}
+	m := s.start("migrate")
+	m.waitExit(60 * time.Second)
+	require.NoError(t, m.err, "herald migrate")
+	return s
+}
+
+// start runs one herald command with the stack's environment plus extra.
+func (s *stack) start(args ...string) *proc {
+	return s.startWith(nil, args...)
+}
+
+func (s *stack) startWith(extra map[string]string, args ...string) *proc {
+	env := map[string]string{}
+	for k, v := range s.env {
+		env[k] = v
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return startHerald(s.t, s.dir, env, args...)
+}
+
+// startAPI runs herald api on a free port and waits until it is healthy.
+func (s *stack) startAPI(extra map[string]string) *proc {
+	addr := freeAddr(s.t)
+	env := map[string]string{"HERALD_HTTP_ADDR": addr}
+	for k, v := range extra {
+		env[k] = v
+	}
+	p := s.startWith(env, "api")
+	s.api = client{base: "http://" + addr}
+	waitHTTP(s.t, s.api.base+"/healthz")
+	return p
+}
+
+// waitStatus polls a notification until it has the status.
+func (s *stack) waitStatus(id, status string, within time.Duration) notification {
+	s.t.Helper()
+	var n notification
+	require.Eventually(s.t, func() bool {
+		n = s.api.get(s.t, id)
+		return n.Status == status
+	}, within, 20*time.Millisecond, "notification %s never became %s (last: %+v)", id, status, n)
+	return n
+}
+
+func (s *stack) count(query string, args ...any) int {
+	s.t.Helper()
+	return count(s.t, s.db, query, args...)
+}
+
+// channel opens an AMQP channel on the stack's vhost.
+func (s *stack) channel() *amqp.Channel {
+	s.t.Helper()
+	conn, err := amqp.Dial(s.amqp)
+	require.NoError(s.t, err)
+	s.t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(s.t, err)
+	return ch
+}
+
+// drain takes every message from a queue with basic.get.
+func drain(t *testing.T, ch *amqp.Channel, queue string) []amqp.Delivery {
+	t.Helper()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(queue, true)
+		require.NoError(t, err)
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+// publish sends a raw message to the notifications exchange, as the relay
+// would, and waits for the broker's confirm.
+func publish(t *testing.T, ch *amqp.Channel, id int64, body []byte) {
+	t.Helper()
+	require.NoError(t, ch.Confirm(false))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "notifications", "notification.requested", true, false, amqp.Publishing{
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		Type:         "notification.requested",
+		MessageId:    strconv.FormatInt(id, 10),
+		Body:         body,
+	})
+	require.NoError(t, err)
+	ok, err := dc.WaitContext(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "broker nacked the publish")
+}
