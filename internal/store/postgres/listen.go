@@ -1,0 +1,133 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// listenerApplicationName names the listener's connection in
+// pg_stat_activity, apart from the pool's.
+const listenerApplicationName = "herald-listener"
+
+// Reconnection of the listener: capped exponential backoff, and a bound on
+// each connection attempt so a database that hangs cannot stall it forever.
+const (
+	listenMinBackoff     = 100 * time.Millisecond
+	listenMaxBackoff     = 5 * time.Second
+	listenConnectTimeout = 10 * time.Second
+)
+
+// Subscribe returns a channel that receives a value (coalesced: at most one
+// pending) whenever outbox rows may have been committed: after each Create
+// commits, and after the listener (re)connects, since rows may have been
+// committed while nobody listened; so a new subscriber may get one wake-up
+// with nothing new. The channel is closed when ctx ends or the Store closes.
+//
+// All subscribers share one listener: a dedicated connection (outside the
+// pool) that runs LISTEN, started by the first subscriber and stopped when
+// the last one leaves.
+func (s *Store) Subscribe(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || ctx.Err() != nil {
+		close(ch)
+		return ch
+	}
+	s.subs[ch] = struct{}{}
+	if s.stopListen == nil {
+		lctx, cancel := context.WithCancel(context.Background())
+		s.stopListen = cancel
+		s.wg.Add(1)
+		go s.listen(lctx)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-ctx.Done():
+		case <-s.closing:
+		}
+		s.unsubscribe(ch)
+	}()
+	return ch
+}
+
+func (s *Store) unsubscribe(ch chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.subs, ch)
+	close(ch)
+	if len(s.subs) == 0 && s.stopListen != nil {
+		s.stopListen()
+		s.stopListen = nil
+	}
+}
+
+// wakeAll hands every subscriber a wake-up without ever blocking: one that
+// has not taken its last one yet needs no second.
+func (s *Store) wakeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// listen runs the listener until ctx ends, reconnecting after every loss of
+// its connection. Its errors go nowhere: subscribers only see wake-ups, and
+// the relay's polling covers an outage.
+func (s *Store) listen(ctx context.Context) {
+	defer s.wg.Done()
+	backoff := listenMinBackoff
+	for {
+		conn, err := s.connectListener(ctx)
+		if err == nil {
+			backoff = listenMinBackoff
+			s.wakeAll()
+			for err == nil {
+				_, err = conn.WaitForNotification(ctx)
+				if err == nil {
+					s.wakeAll()
+				}
+			}
+			closeListener(conn)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, listenMaxBackoff)
+	}
+}
+
+func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, s.listenConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(cctx, "LISTEN "+outboxChannel); err != nil {
+		closeListener(conn)
+		return nil, err
+	}
+	return conn, nil
+}
+
+func closeListener(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx) // the connection may already be gone
+}

@@ -1,0 +1,135 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// outboxChannel is the LISTEN/NOTIFY channel that wakes relays when outbox
+// rows commit.
+const outboxChannel = "herald_outbox"
+
+const (
+	// insertNotification does nothing when the idempotency key is taken; a
+	// NULL key never conflicts. When the key's first create is still in
+	// flight, PostgreSQL waits for it to end before deciding.
+	insertNotification = `
+INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id, status, attempts, created_at, updated_at`
+
+	insertOutbox = `INSERT INTO outbox (event_type, payload) VALUES ($1, $2)`
+
+	// notifyOutbox inside the transaction: PostgreSQL delivers the
+	// notification at commit, and never for a rollback.
+	notifyOutbox = `SELECT pg_notify('` + outboxChannel + `', '')`
+
+	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
+	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at`
+
+	selectNotification      = `SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1`
+	selectNotificationByKey = `SELECT ` + notificationColumns + ` FROM notifications WHERE idempotency_key = $1`
+)
+
+// Create writes the notification and its notification.requested outbox event
+// in one transaction, and wakes the relays at commit. A known idempotency key
+// with the same request answers the stored notification (Replayed) and writes
+// nothing; with a different request it fails with notify.ErrConflict. The
+// request is not validated here: the API does that.
+func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return notify.Created{}, wrap("create notification: begin", err)
+	}
+	defer rollback(tx)
+
+	r := nn.Request
+	n := notify.Notification{
+		UserID:         r.UserID,
+		Channel:        r.Channel,
+		To:             r.To,
+		Subject:        r.Subject,
+		Body:           r.Body,
+		IdempotencyKey: nn.IdempotencyKey,
+	}
+	var status string
+	err = tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey).
+		Scan(&n.ID, &status, &n.Attempts, &n.CreatedAt, &n.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s.replay(ctx, tx, nn)
+	}
+	if err != nil {
+		return notify.Created{}, wrap("create notification: insert", err)
+	}
+	n.Status = notify.Status(status)
+
+	payload, err := json.Marshal(notify.NewRequested(n))
+	if err != nil {
+		return notify.Created{}, fmt.Errorf("create notification: encode event: %w", err)
+	}
+	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload); err != nil {
+		return notify.Created{}, wrap("create notification: insert outbox", err)
+	}
+	if nn.Fault == notify.FaultAfterOutboxInsert {
+		return notify.Created{}, fmt.Errorf("create notification: %w", notify.ErrInjectedFault)
+	}
+	if _, err := tx.Exec(ctx, notifyOutbox); err != nil {
+		return notify.Created{}, wrap("create notification: notify", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return notify.Created{}, wrap("create notification: commit", err)
+	}
+	return notify.Created{Notification: n}, nil
+}
+
+// replay answers a create whose idempotency key is already taken.
+func (s *Store) replay(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (notify.Created, error) {
+	old, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, nn.IdempotencyKey))
+	if err != nil {
+		// The conflicting row is committed (ON CONFLICT waited for it) and
+		// rows are never deleted, so this is a store failure.
+		return notify.Created{}, wrap("create notification: read by idempotency key", err)
+	}
+	r := nn.Request
+	if old.UserID != r.UserID || old.Channel != r.Channel || old.To != r.To ||
+		old.Subject != r.Subject || old.Body != r.Body {
+		return notify.Created{}, fmt.Errorf("create notification: %w", notify.ErrConflict)
+	}
+	return notify.Created{Notification: old, Replayed: true}, nil
+}
+
+// Get returns one notification, or notify.ErrNotFound.
+func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) {
+	n, err := scanNotification(s.pool.QueryRow(ctx, selectNotification, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, notify.ErrNotFound)
+	}
+	if err != nil {
+		return notify.Notification{}, wrap(fmt.Sprintf("get notification %d", id), err)
+	}
+	return n, nil
+}
+
+func scanNotification(row pgx.Row) (notify.Notification, error) {
+	var (
+		n      notify.Notification
+		status string
+		sentAt *time.Time
+	)
+	err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
+		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt)
+	if err != nil {
+		return notify.Notification{}, err
+	}
+	n.Status = notify.Status(status)
+	n.SentAt = sentAt
+	return n, nil
+}

@@ -1,0 +1,309 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/store/storetest"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/transport/table"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+var (
+	_ api.Store       = (*Store)(nil)
+	_ api.Pinger      = (*Store)(nil)
+	_ relay.Source    = (*Store)(nil)
+	_ relay.Waker     = (*Store)(nil)
+	_ worker.Store    = (*Store)(nil)
+	_ table.Queue     = (*Store)(nil)
+	_ storetest.Store = (*Store)(nil)
+)
+
+// setup returns a migrated Store on a fresh database, closed when the test
+// ends.
+func setup(t *testing.T) *Store {
+	t.Helper()
+	url := testenv.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, url, Config{})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	require.NoError(t, s.Migrate(ctx))
+	return s
+}
+
+func count(t testing.TB, s *Store, query string, args ...any) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	require.NoError(t, s.pool.QueryRow(ctx, query, args...).Scan(&n))
+	return n
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		s := setup(t)
+		return storetest.Harness{
+			Store: s,
+			Count: func(t testing.TB, table string) int {
+				t.Helper()
+				return count(t, s, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize())
+			},
+		}
+	})
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   Config
+		want int
+		ok   bool
+	}{
+		{Config{}, 10, true},
+		{Config{MaxConns: 3}, 3, true},
+		{Config{MaxConns: -1}, 0, false},
+	} {
+		c := tc.in.withDefaults()
+		err := c.validate()
+		if !tc.ok {
+			require.Error(t, err, "%+v", tc.in)
+			_, err := Open(t.Context(), "postgres://127.0.0.1:1/x", tc.in)
+			require.Error(t, err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, c.MaxConns)
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ms, err := loadMigrations()
+	require.NoError(t, err)
+	require.NotEmpty(t, ms)
+
+	// Two herald migrate at once on an empty database: both succeed, each
+	// migration is applied once.
+	stores := make([]*Store, 3)
+	for i := range stores {
+		stores[i], err = Open(ctx, url, Config{MaxConns: 2})
+		require.NoError(t, err)
+		t.Cleanup(stores[i].Close)
+	}
+	errs := make([]error, len(stores))
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Migrate(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	s := stores[0]
+	require.Equal(t, len(ms), count(t, s, "SELECT count(*) FROM schema_migrations"))
+	require.Equal(t, 1, count(t, s, "SELECT count(*) FROM pg_indexes WHERE indexname = 'outbox_unprocessed_idx'"))
+
+	// A second run changes nothing, not even applied_at.
+	var before, after time.Time
+	require.NoError(t, s.pool.QueryRow(ctx, "SELECT max(applied_at) FROM schema_migrations").Scan(&before))
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.pool.QueryRow(ctx, "SELECT max(applied_at) FROM schema_migrations").Scan(&after))
+	require.Equal(t, before, after)
+	require.Equal(t, len(ms), count(t, s, "SELECT count(*) FROM schema_migrations"))
+}
+
+func TestStatusCheck(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := t.Context()
+	c, err := s.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
+		UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b",
+	}})
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, "UPDATE notifications SET status = 'lost' WHERE id = $1", c.Notification.ID)
+	require.Error(t, err, "the status CHECK constraint must refuse unknown statuses")
+}
+
+// explain returns the plan of query.
+func explain(t *testing.T, s *Store, query string, args ...any) string {
+	t.Helper()
+	rows, err := s.pool.Query(t.Context(), "EXPLAIN "+query, args...)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(lines, "\n")
+}
+
+func TestClaimUsesPartialIndex(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := t.Context()
+	// A long history of processed rows and a short backlog: the claim must
+	// not scan the history.
+	_, err := s.pool.Exec(ctx, `INSERT INTO outbox (event_type, payload, processed_at)
+		SELECT 'notification.requested', '{}', now() FROM generate_series(1, 20000)`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, `INSERT INTO outbox (event_type, payload)
+		SELECT 'notification.requested', '{}' FROM generate_series(1, 5)`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, "ANALYZE outbox")
+	require.NoError(t, err)
+
+	plan := explain(t, s, claimRelayBatch, 100)
+	require.Contains(t, plan, "outbox_unprocessed_idx", plan)
+	plan = explain(t, s, claimDue, "token", 100, int64(1000))
+	require.Contains(t, plan, "outbox_unprocessed_idx", plan)
+	plan = explain(t, s, selectOutboxStats)
+	require.Contains(t, plan, "outbox_unprocessed_idx", plan)
+}
+
+// listenerPID returns the backend pid of the store's listener, or 0.
+func listenerPID(t *testing.T, s *Store) int {
+	t.Helper()
+	var pid int
+	err := s.pool.QueryRow(t.Context(), `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1`, listenerApplicationName).Scan(&pid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0
+	}
+	require.NoError(t, err)
+	return pid
+}
+
+func receive(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case _, ok := <-ch:
+		require.True(t, ok, "channel closed while waiting for %s", what)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no wake-up: %s", what)
+	}
+}
+
+func TestSubscribeSurvivesKilledListener(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := t.Context()
+	req := notify.CreateRequest{UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b"}
+
+	ch := s.Subscribe(ctx)
+	receive(t, ch, "after the listener connected")
+	old := listenerPID(t, s)
+	require.NotZero(t, old)
+
+	var terminated bool
+	require.NoError(t, s.pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", old).Scan(&terminated))
+	require.True(t, terminated)
+
+	// Rows may have been committed while the listener was away: a wake-up
+	// comes once it is back, and it listens again.
+	receive(t, ch, "after the listener reconnected")
+	pid := listenerPID(t, s)
+	require.NotZero(t, pid)
+	require.NotEqual(t, old, pid)
+	_, err := s.Create(ctx, notify.NewNotification{Request: req})
+	require.NoError(t, err)
+	receive(t, ch, "after a create on the new connection")
+}
+
+func TestSubscribeLifecycle(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := t.Context()
+
+	// The listener stops when the last subscriber leaves.
+	subCtx, cancel := context.WithCancel(ctx)
+	ch := s.Subscribe(subCtx)
+	receive(t, ch, "after the listener connected")
+	require.NotZero(t, listenerPID(t, s))
+	cancel()
+	require.Eventually(t, func() bool { return listenerPID(t, s) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"listener still connected after its last subscriber left")
+
+	// A new subscriber starts it again; Close closes its channel and
+	// returns only after the listener is gone.
+	ch = s.Subscribe(ctx)
+	receive(t, ch, "after the listener reconnected")
+	s.Close()
+	select {
+	case _, ok := <-ch:
+		require.False(t, ok, "channel not closed by Close")
+	default:
+		t.Fatal("channel not closed by Close")
+	}
+	closed := s.Subscribe(ctx)
+	_, ok := <-closed
+	require.False(t, ok, "Subscribe after Close returns a closed channel")
+}
+
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	// Nothing listens on port 1: the store opens (lazily) and reports the
+	// outage as notify.ErrUnavailable.
+	s, err := Open(ctx, "postgres://postgres@127.0.0.1:1/herald?sslmode=disable&connect_timeout=2", Config{})
+	require.NoError(t, err)
+	defer s.Close()
+	require.ErrorIs(t, s.Ping(ctx), notify.ErrUnavailable)
+	_, err = s.Get(ctx, 1)
+	require.ErrorIs(t, err, notify.ErrUnavailable)
+	require.NotErrorIs(t, err, notify.ErrNotFound)
+	_, err = s.Create(ctx, notify.NewNotification{})
+	require.ErrorIs(t, err, notify.ErrUnavailable)
+}
+
+// An effect that happened (events confirmed, mail accepted) is recorded even
+// when the caller's context ends meanwhile, as on a shutdown; otherwise it
+// would be repeated.
+func TestEffectRecordedAfterCancel(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	req := notify.CreateRequest{UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b"}
+	c, err := s.Create(t.Context(), notify.NewNotification{Request: req})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	n, err := s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		cancel()
+		return []int64{evs[0].ID}, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	st, err := s.OutboxStats(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, st.Unprocessed)
+
+	ctx, cancel = context.WithCancel(t.Context())
+	out, err := s.Deliver(ctx, 1, c.Notification.ID, func(context.Context) error {
+		cancel()
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, notify.OutcomeSent, out)
+	got, err := s.Get(t.Context(), c.Notification.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusSent, got.Status)
+}

@@ -1,0 +1,150 @@
+// Package postgres is the PostgreSQL store of the production shape: it keeps
+// notifications, the outbox and the consumer's dedup table, and implements
+// api.Store, relay.Source, relay.Waker, worker.Store and table.Queue on one
+// *Store, with pgx and a connection pool.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Config tunes a Store.
+type Config struct {
+	// MaxConns is the largest number of pooled connections. The listener
+	// behind Subscribe uses one more connection of its own. Default 10.
+	MaxConns int
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxConns == 0 {
+		c.MaxConns = 10
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MaxConns < 1 || c.MaxConns > math.MaxInt32 {
+		return fmt.Errorf("postgres max conns must be between 1 and %d, got %d", math.MaxInt32, c.MaxConns)
+	}
+	return nil
+}
+
+// Store is the PostgreSQL store. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	// listenConfig is the configuration of the listener's own connection.
+	listenConfig *pgx.ConnConfig
+
+	mu     sync.Mutex
+	closed bool
+	subs   map[chan struct{}]struct{}
+	// stopListen stops the running listener; nil when none runs.
+	stopListen context.CancelFunc
+	// closing is closed by Close, to release every subscriber.
+	closing   chan struct{}
+	wg        sync.WaitGroup // listener and subscriber goroutines
+	closeOnce sync.Once
+}
+
+// Open returns a Store on the database at url (postgres://...). It connects
+// lazily, so that a process can start while the database is still down and
+// report it through Ping; call Migrate before first use of a new database.
+func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse errors never repeat the password.
+		return nil, fmt.Errorf("parse postgres url: %w", err)
+	}
+	pcfg.MaxConns = int32(cfg.MaxConns)
+	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = "herald"
+	}
+	listenConfig := pcfg.ConnConfig.Copy()
+	listenConfig.RuntimeParams["application_name"] = listenerApplicationName
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres pool: %w", err)
+	}
+	return &Store{
+		pool:         pool,
+		listenConfig: listenConfig,
+		subs:         make(map[chan struct{}]struct{}),
+		closing:      make(chan struct{}),
+	}, nil
+}
+
+// Close closes every subscriber's channel, stops the listener and closes
+// the pool, waiting for queries in progress. Calling it again does nothing.
+func (s *Store) Close() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.closing)
+		s.mu.Unlock()
+		s.wg.Wait()
+		s.pool.Close()
+	})
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return wrap("ping postgres", err)
+	}
+	return nil
+}
+
+// wrap adds context to err and marks a failure to reach the database with
+// notify.ErrUnavailable, so callers can tell an outage (retry later, answer
+// 503) from an error that retrying cannot cure.
+func wrap(op string, err error) error {
+	if unavailable(err) {
+		return fmt.Errorf("%s: %w: %w", op, notify.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func unavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 is a connection exception; 57P01-57P03 a server shutting
+		// down or starting; 53300 no free connection slot.
+		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "53300" ||
+			pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		pgconn.SafeToRetry(err)
+}
+
+// rollback ends a transaction that did not commit. It runs even when the
+// caller's context has ended, so the connection goes back to the pool clean
+// instead of being discarded.
+func rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx) // after a commit, or on a broken connection: nothing to undo
+}

@@ -1,0 +1,180 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+func openTemp(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "herald.db"), Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return s
+}
+
+// pragma reads one pragma on a connection of db.
+func pragma(t *testing.T, db *sql.DB, name string) string {
+	t.Helper()
+	var v string
+	require.NoError(t, db.QueryRowContext(t.Context(), "PRAGMA "+name).Scan(&v))
+	return v
+}
+
+// Every connection, in both pools, carries the settings: the pools open
+// connections on their own, so a setting applied once by hand would be lost.
+func TestConnectionSettings(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	for name, db := range map[string]*sql.DB{"write": s.write, "read": s.read} {
+		// Hold several read connections at once so that fresh ones are
+		// checked too, not only the one Open pinged.
+		conns := 1
+		if name == "read" {
+			conns = 3
+		}
+		var held []*sql.Conn
+		for range conns {
+			c, err := db.Conn(t.Context())
+			require.NoError(t, err)
+			held = append(held, c)
+		}
+		for _, c := range held {
+			get := func(p string) string {
+				var v string
+				require.NoError(t, c.QueryRowContext(t.Context(), "PRAGMA "+p).Scan(&v))
+				return v
+			}
+			require.Equal(t, "wal", get("journal_mode"), name)
+			require.Equal(t, "5000", get("busy_timeout"), name)
+			require.Equal(t, "1", get("foreign_keys"), name)
+			require.Equal(t, "1", get("synchronous"), name+": NORMAL")
+			wantQueryOnly := "0"
+			if name == "read" {
+				wantQueryOnly = "1"
+			}
+			require.Equal(t, wantQueryOnly, get("query_only"), name)
+		}
+		for _, c := range held {
+			require.NoError(t, c.Close())
+		}
+	}
+	require.Equal(t, 1, s.write.Stats().MaxOpenConnections, "one writer")
+}
+
+// A write transaction takes the write lock at BEGIN (BEGIN IMMEDIATE), not
+// at its first write: another writer is refused while it is merely open.
+func TestWriteTransactionsBeginImmediate(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	require.NoError(t, s.Migrate(t.Context()))
+
+	tx, err := s.write.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+
+	// A second writer on the file that does not wait for the lock.
+	other, err := Open(t.Context(), dbPath(t, s), Config{BusyTimeout: time.Millisecond})
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = other.Create(t.Context(), notify.NewNotification{Request: validRequest()})
+	require.ErrorIs(t, err, notify.ErrUnavailable, "the open transaction must hold the write lock")
+
+	require.NoError(t, tx.Rollback())
+	_, err = other.Create(t.Context(), notify.NewNotification{Request: validRequest()})
+	require.NoError(t, err)
+}
+
+// dbPath returns the file the store was opened on.
+func dbPath(t *testing.T, s *Store) string {
+	t.Helper()
+	var seq int
+	var name, file string
+	require.NoError(t, s.read.QueryRowContext(t.Context(), "PRAGMA database_list").Scan(&seq, &name, &file))
+	return file
+}
+
+func TestReadPoolCannotWrite(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	require.NoError(t, s.Migrate(t.Context()))
+	_, err := s.read.ExecContext(t.Context(), `DELETE FROM outbox`)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "readonly")
+}
+
+// A subscription leaves nothing behind once its context ends.
+func TestSubscriptionsAreReleased(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var chans []<-chan struct{}
+	for range 50 {
+		chans = append(chans, s.Subscribe(ctx))
+	}
+	done, doneCancel := context.WithCancel(t.Context())
+	doneCancel()
+	chans = append(chans, s.Subscribe(done)) // already over: closed at once
+	s.mu.Lock()
+	require.Len(t, s.subs, 51)
+	s.mu.Unlock()
+
+	s.wake() // never blocks, even with signals already pending
+	s.wake()
+	cancel()
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.subs) == 0
+	}, 5*time.Second, 5*time.Millisecond)
+	for _, ch := range chans {
+		for range ch { // drains a pending signal, then sees the close
+		}
+	}
+	s.wake() // no subscriber left: nothing to send on, nothing to panic on
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	plain := errors.New("plain")
+	require.Equal(t, plain, classify(plain))
+	require.NoError(t, classify(nil))
+}
+
+func TestTimeFormatSortsAsTime(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	times := []time.Time{
+		base,
+		base.Add(time.Microsecond),
+		base.Add(999 * time.Millisecond),
+		base.Add(time.Second),
+		base.Add(10 * time.Hour),
+		base.AddDate(1, 0, 0),
+	}
+	for i := 1; i < len(times); i++ {
+		a, b := formatTime(times[i-1]), formatTime(times[i])
+		require.Len(t, a, len(timeLayout))
+		require.Less(t, a, b)
+	}
+	// A time in another zone is stored as UTC and reads back equal.
+	local := base.In(time.FixedZone("X", 5*3600))
+	back, err := parseTime(formatTime(local))
+	require.NoError(t, err)
+	require.True(t, back.Equal(local))
+	require.Equal(t, time.UTC, back.Location())
+}
+
+func validRequest() notify.CreateRequest {
+	return notify.CreateRequest{
+		UserID: "u", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b",
+	}
+}
