@@ -86,7 +86,7 @@ func (a *API) unavailable(w http.ResponseWriter, r *http.Request, what string, e
 // returns the error to answer and its status.
 func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNotification, *apiError, int) {
 	var nn notify.NewNotification
-	if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
+	if e := checkContentType(r.Header.Values("Content-Type")); e != nil {
 		return nn, e, http.StatusUnsupportedMediaType
 	}
 	key, e := idempotencyKey(r.Header)
@@ -127,14 +127,15 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNoti
 	return nn, nil, 0
 }
 
-// checkContentType accepts application/json with any parameters, except a
-// charset other than UTF-8: JSON on the wire is UTF-8 (RFC 8259).
-func checkContentType(ct string) *apiError {
+// checkContentType accepts one application/json Content-Type with any
+// parameters, except a charset other than UTF-8: JSON on the wire is UTF-8
+// (RFC 8259).
+func checkContentType(cts []string) *apiError {
 	e := &apiError{Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
-	if ct == "" {
+	if len(cts) != 1 {
 		return e
 	}
-	mt, params, err := mime.ParseMediaType(ct)
+	mt, params, err := mime.ParseMediaType(cts[0])
 	if err != nil || mt != "application/json" {
 		return e
 	}
@@ -237,6 +238,9 @@ func scanKeys(raw []byte) *apiError {
 		if err := dec.Decode(&v); err != nil {
 			return invalid("the request body is not valid JSON")
 		}
+		if !pairedSurrogates(v) {
+			return &apiError{Code: "invalid_utf8", Message: key + " holds an unpaired UTF-16 surrogate escape", Field: key}
+		}
 	}
 	if _, err := dec.Token(); err != nil {
 		return invalid("the request body is not valid JSON")
@@ -245,4 +249,61 @@ func scanKeys(raw []byte) *apiError {
 		return invalid("the request body must hold one JSON object and nothing after it")
 	}
 	return nil
+}
+
+// pairedSurrogates reports whether every \u escape of a UTF-16 surrogate in
+// the JSON text v is half of a pair. encoding/json would silently turn a lone
+// one into U+FFFD, the same silent change that invalid UTF-8 bytes get.
+func pairedSurrogates(v []byte) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(v) || v[i+1] != 'u' {
+			i++ // a one-character escape such as \" or \\
+			continue
+		}
+		r, ok := hex4(v, i+2)
+		if !ok {
+			return false
+		}
+		i += 5
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return false
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+6 >= len(v) || v[i+1] != '\\' || v[i+2] != 'u' {
+				return false
+			}
+			lo, ok := hex4(v, i+3)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return false
+			}
+			i += 6
+		}
+	}
+	return true
+}
+
+// hex4 parses the four hex digits at v[i:].
+func hex4(v []byte, i int) (rune, bool) {
+	if i+4 > len(v) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range v[i : i+4] {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	return r, true
 }

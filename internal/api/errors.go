@@ -17,6 +17,7 @@ type RetryAfterError struct {
 	After time.Duration
 }
 
+// Error says how long to wait; it is logged, never sent to the client.
 func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("too many requests, retry after %s", e.After)
 }

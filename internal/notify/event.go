@@ -100,4 +100,6 @@ type OutboxStats struct {
 	Unprocessed int64
 	// OldestAge is the age of the oldest of them (0 when there is none).
 	OldestAge time.Duration
+	// DeadLetters is the number of notifications in status failed.
+	DeadLetters int64
 }

@@ -101,7 +101,9 @@ var errRollback = errors.New("rollback")
 // (attempts+1, last_error); with dead it also marks it failed and records
 // msgID in processed_messages, in the same transaction, so that no later
 // copy of the message is applied. A notification that is missing or no
-// longer pending is left alone. It implements worker.Store.
+// longer pending is left alone; with dead, msgID is recorded all the same (as
+// the PostgreSQL store does): the message is settled either way. It
+// implements worker.Store.
 func (s *Store) RecordFailure(ctx context.Context, msgID, notificationID int64, reason string, dead bool) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		t := formatTime(now())
@@ -114,15 +116,10 @@ func (s *Store) RecordFailure(ctx context.Context, msgID, notificationID int64, 
 				WHERE id = ? AND status = 'pending'`
 			args = []any{reason, t, t, notificationID}
 		}
-		res, err := tx.ExecContext(ctx, q, args...)
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return fmt.Errorf("update notification %d: %w", notificationID, classify(err))
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("update notification %d: %w", notificationID, err)
-		}
-		if n == 0 || !dead {
+		if !dead {
 			return nil
 		}
 		if _, err := tx.ExecContext(ctx, insertProcessed, msgID, t); err != nil {

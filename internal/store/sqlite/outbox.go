@@ -179,7 +179,7 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 // that worker's delivery.
 
 const finishOutbox = `
-UPDATE outbox SET processed_at = ?, last_error = coalesce(?, last_error)
+UPDATE outbox SET processed_at = ?, locked_until = NULL, last_error = coalesce(?, last_error)
 WHERE id = ? AND locked_by = ? AND processed_at IS NULL`
 
 // Finish marks a row leased to token processed; a non-empty reason records
@@ -197,12 +197,13 @@ func (s *Store) Finish(ctx context.Context, id int64, token, reason string) erro
 
 const rescheduleOutbox = `
 UPDATE outbox SET locked_by = NULL, locked_until = NULL, available_at = ?,
-    attempts = attempts + ?, last_error = coalesce(?, last_error)
+    attempts = attempts + ?, last_error = CASE WHEN ? THEN ? ELSE last_error END
 WHERE id = ? AND locked_by = ? AND processed_at IS NULL`
 
 // Reschedule ends the lease of a row leased to token and makes it due again
-// after delay; with retry it counts a retry (attempts+1). A non-empty reason
-// is kept as last_error. It implements table.Queue.
+// after delay; with retry it counts a retry (attempts+1) and keeps reason as
+// last_error (an empty reason clears it); without, last_error stays as it
+// was. It implements table.Queue.
 func (s *Store) Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error {
 	inc := 0
 	if retry {
@@ -210,7 +211,7 @@ func (s *Store) Reschedule(ctx context.Context, id int64, token string, delay ti
 	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, rescheduleOutbox,
-			formatTime(now().Add(max(delay, 0))), inc, nullString(reason), id, token)
+			formatTime(now().Add(max(delay, 0))), inc, retry, nullString(reason), id, token)
 		return classify(err)
 	})
 	if err != nil {

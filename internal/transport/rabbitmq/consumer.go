@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -132,14 +131,24 @@ func (c *Consumer) session(ctx, hctx context.Context, handle func(context.Contex
 		})
 	}
 
+	handlersDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(handlersDone)
+	}()
+
 	var cause error
 	select {
 	case <-ctx.Done():
 		// Stop new deliveries; the handlers in flight settle on the open
 		// channel.
 		_ = ch.Cancel(tag, false)
-		wg.Wait()
+		<-handlersDone
 		return true, nil
+	case <-handlersDone:
+		// The deliveries ended without a close: the broker cancelled the
+		// consumer (its queue was deleted), or ctx ended.
+		cause = errors.New("consumer cancelled by the broker")
 	case e := <-connClosed:
 		cause = fmt.Errorf("connection closed: %w", closeErr(e))
 	case e := <-chClosed:
@@ -150,7 +159,7 @@ func (c *Consumer) session(ctx, hctx context.Context, handle func(context.Contex
 	// Closing the connection ends the deliveries; the handlers in flight
 	// fail to settle and their messages come back after reconnecting.
 	conn.Close()
-	wg.Wait()
+	<-handlersDone
 	return true, cause
 }
 
@@ -234,25 +243,24 @@ func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s[len(s)-utf8.UTFMax:]) {
-		r, size := utf8.DecodeLastRuneInString(s)
-		if r != utf8.RuneError || size != 1 {
-			break
-		}
-		s = s[:len(s)-1]
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return s
+	return s[:n]
 }
 
 // delivery implements worker.Delivery.
 type delivery struct {
-	s       *session
-	d       amqp.Delivery
-	msg     notify.Message
-	settled atomic.Bool
+	s   *session
+	d   amqp.Delivery
+	msg notify.Message
+
+	// mu makes settling once hold even against a confused caller.
+	mu      sync.Mutex
+	settled bool
 }
 
+// Message returns the delivered message.
 func (d *delivery) Message() notify.Message { return d.msg }
 
 // Ack settles the message as done. ctx is not consulted: an ack is one
@@ -285,13 +293,17 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 }
 
 func (d *delivery) settle(what string, op func() error) error {
-	if d.settled.Load() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
 		return fmt.Errorf("%s message %s: already settled", what, d.d.MessageId)
 	}
+	// A failed settlement leaves the message unsettled, so that the caller
+	// may still fall back to another (say Release after a failed Retry).
 	if err := op(); err != nil {
 		return fmt.Errorf("%s message %s: %w", what, d.d.MessageId, err)
 	}
-	d.settled.Store(true)
+	d.settled = true
 	return nil
 }
 
