@@ -1,0 +1,313 @@
+package rabbitmq_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/rabbitmq"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+func TestConsumeAckEmptiesQueue(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.Prefetch = 3
+	p := newPublisher(t, cfg)
+	evs := events(1, 10)
+	confirmed, err := p.Publish(context.Background(), evs)
+	require.NoError(t, err)
+	require.Len(t, confirmed, 10)
+
+	var rec recorder
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+		rec.add(d.Message())
+		assert.NoError(t, d.Ack(ctx))
+	})
+	require.Eventually(t, func() bool { return len(rec.list()) == 10 }, waitFor, 10*time.Millisecond)
+	require.NoError(t, stop())
+
+	require.ElementsMatch(t, ids(evs), rec.ids())
+	for _, m := range rec.list() {
+		require.Equal(t, notify.EventRequested, m.Type)
+		require.Equal(t, evs[m.ID-1].Payload, m.Payload)
+		require.Zero(t, m.RetryCount)
+	}
+	ch := adminChannel(t, cfg)
+	require.Zero(t, queueLen(t, ch, cfg.Topology().SendQueue), "acked messages must be gone after the consumer stopped")
+}
+
+func TestRetryPublishesCopyToRetryQueue(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t) // retry delay of a minute: the copy stays put
+	p := newPublisher(t, cfg)
+	ev := events(42, 1)
+	_, err := p.Publish(context.Background(), ev)
+	require.NoError(t, err)
+
+	retried := make(chan error, 1)
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+		retried <- d.Retry(ctx, "smtp: 451 try later")
+	})
+	select {
+	case err := <-retried:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("no delivery")
+	}
+	require.NoError(t, stop())
+
+	ch := adminChannel(t, cfg)
+	top := cfg.Topology()
+	require.Zero(t, queueLen(t, ch, top.SendQueue), "the original must be acked")
+	d := get(t, ch, top.RetryQueue)
+	require.Equal(t, "42", d.MessageId)
+	require.Equal(t, ev[0].Payload, d.Body)
+	require.Equal(t, notify.EventRequested, d.Type)
+	require.Equal(t, "application/json", d.ContentType)
+	require.Equal(t, uint8(amqp.Persistent), d.DeliveryMode)
+	require.True(t, ev[0].OccurredAt.Equal(d.Timestamp))
+	require.EqualValues(t, 1, d.Headers["x-retry-count"])
+	require.Equal(t, "smtp: 451 try later", d.Headers["x-last-error"])
+}
+
+func TestRetryComesBackAfterDelay(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.RetryDelay = 200 * time.Millisecond
+	p := newPublisher(t, cfg)
+	_, err := p.Publish(context.Background(), events(7, 1))
+	require.NoError(t, err)
+
+	var rec recorder
+	var retryAt, backAt atomic.Int64
+	consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+		rec.add(d.Message())
+		if d.Message().RetryCount < 2 {
+			retryAt.Store(time.Now().UnixNano())
+			assert.NoError(t, d.Retry(ctx, "try again"))
+			return
+		}
+		backAt.Store(time.Now().UnixNano())
+		assert.NoError(t, d.Ack(ctx))
+	})
+	require.Eventually(t, func() bool { return len(rec.list()) == 3 }, waitFor, 10*time.Millisecond)
+	got := rec.list()
+	for i, m := range got {
+		require.Equal(t, int64(7), m.ID)
+		require.Equal(t, i, m.RetryCount)
+	}
+	require.GreaterOrEqual(t, time.Duration(backAt.Load()-retryAt.Load()), 150*time.Millisecond,
+		"the copy must wait out the retry delay")
+}
+
+func TestDeadLetter(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	top := cfg.Topology()
+	ch := declared(t, cfg)
+	// A message that has been retried three times already, counted with a
+	// 32-bit integer as another client might.
+	require.NoError(t, ch.Publish(top.Exchange, "notification.requested", true, false, amqp.Publishing{
+		Headers:      amqp.Table{"x-retry-count": int32(3)},
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		Type:         notify.EventRequested,
+		MessageId:    "9",
+		Body:         []byte(`{}`),
+	}))
+
+	reason := strings.Repeat("é", 600) // 1200 bytes
+	settled := make(chan error, 1)
+	var seen atomic.Int64
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+		seen.Store(int64(d.Message().RetryCount))
+		settled <- d.DeadLetter(ctx, reason)
+	})
+	select {
+	case err := <-settled:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("no delivery")
+	}
+	require.NoError(t, stop())
+	require.EqualValues(t, 3, seen.Load())
+
+	require.Zero(t, queueLen(t, ch, top.SendQueue))
+	d := get(t, ch, top.DeadLetterQueue)
+	require.Equal(t, "9", d.MessageId)
+	require.Equal(t, []byte(`{}`), d.Body)
+	require.EqualValues(t, 3, d.Headers["x-retry-count"])
+	last, ok := d.Headers["x-last-error"].(string)
+	require.True(t, ok)
+	require.Equal(t, strings.Repeat("é", 512), last, "reason truncated to 1 KiB on a rune boundary")
+}
+
+func TestReleaseRedelivers(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	p := newPublisher(t, cfg)
+	_, err := p.Publish(context.Background(), events(5, 1))
+	require.NoError(t, err)
+
+	var rec recorder
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+		rec.add(d.Message())
+		if len(rec.list()) == 1 {
+			assert.NoError(t, d.Release(ctx))
+			return
+		}
+		assert.NoError(t, d.Ack(ctx))
+	})
+	require.Eventually(t, func() bool { return len(rec.list()) == 2 }, waitFor, 10*time.Millisecond)
+	require.NoError(t, stop())
+	got := rec.list()
+	require.Equal(t, got[0], got[1], "released unchanged, without counting a retry")
+	require.Zero(t, queueLen(t, adminChannel(t, cfg), cfg.Topology().SendQueue))
+}
+
+func TestInvalidMessageIDGoesStraightToDLQ(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.Prefetch = 1
+	top := cfg.Topology()
+	ch := declared(t, cfg)
+	for _, id := range []string{"abc", "", "-3", "0"} {
+		require.NoError(t, ch.Publish(top.Exchange, "notification.requested", true, false, amqp.Publishing{
+			DeliveryMode: amqp.Persistent, Type: notify.EventRequested, MessageId: id, Body: []byte(id),
+		}))
+	}
+	p := newPublisher(t, cfg)
+	_, err := p.Publish(context.Background(), events(11, 1))
+	require.NoError(t, err)
+
+	var rec recorder
+	consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+		rec.add(d.Message())
+		assert.NoError(t, d.Ack(ctx))
+	})
+	require.Eventually(t, func() bool { return queueLen(t, ch, top.DeadLetterQueue) == 4 }, waitFor, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(rec.list()) == 1 }, waitFor, 10*time.Millisecond)
+	require.Equal(t, []int64{11}, rec.ids(), "only the valid message reaches the handler")
+	for _, id := range []string{"abc", "", "-3", "0"} {
+		d := get(t, ch, top.DeadLetterQueue)
+		require.Equal(t, id, d.MessageId)
+		require.Equal(t, "invalid message_id", d.Headers["x-last-error"])
+		require.EqualValues(t, 0, d.Headers["x-retry-count"])
+	}
+}
+
+func TestGracefulStopLetsHandlerFinish(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	p := newPublisher(t, cfg)
+	_, err := p.Publish(context.Background(), events(3, 1))
+	require.NoError(t, err)
+
+	started := make(chan struct{})
+	release := make(chan struct{})
+	acked := make(chan error, 1)
+	c := startConsumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+		close(started)
+		<-release
+		if ctx.Err() != nil {
+			acked <- ctx.Err()
+			return
+		}
+		acked <- d.Ack(ctx)
+	})
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatal("no delivery")
+	}
+	c.cancel()
+	// Consume must wait for the handler in flight.
+	select {
+	case <-c.done:
+		t.Fatal("Consume returned while a handler was still running")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-acked, "the handler's ack after the shutdown began")
+	require.NoError(t, c.stop())
+	require.Zero(t, queueLen(t, adminChannel(t, cfg), cfg.Topology().SendQueue), "acked, so not handed back")
+}
+
+func TestRetryNotConfirmedLeavesOriginal(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	top := cfg.Topology()
+	ch := declared(t, cfg)
+	p := newPublisher(t, cfg)
+	_, err := p.Publish(context.Background(), events(8, 1))
+	require.NoError(t, err)
+
+	retried := make(chan error, 1)
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+		// With the retry queue gone the copy is unroutable: returned.
+		_, err := ch.QueueDelete(top.RetryQueue, false, false, false)
+		if assert.NoError(t, err) {
+			retried <- d.Retry(ctx, "smtp down")
+		}
+	})
+	select {
+	case err := <-retried:
+		require.ErrorContains(t, err, "unroutable")
+	case <-time.After(waitFor):
+		t.Fatal("no delivery")
+	}
+	require.NoError(t, stop())
+	require.Equal(t, 1, queueLen(t, ch, top.SendQueue), "the original must be handed back, not acked")
+}
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestConsumeOutlivesUnreachableBroker(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	cfg := rabbitmq.Config{
+		URL:          "amqp://guest:secret@127.0.0.1:1/", // nothing listens on port 1
+		ReconnectMin: time.Millisecond,
+		ReconnectMax: 5 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+	}
+	stop, done := consumer(t, cfg, func(context.Context, worker.Delivery) {
+		t.Error("no delivery can come from an unreachable broker")
+	})
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), "level=WARN") >= 3 },
+		waitFor, 5*time.Millisecond, "each failed attempt is logged at WARN")
+	select {
+	case <-done:
+		t.Fatal("Consume gave up during an outage")
+	default:
+	}
+	require.NoError(t, stop())
+	require.NotContains(t, logs.String(), "secret", "never log the password")
+}
