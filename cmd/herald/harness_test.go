@@ -250,3 +250,8 @@ func scrape(t *testing.T, url, sample string) float64 {
 	}
 	return -1
 }
+
+// httpClient bounds every request of the tests.
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+func jsonDecode(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }

@@ -13,14 +13,21 @@ const insertProcessed = `
 INSERT INTO processed_messages (message_id, processed_at) VALUES (?, ?)
 ON CONFLICT (message_id) DO NOTHING`
 
+const selectStatus = `SELECT status FROM notifications WHERE id = ?`
+
+// markSent uses one timestamp for sent_at and updated_at (?1).
 const markSent = `
-UPDATE notifications SET status = 'sent', attempts = attempts + 1, sent_at = ?, updated_at = ?
-WHERE id = ? AND status = 'pending'`
+UPDATE notifications SET status = 'sent', attempts = attempts + 1, sent_at = ?1, updated_at = ?1
+WHERE id = ?2 AND status = 'pending'`
 
-// errSendFailed carries send's error out of the transaction untouched.
-type errSendFailed struct{ err error }
+const recordRetry = `
+UPDATE notifications SET attempts = attempts + 1, last_error = ?1, updated_at = ?2
+WHERE id = ?3 AND status = 'pending'`
 
-func (e errSendFailed) Error() string { return e.err.Error() }
+const recordDead = `
+UPDATE notifications SET status = 'failed', attempts = attempts + 1, last_error = ?1,
+    failed_at = ?2, updated_at = ?2
+WHERE id = ?3 AND status = 'pending'`
 
 // Deliver applies message msgID to notification notificationID at most once,
 // calling send inside the transaction that records it. It implements
@@ -32,70 +39,58 @@ func (e errSendFailed) Error() string { return e.err.Error() }
 // the dedup row, the status change and the send agreeing; it is paid only
 // for as long as an SMTP hand-off takes.
 func (s *Store) Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error) {
-	var outcome notify.Outcome
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		t := formatTime(now())
-		res, err := tx.ExecContext(ctx, insertProcessed, msgID, t)
-		if err != nil {
-			return fmt.Errorf("record message %d: %w", msgID, classify(err))
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("record message %d: %w", msgID, err)
-		} else if n == 0 {
-			outcome = notify.OutcomeDuplicate
-			return errRollback
-		}
-		// The write lock is the row lock: nothing can change the
-		// notification between this read and the update below.
-		var status string
-		err = tx.QueryRowContext(ctx, `SELECT status FROM notifications WHERE id = ?`, notificationID).Scan(&status)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notify.Permanent(fmt.Errorf("notification %d: %w", notificationID, notify.ErrNotFound))
-		}
-		if err != nil {
-			return fmt.Errorf("read notification %d: %w", notificationID, classify(err))
-		}
-		if notify.Status(status) != notify.StatusPending {
-			// Settled already (by an earlier copy, or dead-lettered):
-			// keep the dedup row so later copies stop at once.
-			outcome = notify.OutcomeDuplicate
-			return nil
-		}
-		if err := send(ctx); err != nil {
-			return errSendFailed{err}
-		}
-		res, err = tx.ExecContext(ctx, markSent, t, t, notificationID)
-		if err != nil {
-			return fmt.Errorf("mark notification %d sent: %w", notificationID, classify(err))
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("mark notification %d sent: %w", notificationID, err)
-		} else if n == 0 {
-			// Cannot happen under the write lock; if it did, the
-			// notification was settled by someone else.
-			outcome = notify.OutcomeDuplicate
-			return nil
-		}
-		outcome = notify.OutcomeSent
-		return nil
-	})
-	var sendErr errSendFailed
-	switch {
-	case errors.Is(err, errRollback):
-		return outcome, nil
-	case errors.As(err, &sendErr):
-		return "", sendErr.err
-	case notify.IsPermanent(err):
-		return "", err
-	case err != nil:
+	tx, err := s.beginDetachable(ctx)
+	if err != nil {
 		return "", fmt.Errorf("deliver message %d: %w", msgID, err)
 	}
-	return outcome, nil
-}
+	defer tx.end()
 
-// errRollback ends a transaction that has nothing to write, without being an
-// error for the caller.
-var errRollback = errors.New("rollback")
+	t := formatTime(now())
+	res, err := tx.ExecContext(ctx, insertProcessed, msgID, t)
+	if err != nil {
+		return "", fmt.Errorf("deliver message %d: record: %w", msgID, classify(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return "", fmt.Errorf("deliver message %d: record: %w", msgID, err)
+	} else if n == 0 {
+		return notify.OutcomeDuplicate, nil
+	}
+	// The write lock is the row lock: nothing can change the notification
+	// between this read and the update below.
+	var status string
+	err = tx.QueryRowContext(ctx, selectStatus, notificationID).Scan(&status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", notify.Permanent(fmt.Errorf("deliver message %d: notification %d: %w", msgID, notificationID, notify.ErrNotFound))
+	}
+	if err != nil {
+		return "", fmt.Errorf("deliver message %d: read notification %d: %w", msgID, notificationID, classify(err))
+	}
+	if notify.Status(status) != notify.StatusPending {
+		// Settled already (by an earlier message, or dead-lettered):
+		// keep the dedup row so that later copies stop at once.
+		if err := tx.Commit(); err != nil {
+			return "", fmt.Errorf("deliver message %d: commit: %w", msgID, classify(err))
+		}
+		return notify.OutcomeDuplicate, nil
+	}
+	if !tx.detach() {
+		return "", fmt.Errorf("deliver message %d: %w", msgID, ctx.Err())
+	}
+	if err := send(ctx); err != nil {
+		return "", err
+	}
+	// The mail is gone: record it even if ctx ended meanwhile (a worker
+	// shutting down), or the redelivery would send it again.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	if _, err := tx.ExecContext(mctx, markSent, formatTime(now()), notificationID); err != nil {
+		return "", fmt.Errorf("deliver message %d: mark sent: %w", msgID, classify(err))
+	}
+	if err := tx.Commit(); err != nil {
+		return "", fmt.Errorf("deliver message %d: commit: %w", msgID, classify(err))
+	}
+	return notify.OutcomeSent, nil
+}
 
 // RecordFailure records a failed attempt on a pending notification
 // (attempts+1, last_error); with dead it also marks it failed and records
@@ -107,20 +102,14 @@ var errRollback = errors.New("rollback")
 func (s *Store) RecordFailure(ctx context.Context, msgID, notificationID int64, reason string, dead bool) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		t := formatTime(now())
-		q := `UPDATE notifications SET attempts = attempts + 1, last_error = ?, updated_at = ?
-			WHERE id = ? AND status = 'pending'`
-		args := []any{reason, t, notificationID}
-		if dead {
-			q = `UPDATE notifications SET attempts = attempts + 1, last_error = ?, updated_at = ?,
-				status = 'failed', failed_at = ?
-				WHERE id = ? AND status = 'pending'`
-			args = []any{reason, t, t, notificationID}
-		}
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("update notification %d: %w", notificationID, classify(err))
-		}
 		if !dead {
+			if _, err := tx.ExecContext(ctx, recordRetry, reason, t, notificationID); err != nil {
+				return fmt.Errorf("update notification %d: %w", notificationID, classify(err))
+			}
 			return nil
+		}
+		if _, err := tx.ExecContext(ctx, recordDead, reason, t, notificationID); err != nil {
+			return fmt.Errorf("update notification %d: %w", notificationID, classify(err))
 		}
 		if _, err := tx.ExecContext(ctx, insertProcessed, msgID, t); err != nil {
 			return fmt.Errorf("record message %d: %w", msgID, classify(err))

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -177,4 +178,83 @@ func validRequest() notify.CreateRequest {
 	return notify.CreateRequest{
 		UserID: "u", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b",
 	}
+}
+
+// A worker shutting down while the mail is being handed over: the server took
+// it, so the store must record it although the context has ended, or the
+// redelivery would send it twice.
+func TestDeliverRecordsAfterContextEnds(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	require.NoError(t, s.Migrate(t.Context()))
+	c, err := s.Create(t.Context(), notify.NewNotification{Request: validRequest()})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	out, err := s.Deliver(ctx, 1, c.Notification.ID, func(context.Context) error {
+		cancel() // the shutdown arrives while the server is accepting
+		requireTxSurvives(t, s)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, notify.OutcomeSent, out)
+	got, err := s.Get(t.Context(), c.Notification.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusSent, got.Status)
+	require.Equal(t, 1, countRows(t, s, "processed_messages"))
+
+	// With ctx over before the send, nothing is sent nor recorded.
+	c2, err := s.Create(t.Context(), notify.NewNotification{Request: validRequest()})
+	require.NoError(t, err)
+	_, err = s.Deliver(ctx, 2, c2.Notification.ID, func(context.Context) error {
+		t.Error("send called with an ended context")
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 1, countRows(t, s, "processed_messages"))
+}
+
+// Likewise a relay stopping while the broker confirms: the confirmed rows
+// are marked.
+func TestRelayBatchMarksAfterContextEnds(t *testing.T) {
+	t.Parallel()
+	s := openTemp(t)
+	require.NoError(t, s.Migrate(t.Context()))
+	for range 2 {
+		_, err := s.Create(t.Context(), notify.NewNotification{Request: validRequest()})
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	n, err := s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		cancel()
+		requireTxSurvives(t, s)
+		return []int64{evs[0].ID}, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	st, err := s.OutboxStats(t.Context())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Unprocessed)
+}
+
+// requireTxSurvives fails if the write transaction is rolled back (its
+// connection returned to the pool) within a moment after its caller's
+// context ended. database/sql rolls back asynchronously, so it polls.
+func requireTxSurvives(t *testing.T, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if s.write.Stats().InUse == 0 {
+			t.Error("the transaction was rolled back when the context ended")
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+func countRows(t *testing.T, s *Store, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.read.QueryRowContext(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
 }

@@ -21,52 +21,58 @@ const markRelayed = `UPDATE outbox SET processed_at = ? WHERE id = ? AND process
 
 // RelayBatch hands up to limit unprocessed outbox rows, in id order, to
 // publish, and marks processed the ones publish confirmed, in one write
-// transaction. It implements relay.Source. The transaction holds the write
-// lock while publish runs, so relays (and every other writer) take turns;
-// SQLite has one writer anyway, and no row can be relayed twice at once.
+// transaction, committed even when publish also failed. It implements
+// relay.Source. The transaction holds the write lock while publish runs, so
+// relays (and every other writer) take turns: SQLite has one writer anyway,
+// and no row can be handed to two relays at once.
 func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
 	}
-	var (
-		n          int
-		publishErr error
-	)
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		events, err := relayEvents(ctx, tx, limit)
-		if err != nil {
-			return err
-		}
-		n = len(events)
-		if n == 0 {
-			return nil
-		}
-		claimed := make(map[int64]bool, n)
-		for _, e := range events {
-			claimed[e.ID] = true
-		}
-		var confirmed []int64
-		confirmed, publishErr = publish(ctx, events)
-		at := formatTime(now())
-		for _, id := range confirmed {
-			// Only rows of this batch: a confused publisher must not
-			// mark rows nobody published.
-			if !claimed[id] {
-				continue
-			}
-			if _, err := tx.ExecContext(ctx, markRelayed, at, id); err != nil {
-				return fmt.Errorf("mark outbox row %d processed: %w", id, classify(err))
-			}
-		}
-		return nil
-	})
+	tx, err := s.beginDetachable(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("relay batch: %w", err)
 	}
-	if publishErr != nil {
-		return n, fmt.Errorf("relay batch: publish: %w", publishErr)
+	defer tx.end()
+	events, err := relayEvents(ctx, tx.Tx, limit)
+	if err != nil {
+		return 0, fmt.Errorf("relay batch: %w", err)
 	}
-	return n, nil
+	if len(events) == 0 {
+		return 0, nil
+	}
+	if !tx.detach() {
+		return 0, fmt.Errorf("relay batch: %w", ctx.Err())
+	}
+	confirmed, pubErr := publish(ctx, events)
+
+	// Only rows of this batch: a confused publisher must not mark rows
+	// nobody published.
+	claimed := make(map[int64]bool, len(events))
+	for _, e := range events {
+		claimed[e.ID] = true
+	}
+	// The broker has the events: record that even if ctx ended meanwhile,
+	// or they would be published again.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	at := formatTime(now())
+	for _, id := range confirmed {
+		if !claimed[id] {
+			continue
+		}
+		if _, err := tx.ExecContext(mctx, markRelayed, at, id); err != nil {
+			return len(events), errors.Join(
+				fmt.Errorf("relay batch: mark outbox row %d processed: %w", id, classify(err)), pubErr)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return len(events), errors.Join(fmt.Errorf("relay batch: commit: %w", classify(err)), pubErr)
+	}
+	if pubErr != nil {
+		return len(events), fmt.Errorf("relay batch: publish: %w", pubErr)
+	}
+	return len(events), nil
 }
 
 func relayEvents(ctx context.Context, tx *sql.Tx, limit int) ([]notify.Event, error) {

@@ -31,9 +31,12 @@ type Config struct {
 	// RetryDelay is the wait before a failed delivery is tried again.
 	// Default 30s.
 	RetryDelay time.Duration
-	// Lease is how long a claimed row stays invisible to other workers. A
-	// worker that dies leaves its rows to be claimed again after it.
-	// Default 1m; keep it well above the sender's timeout.
+	// Lease is how long a claimed row stays invisible to other workers: a
+	// worker that dies leaves its rows to be claimed again after it. A lease
+	// that runs out during a slow send costs no double send: the store's
+	// Deliver holds the message id's processed_messages row until it
+	// commits, so a second worker waits and then sees a duplicate.
+	// Default 15s.
 	Lease time.Duration
 	// PollInterval is the longest idle wait between claims (retries that
 	// come due, rows committed by another process without a wake-up).
@@ -54,7 +57,7 @@ func (c Config) withDefaults() Config {
 		c.RetryDelay = 30 * time.Second
 	}
 	if c.Lease == 0 {
-		c.Lease = time.Minute
+		c.Lease = 15 * time.Second
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 500 * time.Millisecond
