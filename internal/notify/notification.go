@@ -34,6 +34,8 @@ type Notification struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	SentAt         *time.Time
+	// FailedAt is when the notification was dead-lettered (nil unless failed).
+	FailedAt *time.Time
 }
 
 // FormatID renders a notification or message id the way the API and the
@@ -82,4 +84,23 @@ type Created struct {
 	// Replayed is true when an earlier create with the same idempotency key
 	// is answered again; nothing new was written.
 	Replayed bool
+}
+
+// DeadLetterFilter selects dead letters (notifications in status failed).
+type DeadLetterFilter struct {
+	// IDs, when not empty, selects exactly these notifications.
+	IDs []int64
+	// Since, when not zero, keeps those that failed at or after it.
+	Since time.Time
+	// ErrorContains, when not empty, keeps those whose last_error contains
+	// it (case-insensitive).
+	ErrorContains string
+	// Limit caps the result (0: no cap).
+	Limit int
+}
+
+// PruneResult counts what a retention pass deleted.
+type PruneResult struct {
+	Outbox            int64
+	ProcessedMessages int64
 }
