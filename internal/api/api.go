@@ -68,6 +68,10 @@ type Config struct {
 	// error wrapping a *RetryAfterError makes the create answer 429 with
 	// Retry-After; any other error answers 503. Default: nil (always admit).
 	Admission func(ctx context.Context) error
+	// DeadLetters, when set, serves GET /dead-letters and
+	// POST /dead-letters/redrive (behind the token). Default: nil (no
+	// dead-letter routes).
+	DeadLetters DeadLetters
 }
 
 func (c Config) withDefaults() Config {
@@ -160,6 +164,10 @@ func New(store Store, cfg Config) (*API, error) {
 	a.handle(routeReadyz, http.HandlerFunc(a.readyz))
 	if cfg.Metrics != nil {
 		a.handle(routeMetrics, cfg.Metrics)
+	}
+	if cfg.DeadLetters != nil {
+		a.handle(routeDeadLetters, http.HandlerFunc(a.listDeadLetters))
+		a.handle(routeRedrive, http.HandlerFunc(a.redrive))
 	}
 	a.handler = http.HandlerFunc(a.serve)
 	return a, nil

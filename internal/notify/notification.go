@@ -104,3 +104,39 @@ type PruneResult struct {
 	Outbox            int64
 	ProcessedMessages int64
 }
+
+// RedriveSelection says which dead letters to redrive.
+type RedriveSelection struct {
+	Filter DeadLetterFilter
+	// All selects every dead letter; it is required when Filter is empty,
+	// so that redriving everything is always asked for.
+	All bool
+	// DryRun reports the selection without changing anything.
+	DryRun bool
+	// Progress, when set, is called after each notification with the count
+	// done and the total.
+	Progress func(done, total int)
+}
+
+// Empty reports whether the selection names nothing at all.
+func (s RedriveSelection) Empty() bool {
+	f := s.Filter
+	return !s.All && len(f.IDs) == 0 && f.Since.IsZero() && f.ErrorContains == "" && f.Limit == 0
+}
+
+// RedriveResult says what a redrive did.
+type RedriveResult struct {
+	// Selected is the number of dead letters the selection matched.
+	Selected int `json:"selected"`
+	// Redriven lists the notifications moved back to pending (with DryRun,
+	// those that would be).
+	Redriven []int64 `json:"redriven"`
+	// Skipped lists selected notifications that were no longer failed when
+	// their turn came (sent or redriven meanwhile).
+	Skipped []int64 `json:"skipped"`
+	// RemovedFromQueue counts the messages removed from the broker's
+	// dead-letter queue.
+	RemovedFromQueue int `json:"removed_from_queue"`
+	// DryRun is true when nothing was changed.
+	DryRun bool `json:"dry_run"`
+}

@@ -1,0 +1,102 @@
+// Package retention deletes what herald no longer needs: processed outbox
+// rows and processed_messages rows older than the retention period, in
+// bounded batches so that pruning never holds long locks.
+package retention
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Pruner deletes old processed rows. The stores implement it.
+type Pruner interface {
+	// Prune deletes processed outbox rows and processed_messages rows older
+	// than before, at most batch rows per transaction.
+	Prune(ctx context.Context, before time.Time, batch int) (notify.PruneResult, error)
+}
+
+// Config tunes a Loop.
+type Config struct {
+	// Retention is the age after which processed rows go. Default 168h.
+	Retention time.Duration
+	// Interval is the time between passes. Default 10m.
+	Interval time.Duration
+	// Batch is the number of rows deleted per transaction. Default 1000.
+	Batch int
+	// Logger receives one record per pass that deleted something, and
+	// failures. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Retention == 0 {
+		c.Retention = 168 * time.Hour
+	}
+	if c.Interval == 0 {
+		c.Interval = 10 * time.Minute
+	}
+	if c.Batch == 0 {
+		c.Batch = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Retention <= 0 || c.Interval <= 0 || c.Batch < 1 {
+		return fmt.Errorf("retention, interval and batch must be positive")
+	}
+	return nil
+}
+
+// Loop prunes on a schedule.
+type Loop struct {
+	p   Pruner
+	cfg Config
+}
+
+// New returns a Loop over p.
+func New(p Pruner, cfg Config) (*Loop, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Loop{p: p, cfg: cfg}, nil
+}
+
+// Once runs one pass now.
+func (l *Loop) Once(ctx context.Context) (notify.PruneResult, error) {
+	r, err := l.p.Prune(ctx, time.Now().Add(-l.cfg.Retention), l.cfg.Batch)
+	if err != nil {
+		return r, fmt.Errorf("prune: %w", err)
+	}
+	return r, nil
+}
+
+// Run prunes at start and then every Interval until ctx ends.
+func (l *Loop) Run(ctx context.Context) error {
+	t := time.NewTicker(l.cfg.Interval)
+	defer t.Stop()
+	for {
+		r, err := l.Once(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			l.cfg.Logger.Warn("retention pass failed", "err", err)
+		case r.Outbox+r.ProcessedMessages > 0:
+			l.cfg.Logger.Info("retention pass", "outbox_deleted", r.Outbox, "processed_messages_deleted", r.ProcessedMessages)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
