@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/heraldhq/herald/internal/retention"
 )
 
 var (
@@ -31,7 +34,7 @@ func join(lists ...[]string) []string {
 
 func cmdServe(ctx context.Context, args []string, e env) error {
 	cfg, _, err := parseConfig("serve", "Runs api + relay + worker + monitor in one process. Migrates the database at start.",
-		args, e.getenv, e.stderr, join(storeFlags, apiFlags, relayFlags, workerFlags)...)
+		args, e.getenv, e.stderr, nil, join(storeFlags, apiFlags, relayFlags, workerFlags)...)
 	if err != nil {
 		return err
 	}
@@ -44,6 +47,10 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
+	loops, err := a.background()
+	if err != nil {
+		return err
+	}
 	w, err := a.newWorker()
 	if err != nil {
 		return err
@@ -52,6 +59,9 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveHTTP(gctx, cfg.HTTPAddr, handler, a.log) })
 	g.Go(func() error { return w.Run(gctx) })
+	for _, loop := range loops {
+		g.Go(func() error { return loop(gctx) })
+	}
 	if cfg.BrokerURL != "" {
 		r, err := a.newRelay()
 		if err != nil {
@@ -87,7 +97,7 @@ func (a *app) logStartup() {
 
 func cmdAPI(ctx context.Context, args []string, e env) error {
 	cfg, _, err := parseConfig("api", "Serves the HTTP API, /metrics, the backlog monitor and alert.",
-		args, e.getenv, e.stderr, join(storeFlags, []string{"broker-url"}, apiFlags)...)
+		args, e.getenv, e.stderr, nil, join(storeFlags, []string{"broker-url"}, apiFlags)...)
 	if err != nil {
 		return err
 	}
@@ -100,12 +110,21 @@ func cmdAPI(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	return serveHTTP(ctx, cfg.HTTPAddr, handler, a.log)
+	loops, err := a.background()
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveHTTP(gctx, cfg.HTTPAddr, handler, a.log) })
+	for _, loop := range loops {
+		g.Go(func() error { return loop(gctx) })
+	}
+	return g.Wait()
 }
 
 func cmdRelay(ctx context.Context, args []string, e env) error {
 	cfg, _, err := parseConfig("relay", "Publishes outbox events to the broker; marks a row only after the broker confirmed it.",
-		args, e.getenv, e.stderr, join(storeFlags, relayFlags, []string{"metrics-addr"})...)
+		args, e.getenv, e.stderr, nil, join(storeFlags, relayFlags, []string{"metrics-addr"})...)
 	if err != nil {
 		return err
 	}
@@ -129,7 +148,7 @@ func cmdRelay(ctx context.Context, args []string, e env) error {
 
 func cmdWorker(ctx context.Context, args []string, e env) error {
 	cfg, _, err := parseConfig("worker", "Delivers notifications from the broker (or the outbox table) to the sender.",
-		args, e.getenv, e.stderr, join(storeFlags, workerFlags, []string{"metrics-addr"})...)
+		args, e.getenv, e.stderr, nil, join(storeFlags, workerFlags, []string{"metrics-addr"})...)
 	if err != nil {
 		return err
 	}
@@ -159,7 +178,7 @@ func (a *app) serveMetrics(ctx context.Context, g *errgroup.Group) {
 
 func cmdMigrate(ctx context.Context, args []string, e env) error {
 	cfg, _, err := parseConfig("migrate", "Applies the embedded migrations. Running it twice changes nothing.",
-		args, e.getenv, e.stderr, storeFlags...)
+		args, e.getenv, e.stderr, nil, storeFlags...)
 	if err != nil {
 		return err
 	}
@@ -176,22 +195,27 @@ func cmdMigrate(ctx context.Context, args []string, e env) error {
 }
 
 func cmdOutbox(ctx context.Context, args []string, e env) error {
-	if len(args) == 0 || args[0] != "stats" {
-		fmt.Fprintln(e.stderr, "Usage: herald outbox stats [--json] [flags]")
+	sub := ""
+	if len(args) > 0 {
+		sub, args = args[0], args[1:]
+	}
+	switch sub {
+	case "stats":
+		return cmdOutboxStats(ctx, args, e)
+	case "prune":
+		return cmdOutboxPrune(ctx, args, e)
+	default:
+		fmt.Fprintln(e.stderr, "Usage: herald outbox stats [--json] | herald outbox prune [--retention DURATION]")
 		return errUsage
 	}
-	args = args[1:]
-	asJSON := false
-	rest := args[:0:0]
-	for _, a := range args {
-		if a == "--json" || a == "-json" {
-			asJSON = true
-			continue
-		}
-		rest = append(rest, a)
-	}
-	cfg, _, err := parseConfig("outbox stats", "Prints the unprocessed outbox count and the age of the oldest unprocessed event (--json for a JSON object).",
-		rest, e.getenv, e.stderr, storeFlags...)
+}
+
+func cmdOutboxStats(ctx context.Context, args []string, e env) error {
+	var asJSON bool
+	cfg, _, err := parseConfig("outbox stats", "Prints the unprocessed outbox count and the age of the oldest unprocessed event.",
+		args, e.getenv, e.stderr, func(fs *flag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "print one JSON object {unprocessed, oldest_seconds}")
+		}, storeFlags...)
 	if err != nil {
 		return err
 	}
@@ -211,5 +235,28 @@ func cmdOutbox(ctx context.Context, args []string, e env) error {
 		})
 	}
 	fmt.Fprintf(e.stdout, "unprocessed     %d\noldest_seconds  %.3f\n", s.Unprocessed, s.OldestAge.Seconds())
+	return nil
+}
+
+func cmdOutboxPrune(ctx context.Context, args []string, e env) error {
+	cfg, _, err := parseConfig("outbox prune", "Deletes processed outbox rows and processed_messages rows older than the retention, in bounded batches.",
+		args, e.getenv, e.stderr, nil, join(storeFlags, []string{"retention"})...)
+	if err != nil {
+		return err
+	}
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	loop, err := retention.New(st, retention.Config{Retention: cfg.Retention})
+	if err != nil {
+		return err
+	}
+	r, err := loop.Once(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "deleted %d outbox rows and %d processed_messages rows older than %s\n", r.Outbox, r.ProcessedMessages, cfg.Retention)
 	return nil
 }

@@ -72,10 +72,14 @@ type Config struct {
 var errHelp = flag.ErrHelp
 
 // parseConfig parses the flags of a command over the environment. uses lists
-// the flags the command takes.
-func parseConfig(name, summary string, args []string, getenv func(string) string, stderr io.Writer, uses ...string) (Config, []string, error) {
+// the settings the command takes; extra, when not nil, adds the command's own
+// flags.
+func parseConfig(name, summary string, args []string, getenv func(string) string, stderr io.Writer, extra func(*flag.FlagSet), uses ...string) (Config, []string, error) {
 	fs := flag.NewFlagSet("herald "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if extra != nil {
+		extra(fs)
+	}
 	values := map[string]*string{}
 	for _, s := range settings {
 		if !contains(uses, s.flag) {

@@ -50,7 +50,8 @@ func commands() []command {
 		{"relay", "outbox -> broker", cmdRelay},
 		{"worker", "broker (or outbox table) -> sender", cmdWorker},
 		{"migrate", "apply the database migrations (idempotent)", cmdMigrate},
-		{"outbox", "outbox stats: unprocessed count and age of the oldest", cmdOutbox},
+		{"outbox", "outbox stats | prune: the backlog, and retention on demand", cmdOutbox},
+		{"dlq", "dlq list | show | redrive: dead letters", cmdDLQ},
 	}
 }
 

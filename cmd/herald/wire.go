@@ -17,8 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/deadletter"
+	"github.com/heraldhq/herald/internal/monitor"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/retention"
 	"github.com/heraldhq/herald/internal/sender/mbox"
 	"github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/store/postgres"
@@ -37,6 +40,8 @@ type store interface {
 	relay.Waker
 	worker.Store
 	table.Queue
+	deadletter.Store
+	retention.Pruner
 	Migrate(ctx context.Context) error
 	OutboxStats(ctx context.Context) (notify.OutboxStats, error)
 }
@@ -111,6 +116,14 @@ func (a *app) apiHandler() (http.Handler, error) {
 	if a.cfg.BrokerURL != "" {
 		checks = append(checks, api.Check{Name: "broker", Pinger: rabbitmq.Pinger{URL: a.cfg.BrokerURL}})
 	}
+	var queue deadletter.Queue
+	if a.cfg.BrokerURL != "" {
+		queue = dlqRemover{cfg: a.rabbitConfig("api")}
+	}
+	var admission func(context.Context) error
+	if a.cfg.MaxBacklog > 0 {
+		admission = api.BacklogGate(a.st, int64(a.cfg.MaxBacklog), 250*time.Millisecond)
+	}
 	h, err := api.New(a.st, api.Config{
 		Token:       a.cfg.APIToken,
 		DebugFaults: a.cfg.DebugFaults,
@@ -118,6 +131,8 @@ func (a *app) apiHandler() (http.Handler, error) {
 		Metrics:     a.metricsHandler(),
 		Registerer:  a.reg,
 		Logger:      a.log.With("component", "api"),
+		Admission:   admission,
+		DeadLetters: deadletter.New(a.st, queue),
 	})
 	if err != nil {
 		return nil, err
@@ -133,6 +148,31 @@ func (a *app) rabbitConfig(name string) rabbitmq.Config {
 		ConnectionName: "herald " + name,
 		Logger:         a.log.With("component", name),
 	}
+}
+
+// background builds the loops the api process runs beside the HTTP server:
+// the backlog monitor with its alert, and retention.
+func (a *app) background() ([]func(context.Context) error, error) {
+	var tg *monitor.TelegramConfig
+	if a.cfg.TelegramToken != "" && a.cfg.TelegramChatID != "" {
+		tg = &monitor.TelegramConfig{Token: a.cfg.TelegramToken, ChatID: a.cfg.TelegramChatID, API: a.cfg.TelegramAPI}
+	}
+	m, err := monitor.New(a.st, monitor.Config{
+		Interval:   a.cfg.MonitorInterval,
+		Threshold:  int64(a.cfg.AlertBacklog),
+		For:        a.cfg.AlertFor,
+		Logger:     a.log.With("component", "monitor"),
+		Registerer: a.reg,
+		Telegram:   tg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r, err := retention.New(a.st, retention.Config{Retention: a.cfg.Retention, Logger: a.log.With("component", "retention")})
+	if err != nil {
+		return nil, err
+	}
+	return []func(context.Context) error{m.Run, r.Run}, nil
 }
 
 // newRelay builds the relay (broker transport only).

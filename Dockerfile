@@ -1,0 +1,26 @@
+# syntax=docker/dockerfile:1
+# One image for every herald process: the compose file (deploy/) runs it as
+# migrate, api, relay and worker; with no command it runs the embedded
+# `herald serve`.
+
+FROM golang:1.26 AS build
+WORKDIR /src
+# Modules first: this layer stays cached until go.mod or go.sum change.
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+# CGO off: the SQLite driver is pure Go, so the binary is static and runs on
+# distroless/static.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/herald ./cmd/herald
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/herald /usr/local/bin/herald
+# The nonroot user owns its home: the embedded mode's herald.db and
+# herald.mbox land there (mount a volume on it to keep them).
+WORKDIR /home/nonroot
+USER nonroot:nonroot
+# Inside a container the loopback default would be unreachable from outside.
+ENV HERALD_HTTP_ADDR=0.0.0.0:8080
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/herald"]
+CMD ["serve"]

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/deadletter"
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/rabbitmq"
+)
+
+func cmdDLQ(ctx context.Context, args []string, e env) error {
+	sub := ""
+	if len(args) > 0 {
+		sub, args = args[0], args[1:]
+	}
+	switch sub {
+	case "list":
+		return cmdDLQList(ctx, args, e)
+	case "show":
+		return cmdDLQShow(ctx, args, e)
+	case "redrive":
+		return cmdDLQRedrive(ctx, args, e)
+	default:
+		fmt.Fprintln(e.stderr, "Usage: herald dlq list [--since D] [--error TEXT] [--limit N] [--json]\n       herald dlq show ID\n       herald dlq redrive (--id ID... | --all | --since D | --error TEXT | --limit N) [--dry-run]")
+		return errUsage
+	}
+}
+
+// filterFlags registers the dead-letter filters shared by list and redrive.
+type filterFlags struct {
+	since time.Duration
+	text  string
+	limit int
+}
+
+func (f *filterFlags) register(fs *flag.FlagSet, defaultLimit int) {
+	fs.DurationVar(&f.since, "since", 0, "only dead letters that failed within this duration (e.g. 24h)")
+	fs.StringVar(&f.text, "error", "", "only dead letters whose last error contains this text (case-insensitive)")
+	fs.IntVar(&f.limit, "limit", defaultLimit, "at most this many (0: no limit)")
+}
+
+func (f *filterFlags) filter() (notify.DeadLetterFilter, error) {
+	var out notify.DeadLetterFilter
+	if f.since < 0 || f.limit < 0 {
+		return out, fmt.Errorf("--since and --limit must not be negative")
+	}
+	if f.since > 0 {
+		out.Since = time.Now().Add(-f.since)
+	}
+	out.ErrorContains = f.text
+	out.Limit = f.limit
+	return out, nil
+}
+
+func cmdDLQList(ctx context.Context, args []string, e env) error {
+	var ff filterFlags
+	var asJSON bool
+	cfg, _, err := parseConfig("dlq list", "Lists dead letters (notifications in status failed), newest first.",
+		args, e.getenv, e.stderr, func(fs *flag.FlagSet) {
+			ff.register(fs, 100)
+			fs.BoolVar(&asJSON, "json", false, "print a JSON array of {id, to, attempts, last_error, failed_at}")
+		}, storeFlags...)
+	if err != nil {
+		return err
+	}
+	f, err := ff.filter()
+	if err != nil {
+		return err
+	}
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	ns, err := deadletter.New(st, nil).List(ctx, f)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		out := make([]any, 0, len(ns))
+		for _, n := range ns {
+			out = append(out, api.NewDeadLetterView(n))
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tFAILED_AT\tATTEMPTS\tTO\tLAST_ERROR")
+	for _, n := range ns {
+		failed := ""
+		if n.FailedAt != nil {
+			failed = n.FailedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", n.ID, failed, n.Attempts, n.To, oneLine(n.LastError, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "%d dead letter(s)\n", len(ns))
+	return nil
+}
+
+func cmdDLQShow(ctx context.Context, args []string, e env) error {
+	cfg, rest, err := parseConfig("dlq show", "Shows one dead letter: herald dlq show ID.", args, e.getenv, e.stderr, nil, storeFlags...)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return fmt.Errorf("herald dlq show takes one notification id")
+	}
+	id, ok := notify.ParseID(rest[0])
+	if !ok {
+		return fmt.Errorf("%q is not a notification id", rest[0])
+	}
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	n, err := st.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("notification %d: %w", id, err)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("id", notify.FormatID(n.ID))
+	row("status", string(n.Status))
+	row("user_id", n.UserID)
+	row("channel", n.Channel)
+	row("to", n.To)
+	row("subject", n.Subject)
+	row("attempts", fmt.Sprint(n.Attempts))
+	row("last_error", n.LastError)
+	row("created_at", n.CreatedAt.UTC().Format(time.RFC3339Nano))
+	row("updated_at", n.UpdatedAt.UTC().Format(time.RFC3339Nano))
+	if n.FailedAt != nil {
+		row("failed_at", n.FailedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if n.SentAt != nil {
+		row("sent_at", n.SentAt.UTC().Format(time.RFC3339Nano))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if n.Status != notify.StatusFailed {
+		fmt.Fprintf(e.stderr, "note: notification %d is %s, not a dead letter\n", id, n.Status)
+	}
+	return nil
+}
+
+// idList is a repeatable --id flag.
+type idList []int64
+
+func (l *idList) String() string { return fmt.Sprint([]int64(*l)) }
+
+func (l *idList) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		id, ok := notify.ParseID(strings.TrimSpace(part))
+		if !ok {
+			return fmt.Errorf("%q is not a notification id", part)
+		}
+		*l = append(*l, id)
+	}
+	return nil
+}
+
+func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
+	var ff filterFlags
+	var ids idList
+	var all, dryRun bool
+	cfg, _, err := parseConfig("dlq redrive", "Moves dead letters back to pending with a fresh outbox event (one transaction each), so they are delivered again under the normal rules, and removes their messages from notifications.send.dlq. A notification that was in fact sent is never sent again.",
+		args, e.getenv, e.stderr, func(fs *flag.FlagSet) {
+			ff.register(fs, 0)
+			fs.Var(&ids, "id", "a notification id to redrive (repeatable, or comma-separated)")
+			fs.BoolVar(&all, "all", false, "redrive every dead letter")
+			fs.BoolVar(&dryRun, "dry-run", false, "only say what would be redriven")
+		}, join(storeFlags, []string{"broker-url", "retry-delay"})...)
+	if err != nil {
+		return err
+	}
+	f, err := ff.filter()
+	if err != nil {
+		return err
+	}
+	f.IDs = ids
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	var queue deadletter.Queue
+	if cfg.BrokerURL != "" {
+		queue = dlqRemover{cfg: rabbitmq.Config{URL: cfg.BrokerURL, RetryDelay: cfg.RetryDelay, ConnectionName: "herald dlq redrive"}}
+	}
+	sel := notify.RedriveSelection{Filter: f, All: all, DryRun: dryRun}
+	if isTerminal(e.stderr) {
+		sel.Progress = progressBar(e.stderr)
+	}
+	res, err := deadletter.New(st, queue).Redrive(ctx, sel)
+	if err != nil {
+		return err
+	}
+	if dryRun {
+		fmt.Fprintf(e.stdout, "would redrive %d dead letter(s): %v\n", len(res.Redriven), res.Redriven)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "redrove %d of %d dead letter(s)", len(res.Redriven), res.Selected)
+	if len(res.Skipped) > 0 {
+		fmt.Fprintf(e.stdout, "; skipped %d no longer failed: %v", len(res.Skipped), res.Skipped)
+	}
+	if queue != nil {
+		fmt.Fprintf(e.stdout, "; removed %d message(s) from notifications.send.dlq", res.RemovedFromQueue)
+	}
+	fmt.Fprintln(e.stdout)
+	return nil
+}
+
+// dlqRemover removes redriven messages from the RabbitMQ dead-letter queue.
+type dlqRemover struct{ cfg rabbitmq.Config }
+
+func (d dlqRemover) Remove(ctx context.Context, ids []int64) (int, error) {
+	return rabbitmq.RemoveDeadLetters(ctx, d.cfg, ids)
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar draws "redrive [#####     ] 500/1000" on one terminal line,
+// redrawn at most 20 times a second and at the end.
+func progressBar(w io.Writer) func(done, total int) {
+	var last time.Time
+	return func(done, total int) {
+		if done < total && time.Since(last) < 50*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		const width = 30
+		filled := width * done / max(total, 1)
+		fmt.Fprintf(w, "\rredrive [%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(" ", width-filled), done, total)
+		if done == total {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
