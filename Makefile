@@ -10,7 +10,7 @@ export HERALD_REQUIRE_SERVICES = 1
 export HERALD_TEST_POSTGRES_URL ?= $(POSTGRES)
 export HERALD_TEST_AMQP_URL ?= $(AMQP)
 
-.PHONY: help build test services test-go test-outage lint bench
+.PHONY: help build test services test-go test-outage lint check-deploy bench
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,7 +18,7 @@ help: ## list the targets
 build: ## build bin/herald
 	$(GO) build -o bin/herald ./cmd/herald
 
-test: services lint test-go test-outage ## everything CI runs: services, lint, all tests
+test: services lint check-deploy test-go test-outage ## everything CI runs: services, lint, deploy files, all tests
 	@echo "make test: all passed"
 
 services: ## start (or install and start) PostgreSQL and RabbitMQ
@@ -34,6 +34,9 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags outage ./cmd/herald/
+
+check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON
+	@scripts/check-deploy.sh
 
 bench: services ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -33,7 +33,7 @@ RETURNING id, status, attempts, created_at, updated_at`
 	notifyOutbox = `SELECT pg_notify('` + outboxChannel + `', '')`
 
 	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
-	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at`
+	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at`
 
 	selectNotification      = `SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1`
 	selectNotificationByKey = `SELECT ` + notificationColumns + ` FROM notifications WHERE idempotency_key = $1`
@@ -120,16 +120,17 @@ func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) 
 
 func scanNotification(row pgx.Row) (notify.Notification, error) {
 	var (
-		n      notify.Notification
-		status string
-		sentAt *time.Time
+		n                notify.Notification
+		status           string
+		sentAt, failedAt *time.Time
 	)
 	err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
-		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt)
+		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt, &failedAt)
 	if err != nil {
 		return notify.Notification{}, err
 	}
 	n.Status = notify.Status(status)
 	n.SentAt = sentAt
+	n.FailedAt = failedAt
 	return n, nil
 }

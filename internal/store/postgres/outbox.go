@@ -22,10 +22,17 @@ FOR UPDATE SKIP LOCKED`
 
 	markRelayed = `UPDATE outbox SET processed_at = now() WHERE id = ANY($1) AND processed_at IS NULL`
 
+	// selectOutboxStats reads the backlog from outbox_unprocessed_idx and
+	// counts the dead letters from notifications_failed_idx, in one round
+	// trip and one snapshot.
 	selectOutboxStats = `
-SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(occurred_at)), 0)::float8
-FROM outbox
-WHERE processed_at IS NULL`
+SELECT backlog.n, backlog.age,
+	(SELECT count(*) FROM notifications WHERE status = 'failed')
+FROM (
+	SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM now() - min(occurred_at)), 0)::float8 AS age
+	FROM outbox
+	WHERE processed_at IS NULL
+) AS backlog`
 )
 
 // markTimeout bounds recording an effect that already happened (events the
@@ -94,14 +101,14 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.
 	return len(events), nil
 }
 
-// OutboxStats reports the backlog: the unprocessed rows and the age of the
-// oldest of them, on the database's clock.
+// OutboxStats reports the backlog (the unprocessed rows and the age of the
+// oldest of them, on the database's clock) and the number of dead letters.
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var (
 		st  notify.OutboxStats
 		age float64
 	)
-	if err := s.pool.QueryRow(ctx, selectOutboxStats).Scan(&st.Unprocessed, &age); err != nil {
+	if err := s.pool.QueryRow(ctx, selectOutboxStats).Scan(&st.Unprocessed, &age, &st.DeadLetters); err != nil {
 		return notify.OutboxStats{}, wrap("outbox stats", err)
 	}
 	if age > 0 {

@@ -11,7 +11,7 @@ import (
 )
 
 const notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
-	last_error, idempotency_key, created_at, updated_at, sent_at`
+	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at`
 
 // The idempotency key is the conflict target: a second create with the same
 // key inserts nothing and returns no row, and Create then compares the
@@ -99,16 +99,17 @@ func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) 
 	return n, nil
 }
 
-// scanNotification reads one row of notificationColumns.
-func scanNotification(row *sql.Row) (notify.Notification, error) {
+// scanNotification reads one row of notificationColumns, from a *sql.Row
+// or *sql.Rows.
+func scanNotification(row interface{ Scan(...any) error }) (notify.Notification, error) {
 	var (
-		n                    notify.Notification
-		status               string
-		lastErr, key, sentAt sql.NullString
-		createdAt, updatedAt string
+		n                              notify.Notification
+		status                         string
+		lastErr, key, sentAt, failedAt sql.NullString
+		createdAt, updatedAt           string
 	)
 	if err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
-		&lastErr, &key, &createdAt, &updatedAt, &sentAt); err != nil {
+		&lastErr, &key, &createdAt, &updatedAt, &sentAt, &failedAt); err != nil {
 		return notify.Notification{}, err
 	}
 	n.Status = notify.Status(status)
@@ -127,6 +128,13 @@ func scanNotification(row *sql.Row) (notify.Notification, error) {
 			return notify.Notification{}, err
 		}
 		n.SentAt = &t
+	}
+	if failedAt.Valid {
+		t, err := parseTime(failedAt.String)
+		if err != nil {
+			return notify.Notification{}, err
+		}
+		n.FailedAt = &t
 	}
 	return n, nil
 }

@@ -103,14 +103,23 @@ func relayEvents(ctx context.Context, tx *sql.Tx, limit int) ([]notify.Event, er
 	return events, nil
 }
 
-// OutboxStats counts the unprocessed outbox rows and the age of the oldest.
+// selectOutboxStats reads the backlog from outbox_unprocessed_idx and counts
+// the dead letters from notifications_failed_idx, in one statement and so
+// one snapshot.
+const selectOutboxStats = `
+SELECT count(*), min(occurred_at),
+    (SELECT count(*) FROM notifications WHERE status = 'failed')
+FROM outbox
+WHERE processed_at IS NULL`
+
+// OutboxStats counts the unprocessed outbox rows, the age of the oldest, and
+// the dead letters.
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var (
 		st     notify.OutboxStats
 		oldest sql.NullString
 	)
-	err := s.read.QueryRowContext(ctx,
-		`SELECT count(*), min(occurred_at) FROM outbox WHERE processed_at IS NULL`).Scan(&st.Unprocessed, &oldest)
+	err := s.read.QueryRowContext(ctx, selectOutboxStats).Scan(&st.Unprocessed, &oldest, &st.DeadLetters)
 	if err != nil {
 		return notify.OutboxStats{}, fmt.Errorf("outbox stats: %w", classify(err))
 	}

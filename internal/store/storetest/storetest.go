@@ -31,7 +31,7 @@ import (
 
 // Store lists every method a store engine offers: api.Store and api.Pinger,
 // relay.Source and relay.Waker, worker.Store, table.Queue, the outbox
-// statistics and the migrations.
+// statistics, the dead-letter operations, retention and the migrations.
 type Store interface {
 	Migrate(ctx context.Context) error
 	Ping(ctx context.Context) error
@@ -50,6 +50,10 @@ type Store interface {
 	Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error
 
 	OutboxStats(ctx context.Context) (notify.OutboxStats, error)
+
+	DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error)
+	Redrive(ctx context.Context, id int64) (bool, error)
+	Prune(ctx context.Context, before time.Time, batch int) (notify.PruneResult, error)
 }
 
 // Harness is one engine's store under test, with what the suite needs to
@@ -111,6 +115,11 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"Reschedule", testReschedule},
 		{"FinishDeadLetter", testFinishDeadLetter},
 		{"OutboxStats", testOutboxStats},
+		{"DeadLetters", testDeadLetters},
+		{"DeadLettersFilter", testDeadLettersFilter},
+		{"RedriveFailed", testRedriveFailed},
+		{"RedriveNotFailed", testRedriveNotFailed},
+		{"Prune", testPrune},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)

@@ -141,8 +141,12 @@ func (t *Transport) Consume(ctx context.Context, handle func(context.Context, wo
 			continue // a finishing call signals freed
 		}
 		token := newToken()
-		msgs, err := t.q.Claim(ctx, token, n, t.cfg.Lease)
+		// The claim runs on hctx: cancelled mid-query it could commit on
+		// the server unseen, leaving rows leased to nobody until the lease
+		// ran out. Rows claimed as the shutdown began are handed back.
+		msgs, err := t.q.Claim(hctx, token, n, t.cfg.Lease)
 		if ctx.Err() != nil {
+			t.release(hctx, msgs, token)
 			return nil
 		}
 		wait := t.cfg.PollInterval
@@ -177,6 +181,18 @@ func (t *Transport) Consume(ctx context.Context, handle func(context.Context, wo
 		}
 		stopTimer(timer)
 		timer.Reset(wait)
+	}
+}
+
+// release hands claimed rows back unchanged, due at once, for the rows a
+// shutdown leaves unhandled. A row it fails to hand back comes back when its
+// lease expires.
+func (t *Transport) release(ctx context.Context, msgs []notify.Message, token string) {
+	for _, m := range msgs {
+		if err := t.q.Reschedule(ctx, m.ID, token, 0, "", false); err != nil {
+			t.log.Warn("hand back claimed row at shutdown failed; it comes back when its lease expires",
+				"message_id", m.ID, "err", err)
+		}
 	}
 }
 
