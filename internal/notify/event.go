@@ -53,6 +53,9 @@ type Message struct {
 	// RetryCount is how many retries came before this delivery (0 on the
 	// first).
 	RetryCount int
+	// OccurredAt is when the event was written (with its notification);
+	// zero when the transport cannot tell.
+	OccurredAt time.Time
 }
 
 // Decode checks a message's type and decodes its payload. Every error it

@@ -81,6 +81,7 @@ type Worker struct {
 
 type metrics struct {
 	deliveries *prometheus.CounterVec
+	latency    prometheus.Histogram
 }
 
 // New returns a Worker.
@@ -94,12 +95,19 @@ func New(src Source, store Store, sender Sender, cfg Config) (*Worker, error) {
 		Name: "herald_worker_deliveries_total",
 		Help: "Deliveries handled by the worker, by outcome.",
 	}, []string{"outcome"})
+	w.metrics.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "herald_delivery_seconds",
+		Help:    "Time from a notification's create to its email being sent.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
+	})
 	for _, o := range []notify.Outcome{notify.OutcomeSent, notify.OutcomeRetried, notify.OutcomeDead, notify.OutcomeDuplicate} {
 		w.metrics.deliveries.WithLabelValues(string(o))
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(w.metrics.deliveries); err != nil {
-			return nil, fmt.Errorf("register worker metrics: %w", err)
+		for _, c := range []prometheus.Collector{w.metrics.deliveries, w.metrics.latency} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("register worker metrics: %w", err)
+			}
 		}
 	}
 	return w, nil
@@ -120,6 +128,9 @@ func (w *Worker) Handle(ctx context.Context, d Delivery) {
 		return
 	}
 	w.metrics.deliveries.WithLabelValues(string(outcome)).Inc()
+	if outcome == notify.OutcomeSent && !msg.OccurredAt.IsZero() {
+		w.metrics.latency.Observe(time.Since(msg.OccurredAt).Seconds())
+	}
 }
 
 // apply runs one delivery to its settlement. An error means the delivery was

@@ -197,6 +197,7 @@ func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle func(con
 		Type:       d.Type,
 		Payload:    d.Body,
 		RetryCount: retryCount(d.Headers),
+		OccurredAt: occurredAt(d),
 	}}
 	if !ok {
 		if err := dl.DeadLetter(ctx, "invalid message_id"); err != nil {
@@ -205,6 +206,15 @@ func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle func(con
 		return
 	}
 	handle(ctx, dl)
+}
+
+// occurredAt reads the event's time from x-occurred-at (microseconds),
+// falling back to the AMQP timestamp.
+func occurredAt(d amqp.Delivery) time.Time {
+	if v, ok := d.Headers[HeaderOccurredAt].(int64); ok && v > 0 {
+		return time.UnixMicro(v)
+	}
+	return d.Timestamp
 }
 
 // retryCount reads x-retry-count, whatever integer type the publisher chose.

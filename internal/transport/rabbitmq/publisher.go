@@ -65,7 +65,10 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 				Type:         ev.Type,
 				MessageId:    notify.FormatID(ev.ID),
 				Timestamp:    ev.OccurredAt,
-				Body:         ev.Payload,
+				// The AMQP timestamp has whole seconds; the header keeps
+				// microseconds for the create-to-sent latency.
+				Headers: amqp.Table{HeaderOccurredAt: ev.OccurredAt.UnixMicro()},
+				Body:    ev.Payload,
 			},
 		}
 	}

@@ -22,6 +22,9 @@ const (
 	// HeaderLastError holds the reason of the last failure, on retries and
 	// dead letters.
 	HeaderLastError = "x-last-error"
+	// HeaderOccurredAt holds when the event was written, in Unix
+	// microseconds.
+	HeaderOccurredAt = "x-occurred-at"
 )
 
 // ErrTopologyMismatch means an exchange or queue already exists with other
