@@ -1,0 +1,246 @@
+// Package smtp delivers emails to an SMTP server (HERALD_SMTP_URL).
+//
+// Each Send runs one SMTP session on a fresh connection: a worker sends
+// rarely compared with the cost of a connection, and a fresh session cannot
+// inherit a broken state from an earlier failure.
+package smtp
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/emersion/go-sasl"
+	gosmtp "github.com/emersion/go-smtp"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Config configures a Sender.
+type Config struct {
+	// URL is smtp://[user:pass@]host[:port] (port 25 by default), or
+	// smtps://... for implicit TLS (port 465 by default). With user:pass the
+	// sender authenticates with AUTH PLAIN. Required.
+	URL string
+	// From is the envelope sender (MAIL FROM), a single address. Default:
+	// each email's own From address.
+	From string
+	// Timeout bounds one whole Send: dial, every command and the data.
+	// Default 30s.
+	Timeout time.Duration
+	// HelloName is the name given in EHLO/HELO. Default "localhost".
+	HelloName string
+	// TLSConfig is used for smtps://. Default: the system roots, verifying
+	// the URL's host name.
+	TLSConfig *tls.Config
+}
+
+func (c Config) withDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.HelloName == "" {
+		c.HelloName = "localhost"
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Timeout < 0 {
+		return errors.New("timeout must not be negative")
+	}
+	for _, r := range c.HelloName {
+		if r <= ' ' || r == 0x7f {
+			return errors.New("hello name must not contain spaces or control characters")
+		}
+	}
+	if c.From != "" {
+		if _, err := notify.ParseAddress(c.From); err != nil {
+			return fmt.Errorf("from %q: %w", c.From, err)
+		}
+	}
+	return nil
+}
+
+// Sender sends emails over SMTP. It is safe for concurrent use.
+type Sender struct {
+	cfg      Config
+	addr     string // host:port
+	host     string
+	implicit bool // smtps://
+	user     string
+	pass     string
+	from     string // bare envelope sender, "" for each email's own
+}
+
+// New checks cfg and returns a Sender. It does not touch the network.
+func New(cfg Config) (*Sender, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("smtp config: %w", err)
+	}
+	s := &Sender{cfg: cfg}
+	if err := s.parseURL(cfg.URL); err != nil {
+		return nil, fmt.Errorf("smtp config: %w", err)
+	}
+	if cfg.From != "" {
+		// validate has parsed it already.
+		s.from, _ = notify.ParseAddress(cfg.From)
+	}
+	return s, nil
+}
+
+// parseURL reads the server address and credentials. Its errors never quote
+// the URL: it may hold a password.
+func (s *Sender) parseURL(raw string) error {
+	if raw == "" {
+		return errors.New("URL is required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			// The inner error names the bad part, not the whole URL.
+			return fmt.Errorf("invalid URL: %w", uerr.Err)
+		}
+		return errors.New("invalid URL")
+	}
+	port := ""
+	switch u.Scheme {
+	case "smtp":
+		port = "25"
+	case "smtps":
+		port = "465"
+		s.implicit = true
+	default:
+		return fmt.Errorf("URL scheme %q: want smtp or smtps", u.Scheme)
+	}
+	if u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("URL must be scheme://[user:pass@]host[:port] with no path or query")
+	}
+	s.host = u.Hostname()
+	if s.host == "" {
+		return errors.New("URL has no host")
+	}
+	if p := u.Port(); p != "" {
+		port = p
+	}
+	s.addr = net.JoinHostPort(s.host, port)
+	if u.User != nil {
+		s.user = u.User.Username()
+		s.pass, _ = u.User.Password()
+		if s.user == "" {
+			return errors.New("URL has credentials without a user name")
+		}
+	}
+	return nil
+}
+
+// Send delivers e. An error wrapping notify.Permanent means the server
+// refused for good (a 5xx reply) or the email can never be sent; any other
+// error (a 4xx reply, a failed dial, a timeout) may pass on a retry. A nil
+// return means the server accepted the message.
+func (s *Sender) Send(ctx context.Context, e notify.Email) error {
+	if err := s.send(ctx, e); err != nil {
+		return fmt.Errorf("smtp send: %w", err)
+	}
+	return nil
+}
+
+func (s *Sender) send(ctx context.Context, e notify.Email) error {
+	to, err := notify.ParseAddress(e.To)
+	if err != nil {
+		return notify.Permanent(fmt.Errorf("recipient: %w", err))
+	}
+	from := s.from
+	if from == "" {
+		if from, err = notify.ParseAddress(e.From); err != nil {
+			return notify.Permanent(fmt.Errorf("sender: %w", err))
+		}
+	}
+	data := e.Render(time.Now())
+
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	conn, err := s.dial(ctx)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", s.addr, err)
+	}
+	// go-smtp's client sets its own deadline per command; closing the
+	// connection is what makes ctx (and the overall timeout) interrupt it.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	c := gosmtp.NewClient(conn)
+	defer c.Close()
+	// ctx carries the deadline that counts; the client's own per-command
+	// deadlines only back it up, later, so that a timeout reports as one.
+	c.CommandTimeout = s.cfg.Timeout + time.Second
+	c.SubmissionTimeout = s.cfg.Timeout + time.Second
+
+	if err := s.transact(c, from, to, data); err != nil {
+		if ctx.Err() != nil {
+			// The closed connection is only the symptom.
+			return fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		var serr *gosmtp.SMTPError
+		if errors.As(err, &serr) && serr.Code >= 500 && serr.Code <= 599 {
+			return notify.Permanent(err)
+		}
+		return err
+	}
+	// The message is accepted; a failed QUIT cannot take that back.
+	_ = c.Quit()
+	return nil
+}
+
+func (s *Sender) dial(ctx context.Context) (net.Conn, error) {
+	if !s.implicit {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", s.addr)
+	}
+	cfg := s.cfg.TLSConfig.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = s.host
+	}
+	d := tls.Dialer{Config: cfg}
+	return d.DialContext(ctx, "tcp", s.addr)
+}
+
+// transact runs one mail transaction; its errors name the step that failed.
+func (s *Sender) transact(c *gosmtp.Client, from, to string, data []byte) error {
+	if err := c.Hello(s.cfg.HelloName); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	if s.user != "" {
+		// PLAIN names the user but the error must not carry the password;
+		// go-sasl and the server reply never echo it.
+		if err := c.Auth(sasl.NewPlainClient("", s.user, s.pass)); err != nil {
+			return fmt.Errorf("auth as %q: %w", s.user, err)
+		}
+	}
+	if err := c.Mail(from, nil); err != nil {
+		return fmt.Errorf("mail from: %w", err)
+	}
+	if err := c.Rcpt(to, nil); err != nil {
+		return fmt.Errorf("rcpt to: %w", err)
+	}
+	w, err := c.Data()
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	if _, err := w.Write(data); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("write data: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("end data: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,277 @@
+package smtp_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/smtp"
+	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+var _ worker.Sender = (*smtp.Sender)(nil)
+
+func email(id string) notify.Email {
+	return notify.Email{
+		MessageID: "<" + id + "@example.com>",
+		From:      "Herald <herald@example.com>",
+		To:        "Ann <ann@example.org>",
+		Subject:   "Grüße " + id,
+		Body:      "Hello.\n.\n..\nFrom the team\n.",
+	}
+}
+
+func newSender(t *testing.T, cfg smtp.Config) *smtp.Sender {
+	t.Helper()
+	s, err := smtp.New(cfg)
+	require.NoError(t, err)
+	return s
+}
+
+func TestSendDelivers(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t)
+	s := newSender(t, smtp.Config{URL: srv.URL()})
+
+	e := email("1")
+	require.NoError(t, s.Send(context.Background(), e))
+
+	msgs := srv.Messages()
+	require.Len(t, msgs, 1)
+	m := msgs[0]
+	require.Equal(t, "herald@example.com", m.From)
+	require.Equal(t, []string{"ann@example.org"}, m.To)
+	require.Equal(t, "<1@example.com>", m.MessageID)
+	require.Equal(t, "Grüße 1", m.Subject)
+	require.Equal(t, "Hello.\r\n.\r\n..\r\nFrom the team\r\n.", m.Body)
+	require.Equal(t, "Herald <herald@example.com>", m.Header.Get("From"))
+	require.Equal(t, 1, srv.Attempts())
+}
+
+func TestSendEnvelopeFromConfig(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t)
+	s := newSender(t, smtp.Config{URL: srv.URL(), From: "Bounces <bounces@example.com>", HelloName: "herald.example.com"})
+	require.NoError(t, s.Send(context.Background(), email("2")))
+	msgs := srv.Messages()
+	require.Len(t, msgs, 1)
+	require.Equal(t, "bounces@example.com", msgs[0].From)
+	require.Equal(t, "Herald <herald@example.com>", msgs[0].Header.Get("From"))
+}
+
+func TestSendConcurrent(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t)
+	s := newSender(t, smtp.Config{URL: srv.URL()})
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() { errs <- s.Send(context.Background(), email(fmt.Sprint(i))) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	counts := srv.CountByMessageID()
+	require.Len(t, counts, n)
+	for id, c := range counts {
+		require.Equal(t, 1, c, id)
+	}
+	require.Equal(t, n, srv.Count())
+}
+
+func TestSendReplyCodes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code      int
+		permanent bool
+	}{
+		{550, true},
+		{554, true},
+		{451, false},
+		{421, false},
+	} {
+		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
+			t.Parallel()
+			srv := smtptest.Start(t)
+			s := newSender(t, smtp.Config{URL: srv.URL()})
+
+			srv.Fail(tc.code, "refused for the test")
+			err := s.Send(context.Background(), email("3"))
+			require.Error(t, err)
+			require.Equal(t, tc.permanent, notify.IsPermanent(err), "error %v", err)
+			require.Contains(t, err.Error(), "smtp send")
+			require.Contains(t, err.Error(), fmt.Sprint(tc.code))
+			require.Equal(t, 0, srv.Count())
+			require.Equal(t, 1, srv.Attempts())
+
+			srv.Fail(0, "")
+			require.NoError(t, s.Send(context.Background(), email("3")))
+			require.Equal(t, 1, srv.Count())
+			require.Equal(t, 2, srv.Attempts())
+		})
+	}
+}
+
+func TestSendUnreachable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	s := newSender(t, smtp.Config{URL: "smtp://" + addr, Timeout: 5 * time.Second})
+	err = s.Send(context.Background(), email("4"))
+	require.Error(t, err)
+	require.False(t, notify.IsPermanent(err), "error %v", err)
+	require.Contains(t, err.Error(), "dial")
+}
+
+// silentServer accepts connections and never says a word: a hung server.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+func TestSendTimeout(t *testing.T) {
+	t.Parallel()
+	s := newSender(t, smtp.Config{URL: "smtp://" + silentServer(t), Timeout: 200 * time.Millisecond})
+	start := time.Now()
+	err := s.Send(context.Background(), email("5"))
+	require.Error(t, err)
+	require.False(t, notify.IsPermanent(err), "error %v", err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+func TestSendCancelled(t *testing.T) {
+	t.Parallel()
+	s := newSender(t, smtp.Config{URL: "smtp://" + silentServer(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Send(ctx, email("6")) }()
+	cancel()
+	select {
+	case err := <-errc:
+		require.Error(t, err)
+		require.False(t, notify.IsPermanent(err))
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Send ignored the cancelled context")
+	}
+}
+
+func TestSendAuth(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t, smtptest.WithAuth("herald", "s3cret-pw"))
+	addr := srv.Addr()
+
+	t.Run("right password", func(t *testing.T) {
+		s := newSender(t, smtp.Config{URL: "smtp://herald:s3cret-pw@" + addr})
+		require.NoError(t, s.Send(context.Background(), email("7")))
+		require.Equal(t, 1, srv.CountByMessageID()["<7@example.com>"])
+	})
+	t.Run("wrong password", func(t *testing.T) {
+		s := newSender(t, smtp.Config{URL: "smtp://herald:wrong-pw@" + addr})
+		err := s.Send(context.Background(), email("8"))
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "auth")
+		require.NotContains(t, err.Error(), "wrong-pw")
+		require.Zero(t, srv.CountByMessageID()["<8@example.com>"])
+	})
+	t.Run("no credentials", func(t *testing.T) {
+		s := newSender(t, smtp.Config{URL: srv.URL()})
+		err := s.Send(context.Background(), email("9"))
+		require.Error(t, err)
+		require.Zero(t, srv.CountByMessageID()["<9@example.com>"])
+	})
+}
+
+func TestSendUndeliverableAddress(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t)
+	s := newSender(t, smtp.Config{URL: srv.URL()})
+	e := email("10")
+	e.To = "not an address"
+	err := s.Send(context.Background(), e)
+	require.Error(t, err)
+	require.True(t, notify.IsPermanent(err))
+	require.Equal(t, 0, srv.Attempts())
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  smtp.Config
+	}{
+		{"empty URL", smtp.Config{}},
+		{"bad scheme", smtp.Config{URL: "http://localhost:25"}},
+		{"no host", smtp.Config{URL: "smtp://:25"}},
+		{"bad port", smtp.Config{URL: "smtp://user:topsecret@localhost:notaport"}},
+		{"path", smtp.Config{URL: "smtp://localhost:25/x"}},
+		{"query", smtp.Config{URL: "smtp://localhost:25?tls=1"}},
+		{"password without user", smtp.Config{URL: "smtp://:topsecret@localhost:25"}},
+		{"bad from", smtp.Config{URL: "smtp://localhost:25", From: "nobody"}},
+		{"negative timeout", smtp.Config{URL: "smtp://localhost:25", Timeout: -time.Second}},
+		{"hello name with space", smtp.Config{URL: "smtp://localhost:25", HelloName: "a b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := smtp.New(tc.cfg)
+			require.Error(t, err)
+			require.NotContains(t, err.Error(), "topsecret")
+		})
+	}
+	for _, u := range []string{"smtp://localhost", "smtps://u:p@mail.example.com", "smtp://[::1]:2525"} {
+		_, err := smtp.New(smtp.Config{URL: u})
+		require.NoError(t, err, u)
+	}
+}
+
+func TestSendImplicitTLSRefusesPlainServer(t *testing.T) {
+	t.Parallel()
+	// An smtps:// URL pointed at a plaintext server must not fall back to
+	// plaintext: the handshake fails, transiently.
+	srv := smtptest.Start(t)
+	s := newSender(t, smtp.Config{URL: "smtps://" + srv.Addr(), Timeout: 5 * time.Second})
+	err := s.Send(context.Background(), email("11"))
+	require.Error(t, err)
+	require.False(t, notify.IsPermanent(err))
+	require.Equal(t, 0, srv.Count())
+}
