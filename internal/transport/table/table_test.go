@@ -1,0 +1,65 @@
+package table_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/transport/table"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+// shutdownDuringClaim is the real store, except that the consumer's
+// shutdown begins the moment its first claim has committed.
+type shutdownDuringClaim struct {
+	*sqlite.Store
+	stop   context.CancelFunc
+	claims atomic.Int32
+}
+
+func (q *shutdownDuringClaim) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
+	msgs, err := q.Store.Claim(ctx, token, limit, lease)
+	if q.claims.Add(1) == 1 {
+		q.stop()
+	}
+	return msgs, err
+}
+
+// Rows claimed as a shutdown begins are handed back at once, not left leased
+// to a consumer that will never handle them until the lease runs out.
+func TestShutdownHandsBackClaimedRows(t *testing.T) {
+	t.Parallel()
+	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	require.NoError(t, s.Migrate(t.Context()))
+	for i := range 3 {
+		_, err := s.Create(t.Context(), notify.NewNotification{Request: notify.CreateRequest{
+			UserID: "u", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b",
+		}})
+		require.NoError(t, err, "create %d", i)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	q := &shutdownDuringClaim{Store: s, stop: cancel}
+	tr, err := table.New(q, nil, table.Config{Lease: time.Hour})
+	require.NoError(t, err)
+	var handled atomic.Int32
+	require.NoError(t, tr.Consume(ctx, func(context.Context, worker.Delivery) { handled.Add(1) }))
+	require.EqualValues(t, 1, q.claims.Load())
+	require.Zero(t, handled.Load(), "nothing is handed to the worker once the shutdown began")
+
+	msgs, err := s.Claim(t.Context(), "next-worker", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, msgs, 3, "the next worker gets the rows at once")
+	for _, m := range msgs {
+		require.Zero(t, m.RetryCount, "handing back is not a retry")
+	}
+}
