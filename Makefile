@@ -10,7 +10,7 @@ export HERALD_REQUIRE_SERVICES = 1
 export HERALD_TEST_POSTGRES_URL ?= $(POSTGRES)
 export HERALD_TEST_AMQP_URL ?= $(AMQP)
 
-.PHONY: help build test services test-go test-outage lint check-deploy bench
+.PHONY: help build test services test-go test-outage fuzz-short fuzz lint check-deploy bench chaos
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,7 +18,7 @@ help: ## list the targets
 build: ## build bin/herald
 	$(GO) build -o bin/herald ./cmd/herald
 
-test: services lint check-deploy test-go test-outage ## everything CI runs: services, lint, deploy files, all tests
+test: services lint check-deploy test-go fuzz-short test-outage ## everything CI runs: services, lint, deploy files, all tests
 	@echo "make test: all passed"
 
 services: ## start (or install and start) PostgreSQL and RabbitMQ
@@ -29,6 +29,16 @@ test-go: ## unit and integration tests (services required)
 
 test-outage: ## tests that stop the broker: run alone, never beside the others
 	$(GO) test -count=1 -timeout 5m -p 1 -tags outage -run Outage ./cmd/herald/
+
+fuzz-short: ## a short fuzz run of the event decoder and the request validator
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 10s ./internal/notify/
+
+FUZZTIME ?= 2m
+fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzCreate$$' -fuzztime $(FUZZTIME) ./internal/api/
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -156,27 +156,49 @@ func explain(t *testing.T, s *Store, query string, args ...any) string {
 	return strings.Join(lines, "\n")
 }
 
+// historyRows is the number of processed outbox rows TestClaimUsesPartialIndex
+// writes: a long-running installation's history (about 7s here).
+const historyRows = 1_000_000
+
 func TestClaimUsesPartialIndex(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := t.Context()
-	// A long history of processed rows and a short backlog: the claim must
+	// A long history of processed rows and a short backlog: the claims must
 	// not scan the history.
+	start := time.Now()
 	_, err := s.pool.Exec(ctx, `INSERT INTO outbox (event_type, payload, processed_at)
-		SELECT 'notification.requested', '{}', now() FROM generate_series(1, 20000)`)
+		SELECT 'notification.requested', '{}', now() - interval '30 days' FROM generate_series(1, $1::int)`, historyRows)
 	require.NoError(t, err)
 	_, err = s.pool.Exec(ctx, `INSERT INTO outbox (event_type, payload)
 		SELECT 'notification.requested', '{}' FROM generate_series(1, 5)`)
 	require.NoError(t, err)
 	_, err = s.pool.Exec(ctx, "ANALYZE outbox")
 	require.NoError(t, err)
+	t.Logf("%d processed and 5 unprocessed outbox rows written and analyzed in %s", historyRows, time.Since(start).Round(time.Millisecond))
 
 	plan := explain(t, s, claimRelayBatch, 100)
+	t.Logf("relay claim:\n%s", plan)
 	require.Contains(t, plan, "outbox_unprocessed_idx", plan)
 	plan = explain(t, s, claimDue, "token", 100, int64(1000))
+	t.Logf("table claim:\n%s", plan)
 	require.Contains(t, plan, "outbox_unprocessed_idx", plan)
 	plan = explain(t, s, selectOutboxStats)
+	t.Logf("outbox stats:\n%s", plan)
 	require.Contains(t, plan, "outbox_unprocessed_idx", plan)
+	require.Contains(t, plan, "notifications_failed_idx", plan)
+
+	// Retention walks the history oldest first from its own index, a
+	// batch at a time, instead of scanning the table per batch.
+	plan = explain(t, s, pruneOutbox, time.Now().Add(-7*24*time.Hour), 1000)
+	t.Logf("prune outbox:\n%s", plan)
+	require.Contains(t, plan, "outbox_processed_idx", plan)
+
+	// The dead letters come from their partial index, already in order.
+	plan = explain(t, s, selectDeadLetters, nil, nil, "", nil)
+	t.Logf("dead letters:\n%s", plan)
+	require.Contains(t, plan, "notifications_failed_idx", plan)
+	require.NotContains(t, plan, "Sort", plan)
 }
 
 // listenerPID returns the backend pid of the store's listener, or 0.

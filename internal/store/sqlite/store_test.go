@@ -78,7 +78,8 @@ func TestMigrateSchema(t *testing.T) {
 		return out
 	}
 	first := schema()
-	for _, name := range []string{"notifications", "outbox", "processed_messages", "schema_migrations", "outbox_unprocessed_idx"} {
+	for _, name := range []string{"notifications", "outbox", "processed_messages", "schema_migrations", "outbox_unprocessed_idx",
+		"notifications_failed_idx", "outbox_processed_idx", "processed_messages_processed_idx"} {
 		require.Contains(t, first, name)
 	}
 	require.Regexp(t, `(?i)ON outbox \(id\) WHERE processed_at IS NULL`, first["outbox_unprocessed_idx"])
@@ -110,7 +111,7 @@ func TestMigrateSchema(t *testing.T) {
 	require.Equal(t, first, schema())
 	var versions int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&versions))
-	require.Equal(t, 1, versions)
+	require.Equal(t, 2, versions)
 }
 
 // Two processes migrating the same new file at once: both succeed, each
@@ -126,7 +127,7 @@ func TestMigrateConcurrently(t *testing.T) {
 	require.NoError(t, g.Wait())
 	var versions int
 	require.NoError(t, raw(t, path).QueryRowContext(t.Context(), `SELECT count(*) FROM schema_migrations`).Scan(&versions))
-	require.Equal(t, 1, versions)
+	require.Equal(t, 2, versions)
 }
 
 // Timestamps are stored as fixed-width UTC text, and read back as the
