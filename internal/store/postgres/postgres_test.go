@@ -295,6 +295,13 @@ func TestUnavailable(t *testing.T) {
 	require.NotErrorIs(t, err, notify.ErrNotFound)
 	_, err = s.Create(ctx, notify.NewNotification{})
 	require.ErrorIs(t, err, notify.ErrUnavailable)
+	_, err = s.DeadLetters(ctx, notify.DeadLetterFilter{})
+	require.ErrorIs(t, err, notify.ErrUnavailable)
+	_, err = s.Redrive(ctx, 1)
+	require.ErrorIs(t, err, notify.ErrUnavailable)
+	require.NotErrorIs(t, err, notify.ErrNotFound)
+	_, err = s.Prune(ctx, time.Now(), 10)
+	require.ErrorIs(t, err, notify.ErrUnavailable)
 }
 
 // An effect that happened (events confirmed, mail accepted) is recorded even

@@ -1,0 +1,195 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// selectDeadLetters walks notifications_failed_idx newest first; every
+// filter is optional (NULL or empty switches it off), so that one constant
+// statement, prepared once, serves every combination.
+const selectDeadLetters = `
+SELECT ` + notificationColumns + `
+FROM notifications
+WHERE status = 'failed'
+  AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+  AND ($2::timestamptz IS NULL OR failed_at >= $2::timestamptz)
+  AND ($3::text = '' OR strpos(lower(COALESCE(last_error, '')), lower($3::text)) > 0)
+ORDER BY failed_at DESC, id DESC
+LIMIT $4::bigint`
+
+// DeadLetters returns the failed notifications that match f, newest failure
+// first (failed_at, then id, descending). ErrorContains compares with
+// lower() on both sides: ASCII always folds, other letters as the
+// database's collation decides.
+func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error) {
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("list dead letters: limit must not be negative, got %d", f.Limit)
+	}
+	var (
+		ids   []int64
+		since *time.Time
+		limit *int64
+	)
+	if len(f.IDs) > 0 {
+		ids = f.IDs
+	}
+	if !f.Since.IsZero() {
+		since = &f.Since
+	}
+	if f.Limit > 0 {
+		l := int64(f.Limit)
+		limit = &l
+	}
+	rows, err := s.pool.Query(ctx, selectDeadLetters, ids, since, f.ErrorContains, limit)
+	if err != nil {
+		return nil, wrap("list dead letters", err)
+	}
+	defer rows.Close()
+	var out []notify.Notification
+	for rows.Next() {
+		n, err := scanNotification(rows)
+		if err != nil {
+			return nil, wrap("list dead letters", err)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("list dead letters", err)
+	}
+	return out, nil
+}
+
+const (
+	// redriveNotification is the compare-and-set that makes a redrive
+	// safe: only a failed notification goes back to pending, so one that
+	// was sent (or redriven already) is never delivered again. attempts and
+	// last_error stay as the history of the earlier tries.
+	redriveNotification = `
+UPDATE notifications
+SET status = 'pending', failed_at = NULL, updated_at = now()
+WHERE id = $1 AND status = 'failed'
+RETURNING id, user_id, channel, recipient, subject, body`
+
+	notificationExists = `SELECT EXISTS (SELECT 1 FROM notifications WHERE id = $1)`
+)
+
+// Redrive puts a dead-lettered notification back to pending and writes a
+// fresh notification.requested event for it, in one transaction, and wakes
+// the relays at commit. The event gets a new outbox id: the dead message's
+// id stays in processed_messages, and the new delivery must not be taken for
+// a duplicate of it. Redrive reports false, writing nothing, for a
+// notification that is not failed (pending or sent); a missing one is
+// notify.ErrNotFound.
+func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, wrap("redrive: begin", err)
+	}
+	defer rollback(tx)
+
+	var n notify.Notification
+	err = tx.QueryRow(ctx, redriveNotification, id).Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var exists bool
+		if err := tx.QueryRow(ctx, notificationExists, id).Scan(&exists); err != nil {
+			return false, wrap(fmt.Sprintf("redrive notification %d", id), err)
+		}
+		if !exists {
+			return false, fmt.Errorf("redrive notification %d: %w", id, notify.ErrNotFound)
+		}
+		return false, nil
+	}
+	if err != nil {
+		return false, wrap(fmt.Sprintf("redrive notification %d", id), err)
+	}
+	payload, err := json.Marshal(notify.NewRequested(n))
+	if err != nil {
+		return false, fmt.Errorf("redrive notification %d: encode event: %w", id, err)
+	}
+	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload); err != nil {
+		return false, wrap(fmt.Sprintf("redrive notification %d: insert outbox", id), err)
+	}
+	if _, err := tx.Exec(ctx, notifyOutbox); err != nil {
+		return false, wrap(fmt.Sprintf("redrive notification %d: notify", id), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, wrap(fmt.Sprintf("redrive notification %d: commit", id), err)
+	}
+	return true, nil
+}
+
+const (
+	// pruneOutbox deletes one batch of processed rows, oldest first, from
+	// outbox_processed_idx. Rows another transaction holds are skipped, not
+	// waited for: the next pass takes them.
+	pruneOutbox = `
+DELETE FROM outbox
+WHERE id IN (
+	SELECT id FROM outbox
+	WHERE processed_at < $1
+	ORDER BY processed_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED)`
+
+	// pruneProcessed deletes one batch of old dedup rows whose outbox row
+	// is gone. While the outbox row exists its event may still be delivered
+	// (unprocessed, or relayed but not yet consumed), and the dedup row is
+	// what makes that delivery a duplicate.
+	pruneProcessed = `
+DELETE FROM processed_messages
+WHERE message_id IN (
+	SELECT pm.message_id FROM processed_messages AS pm
+	WHERE pm.processed_at < $1
+	  AND NOT EXISTS (SELECT 1 FROM outbox AS o WHERE o.id = pm.message_id)
+	ORDER BY pm.processed_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED)`
+)
+
+// Prune deletes the outbox rows processed before before (dead-lettered ones
+// included: the failed notification is the lasting record, and a redrive
+// writes a fresh event), then the processed_messages rows recorded before
+// before whose outbox row is gone. It deletes in batches of at most batch
+// rows, each its own short transaction, so that it never holds many locks
+// nor bloats one transaction, until a batch comes back short. Notifications
+// are never pruned. On an error the result counts what was deleted so far.
+func (s *Store) Prune(ctx context.Context, before time.Time, batch int) (notify.PruneResult, error) {
+	var res notify.PruneResult
+	if batch < 1 {
+		return res, fmt.Errorf("prune: batch must be at least 1, got %d", batch)
+	}
+	var err error
+	res.Outbox, err = s.pruneBatches(ctx, pruneOutbox, before, batch)
+	if err != nil {
+		return res, wrap("prune outbox", err)
+	}
+	res.ProcessedMessages, err = s.pruneBatches(ctx, pruneProcessed, before, batch)
+	if err != nil {
+		return res, wrap("prune processed messages", err)
+	}
+	return res, nil
+}
+
+// pruneBatches runs one batch delete until it deletes fewer than batch rows,
+// and returns the total.
+func (s *Store) pruneBatches(ctx context.Context, query string, before time.Time, batch int) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, query, before, batch)
+		if err != nil {
+			return total, err
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}

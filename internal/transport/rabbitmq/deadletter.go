@@ -1,0 +1,170 @@
+package rabbitmq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// deadLetterRole names the connection of the dead-letter operations
+// ("herald dead letters" unless Config.ConnectionName says otherwise).
+const deadLetterRole = "dead letters"
+
+// DeadLetterCount returns the number of messages ready in the dead-letter
+// queue (declared passively: nothing is created). A queue that was never
+// declared holds no dead letters: 0.
+func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return 0, err
+	}
+	conn, stop, err := dialDeadLetters(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	defer stop()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("count dead letters: open channel: %w", dlqCtxErr(ctx, err))
+	}
+	q, err := ch.QueueDeclarePassive(cfg.Topology().DeadLetterQueue, true, false, false, false, nil)
+	if dlqNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", dlqCtxErr(ctx, err))
+	}
+	return q.Messages, nil
+}
+
+// RemoveDeadLetters deletes from the dead-letter queue every message whose
+// payload names one of notificationIDs (all copies), and returns how many it
+// deleted. It is what a redrive does once the notifications have fresh
+// events: the dead messages would otherwise stay in the queue as if still
+// unresolved.
+//
+// It takes the messages one by one (basic.get, manual acknowledgement), at
+// most as many as the queue held when it began, so it ends even while new
+// dead letters arrive. The ones to delete are acknowledged at once; the others
+// are held and handed back (nack with requeue) only at the end, because a
+// message requeued at once would be the next one got again. Should it fail or
+// ctx end half-way, closing the connection hands the held messages back: a
+// message is only ever deleted when it was asked for. A message whose payload
+// cannot be read names no notification and stays.
+func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64) (removed int, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return 0, err
+	}
+	if len(notificationIDs) == 0 {
+		return 0, nil
+	}
+	remove := make(map[int64]bool, len(notificationIDs))
+	for _, id := range notificationIDs {
+		remove[id] = true
+	}
+	queue := cfg.Topology().DeadLetterQueue
+
+	conn, stop, err := dialDeadLetters(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("remove dead letters: %w", err)
+	}
+	defer stop()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("remove dead letters: open channel: %w", dlqCtxErr(ctx, err))
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if dlqNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("remove dead letters: %w", dlqCtxErr(ctx, err))
+	}
+
+	var (
+		kept    amqp.Delivery
+		anyKept bool
+	)
+	for range q.Messages {
+		if err := ctx.Err(); err != nil {
+			return removed, fmt.Errorf("remove dead letters: %w", err)
+		}
+		d, ok, err := ch.Get(queue, false)
+		if err != nil {
+			return removed, fmt.Errorf("remove dead letters: get from %q: %w", queue, dlqCtxErr(ctx, err))
+		}
+		if !ok {
+			break // drained by someone else meanwhile
+		}
+		if id, ok := deadLetterNotification(d.Body); ok && remove[id] {
+			if err := d.Ack(false); err != nil {
+				return removed, fmt.Errorf("remove dead letters: ack: %w", dlqCtxErr(ctx, err))
+			}
+			removed++
+			continue
+		}
+		kept, anyKept = d, true
+	}
+	if anyKept {
+		// One nack for every unsettled delivery up to the last one kept:
+		// the deleted ones are settled already.
+		if err := kept.Nack(true, true); err != nil {
+			return removed, fmt.Errorf("remove dead letters: requeue the others: %w", dlqCtxErr(ctx, err))
+		}
+	}
+	// Acks are not confirmed by the broker; the close handshake comes after
+	// them on the channel, so once it is answered they have been applied.
+	if err := ch.Close(); err != nil {
+		return removed, fmt.Errorf("remove dead letters: close channel: %w", dlqCtxErr(ctx, err))
+	}
+	return removed, nil
+}
+
+// dialDeadLetters connects for one dead-letter operation. The client library
+// takes no context after the handshake, so the returned stop closes the
+// connection when ctx ends (failing any call in progress) and in any case
+// when called.
+func dialDeadLetters(ctx context.Context, cfg Config) (*amqp.Connection, func(), error) {
+	conn, err := cfg.dial(ctx, deadLetterRole)
+	if err != nil {
+		return nil, nil, err
+	}
+	unwatch := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	return conn, func() {
+		unwatch()
+		_ = conn.Close() // already closed after a failure: nothing to report
+	}, nil
+}
+
+// deadLetterNotification reads the notification id from a dead letter's
+// payload. It is lenient where Message.Decode is strict: a dead letter is
+// often a message that could not be processed, and only its id matters here.
+func deadLetterNotification(body []byte) (int64, bool) {
+	var p struct {
+		NotificationID string `json:"notification_id"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return 0, false
+	}
+	return notify.ParseID(p.NotificationID)
+}
+
+func dlqNotFound(err error) bool {
+	var aerr *amqp.Error
+	return errors.As(err, &aerr) && aerr.Code == amqp.NotFound
+}
+
+// dlqCtxErr prefers ctx's error: when ctx ended, the connection was closed on
+// purpose and the library's "channel/connection is not open" hides why.
+func dlqCtxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return err
+}
