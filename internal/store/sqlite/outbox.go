@@ -146,7 +146,7 @@ WHERE id IN (
       AND (locked_until IS NULL OR locked_until < ?)
     ORDER BY id
     LIMIT ?)
-RETURNING id, event_type, payload, attempts`
+RETURNING id, event_type, payload, attempts, occurred_at`
 
 // Claim leases up to limit due outbox rows to token until now + lease. It
 // implements table.Queue.
@@ -170,13 +170,17 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				m       notify.Message
-				payload string
+				m          notify.Message
+				payload    string
+				occurredAt string
 			)
-			if err := rows.Scan(&m.ID, &m.Type, &payload, &m.RetryCount); err != nil {
+			if err := rows.Scan(&m.ID, &m.Type, &payload, &m.RetryCount, &occurredAt); err != nil {
 				return fmt.Errorf("scan: %w", err)
 			}
 			m.Payload = []byte(payload)
+			if m.OccurredAt, err = parseTime(occurredAt); err != nil {
+				return err
+			}
 			msgs = append(msgs, m)
 		}
 		return classify(rows.Err())
