@@ -161,7 +161,7 @@ func (a *app) background() ([]func(context.Context) error, error) {
 		Interval:   a.cfg.MonitorInterval,
 		Threshold:  int64(a.cfg.AlertBacklog),
 		For:        a.cfg.AlertFor,
-		Logger:     a.log.With("component", "monitor"),
+		Logger:     a.log, // no extra attrs: the contract greps for msg="alert firing" alert=OutboxBacklog
 		Registerer: a.reg,
 		Telegram:   tg,
 	})

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/heraldhq/herald/internal/faultproxy"
+	"github.com/heraldhq/herald/internal/smtptest"
+)
+
+// Settings of the herald processes under test.
+const (
+	prefetch   = 10 // HERALD_PREFETCH: what one worker may hold unacked
+	maxRetries = 5
+	smtpFrom   = "herald@example.com"
+	// appName marks the harness's own database connections, which the
+	// backend-termination fault leaves alone.
+	appName = "herald-chaos"
+)
+
+// harness is one transport's run.
+type harness struct {
+	o         options
+	transport string
+	bin       string
+	rng       *rand.Rand
+	log       io.Writer
+	runID     string
+
+	dir       string
+	dbName    string
+	adminURL  string
+	directDB  string // the scratch database, straight to PostgreSQL
+	vhost     string
+	directMQ  string // the scratch vhost, straight to RabbitMQ
+	pgProxy   *faultproxy.Proxy
+	mqProxy   *faultproxy.Proxy
+	sink      *smtptest.Server
+	db        *pgxpool.Pool
+	env       map[string]string
+	apiBase   string
+	api       *proc
+	relays    []*slot
+	workers   []*slot
+	start     time.Time
+	cleanups  []func()
+	mu        sync.Mutex
+	faults    []faultRecord
+	poisonIDs []int64
+}
+
+// slot is one long-running herald role (a relay or a worker) whose process
+// the faults kill and restart.
+type slot struct {
+	name    string
+	args    string
+	metrics string
+	p       *proc
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.log, "[%s %7.2fs] %s\n", h.transport, h.offset().Seconds(), fmt.Sprintf(format, args...))
+}
+
+// offset is the time since the load began (0 before).
+func (h *harness) offset() time.Duration {
+	if h.start.IsZero() {
+		return 0
+	}
+	return time.Since(h.start)
+}
+
+// setup creates the scratch database (and vhost), the proxies and the SMTP
+// sink. Everything it creates is undone by teardown.
+func (h *harness) setup(ctx context.Context) error {
+	h.runID = suffix()
+	dir, err := os.MkdirTemp("", "herald-chaos-"+h.transport+"-")
+	if err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	h.dir = dir
+	h.cleanups = append(h.cleanups, func() {
+		if !h.o.keep {
+			os.RemoveAll(dir)
+		}
+	})
+
+	// The scratch database.
+	h.adminURL = h.o.postgres
+	h.dbName = "herald_chaos_" + h.runID
+	admin, err := pgx.Connect(ctx, h.adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL (--postgres): %w", err)
+	}
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+h.dbName)
+	admin.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("create scratch database: %w", err)
+	}
+	h.cleanups = append(h.cleanups, h.dropDatabase)
+	u, err := url.Parse(h.adminURL)
+	if err != nil {
+		return fmt.Errorf("parse --postgres: %w", err)
+	}
+	u.Path = "/" + h.dbName
+	h.directDB = u.String()
+	pcfg, err := pgxpool.ParseConfig(h.directDB)
+	if err != nil {
+		return fmt.Errorf("parse scratch database URL: %w", err)
+	}
+	pcfg.ConnConfig.RuntimeParams["application_name"] = appName
+	pcfg.MaxConns = 4
+	if h.db, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fmt.Errorf("connect to the scratch database: %w", err)
+	}
+	h.cleanups = append(h.cleanups, h.db.Close)
+	pgTarget := hostPort(u, "5432")
+	if h.pgProxy, err = faultproxy.New(pgTarget); err != nil {
+		return err
+	}
+	h.cleanups = append(h.cleanups, func() { _ = h.pgProxy.Close() })
+	viaProxy := *u
+	viaProxy.Host = h.pgProxy.Addr()
+
+	h.sink, err = smtptest.New()
+	if err != nil {
+		return fmt.Errorf("start the SMTP sink: %w", err)
+	}
+	h.cleanups = append(h.cleanups, h.sink.Close)
+
+	h.env = map[string]string{
+		"HERALD_DATABASE_URL":   viaProxy.String(),
+		"HERALD_SMTP_URL":       h.sink.URL(),
+		"HERALD_SMTP_FROM":      smtpFrom,
+		"HERALD_RETRY_DELAY":    "1s",
+		"HERALD_MAX_RETRIES":    fmt.Sprint(maxRetries),
+		"HERALD_PREFETCH":       fmt.Sprint(prefetch),
+		"HERALD_RELAY_INTERVAL": "200ms",
+		"HERALD_DEBUG_FAULTS":   "1",
+	}
+
+	if h.transport == "rabbitmq" {
+		mu, err := url.Parse(h.o.amqp)
+		if err != nil {
+			return fmt.Errorf("parse --amqp: %w", err)
+		}
+		user := mu.User.Username()
+		if user == "" {
+			user = "guest"
+		}
+		h.vhost = "herald-chaos-" + h.runID
+		if err := rabbitmqctl(ctx, "add_vhost", h.vhost); err != nil {
+			return err
+		}
+		h.cleanups = append(h.cleanups, h.deleteVhost)
+		if err := rabbitmqctl(ctx, "set_permissions", "-p", h.vhost, user, ".*", ".*", ".*"); err != nil {
+			return err
+		}
+		mu.Path = "/" + h.vhost
+		h.directMQ = mu.String()
+		if h.mqProxy, err = faultproxy.New(hostPort(mu, "5672")); err != nil {
+			return err
+		}
+		h.cleanups = append(h.cleanups, func() { _ = h.mqProxy.Close() })
+		viaMQ := *mu
+		viaMQ.Host = h.mqProxy.Addr()
+		h.env["HERALD_BROKER_URL"] = viaMQ.String()
+	}
+	h.logf("scratch database %s, vhost %q, work dir %s", h.dbName, h.vhost, h.dir)
+	return nil
+}
+
+func hostPort(u *url.URL, defPort string) string {
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = defPort
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func (h *harness) dropDatabase() {
+	if h.o.keep {
+		h.logf("kept database %s (--keep)", h.dbName)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, h.adminURL)
+	if err != nil {
+		h.logf("drop database %s: %v", h.dbName, err)
+		return
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+h.dbName+" WITH (FORCE)"); err != nil {
+		h.logf("drop database %s: %v", h.dbName, err)
+	}
+}
+
+func (h *harness) deleteVhost() {
+	if h.o.keep {
+		h.logf("kept vhost %s (--keep)", h.vhost)
+		return
+	}
+	if err := rabbitmqctl(context.Background(), "delete_vhost", h.vhost); err != nil {
+		h.logf("delete vhost: %v", err)
+	}
+}
+
+// teardown stops every process and undoes setup, in reverse order.
+func (h *harness) teardown() {
+	var procs []*proc
+	if h.api != nil {
+		procs = append(procs, h.api)
+	}
+	for _, s := range append(append([]*slot(nil), h.relays...), h.workers...) {
+		if s.p != nil {
+			procs = append(procs, s.p)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Go(func() { p.stop(20 * time.Second) })
+	}
+	wg.Wait()
+	for i := len(h.cleanups) - 1; i >= 0; i-- {
+		h.cleanups[i]()
+	}
+	if h.o.keep {
+		h.logf("kept logs in %s (--keep)", h.dir)
+	}
+}
+
+// envWith returns the processes' environment plus extra.
+func (h *harness) envWith(extra map[string]string) map[string]string {
+	env := make(map[string]string, len(h.env)+len(extra))
+	for k, v := range h.env {
+		env[k] = v
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+// startStack migrates, then starts the api, the relays (rabbitmq) and two
+// workers, and waits until each is up.
+func (h *harness) startStack(ctx context.Context) error {
+	m, err := startProc(h.bin, h.dir, "migrate", h.env, "migrate")
+	if err != nil {
+		return err
+	}
+	if !m.waitExit(ctx, 60*time.Second) || m.err != nil {
+		m.kill()
+		return fmt.Errorf("herald migrate failed: %v\n%s", m.err, m.logTail(2000))
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	if h.api, err = startProc(h.bin, h.dir, "api", h.envWith(map[string]string{"HERALD_HTTP_ADDR": addr}), "api"); err != nil {
+		return err
+	}
+	h.apiBase = "http://" + addr
+	if err := waitHTTP(ctx, h.apiBase+"/readyz", 60*time.Second); err != nil {
+		return fmt.Errorf("api not ready: %w\n%s", err, h.api.logTail(2000))
+	}
+	if h.transport == "rabbitmq" {
+		for i := range 2 {
+			h.relays = append(h.relays, &slot{name: fmt.Sprintf("relay%d", i+1), args: "relay"})
+		}
+	}
+	for i := range 2 {
+		h.workers = append(h.workers, &slot{name: fmt.Sprintf("worker%d", i+1), args: "worker"})
+	}
+	for _, s := range append(append([]*slot(nil), h.relays...), h.workers...) {
+		if s.metrics, err = freeAddr(); err != nil {
+			return err
+		}
+		if err := h.startSlot(ctx, s, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startSlot (re)starts a slot's process with extra environment and waits
+// for its /metrics listener, which answers once it runs.
+func (h *harness) startSlot(ctx context.Context, s *slot, extra map[string]string) error {
+	env := h.envWith(map[string]string{"HERALD_METRICS_ADDR": s.metrics})
+	for k, v := range extra {
+		env[k] = v
+	}
+	p, err := startProc(h.bin, h.dir, s.name, env, s.args)
+	if err != nil {
+		return err
+	}
+	s.p = p
+	if err := waitHTTP(ctx, "http://"+s.metrics+"/metrics", 60*time.Second); err != nil {
+		if !p.running() {
+			return fmt.Errorf("herald %s exited at start: %v\n%s", s.name, p.err, p.logTail(2000))
+		}
+		return fmt.Errorf("herald %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// unexpectedExits lists the processes that died without the harness
+// killing them.
+func (h *harness) unexpectedExits() []string {
+	var out []string
+	check := func(p *proc) {
+		if p != nil && !p.running() && !p.expected {
+			out = append(out, fmt.Sprintf("%s (%v), log tail:\n%s", p.name, p.err, p.logTail(1500)))
+		}
+	}
+	check(h.api)
+	for _, s := range append(append([]*slot(nil), h.relays...), h.workers...) {
+		check(s.p)
+	}
+	return out
+}
+
+// runTransport runs the whole scenario on one transport and prints its
+// report; it fails when an invariant does.
+func runTransport(ctx context.Context, o options, transport, bin string, rng *rand.Rand, stdout, stderr io.Writer) (err error) {
+	h := &harness{o: o, transport: transport, bin: bin, rng: rng, log: stderr}
+	defer h.teardown()
+	if err := h.setup(ctx); err != nil {
+		return err
+	}
+	if err := h.startStack(ctx); err != nil {
+		return err
+	}
+	res, err := h.scenario(ctx)
+	if err != nil {
+		return err
+	}
+	res.print(stdout)
+	if len(res.failures) > 0 {
+		return errors.Join(res.failures...)
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// load is the client side: N notifications, each with its own
+// Idempotency-Key, from concurrent clients that retry as a careful client
+// does.
+type load struct {
+	base    string
+	runID   string
+	n       int
+	clients int
+	// spread is how long the creates are spread over, so that the faults
+	// hit the load and not only the drain.
+	spread   time.Duration
+	deadline time.Time
+	client   *http.Client
+
+	mu       sync.Mutex
+	accepted map[int]string // index -> notification id
+	refused  map[int]string // index -> last answer, for the ones never accepted
+
+	attempts atomic.Int64
+	retried  atomic.Int64
+	done     atomic.Int64
+}
+
+func newLoad(base, runID string, n, clients int, spread time.Duration, deadline time.Time) *load {
+	return &load{
+		base: base, runID: runID, n: n, clients: clients, spread: spread, deadline: deadline,
+		client: &http.Client{
+			Timeout:   10 * time.Second,
+			Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxIdleConns: clients},
+		},
+		accepted: make(map[int]string, n),
+		refused:  map[int]string{},
+	}
+}
+
+// key is the Idempotency-Key of notification i.
+func (l *load) key(i int) string { return fmt.Sprintf("chaos-%s-%d", l.runID, i) }
+
+// acceptedCount returns the number of notifications accepted so far.
+func (l *load) acceptedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.accepted)
+}
+
+// run creates the notifications and returns when each was accepted or
+// given up at the deadline.
+func (l *load) run(ctx context.Context) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range l.clients {
+		wg.Go(func() {
+			for i := range next {
+				l.create(ctx, i)
+				l.done.Add(1)
+			}
+		})
+	}
+	start := time.Now()
+	for i := range l.n {
+		// Pace the releases evenly over the spread; a slow server only
+		// makes the load run longer.
+		if wait := time.Until(start.Add(l.spread * time.Duration(i) / time.Duration(l.n))); wait > 0 {
+			if sleep(ctx, wait) != nil {
+				break
+			}
+		}
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(next)
+	wg.Wait()
+	l.client.CloseIdleConnections()
+}
+
+// create posts notification i until a 2xx, retrying with the same key on
+// network errors, timeouts, 429 and 5xx, with a capped backoff, until the
+// deadline; any other answer is final.
+func (l *load) create(ctx context.Context, i int) {
+	body := fmt.Sprintf(`{"user_id":"chaos-u%d","channel":"email","to":"user%d@example.com","subject":"chaos %s #%d","body":"notification %d of the chaos run %s"}`,
+		i%97, i, l.runID, i, i, l.runID)
+	backoff := 50 * time.Millisecond
+	last := ""
+	for attempt := 0; attempt < 10000; attempt++ {
+		if ctx.Err() != nil || time.Now().After(l.deadline) {
+			break
+		}
+		l.attempts.Add(1)
+		if attempt > 0 {
+			l.retried.Add(1)
+		}
+		status, id, retryAfter, err := l.post(ctx, body, l.key(i))
+		switch {
+		case err != nil:
+			last = err.Error()
+		case status >= 200 && status < 300:
+			l.mu.Lock()
+			l.accepted[i] = id
+			l.mu.Unlock()
+			return
+		case status == http.StatusTooManyRequests || status >= 500:
+			last = strconv.Itoa(status)
+		default:
+			last = fmt.Sprintf("%d (final)", status)
+			l.mu.Lock()
+			l.refused[i] = last
+			l.mu.Unlock()
+			return
+		}
+		wait := backoff
+		if retryAfter > 0 {
+			wait = retryAfter
+		}
+		if sleep(ctx, wait) != nil {
+			break
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+	l.mu.Lock()
+	l.refused[i] = "gave up: " + last
+	l.mu.Unlock()
+}
+
+func (l *load) post(ctx context.Context, body, key string) (status int, id string, retryAfter time.Duration, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.base+"/notifications", strings.NewReader(body))
+	if err != nil {
+		return 0, "", 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return 0, "", 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		// The answer was cut: its outcome is unknown, so ask again.
+		return 0, "", 0, fmt.Errorf("read answer: %w", err)
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		retryAfter = time.Duration(min(s, 5)) * time.Second
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		var n struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(b, &n); err != nil || n.ID == "" {
+			return 0, "", 0, fmt.Errorf("2xx without an id: %q", b)
+		}
+		return resp.StatusCode, n.ID, 0, nil
+	}
+	return resp.StatusCode, "", retryAfter, nil
+}

@@ -1,0 +1,524 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// result is what one transport's run found.
+type result struct {
+	transport  string
+	faults     []faultRecord
+	accepted   int
+	refused    int
+	delivered  int
+	lost       int
+	duplicates int
+	window     int
+	dead       int
+	poison     int
+	drain      time.Duration
+	loadTime   time.Duration
+	attempts   int64
+	samples    []sample
+	failures   []error
+	checks     []check
+}
+
+// check is one invariant and whether it held.
+type check struct {
+	name string
+	ok   bool
+	note string
+}
+
+func (r *result) expect(name string, ok bool, format string, args ...any) {
+	note := fmt.Sprintf(format, args...)
+	r.checks = append(r.checks, check{name, ok, note})
+	if !ok {
+		r.failures = append(r.failures, fmt.Errorf("%s: %s", name, note))
+	}
+}
+
+// sample is one reading of the resources that must not grow.
+type sample struct {
+	label      string
+	goroutines float64
+	rss        float64
+	dbConns    int
+}
+
+// scenario runs the load with the faults, waits for the drain and checks
+// the invariants.
+func (h *harness) scenario(ctx context.Context) (*result, error) {
+	steps := h.schedule()
+	// The creates are spread over the schedule so that every fault meets
+	// live traffic.
+	spread := time.Duration(len(steps)+1) * h.o.step
+	h.start = time.Now()
+	l := newLoad(h.apiBase, h.runID, h.o.n, h.o.clients, spread, h.start.Add(h.o.loadTimeout))
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		l.run(ctx)
+	}()
+	h.logf("load started: %d notifications from %d clients over ~%s; %d faults, one every ~%s", h.o.n, h.o.clients, spread, len(steps), h.o.step)
+
+	res := &result{transport: h.transport}
+	// The first sample is taken under load, with every pool warm.
+	if err := sleep(ctx, h.o.step); err != nil {
+		return nil, err
+	}
+	res.samples = append(res.samples, h.sample(ctx, "under load"))
+	for i, s := range steps {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		began := time.Now()
+		rec := faultRecord{at: h.offset(), name: s.name}
+		h.logf("fault %d/%d %s ...", i+1, len(steps), s.name)
+		rec.detail, rec.window, rec.err = s.do(ctx)
+		rec.took = time.Since(began)
+		rec.accepted = l.acceptedCount()
+		rec.emails = h.sink.Count()
+		rec.duplicates = rec.emails - len(h.sink.CountByMessageID())
+		if rec.err != nil {
+			h.logf("fault %s FAILED: %v", s.name, rec.err)
+		} else {
+			h.logf("fault %s: %s", s.name, rec.detail)
+		}
+		h.faults = append(h.faults, rec)
+		if i < len(steps)-1 {
+			if err := sleep(ctx, h.o.step); err != nil {
+				return nil, err
+			}
+		}
+	}
+	select {
+	case <-loadDone:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	// Every fault is over: the network passes, the sink accepts.
+	h.pgProxy.Pass()
+	if h.mqProxy != nil {
+		h.mqProxy.Pass()
+	}
+	h.sink.Fail(0, "")
+	res.loadTime = h.offset()
+	h.logf("load done: %d accepted, %d refused, %d requests; faults over, waiting for the drain", len(l.accepted), len(l.refused), l.attempts.Load())
+	res.samples = append(res.samples, h.sample(ctx, "load done"))
+
+	drainStart := time.Now()
+	drained, why := h.waitDrain(ctx, l)
+	res.drain = time.Since(drainStart)
+	if drained {
+		h.logf("drained in %.1fs", res.drain.Seconds())
+	} else {
+		h.logf("NOT drained after %.1fs: %s", res.drain.Seconds(), why)
+	}
+	res.expect("drained", drained, "within %s: %s", h.o.drainTimeout, why)
+	res.samples = append(res.samples, h.settledSample(ctx, res.samples[0]))
+	if err := h.verify(ctx, l, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// sample reads the api's goroutines and resident memory, and the number of
+// herald connections to the scratch database.
+func (h *harness) sample(ctx context.Context, label string) sample {
+	s := sample{label: label, goroutines: -1, rss: -1, dbConns: -1}
+	m, err := scrapeMetrics(ctx, h.apiBase+"/metrics")
+	if err == nil {
+		s.goroutines, s.rss = m["go_goroutines"], m["process_resident_memory_bytes"]
+	}
+	_ = h.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name IS DISTINCT FROM $2`,
+		h.dbName, appName).Scan(&s.dbConns)
+	return s
+}
+
+// settledSample takes the last sample once the system had a moment to go
+// idle: it polls for up to 10s until the goroutines are back near the
+// first sample, and keeps the last reading otherwise.
+func (h *harness) settledSample(ctx context.Context, first sample) sample {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := h.sample(ctx, "drained")
+		if s.goroutines >= 0 && s.goroutines <= first.goroutines+10 || time.Now().After(deadline) {
+			return s
+		}
+		if sleep(ctx, 250*time.Millisecond) != nil {
+			return s
+		}
+	}
+}
+
+func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			out[name] = f
+		}
+	}
+	return out, nil
+}
+
+// waitDrain polls until nothing is left to do: no unprocessed outbox row,
+// no accepted notification pending, every poison message dead-lettered, the
+// broker's queues empty, and the sink quiet, three polls in a row.
+func (h *harness) waitDrain(ctx context.Context, l *load) (bool, string) {
+	ids := acceptedIDs(l)
+	deadline := time.Now().Add(h.o.drainTimeout)
+	quiet, lastEmails := 0, -1
+	why := ""
+	for {
+		ok, w := h.drainedOnce(ctx, ids)
+		why = w
+		emails := h.sink.Count()
+		if ok && emails == lastEmails {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		lastEmails = emails
+		if quiet >= 3 {
+			return true, "nothing left"
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false, why
+		}
+		_ = sleep(ctx, 500*time.Millisecond)
+	}
+}
+
+func (h *harness) drainedOnce(ctx context.Context, ids []int64) (bool, string) {
+	var unprocessed, pending int
+	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`).Scan(&unprocessed); err != nil {
+		return false, "count unprocessed: " + err.Error()
+	}
+	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE status = 'pending' AND id = ANY($1)`, ids).Scan(&pending); err != nil {
+		return false, "count pending: " + err.Error()
+	}
+	if unprocessed > 0 || pending > 0 {
+		return false, fmt.Sprintf("%d unprocessed outbox rows, %d accepted notifications pending", unprocessed, pending)
+	}
+	if h.transport != "rabbitmq" {
+		return true, ""
+	}
+	ch, closeCh, err := h.amqpChannel(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer closeCh()
+	for _, q := range []string{"notifications.send", "notifications.retry"} {
+		qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			return false, fmt.Sprintf("inspect %s: %v", q, err)
+		}
+		if qi.Messages > 0 {
+			return false, fmt.Sprintf("%d messages ready in %s", qi.Messages, q)
+		}
+	}
+	dead, _, err := h.deadLetters(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	if n := countIn(dead, h.poisonIDs); n < len(h.poisonIDs) {
+		return false, fmt.Sprintf("%d of %d poison messages dead-lettered", n, len(h.poisonIDs))
+	}
+	return true, ""
+}
+
+// deadLetters returns the distinct message ids in the dead-letter queue
+// (rabbitmq: read and handed back; table: outbox rows finished with a
+// reason) and the total number of dead letters.
+func (h *harness) deadLetters(ctx context.Context) (map[int64]bool, int, error) {
+	ids := map[int64]bool{}
+	if h.transport == "table" {
+		rows, err := h.db.Query(ctx, `SELECT id FROM outbox WHERE processed_at IS NOT NULL AND last_error IS NOT NULL`)
+		if err != nil {
+			return nil, 0, fmt.Errorf("list dead outbox rows: %w", err)
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return nil, 0, err
+			}
+			ids[id] = true
+			n++
+		}
+		return ids, n, rows.Err()
+	}
+	ch, closeCh, err := h.amqpChannel(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	// Closing the channel hands every message read back to the queue.
+	defer closeCh()
+	n := 0
+	for range 100000 {
+		d, ok, err := ch.Get("notifications.send.dlq", false)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read the dead letters: %w", err)
+		}
+		if !ok {
+			break
+		}
+		n++
+		if id, err := strconv.ParseInt(d.MessageId, 10, 64); err == nil {
+			ids[id] = true
+		} else {
+			ids[-1] = true
+		}
+	}
+	return ids, n, nil
+}
+
+func countIn(set map[int64]bool, ids []int64) int {
+	n := 0
+	for _, id := range ids {
+		if set[id] {
+			n++
+		}
+	}
+	return n
+}
+
+func acceptedIDs(l *load) []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]int64, 0, len(l.accepted))
+	for _, s := range l.accepted {
+		if id, err := strconv.ParseInt(s, 10, 64); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func jsonValid(s string) bool { return json.Valid([]byte(s)) }
+
+// verify checks the invariants from the database, the sink and the broker.
+func (h *harness) verify(ctx context.Context, l *load, r *result) error {
+	r.faults = h.faults
+	r.accepted = len(l.accepted)
+	r.refused = len(l.refused)
+	r.attempts = l.attempts.Load()
+	r.poison = len(h.poisonIDs)
+
+	var sample []string
+	for i, why := range l.refused {
+		if len(sample) < 5 {
+			sample = append(sample, fmt.Sprintf("#%d: %s", i, why))
+		}
+	}
+	r.expect("every create accepted", r.refused == 0, "%d of %d never got a 2xx %v", r.refused, h.o.n, sample)
+
+	var faultErrs []string
+	window := 0
+	for _, f := range h.faults {
+		window += f.window
+		if f.err != nil {
+			faultErrs = append(faultErrs, f.name+": "+f.err.Error())
+		}
+	}
+	r.window = window
+	r.expect("every fault injected", len(faultErrs) == 0, "%d faults, %d failed %v", len(h.faults), len(faultErrs), faultErrs)
+
+	// One row per idempotency key, the one the 2xx named, and no other row.
+	type row struct {
+		id     int64
+		status string
+	}
+	byKey := map[string]row{}
+	keyless := 0
+	rows, err := h.db.Query(ctx, `SELECT id, idempotency_key, status FROM notifications`)
+	if err != nil {
+		return fmt.Errorf("read notifications: %w", err)
+	}
+	for rows.Next() {
+		var rw row
+		var key *string
+		if err := rows.Scan(&rw.id, &key, &rw.status); err != nil {
+			rows.Close()
+			return fmt.Errorf("read notifications: %w", err)
+		}
+		if key == nil {
+			keyless++
+			continue
+		}
+		byKey[*key] = rw
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read notifications: %w", err)
+	}
+	mismatched, missing, strangers := 0, 0, 0
+	emails := h.sink.CountByMessageID()
+	domain := smtpFrom[strings.IndexByte(smtpFrom, '@')+1:]
+	known := map[string]bool{}
+	for i, id := range l.accepted {
+		rw, ok := byKey[l.key(i)]
+		switch {
+		case !ok:
+			missing++
+			continue
+		case strconv.FormatInt(rw.id, 10) != id:
+			mismatched++
+		}
+		mid := "<" + id + "@" + domain + ">"
+		known[mid] = true
+		c := emails[mid]
+		if rw.status == "sent" && c > 0 {
+			r.delivered++
+		}
+		if c > 1 {
+			r.duplicates += c - 1
+		}
+	}
+	for k := range byKey {
+		i, ok := keyIndex(k, h.runID)
+		if !ok {
+			strangers++
+			continue
+		}
+		if _, acc := l.accepted[i]; !acc {
+			if _, ref := l.refused[i]; !ref {
+				strangers++
+			}
+		}
+	}
+	r.lost = r.accepted - r.delivered
+	r.expect("one row per accepted create", missing == 0 && mismatched == 0 && keyless == 0 && strangers == 0,
+		"%d accepted without a row, %d answered with another id, %d rows without a key, %d rows nobody asked for", missing, mismatched, keyless, strangers)
+	r.expect("nothing lost", r.lost == 0, "%d accepted notifications not sent with an email", r.lost)
+
+	phantom := 0
+	for mid := range emails {
+		if !known[mid] {
+			phantom++
+		}
+	}
+	r.expect("no email without a notification", phantom == 0, "%d Message-IDs match no accepted notification", phantom)
+
+	var unprocessed int
+	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`).Scan(&unprocessed); err != nil {
+		return fmt.Errorf("count unprocessed: %w", err)
+	}
+	r.expect("outbox drained", unprocessed == 0, "%d unprocessed outbox rows", unprocessed)
+	r.expect("duplicates explained", r.duplicates <= window,
+		"%d repeated emails; the logged kills could explain at most %d", r.duplicates, window)
+
+	var failed int
+	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE status = 'failed'`).Scan(&failed); err != nil {
+		return fmt.Errorf("count failed: %w", err)
+	}
+	deadIDs, deadTotal, err := h.deadLetters(ctx)
+	if err != nil {
+		return err
+	}
+	poisonDead := countIn(deadIDs, h.poisonIDs)
+	r.dead = failed + poisonDead
+	others := len(deadIDs) - poisonDead
+	r.expect("dead letters are the poison", r.dead == r.poison && failed == 0 && others == 0,
+		"%d failed notifications + %d dead-lettered poison (injected %d); %d other dead letters; %d dead letters in all",
+		failed, poisonDead, r.poison, others, deadTotal)
+
+	exits := h.unexpectedExits()
+	r.expect("no process died on its own", len(exits) == 0, "%s", strings.Join(exits, "\n"))
+
+	r.expect("no resource growth", !grows(r.samples), "%s", formatSamples(r.samples))
+	return nil
+}
+
+// keyIndex parses chaos-RUN-I back to I.
+func keyIndex(key, runID string) (int, bool) {
+	rest, ok := strings.CutPrefix(key, "chaos-"+runID+"-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest)
+	return i, err == nil
+}
+
+// grows reports clear monotonic growth across the samples: each reading
+// above the one before, and the last far above the first (generous margins:
+// pools warm up and buffers grow under load without leaking).
+func grows(s []sample) bool {
+	if len(s) < 3 {
+		return false
+	}
+	a, b, c := s[0], s[1], s[2]
+	switch {
+	case a.goroutines < b.goroutines && b.goroutines < c.goroutines && c.goroutines > 2*a.goroutines+50:
+		return true
+	case a.rss < b.rss && b.rss < c.rss && c.rss > 2*a.rss+64<<20:
+		return true
+	case a.dbConns < b.dbConns && b.dbConns < c.dbConns && c.dbConns > a.dbConns+20:
+		return true
+	}
+	return false
+}
+
+func formatSamples(s []sample) string {
+	var parts []string
+	for _, x := range s {
+		parts = append(parts, fmt.Sprintf("%s: goroutines=%.0f rss=%.1fMiB db_conns=%d", x.label, x.goroutines, x.rss/(1<<20), x.dbConns))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// print writes the report; its last line is the summary line.
+func (r *result) print(w io.Writer) {
+	fmt.Fprintf(w, "\n== herald chaos report: transport %s ==\n", r.transport)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "at\ttook\tfault\tresult\taccepted\temails\trepeats\twindow")
+	for _, f := range r.faults {
+		res := f.detail
+		if f.err != nil {
+			res = "FAILED: " + strings.SplitN(f.err.Error(), "\n", 2)[0]
+		}
+		fmt.Fprintf(tw, "%6.1fs\t%5.1fs\t%s\t%s\t%d\t%d\t%d\t%d\n", f.at.Seconds(), f.took.Seconds(), f.name, res, f.accepted, f.emails, f.duplicates, f.window)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nload: %d accepted, %d refused, %d requests, %.1fs; drain %.1fs\n", r.accepted, r.refused, r.attempts, r.loadTime.Seconds(), r.drain.Seconds())
+	fmt.Fprintf(w, "resources: %s\n\n", formatSamples(r.samples))
+	for _, c := range r.checks {
+		mark := "ok  "
+		if !c.ok {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "%s %s: %s\n", mark, c.name, c.note)
+	}
+	fmt.Fprintf(w, "chaos: transport=%s accepted=%d delivered=%d lost=%d duplicates=%d explained=%d dead=%d faults=%d drain_s=%.1f\n",
+		r.transport, r.accepted, r.delivered, r.lost, r.duplicates, min(r.duplicates, r.window), r.dead, len(r.faults), r.drain.Seconds())
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// benchFields are the fields `herald bench --json` promises.
+var benchFields = []string{
+	"store", "transport", "n", "concurrency",
+	"api_per_s", "api_p50_ms", "api_p99_ms",
+	"e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
+	"relay_per_s", "delivered_per_s", "drain_s",
+	"raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish",
+}
+
+// runBench runs herald bench in-process with env as its whole environment
+// and returns the decoded JSON report.
+func runBench(t *testing.T, env map[string]string, args ...string) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := cmdBench(ctx, args, env2(env, &stdout, &stderr))
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+	var report map[string]any
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &report), "stdout: %s", stdout.String())
+	require.Equal(t, 1, bytes.Count(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))+1, "one JSON line: %s", stdout.String())
+	for _, f := range benchFields {
+		require.Contains(t, report, f)
+	}
+	return report
+}
+
+func env2(vars map[string]string, stdout, stderr *bytes.Buffer) env {
+	return env{getenv: func(k string) string { return vars[k] }, stdout: stdout, stderr: stderr}
+}
+
+// positive requires the named numeric fields to be above zero.
+func positive(t *testing.T, report map[string]any, fields ...string) {
+	t.Helper()
+	for _, f := range fields {
+		v, ok := report[f].(float64)
+		require.True(t, ok, "%s is a number: %v", f, report[f])
+		require.Greater(t, v, 0.0, "%s", f)
+	}
+}
+
+func TestBenchSmoke(t *testing.T) {
+	t.Parallel()
+	t.Run("postgres+rabbitmq", func(t *testing.T) {
+		t.Parallel()
+		admin := testenv.Require(t, testenv.PostgresVar)
+		amqpURL := testenv.Require(t, testenv.AMQPVar)
+		report := runBench(t, map[string]string{
+			"HERALD_DATABASE_URL": admin,
+			"HERALD_BROKER_URL":   amqpURL,
+		}, "--n", "200", "--concurrency", "4", "--json")
+		require.Equal(t, "postgres", report["store"])
+		require.Equal(t, "rabbitmq", report["transport"])
+		require.EqualValues(t, 200, report["accepted"])
+		require.EqualValues(t, 200, report["delivered"])
+		positive(t, report, "api_per_s", "api_p50_ms", "api_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
+			"relay_per_s", "delivered_per_s", "raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish")
+		requireNoScratchDatabase(t, admin)
+	})
+	t.Run("sqlite+table", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		userDB := filepath.Join(dir, "user.db")
+		report := runBench(t, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + userDB}, "--n", "200", "--json")
+		require.Equal(t, "sqlite", report["store"])
+		require.Equal(t, "table", report["transport"])
+		require.EqualValues(t, 200, report["accepted"])
+		require.EqualValues(t, 200, report["delivered"])
+		positive(t, report, "api_per_s", "api_p99_ms", "e2e_p99_ms", "delivered_per_s", "raw_tx_per_s", "api_vs_raw_tx")
+		require.Zero(t, report["raw_publish_per_s"])
+		require.Zero(t, report["relay_per_s"])
+		require.NotEmpty(t, report["notes"], "a note says why the publish numbers are 0")
+		// The bench works in a scratch file: the configured database is
+		// never created, let alone written.
+		_, err := os.Stat(userDB)
+		require.ErrorIs(t, err, os.ErrNotExist)
+	})
+}
+
+// requireNoScratchDatabase checks that no herald_bench_ database is left on
+// the server.
+func requireNoScratchDatabase(t *testing.T, admin string) {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, admin)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'herald\_bench\_%'`).Scan(&n))
+	require.Zero(t, n, "scratch databases left behind")
+}
+
+func TestBenchRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--n", "0"}, {"--concurrency", "0"}, {"--rate", "-1"}} {
+		var stdout, stderr bytes.Buffer
+		err := cmdBench(t.Context(), args, env2(map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, &stdout, &stderr))
+		require.Error(t, err, "%v", args)
+		require.Empty(t, stdout.String())
+	}
+}
