@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -29,6 +30,9 @@ type faultRecord struct {
 type step struct {
 	name string
 	do   func(ctx context.Context) (detail string, window int, err error)
+	// est is roughly how long do takes, to spread the load over the
+	// whole schedule.
+	est time.Duration
 }
 
 // faultPause is how long a timed fault (latency, blackhole, SMTP refusal,
@@ -39,8 +43,14 @@ const faultPause = 3 * time.Second
 // fault the harness knows appears once; the kills appear once per role
 // instance.
 func (h *harness) schedule() []step {
+	timed := func(st step) step {
+		if !strings.HasSuffix(st.name, "-reset") {
+			st.est = faultPause
+		}
+		return st
+	}
 	pg := func(name string) step {
-		return step{name, func(ctx context.Context) (string, int, error) {
+		return timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
 			switch name {
 			case "pg-latency":
 				d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
@@ -58,10 +68,10 @@ func (h *harness) schedule() []step {
 				h.pgProxy.Pass()
 				return fmt.Sprintf("blackhole for %s", faultPause), 0, err
 			}
-		}}
+		}})
 	}
 	mq := func(name string) step {
-		return step{name, func(ctx context.Context) (string, int, error) {
+		return timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
 			switch name {
 			case "amqp-latency":
 				d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
@@ -77,23 +87,23 @@ func (h *harness) schedule() []step {
 				h.mqProxy.Pass()
 				return fmt.Sprintf("blackhole for %s", faultPause), 0, err
 			}
-		}}
+		}})
 	}
 	kill := func(s *slot) step {
-		return step{"kill-9 " + s.name, func(ctx context.Context) (string, int, error) {
+		return step{name: "kill-9 " + s.name, est: time.Second, do: func(ctx context.Context) (string, int, error) {
 			return h.killRestart(ctx, s)
 		}}
 	}
 	crash := func(s *slot, point string) step {
-		return step{"crash " + point + " " + s.name, func(ctx context.Context) (string, int, error) {
+		return step{name: "crash " + point + " " + s.name, est: 5 * time.Second, do: func(ctx context.Context) (string, int, error) {
 			return h.crashRestart(ctx, s, point)
 		}}
 	}
 	other := []step{
-		{"pg-terminate", h.terminateBackends},
-		{"smtp-4xx", h.smtpRefusal},
-		{"poison", h.poison},
-		{"duplicates", h.duplicates},
+		{name: "pg-terminate", do: h.terminateBackends},
+		{name: "smtp-4xx", do: h.smtpRefusal, est: faultPause},
+		{name: "poison", do: h.poison},
+		{name: "duplicates", do: h.duplicates},
 	}
 	if h.transport == "rabbitmq" {
 		return []step{
@@ -110,7 +120,7 @@ func (h *harness) schedule() []step {
 			pg("pg-reset"),
 			other[3], // duplicates
 			mq("amqp-blackhole"),
-			{"broker-restart", h.brokerRestart},
+			{name: "broker-restart", do: h.brokerRestart, est: faultPause + 6*time.Second},
 			pg("pg-blackhole"),
 			kill(h.relays[1]),
 			kill(h.workers[1]),
@@ -166,9 +176,9 @@ func (h *harness) crashRestart(ctx context.Context, s *slot, point string) (stri
 	p.expected = true
 	s.p = p
 	detail := fmt.Sprintf("crashed at %s pass %d", point, k)
-	if !p.waitExit(ctx, 60*time.Second) {
+	if !p.waitExit(ctx, 30*time.Second) {
 		p.kill()
-		detail = fmt.Sprintf("never reached %s pass %d within 60s; killed -9 instead", point, k)
+		detail = fmt.Sprintf("never reached %s pass %d within 30s; killed -9 instead", point, k)
 	} else if !p.logContains("debug crash") {
 		return "", prefetch, fmt.Errorf("%s exited without reaching its crash point (%v):\n%s", s.name, p.err, p.logTail(1500))
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func TestDeliveredEndToEnd(t *testing.T) {
 	require.Len(t, msgs, 1)
 	require.Equal(t, "<"+r.ID+"@example.com>", msgs[0].MessageID)
 	require.Equal(t, []string{"b@example.com"}, msgs[0].To)
-	require.Equal(t, "Line one\r\n.\r\nLine three", msgs[0].Body)
+	require.Equal(t, strings.ReplaceAll(testBody, "\n", "\r\n"), msgs[0].Body, "the body arrives intact")
 	require.Zero(t, s.count("SELECT count(*) FROM outbox WHERE processed_at IS NULL"))
 	require.Equal(t, 1, s.count("SELECT count(*) FROM processed_messages"))
 }

@@ -166,6 +166,10 @@ type client struct {
 	token string
 }
 
+// testBody holds what SMTP bodies get wrong: a line with a single dot, a
+// line starting "From ", and a line far over the 998-character limit.
+var testBody = "Line one\n.\nFrom here on\n" + strings.Repeat("long ", 400) + "\nLast line"
+
 type created struct {
 	Status int
 	ID     string
@@ -174,7 +178,7 @@ type created struct {
 
 func (c client) create(t *testing.T, to string, headers map[string]string) created {
 	t.Helper()
-	body := fmt.Sprintf(`{"user_id":"u1","channel":"email","to":%q,"subject":"Hello","body":"Line one\n.\nLine three"}`, to)
+	body := fmt.Sprintf(`{"user_id":"u1","channel":"email","to":%q,"subject":"Hello","body":%q}`, to, testBody)
 	req, err := http.NewRequest(http.MethodPost, c.base+"/notifications", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")

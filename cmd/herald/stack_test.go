@@ -133,3 +133,19 @@ func publish(t *testing.T, ch *amqp.Channel, id int64, body []byte) {
 	require.NoError(t, err)
 	require.True(t, ok, "broker nacked the publish")
 }
+
+// publishTyped is publish with another event type.
+func publishTyped(t *testing.T, ch *amqp.Channel, id int64, typ string, body []byte) {
+	t.Helper()
+	require.NoError(t, ch.Confirm(false))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "notifications", "notification.requested", true, false, amqp.Publishing{
+		ContentType: "application/json", DeliveryMode: amqp.Persistent, Type: typ,
+		MessageId: strconv.FormatInt(id, 10), Body: body,
+	})
+	require.NoError(t, err)
+	ok, err := dc.WaitContext(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
