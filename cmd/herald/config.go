@@ -85,11 +85,10 @@ func parseConfig(name, summary string, args []string, getenv func(string) string
 		if !contains(uses, s.flag) {
 			continue
 		}
-		def := s.def
-		if v, ok := lookup(getenv, s.env); ok {
-			def = v
-		}
-		values[s.flag] = fs.String(s.flag, def, s.usage+" ("+s.env+")")
+		// The flag's default is the contract's, not the environment's:
+		// --help must never print a token or a password taken from the
+		// environment.
+		values[s.flag] = fs.String(s.flag, s.def, s.usage+" ("+s.env+")")
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: herald %s [flags]\n\n%s\n\nFlags (each overrides its environment variable):\n", name, summary)
@@ -98,8 +97,12 @@ func parseConfig(name, summary string, args []string, getenv func(string) string
 	if err := fs.Parse(args); err != nil {
 		return Config{}, nil, err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// get resolves a setting: the flag when given, else the environment,
+	// else the default.
 	get := func(flag string) string {
-		if p := values[flag]; p != nil {
+		if p := values[flag]; p != nil && set[flag] {
 			return strings.TrimSpace(*p)
 		}
 		for _, s := range settings {
@@ -159,7 +162,7 @@ func parseConfig(name, summary string, args []string, getenv func(string) string
 		errs = append(errs, fmt.Errorf("--debug-faults (HERALD_DEBUG_FAULTS): want 1 or 0, got %q", v))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return Config{}, nil, fmt.Errorf("herald %s: %w", name, err)
+		return Config{}, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return c, fs.Args(), nil
 }
