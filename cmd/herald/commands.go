@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -55,7 +56,7 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	a.logStartup()
+	a.logStartup(e.stderr)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveHTTP(gctx, cfg.HTTPAddr, handler, a.log) })
 	g.Go(func() error { return w.Run(gctx) })
@@ -74,10 +75,11 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	return err
 }
 
-// logStartup says, once, what serve uses and which variables change it.
-func (a *app) logStartup() {
+// logStartup prints, once, a short block saying what serve uses and which
+// variables switch it to the production parts.
+func (a *app) logStartup(w io.Writer) {
 	c := a.cfg
-	store, transport, mail := "PostgreSQL", "RabbitMQ (relay + worker)", "SMTP "+redact(c.SMTPURL)
+	store, transport, mail := "PostgreSQL "+redact(c.DatabaseURL), "RabbitMQ "+redact(c.BrokerURL)+" (relay + worker)", "SMTP "+redact(c.SMTPURL)
 	if strings.HasPrefix(c.DatabaseURL, "sqlite:") {
 		store = "SQLite file " + strings.TrimPrefix(c.DatabaseURL, "sqlite:")
 	}
@@ -87,12 +89,12 @@ func (a *app) logStartup() {
 	if c.SMTPURL == "" {
 		mail = "mbox file " + mboxPath
 	}
-	a.log.Info("herald serve",
-		"api", "http://"+c.HTTPAddr,
-		"store", store,
-		"transport", transport,
-		"mail", mail,
-		"switch", "HERALD_DATABASE_URL=postgres://... HERALD_BROKER_URL=amqp://... HERALD_SMTP_URL=smtp://host:port")
+	fmt.Fprintf(w, `herald serve
+  api        http://%s
+  store      %-34s HERALD_DATABASE_URL=postgres://... for PostgreSQL
+  transport  %-34s HERALD_BROKER_URL=amqp://... for RabbitMQ
+  mail       %-34s HERALD_SMTP_URL=smtp://host:port for a real SMTP server
+`, c.HTTPAddr, store, transport, mail)
 }
 
 func cmdAPI(ctx context.Context, args []string, e env) error {
