@@ -1,0 +1,51 @@
+//go:build outage
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// TestChaosShort runs the harness on both transports with 300 notifications
+// and one of each fault. It restarts the shared broker, so it is built only
+// with the outage tag and runs in the serialized outage phase.
+func TestChaosShort(t *testing.T) {
+	pg := testenv.Require(t, testenv.PostgresVar)
+	mq := testenv.Require(t, testenv.AMQPVar)
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Fatalf("the chaos harness needs rabbitmqctl on PATH: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"--n", "300", "--clients", "8", "--step", "1s", "--drain-timeout", "2m",
+		"--postgres", pg, "--amqp", mq}, &stdout, &stderr)
+	if err != nil {
+		t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+	require.NoError(t, err)
+
+	// One summary line per transport, the table's last, every one clean.
+	var summaries []string
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		if strings.HasPrefix(line, "chaos: ") {
+			summaries = append(summaries, line)
+		}
+	}
+	require.Len(t, summaries, 2, stdout.String())
+	require.True(t, strings.HasPrefix(summaries[0], "chaos: transport=rabbitmq accepted=300 delivered=300 lost=0 "), summaries[0])
+	require.True(t, strings.HasPrefix(summaries[1], "chaos: transport=table accepted=300 delivered=300 lost=0 "), summaries[1])
+	require.Contains(t, summaries[0], " dead=4 faults=17 ")
+	require.Contains(t, summaries[1], " dead=4 faults=11 ")
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	require.Equal(t, summaries[1], lines[len(lines)-1], "the summary is the last line")
+}
