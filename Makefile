@@ -27,8 +27,9 @@ services: ## start (or install and start) PostgreSQL and RabbitMQ
 test-go: ## unit and integration tests (services required)
 	$(GO) test -count=1 -timeout 8m $(PKGS)
 
-test-outage: ## tests that stop the broker: run alone, never beside the others
+test-outage: ## tests that stop the broker (the outage test, the short chaos run): alone, never beside the others
 	$(GO) test -count=1 -timeout 5m -p 1 -tags outage -run Outage ./cmd/herald/
+	$(GO) test -count=1 -timeout 10m -p 1 -tags outage ./cmd/herald-chaos/
 
 fuzz-short: ## a short fuzz run of the event decoder and the request validator
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./internal/notify/
@@ -47,6 +48,9 @@ lint: ## gofmt and go vet
 
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON
 	@scripts/check-deploy.sh
+
+chaos: services ## reliability harness on both transports under faults (HERALD_CHAOS_N, default 5000)
+	$(GO) run ./cmd/herald-chaos
 
 bench: services ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -83,6 +84,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return err
 	}
 	cleanups = append(cleanups, sc.cleanup...)
+	fmt.Fprintf(e.stderr, "herald bench: working in %s (removed at the end)\n", sc.describe())
 
 	ceilings, notes, err := measureCeilings(ctx, sc, o)
 	if err != nil {
@@ -128,8 +130,21 @@ type scratch struct {
 	store, transport string
 	dbURL            string // HERALD_DATABASE_URL form of the scratch database
 	sqlitePath       string // the scratch file (SQLite only)
+	pgDatabase       string // the scratch database (PostgreSQL only)
 	rabbit           rabbitmq.Config
 	cleanup          []func() error
+}
+
+// describe names the scratch objects for the user.
+func (sc *scratch) describe() string {
+	where := "scratch file " + sc.sqlitePath
+	if sc.store == "postgres" {
+		where = "scratch database " + sc.pgDatabase
+	}
+	if sc.transport == "rabbitmq" {
+		where += " and scratch broker names " + sc.rabbit.Prefix + "*"
+	}
+	return where
 }
 
 // newScratch makes the scratch database (or file) and picks the scratch
@@ -152,6 +167,9 @@ func newScratch(ctx context.Context, cfg Config) (sc *scratch, err error) {
 		}
 		sc.dbURL = dbURL
 		sc.cleanup = append(sc.cleanup, drop)
+		if pu, err := url.Parse(dbURL); err == nil {
+			sc.pgDatabase = strings.TrimPrefix(pu.Path, "/")
+		}
 	case strings.HasPrefix(u, "sqlite:"):
 		sc.store = "sqlite"
 		dir, err := os.MkdirTemp("", "herald-bench-")

@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
 // benchFields are the fields `herald bench --json` promises.
@@ -25,8 +28,8 @@ var benchFields = []string{
 }
 
 // runBench runs herald bench in-process with env as its whole environment
-// and returns the decoded JSON report.
-func runBench(t *testing.T, env map[string]string, args ...string) map[string]any {
+// and returns the decoded JSON report and what it wrote on stderr.
+func runBench(t *testing.T, env map[string]string, args ...string) (map[string]any, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -39,7 +42,7 @@ func runBench(t *testing.T, env map[string]string, args ...string) map[string]an
 	for _, f := range benchFields {
 		require.Contains(t, report, f)
 	}
-	return report
+	return report, stderr.String()
 }
 
 func env2(vars map[string]string, stdout, stderr *bytes.Buffer) env {
@@ -62,7 +65,7 @@ func TestBenchSmoke(t *testing.T) {
 		t.Parallel()
 		admin := testenv.Require(t, testenv.PostgresVar)
 		amqpURL := testenv.Require(t, testenv.AMQPVar)
-		report := runBench(t, map[string]string{
+		report, stderr := runBench(t, map[string]string{
 			"HERALD_DATABASE_URL": admin,
 			"HERALD_BROKER_URL":   amqpURL,
 		}, "--n", "200", "--concurrency", "4", "--json")
@@ -72,13 +75,16 @@ func TestBenchSmoke(t *testing.T) {
 		require.EqualValues(t, 200, report["delivered"])
 		positive(t, report, "api_per_s", "api_p50_ms", "api_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
 			"relay_per_s", "delivered_per_s", "raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish")
-		requireNoScratchDatabase(t, admin)
+		m := regexp.MustCompile(`scratch database (herald_bench_[0-9a-f]+) and scratch broker names (bench-[0-9a-f]+\.)\*`).FindStringSubmatch(stderr)
+		require.NotNil(t, m, "stderr names the scratch objects: %s", stderr)
+		requireDatabaseGone(t, admin, m[1])
+		requireQueuesGone(t, amqpURL, m[2])
 	})
 	t.Run("sqlite+table", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		userDB := filepath.Join(dir, "user.db")
-		report := runBench(t, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + userDB}, "--n", "200", "--json")
+		report, _ := runBench(t, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + userDB}, "--n", "200", "--json")
 		require.Equal(t, "sqlite", report["store"])
 		require.Equal(t, "table", report["transport"])
 		require.EqualValues(t, 200, report["accepted"])
@@ -94,17 +100,34 @@ func TestBenchSmoke(t *testing.T) {
 	})
 }
 
-// requireNoScratchDatabase checks that no herald_bench_ database is left on
-// the server.
-func requireNoScratchDatabase(t *testing.T, admin string) {
+// requireDatabaseGone checks that the bench dropped its scratch database.
+func requireDatabaseGone(t *testing.T, admin, name string) {
 	t.Helper()
 	ctx := t.Context()
 	conn, err := pgx.Connect(ctx, admin)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	var n int
-	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'herald\_bench\_%'`).Scan(&n))
-	require.Zero(t, n, "scratch databases left behind")
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname = $1`, name).Scan(&n))
+	require.Zero(t, n, "scratch database %s left behind", name)
+}
+
+// requireQueuesGone checks that the bench deleted its scratch queues: the
+// topology's and the raw publish ceiling's.
+func requireQueuesGone(t *testing.T, amqpURL, prefix string) {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL)
+	require.NoError(t, err)
+	defer conn.Close()
+	topo := rabbitmq.NewTopology(prefix, time.Second)
+	for _, q := range []string{topo.SendQueue, topo.RetryQueue, topo.DeadLetterQueue, prefix + "raw"} {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		var aerr *amqp.Error
+		require.ErrorAs(t, err, &aerr, "queue %s left behind", q)
+		require.Equal(t, amqp.NotFound, aerr.Code, "queue %s", q)
+	}
 }
 
 func TestBenchRejectsBadFlags(t *testing.T) {
