@@ -44,7 +44,7 @@ fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	$(GO) vet -tags outage ./cmd/herald/
+	$(GO) vet -tags outage ./cmd/...
 
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON
 	@scripts/check-deploy.sh
