@@ -52,6 +52,7 @@ func commands() []command {
 		{"migrate", "apply the database migrations (idempotent)", cmdMigrate},
 		{"outbox", "outbox stats | prune: the backlog, and retention on demand", cmdOutbox},
 		{"dlq", "dlq list | show | redrive: dead letters", cmdDLQ},
+		{"bench", "load and measure the configured stack against its raw limits", cmdBench},
 	}
 }
 

@@ -1,0 +1,405 @@
+// Package bench loads a running herald stack over its HTTP API and measures
+// it: how fast the API accepts creates, how long a notification takes from
+// its 201 to the SMTP server, how fast the relay and the workers keep up, and
+// how these compare with the raw ceilings of the database and the broker.
+//
+// The package knows no concrete store, transport or sender: herald bench
+// (cmd/herald) builds the stack, wraps its sender and publisher with a
+// Recorder, and hands Run the API's URL. The raw ceilings are measured by
+// the funcs it is given (see Ceiling and the raw package).
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config tunes a Run.
+type Config struct {
+	// URL is the base URL of herald's API, e.g. http://127.0.0.1:8080.
+	// Required.
+	URL string
+	// N is the number of creates to send. Default 20000.
+	N int
+	// Concurrency is the number of HTTP clients sending at once. Default 16.
+	Concurrency int
+	// Rate, when positive, sends creates at this fixed arrival rate (per
+	// second, open loop) instead of as fast as the clients can (closed
+	// loop): the latencies then describe a stack that is not saturated.
+	// API latency is measured from each create's scheduled start, so that a
+	// stack falling behind shows in it. Default 0 (closed loop).
+	Rate float64
+	// Stall bounds how long the drain may go without a single delivery
+	// before Run gives up. Default 60s.
+	Stall time.Duration
+	// Sink, when set, returns how many messages the SMTP server holds per
+	// Message-ID; Run checks at the end that every accepted notification is
+	// there. Default nil (no check).
+	Sink func() map[string]int
+	// Progress, when set, receives a one-line progress display redrawn in
+	// place; give it a terminal only. Default nil (no display).
+	Progress io.Writer
+	// Client sends the creates. Default: a client keeping Concurrency
+	// connections alive.
+	Client *http.Client
+}
+
+func (c Config) withDefaults() Config {
+	if c.N == 0 {
+		c.N = 20000
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.Stall == 0 {
+		c.Stall = 60 * time.Second
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{Transport: &http.Transport{
+			MaxIdleConns:        c.Concurrency,
+			MaxIdleConnsPerHost: c.Concurrency,
+			MaxConnsPerHost:     c.Concurrency,
+			DisableCompression:  true,
+		}}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.URL == "":
+		return errors.New("bench: API URL is required")
+	case c.N < 1:
+		return fmt.Errorf("bench: n must be at least 1, got %d", c.N)
+	case c.Concurrency < 1:
+		return fmt.Errorf("bench: concurrency must be at least 1, got %d", c.Concurrency)
+	case c.Rate < 0:
+		return fmt.Errorf("bench: rate must not be negative, got %g", c.Rate)
+	case c.Stall <= 0:
+		return fmt.Errorf("bench: stall timeout must be positive, got %s", c.Stall)
+	}
+	return nil
+}
+
+// Result is what one Run measured.
+type Result struct {
+	// Accepted is the number of creates answered 201.
+	Accepted int
+	// Rejected counts the other answers by HTTP status (0: no answer).
+	Rejected map[int]int
+	// Delivered is the number of accepted notifications whose email the
+	// SMTP server received; Repeats counts emails received more than once.
+	Delivered, Repeats int
+	// APIPerSec is accepted creates per second, from the first request to
+	// the last 201.
+	APIPerSec float64
+	// APIP50 and APIP99 are latencies of the accepted creates.
+	APIP50, APIP99 time.Duration
+	// E2EP50, E2EP99 and E2EMax run from the client's 201 to the moment the
+	// SMTP server received that notification's Message-ID.
+	E2EP50, E2EP99, E2EMax time.Duration
+	// Published is the number of events the broker confirmed (0 without a
+	// relay), and RelayPerSec their rate from the start of the relay's first
+	// batch to the confirm of its last.
+	Published   int64
+	RelayPerSec float64
+	// RelayBatches is the number of non-empty relay batches.
+	RelayBatches int64
+	// DeliveredPerSec is delivered emails per second, from the first
+	// request to the last email.
+	DeliveredPerSec float64
+	// Drain runs from the last 201 to the last email.
+	Drain time.Duration
+	// Elapsed runs from the first request to the last email.
+	Elapsed time.Duration
+}
+
+// sample is one accepted create as a client saw it.
+type sample struct {
+	id      string
+	latency time.Duration
+	at      time.Time // when the 201 arrived
+}
+
+// Run sends cfg.N creates to the API, waits until every accepted one has
+// been delivered through rec's sender, and returns the measurements. It
+// fails when no create was accepted, when the delivery stalls for
+// cfg.Stall, or when the sink misses an email.
+func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	var (
+		next     atomic.Int64 // index of the next create to send
+		accepted atomic.Int64
+		rejected atomic.Int64
+		mu       sync.Mutex
+		samples  = make([]sample, 0, cfg.N)
+		statuses = map[int]int{}
+		firstErr error
+	)
+	stopProgress := progress(cfg.Progress, cfg.N, &accepted, &rejected, rec)
+	defer stopProgress()
+
+	url := cfg.URL + "/notifications"
+	start := time.Now()
+	var interval time.Duration
+	if cfg.Rate > 0 {
+		interval = time.Duration(float64(time.Second) / cfg.Rate)
+	}
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			var mine []sample
+			defer func() {
+				mu.Lock()
+				samples = append(samples, mine...)
+				mu.Unlock()
+			}()
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= cfg.N {
+					return
+				}
+				began := time.Now()
+				if interval > 0 {
+					began = start.Add(time.Duration(i) * interval)
+					if err := sleepUntil(ctx, began); err != nil {
+						return
+					}
+				}
+				id, status, err := create(ctx, cfg.Client, url, i)
+				now := time.Now()
+				if status == http.StatusCreated {
+					accepted.Add(1)
+					mine = append(mine, sample{id: id, latency: now.Sub(began), at: now})
+					continue
+				}
+				rejected.Add(1)
+				mu.Lock()
+				statuses[status]++
+				if firstErr == nil && err != nil && ctx.Err() == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("bench: interrupted: %w", err)
+	}
+	res := Result{Accepted: len(samples), Rejected: statuses}
+	if len(samples) == 0 {
+		return res, fmt.Errorf("bench: no create was accepted (answers by status: %v): %w", statuses, firstErr)
+	}
+	lastAccept := slices.MaxFunc(samples, func(a, b sample) int { return a.at.Compare(b.at) }).at
+
+	if err := drain(ctx, rec, samples, cfg.Stall); err != nil {
+		return res, err
+	}
+	stopProgress()
+	snap := rec.snapshot()
+
+	lat := make([]time.Duration, len(samples))
+	e2e := make([]time.Duration, 0, len(samples))
+	for i, s := range samples {
+		lat[i] = s.latency
+		if t, ok := rec.sentTime(s.id); ok {
+			// The worker can send before the client has read its 201
+			// (the reply and the relay's wake-up race): that is 0, not
+			// a negative latency.
+			e2e = append(e2e, max(t.Sub(s.at), 0))
+		}
+	}
+	sortDurations(lat)
+	sortDurations(e2e)
+	res.APIP50, res.APIP99 = Percentile(lat, 50), Percentile(lat, 99)
+	res.E2EP50, res.E2EP99, res.E2EMax = Percentile(e2e, 50), Percentile(e2e, 99), Percentile(e2e, 100)
+	res.APIPerSec = PerSecond(len(samples), lastAccept.Sub(start))
+	res.Delivered, res.Repeats = len(e2e), snap.repeats
+	res.Elapsed = snap.lastSent.Sub(start)
+	res.DeliveredPerSec = PerSecond(res.Delivered, res.Elapsed)
+	res.Drain = max(snap.lastSent.Sub(lastAccept), 0)
+	res.Published, res.RelayBatches = snap.published, snap.batches
+	if snap.published > 0 {
+		res.RelayPerSec = PerSecond(int(snap.published), snap.lastPub.Sub(snap.firstPub))
+	}
+	if cfg.Sink != nil {
+		if err := checkSink(cfg.Sink(), samples); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// create posts the i-th notification and returns its id and the status.
+func create(ctx context.Context, c *http.Client, url string, i int) (string, int, error) {
+	body := requestBody(i)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return "", 0, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", 0, fmt.Errorf("post notification: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", 0, fmt.Errorf("read reply: %w", err)
+	}
+	if resp.StatusCode != http.StatusCreated {
+		return "", resp.StatusCode, fmt.Errorf("post notification: %s: %s", resp.Status, bytes.TrimSpace(raw))
+	}
+	var v struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil || v.ID == "" {
+		return "", 0, fmt.Errorf("post notification: 201 without an id: %q", raw)
+	}
+	return v.ID, resp.StatusCode, nil
+}
+
+// requestBody is a create request of a realistic size: the subject and body
+// of a short transactional email.
+func requestBody(i int) []byte {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"user_id":"bench-`...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, `","channel":"email","to":"bench@example.com","subject":"herald bench `...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, `","body":"Hello,\nthis is a notification sent by herald bench to measure the stack.\n"}`...)
+	return b
+}
+
+// drain waits until every accepted create has been delivered; it fails when
+// no delivery happens for stall.
+func drain(ctx context.Context, rec *Recorder, samples []sample, stall time.Duration) error {
+	want := len(samples)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	last, lastChange := rec.Sent(), time.Now()
+	for last < want {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: interrupted while draining (%d of %d delivered): %w", last, want, ctx.Err())
+		case <-tick.C:
+		}
+		if n := rec.Sent(); n != last {
+			last, lastChange = n, time.Now()
+		} else if time.Since(lastChange) > stall {
+			return fmt.Errorf("bench: delivery stalled: %d of %d accepted notifications delivered, none in the last %s", last, want, stall)
+		}
+	}
+	return nil
+}
+
+// checkSink makes sure the SMTP server holds every accepted notification:
+// the sender's word alone is not a delivery.
+func checkSink(received map[string]int, samples []sample) error {
+	byID := make(map[string]int, len(received))
+	for mid, n := range received {
+		byID[NotificationID(mid)] += n
+	}
+	missing := 0
+	for _, s := range samples {
+		if byID[s.id] == 0 {
+			missing++
+		}
+	}
+	if missing > 0 {
+		return fmt.Errorf("bench: the SMTP sink misses %d of %d accepted notifications", missing, len(samples))
+	}
+	return nil
+}
+
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// progress redraws a status line on w every 250ms until the returned func is
+// called (more than once is fine). A nil w shows nothing.
+func progress(w io.Writer, n int, accepted, rejected *atomic.Int64, rec *Recorder) func() {
+	if w == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(w, "\r\033[K")
+				return
+			case <-t.C:
+			}
+			line := fmt.Sprintf("\r\033[Kbench: created %d/%d", accepted.Load(), n)
+			if r := rejected.Load(); r > 0 {
+				line += fmt.Sprintf(" (%d rejected)", r)
+			}
+			if p := rec.Published(); p > 0 {
+				line += fmt.Sprintf("  relayed %d", p)
+			}
+			line += fmt.Sprintf("  sent %d", rec.Sent())
+			fmt.Fprint(w, line)
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			<-stopped
+		})
+	}
+}
+
+// Percentile returns the p-th percentile (nearest rank, 0 < p <= 100) of
+// sorted durations; 0 for none.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(float64(len(sorted))*p/100)) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+// PerSecond returns n per d, 0 for an empty span.
+func PerSecond(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func sortDurations(d []time.Duration) {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+}

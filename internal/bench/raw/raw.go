@@ -1,0 +1,98 @@
+// Package raw measures what herald's dependencies can do without herald: the
+// bare create transaction on PostgreSQL and SQLite, and bare persistent
+// publishes with confirms on RabbitMQ. herald bench divides its own rates by
+// these to show how much of the ceiling herald reaches.
+//
+// It also makes the scratch databases herald bench works in, so that a bench
+// never touches a user's data. Everything here runs against scratch objects:
+// tables prefixed bench_raw_ in a scratch database, a queue with the bench's
+// own name prefix.
+package raw
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// cleanupTimeout bounds dropping scratch objects, which runs even after the
+// bench's context ended (an interrupted bench still cleans up).
+const cleanupTimeout = 30 * time.Second
+
+// Suffix returns a short random name part for scratch names.
+func Suffix() string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ScratchPostgres creates an empty database named herald_bench_<random> on the
+// server of serverURL and returns its URL and a func that drops it (closing
+// any connection still open to it). serverURL's own database is only used to
+// run CREATE DATABASE and DROP DATABASE; nothing is written in it. The role
+// needs the CREATEDB privilege.
+func ScratchPostgres(ctx context.Context, serverURL string) (string, func() error, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		// url.Parse quotes the URL, which may hold a password.
+		return "", nil, fmt.Errorf("scratch database: cannot parse the database URL")
+	}
+	name := "herald_bench_" + Suffix()
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("scratch database: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", nil, fmt.Errorf("scratch database: create %s (the role needs CREATEDB): %w", name, err)
+	}
+	drop := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			return fmt.Errorf("drop scratch database %s: connect: %w", name, err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("drop scratch database %s: %w", name, err)
+		}
+		return nil
+	}
+	u.Path = "/" + name
+	return u.String(), drop, nil
+}
+
+// IsScratch reports whether a PostgreSQL URL names a scratch database made by
+// ScratchPostgres: the raw ceilings refuse anything else.
+func IsScratch(dbURL string) bool {
+	u, err := url.Parse(dbURL)
+	return err == nil && strings.HasPrefix(strings.TrimPrefix(u.Path, "/"), "herald_bench_")
+}
+
+// requested is the shape of the notification.requested payload: the raw
+// transaction writes the same bytes the store would.
+type requested struct {
+	NotificationID string `json:"notification_id"`
+	UserID         string `json:"user_id"`
+	Channel        string `json:"channel"`
+	To             string `json:"to"`
+	Subject        string `json:"subject"`
+	Body           string `json:"body"`
+}
+
+func request(i int) requested {
+	return requested{
+		UserID:  fmt.Sprintf("raw-%d", i),
+		Channel: "email",
+		To:      "bench@example.com",
+		Subject: fmt.Sprintf("herald bench %d", i),
+		Body:    "Hello,\nthis is a notification sent by herald bench to measure the stack.\n",
+	}
+}

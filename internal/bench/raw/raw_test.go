@@ -1,0 +1,142 @@
+package raw_test
+
+import (
+	"context"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/bench/raw"
+	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// scratchPostgres makes a migrated scratch database and drops it when the
+// test ends.
+func scratchPostgres(t testing.TB) string {
+	t.Helper()
+	admin := testenv.Require(t, testenv.PostgresVar)
+	dbURL, drop, err := raw.ScratchPostgres(t.Context(), admin)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, drop()) })
+	s, err := postgres.Open(t.Context(), dbURL, postgres.Config{})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Migrate(t.Context()))
+	return dbURL
+}
+
+func TestScratchPostgresIsDropped(t *testing.T) {
+	t.Parallel()
+	admin := testenv.Require(t, testenv.PostgresVar)
+	ctx := t.Context()
+	dbURL, drop, err := raw.ScratchPostgres(ctx, admin)
+	require.NoError(t, err)
+	require.True(t, raw.IsScratch(dbURL))
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	name := strings.TrimPrefix(u.Path, "/")
+
+	// A connection left open does not keep the database alive.
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	require.NoError(t, drop())
+
+	admConn, err := pgx.Connect(ctx, admin)
+	require.NoError(t, err)
+	defer admConn.Close(ctx)
+	var n int
+	require.NoError(t, admConn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname = $1`, name).Scan(&n))
+	require.Zero(t, n)
+}
+
+func TestPostgresTx(t *testing.T) {
+	t.Parallel()
+	dbURL := scratchPostgres(t)
+	for _, notify := range []bool{false, true} {
+		rate, err := raw.PostgresTx(t.Context(), dbURL, raw.TxOptions{N: 100, Clients: 4, Notify: notify})
+		require.NoError(t, err)
+		require.Greater(t, rate, 0.0)
+	}
+	// The scratch tables are gone, herald's own are untouched.
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	defer conn.Close(t.Context())
+	var tables []string
+	rows, err := conn.Query(t.Context(), `SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1`)
+	require.NoError(t, err)
+	tables, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.NotContains(t, tables, "bench_raw_outbox")
+	require.Contains(t, tables, "outbox")
+	var outbox int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM outbox`).Scan(&outbox))
+	require.Zero(t, outbox)
+}
+
+func TestPostgresTxRefusesNonScratchDatabase(t *testing.T) {
+	t.Parallel()
+	_, err := raw.PostgresTx(t.Context(), "postgres://postgres@127.0.0.1:5432/herald?sslmode=disable", raw.TxOptions{N: 1, Clients: 1})
+	require.ErrorContains(t, err, "scratch")
+}
+
+func TestSQLiteTx(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "herald.db")
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Migrate(t.Context()))
+	rate, err := raw.SQLiteTx(t.Context(), path, raw.TxOptions{N: 200, Clients: 4})
+	require.NoError(t, err)
+	require.Greater(t, rate, 0.0)
+	st, err := s.OutboxStats(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, st.Unprocessed, "the raw ceiling writes its own tables only")
+}
+
+func TestPublish(t *testing.T) {
+	t.Parallel()
+	amqpURL, prefix := testenv.AMQP(t)
+	queue := prefix + "raw"
+	rate, err := raw.Publish(t.Context(), amqpURL, raw.PublishOptions{Queue: queue, N: 500, Window: 64})
+	require.NoError(t, err)
+	require.Greater(t, rate, 0.0)
+
+	// The scratch queue is deleted afterwards.
+	conn, err := amqp.Dial(amqpURL)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var aerr *amqp.Error
+	require.ErrorAs(t, err, &aerr)
+	require.Equal(t, amqp.NotFound, aerr.Code)
+}
+
+// BenchmarkPostgresTx measures the bare create transaction from 16 clients,
+// with and without the store's pg_notify: the difference is what waking the
+// relays at commit costs.
+func BenchmarkPostgresTx(b *testing.B) {
+	dbURL := scratchPostgres(b)
+	for _, tc := range []struct {
+		name   string
+		notify bool
+	}{{"bare", false}, {"notify", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			rate, err := raw.PostgresTx(b.Context(), dbURL, raw.TxOptions{N: max(b.N, 16), Clients: 16, Notify: tc.notify})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(rate, "tx/s")
+		})
+	}
+}

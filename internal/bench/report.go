@@ -1,0 +1,163 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is the outcome of herald bench; its JSON field names are what
+// `herald bench --json` prints, and scripts compare them across runs.
+type Report struct {
+	Store       string  `json:"store"`
+	Transport   string  `json:"transport"`
+	N           int     `json:"n"`
+	Concurrency int     `json:"concurrency"`
+	Rate        float64 `json:"rate"`
+	Accepted    int     `json:"accepted"`
+	Rejected    int     `json:"rejected"`
+	Delivered   int     `json:"delivered"`
+
+	APIPerSec float64 `json:"api_per_s"`
+	APIP50ms  float64 `json:"api_p50_ms"`
+	APIP99ms  float64 `json:"api_p99_ms"`
+
+	E2EP50ms float64 `json:"e2e_p50_ms"`
+	E2EP99ms float64 `json:"e2e_p99_ms"`
+	E2EMaxms float64 `json:"e2e_max_ms"`
+
+	RelayPerSec     float64 `json:"relay_per_s"`
+	DeliveredPerSec float64 `json:"delivered_per_s"`
+	DrainS          float64 `json:"drain_s"`
+
+	RawTxPerSec       float64 `json:"raw_tx_per_s"`
+	RawPublishPerSec  float64 `json:"raw_publish_per_s"`
+	APIVsRawTx        float64 `json:"api_vs_raw_tx"`
+	RelayVsRawPublish float64 `json:"relay_vs_raw_publish"`
+
+	// Notes explains zeros and anything else a reader of the numbers needs
+	// (a metric that does not apply to the transport, rejected creates).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Ceilings are the raw rates measured beside the pipeline; 0 means not
+// measured (say why in the Report's notes).
+type Ceilings struct {
+	TxPerSec      float64
+	PublishPerSec float64
+}
+
+// NewReport combines a Run's result with the ceilings. Rates are rounded to
+// 0.1/s, latencies to 1µs, ratios to 0.001: more digits would be noise.
+func NewReport(store, transport string, cfg Config, res Result, c Ceilings) Report {
+	cfg = cfg.withDefaults()
+	r := Report{
+		Store:       store,
+		Transport:   transport,
+		N:           cfg.N,
+		Concurrency: cfg.Concurrency,
+		Rate:        cfg.Rate,
+		Accepted:    res.Accepted,
+		Delivered:   res.Delivered,
+
+		APIPerSec: round(res.APIPerSec, 1),
+		APIP50ms:  ms(res.APIP50),
+		APIP99ms:  ms(res.APIP99),
+		E2EP50ms:  ms(res.E2EP50),
+		E2EP99ms:  ms(res.E2EP99),
+		E2EMaxms:  ms(res.E2EMax),
+
+		RelayPerSec:     round(res.RelayPerSec, 1),
+		DeliveredPerSec: round(res.DeliveredPerSec, 1),
+		DrainS:          round(res.Drain.Seconds(), 3),
+
+		RawTxPerSec:      round(c.TxPerSec, 1),
+		RawPublishPerSec: round(c.PublishPerSec, 1),
+	}
+	for _, n := range res.Rejected {
+		r.Rejected += n
+	}
+	if c.TxPerSec > 0 {
+		r.APIVsRawTx = round(res.APIPerSec/c.TxPerSec, 3)
+	}
+	if c.PublishPerSec > 0 && res.RelayPerSec > 0 {
+		r.RelayVsRawPublish = round(res.RelayPerSec/c.PublishPerSec, 3)
+	}
+	if r.Rejected > 0 {
+		codes := make([]int, 0, len(res.Rejected))
+		for code := range res.Rejected {
+			codes = append(codes, code)
+		}
+		slices.Sort(codes)
+		parts := make([]string, len(codes))
+		for i, code := range codes {
+			label := fmt.Sprint(code)
+			if code == 0 {
+				label = "no answer"
+			}
+			parts[i] = fmt.Sprintf("%s: %d", label, res.Rejected[code])
+		}
+		r.Notes = append(r.Notes, "rejected creates by status: "+strings.Join(parts, ", "))
+	}
+	if res.Repeats > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d emails were sent more than once (same Message-ID)", res.Repeats))
+	}
+	if res.Published > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("relay published %d events in %d batches (%.1f per batch)",
+			res.Published, res.RelayBatches, float64(res.Published)/float64(max(res.RelayBatches, 1))))
+	}
+	return r
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
+
+func round(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}
+
+// WriteJSON writes the report as one JSON object on one line.
+func (r Report) WriteJSON(w io.Writer) error {
+	if err := json.NewEncoder(w).Encode(r); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// WriteText writes the report as an aligned table for people.
+func (r Report) WriteText(w io.Writer) error {
+	mode := "closed loop"
+	if r.Rate > 0 {
+		mode = fmt.Sprintf("open loop at %g/s", r.Rate)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "herald bench: %s + %s, %d creates from %d clients (%s)\n\n", r.Store, r.Transport, r.N, r.Concurrency, mode)
+	row := func(name, value, help string) { fmt.Fprintf(&b, "  %-22s %14s   %s\n", name, value, help) }
+	row("accepted", fmt.Sprint(r.Accepted), fmt.Sprintf("creates answered 201 (%d rejected)", r.Rejected))
+	row("delivered", fmt.Sprint(r.Delivered), "emails the SMTP sink received")
+	row("api_per_s", fmt.Sprintf("%.1f", r.APIPerSec), "accepted creates per second")
+	row("api_p50_ms", fmt.Sprintf("%.3f", r.APIP50ms), "create latency, median")
+	row("api_p99_ms", fmt.Sprintf("%.3f", r.APIP99ms), "create latency, 99th percentile")
+	row("e2e_p50_ms", fmt.Sprintf("%.3f", r.E2EP50ms), "201 to email received, median")
+	row("e2e_p99_ms", fmt.Sprintf("%.3f", r.E2EP99ms), "201 to email received, 99th percentile")
+	row("e2e_max_ms", fmt.Sprintf("%.3f", r.E2EMaxms), "201 to email received, slowest")
+	row("relay_per_s", fmt.Sprintf("%.1f", r.RelayPerSec), "events published and confirmed per second")
+	row("delivered_per_s", fmt.Sprintf("%.1f", r.DeliveredPerSec), "emails per second, first create to last email")
+	row("drain_s", fmt.Sprintf("%.3f", r.DrainS), "last 201 to last email")
+	row("raw_tx_per_s", fmt.Sprintf("%.1f", r.RawTxPerSec), "bare create transactions per second, no HTTP")
+	row("raw_publish_per_s", fmt.Sprintf("%.1f", r.RawPublishPerSec), "bare persistent confirmed publishes per second")
+	row("api_vs_raw_tx", fmt.Sprintf("%.3f", r.APIVsRawTx), "api_per_s / raw_tx_per_s")
+	row("relay_vs_raw_publish", fmt.Sprintf("%.3f", r.RelayVsRawPublish), "relay_per_s / raw_publish_per_s")
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "\n  note: %s", n)
+	}
+	b.WriteString("\n")
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
