@@ -66,6 +66,37 @@ func (s *Store) unsubscribe(ch chan struct{}) {
 	}
 }
 
+// announce tells everyone who waits for outbox rows that some were just
+// committed: this process's subscribers at once, other processes through
+// NOTIFY. The NOTIFY is sent by one goroutine, after the commit and outside
+// the create's transaction, so creates never queue on NOTIFY's commit lock;
+// announcements that arrive while one is being sent fold into the next. A
+// NOTIFY lost to a crash costs the listeners one poll interval, never an
+// event: the outbox row is committed.
+func (s *Store) announce() {
+	s.wakeAll()
+	select {
+	case s.notifyc <- struct{}{}:
+	default:
+	}
+}
+
+// notifier sends the NOTIFYs that announce asks for, until Close.
+func (s *Store) notifier() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-s.notifyc:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// An error is nobody's to handle: the listeners poll as well.
+		_, _ = s.pool.Exec(ctx, notifyOutbox)
+		cancel()
+	}
+}
+
 // wakeAll hands every subscriber a wake-up without ever blocking: one that
 // has not taken its last one yet needs no second.
 func (s *Store) wakeAll() {

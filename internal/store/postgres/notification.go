@@ -28,8 +28,11 @@ RETURNING id, status, attempts, created_at, updated_at`
 
 	insertOutbox = `INSERT INTO outbox (event_type, payload) VALUES ($1, $2)`
 
-	// notifyOutbox inside the transaction: PostgreSQL delivers the
-	// notification at commit, and never for a rollback.
+	// notifyOutbox runs after the commit, on its own (see announce): a
+	// NOTIFY inside the create transaction would make every create's commit
+	// wait on a server-wide lock held across the WAL flush, serialising
+	// creates (the bare create transaction fell from 2357 to 960 per
+	// second with it).
 	notifyOutbox = `SELECT pg_notify('` + outboxChannel + `', '')`
 
 	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
@@ -81,12 +84,10 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 	if nn.Fault == notify.FaultAfterOutboxInsert {
 		return notify.Created{}, fmt.Errorf("create notification: %w", notify.ErrInjectedFault)
 	}
-	if _, err := tx.Exec(ctx, notifyOutbox); err != nil {
-		return notify.Created{}, wrap("create notification: notify", err)
-	}
 	if err := tx.Commit(ctx); err != nil {
 		return notify.Created{}, wrap("create notification: commit", err)
 	}
+	s.announce()
 	return notify.Created{Notification: n}, nil
 }
 

@@ -117,12 +117,10 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload); err != nil {
 		return false, wrap(fmt.Sprintf("redrive notification %d: insert outbox", id), err)
 	}
-	if _, err := tx.Exec(ctx, notifyOutbox); err != nil {
-		return false, wrap(fmt.Sprintf("redrive notification %d: notify", id), err)
-	}
 	if err := tx.Commit(ctx); err != nil {
 		return false, wrap(fmt.Sprintf("redrive notification %d: commit", id), err)
 	}
+	s.announce()
 	return true, nil
 }
 

@@ -34,7 +34,13 @@ var (
 // ends.
 func setup(t *testing.T) *Store {
 	t.Helper()
-	url := testenv.PostgresURL(t)
+	return open(t, testenv.PostgresURL(t))
+}
+
+// open returns a migrated Store on the database at url, closed when the test
+// ends; two of them on one database stand for two processes.
+func open(t *testing.T, url string) *Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s, err := Open(ctx, url, Config{})
@@ -226,7 +232,10 @@ func receive(t *testing.T, ch <-chan struct{}, what string) {
 
 func TestSubscribeSurvivesKilledListener(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	url := testenv.PostgresURL(t)
+	s := open(t, url)
+	// Creates come from another process, so that only NOTIFY can wake s.
+	other := open(t, url)
 	ctx := t.Context()
 	req := notify.CreateRequest{UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b"}
 
@@ -245,9 +254,26 @@ func TestSubscribeSurvivesKilledListener(t *testing.T) {
 	pid := listenerPID(t, s)
 	require.NotZero(t, pid)
 	require.NotEqual(t, old, pid)
-	_, err := s.Create(ctx, notify.NewNotification{Request: req})
+	_, err := other.Create(ctx, notify.NewNotification{Request: req})
 	require.NoError(t, err)
-	receive(t, ch, "after a create on the new connection")
+	receive(t, ch, "after another process's create, on the new connection")
+}
+
+// A create in one process wakes the subscribers of another at once, through
+// the NOTIFY sent after its commit; many creates fold into few NOTIFYs.
+func TestSubscribeHearsOtherProcesses(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresURL(t)
+	listener, creator := open(t, url), open(t, url)
+	ctx := t.Context()
+	ch := listener.Subscribe(ctx)
+	receive(t, ch, "after the listener connected")
+	req := notify.CreateRequest{UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b"}
+	for range 3 {
+		_, err := creator.Create(ctx, notify.NewNotification{Request: req})
+		require.NoError(t, err)
+		receive(t, ch, "after the other process's create")
+	}
 }
 
 func TestSubscribeLifecycle(t *testing.T) {

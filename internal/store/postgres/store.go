@@ -55,7 +55,9 @@ type Store struct {
 	// stopListen stops the running listener; nil when none runs.
 	stopListen context.CancelFunc
 	// closing is closed by Close, to release every subscriber.
-	closing   chan struct{}
+	closing chan struct{}
+	// notifyc asks the notifier goroutine for one NOTIFY (see announce).
+	notifyc   chan struct{}
 	wg        sync.WaitGroup // listener and subscriber goroutines
 	closeOnce sync.Once
 }
@@ -83,12 +85,16 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres pool: %w", err)
 	}
-	return &Store{
+	s := &Store{
 		pool:         pool,
 		listenConfig: listenConfig,
 		subs:         make(map[chan struct{}]struct{}),
 		closing:      make(chan struct{}),
-	}, nil
+		notifyc:      make(chan struct{}, 1),
+	}
+	s.wg.Add(1)
+	go s.notifier()
+	return s, nil
 }
 
 // Close closes every subscriber's channel, stops the listener and closes
