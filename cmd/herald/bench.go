@@ -300,10 +300,11 @@ func startBenchStack(ctx context.Context, cfg Config, sc *scratch, e env) (_ *be
 	}
 	closers = append(closers, sink.Close)
 	st.sink = sink
-	snd, err := smtp.New(smtp.Config{URL: sink.URL(), From: cfg.SMTPFrom})
+	snd, err := smtp.New(smtp.Config{URL: sink.URL(), From: cfg.SMTPFrom, MaxIdle: cfg.Prefetch})
 	if err != nil {
 		return nil, err
 	}
+	closers = append(closers, func() { _ = snd.Close() })
 
 	h, err := api.New(apiStore, api.Config{Registerer: reg, Logger: log.With("component", "api")})
 	if err != nil {

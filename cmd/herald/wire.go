@@ -213,10 +213,11 @@ func (a *app) newWorker() (*worker.Worker, error) {
 	}
 	var snd worker.Sender
 	if a.cfg.SMTPURL != "" {
-		s, err := smtp.New(smtp.Config{URL: a.cfg.SMTPURL, From: a.cfg.SMTPFrom})
+		s, err := smtp.New(smtp.Config{URL: a.cfg.SMTPURL, From: a.cfg.SMTPFrom, MaxIdle: a.cfg.Prefetch})
 		if err != nil {
 			return nil, err
 		}
+		a.close = append(a.close, func() { _ = s.Close() })
 		snd = s
 	} else {
 		s, err := mbox.New(mboxPath)

@@ -73,6 +73,10 @@ type Server struct {
 	failCode int
 	failMsg  string
 	closed   bool
+	// conns are the open client connections; sessions counts every one
+	// ever opened.
+	conns    map[net.Conn]struct{}
+	sessions int
 }
 
 // Start starts a server for the test and stops it when the test ends.
@@ -88,7 +92,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 
 // New starts a server on 127.0.0.1 on a free port. Close stops it.
 func New(opts ...Option) (*Server, error) {
-	s := &Server{done: make(chan struct{})}
+	s := &Server{done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -97,8 +101,12 @@ func New(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	s.ln = ln
-	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) {
-		return &session{s: s}, nil
+	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) {
+		s.mu.Lock()
+		s.sessions++
+		s.conns[c.Conn()] = struct{}{}
+		s.mu.Unlock()
+		return &session{s: s, conn: c.Conn()}, nil
 	}))
 	srv.Domain = "localhost"
 	srv.ReadTimeout = 30 * time.Second
@@ -200,9 +208,28 @@ func (s *Server) Fail(code int, msg string) {
 // ErrAuthRequired answers 502).
 var errAuthRequired = &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "Authentication required"}
 
+// Connections returns the number of client connections (SMTP sessions)
+// opened so far.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions
+}
+
+// DropConnections closes every open client connection, as a server that
+// times out idle sessions would; the server keeps accepting new ones.
+func (s *Server) DropConnections() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+}
+
 // session is one client connection.
 type session struct {
 	s      *Server
+	conn   net.Conn
 	authed bool
 	from   string
 	to     []string
@@ -266,7 +293,12 @@ func (se *session) Data(r io.Reader) error {
 
 func (se *session) Reset() { se.from, se.to = "", nil }
 
-func (se *session) Logout() error { return nil }
+func (se *session) Logout() error {
+	se.s.mu.Lock()
+	delete(se.s.conns, se.conn)
+	se.s.mu.Unlock()
+	return nil
+}
 
 // parse fills in what it can read of a message; a malformed message is still
 // recorded, with Data only, so that a test sees what arrived.

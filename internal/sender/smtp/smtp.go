@@ -1,8 +1,9 @@
 // Package smtp delivers emails to an SMTP server (HERALD_SMTP_URL).
 //
-// Each Send runs one SMTP session on a fresh connection: a worker sends
-// rarely compared with the cost of a connection, and a fresh session cannot
-// inherit a broken state from an earlier failure.
+// A session that completed a mail transaction is kept open and reused by the
+// next Send (a worker sends many emails to one server: the dial, greeting,
+// EHLO and AUTH were most of each Send's round trips). A session that failed
+// in any way is closed, never reused, so no broken state carries over.
 package smtp
 
 import (
@@ -37,6 +38,13 @@ type Config struct {
 	// TLSConfig is used for smtps://. Default: the system roots, verifying
 	// the URL's host name.
 	TLSConfig *tls.Config
+	// MaxIdle is the number of open sessions kept for reuse; size it to the
+	// worker's prefetch. Default 10; -1 opens a fresh session per Send.
+	MaxIdle int
+	// IdleTimeout closes a kept session unused for this long, before the
+	// server's own idle timeout (RFC 5321 asks servers for at least 5
+	// minutes) drops it. Default 30s.
+	IdleTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -45,6 +53,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HelloName == "" {
 		c.HelloName = "localhost"
+	}
+	if c.MaxIdle == 0 {
+		c.MaxIdle = 10
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 30 * time.Second
 	}
 	return c
 }
@@ -75,6 +89,15 @@ type Sender struct {
 	user     string
 	pass     string
 	from     string // bare envelope sender, "" for each email's own
+
+	idle chan *session // sessions kept for reuse
+}
+
+// session is one open SMTP session, greeted and authenticated.
+type session struct {
+	conn      net.Conn
+	c         *gosmtp.Client
+	idleSince time.Time
 }
 
 // New checks cfg and returns a Sender. It does not touch the network.
@@ -83,7 +106,7 @@ func New(cfg Config) (*Sender, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("smtp config: %w", err)
 	}
-	s := &Sender{cfg: cfg}
+	s := &Sender{cfg: cfg, idle: make(chan *session, max(cfg.MaxIdle, 0))}
 	if err := s.parseURL(cfg.URL); err != nil {
 		return nil, fmt.Errorf("smtp config: %w", err)
 	}
@@ -166,35 +189,127 @@ func (s *Sender) send(ctx context.Context, e notify.Email) error {
 
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	for {
+		ses, reused, err := s.session(ctx)
+		if err != nil {
+			return s.classify(ctx, err)
+		}
+		// go-smtp's client sets its own deadline per command; closing the
+		// connection is what makes ctx (and the overall timeout) interrupt
+		// it.
+		stop := context.AfterFunc(ctx, func() { _ = ses.conn.Close() })
+		step, err := transact(ses.c, from, to, data)
+		interrupted := !stop()
+		if err == nil {
+			if interrupted {
+				_ = ses.conn.Close()
+			} else {
+				s.keep(ses)
+			}
+			return nil
+		}
+		_ = ses.conn.Close()
+		// A kept session the server dropped while it was idle fails at its
+		// first command, before any mail was handed over: try once more
+		// on a fresh session.
+		if reused && step == "mail from" && ctx.Err() == nil && dropped(err) {
+			continue
+		}
+		return s.classify(ctx, fmt.Errorf("%s: %w", step, err))
+	}
+}
+
+// classify marks a 5xx reply permanent and reports a timeout or
+// cancellation as such rather than as the closed connection it caused.
+func (s *Sender) classify(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	var serr *gosmtp.SMTPError
+	if errors.As(err, &serr) && serr.Code >= 500 && serr.Code <= 599 {
+		return notify.Permanent(err)
+	}
+	return err
+}
+
+// dropped reports whether err says the server closed the session: a network
+// error, or 421 "service not available, closing channel".
+func dropped(err error) bool {
+	var serr *gosmtp.SMTPError
+	if errors.As(err, &serr) {
+		return serr.Code == 421
+	}
+	return true
+}
+
+// session returns a kept session, or opens a new one.
+func (s *Sender) session(ctx context.Context) (*session, bool, error) {
+	for {
+		select {
+		case ses := <-s.idle:
+			if time.Since(ses.idleSince) < s.cfg.IdleTimeout {
+				return ses, true, nil
+			}
+			_ = ses.conn.Close()
+			continue
+		default:
+		}
+		ses, err := s.open(ctx)
+		return ses, false, err
+	}
+}
+
+// open dials, greets and authenticates a new session.
+func (s *Sender) open(ctx context.Context) (*session, error) {
 	conn, err := s.dial(ctx)
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", s.addr, err)
+		return nil, fmt.Errorf("dial %s: %w", s.addr, err)
 	}
-	// go-smtp's client sets its own deadline per command; closing the
-	// connection is what makes ctx (and the overall timeout) interrupt it.
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
 	c := gosmtp.NewClient(conn)
-	defer c.Close()
 	// ctx carries the deadline that counts; the client's own per-command
 	// deadlines only back it up, later, so that a timeout reports as one.
 	c.CommandTimeout = s.cfg.Timeout + time.Second
 	c.SubmissionTimeout = s.cfg.Timeout + time.Second
-
-	if err := s.transact(c, from, to, data); err != nil {
-		if ctx.Err() != nil {
-			// The closed connection is only the symptom.
-			return fmt.Errorf("%w (%v)", ctx.Err(), err)
-		}
-		var serr *gosmtp.SMTPError
-		if errors.As(err, &serr) && serr.Code >= 500 && serr.Code <= 599 {
-			return notify.Permanent(err)
-		}
-		return err
+	if err := c.Hello(s.cfg.HelloName); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("hello: %w", err)
 	}
-	// The message is accepted; a failed QUIT cannot take that back.
-	_ = c.Quit()
-	return nil
+	if s.user != "" {
+		// PLAIN names the user but the error must not carry the password;
+		// go-sasl and the server reply never echo it.
+		if err := c.Auth(sasl.NewPlainClient("", s.user, s.pass)); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("auth as %q: %w", s.user, err)
+		}
+	}
+	return &session{conn: conn, c: c}, nil
+}
+
+// keep puts a session that just completed a transaction back for reuse, or
+// ends it politely when enough are kept.
+func (s *Sender) keep(ses *session) {
+	ses.idleSince = time.Now()
+	select {
+	case s.idle <- ses:
+	default:
+		_ = ses.c.Quit()
+		_ = ses.conn.Close()
+	}
+}
+
+// Close ends the kept sessions. Sends after Close open fresh sessions.
+func (s *Sender) Close() error {
+	for {
+		select {
+		case ses := <-s.idle:
+			_ = ses.c.Quit()
+			_ = ses.conn.Close()
+		default:
+			return nil
+		}
+	}
 }
 
 func (s *Sender) dial(ctx context.Context) (net.Conn, error) {
@@ -213,34 +328,25 @@ func (s *Sender) dial(ctx context.Context) (net.Conn, error) {
 	return d.DialContext(ctx, "tcp", s.addr)
 }
 
-// transact runs one mail transaction; its errors name the step that failed.
-func (s *Sender) transact(c *gosmtp.Client, from, to string, data []byte) error {
-	if err := c.Hello(s.cfg.HelloName); err != nil {
-		return fmt.Errorf("hello: %w", err)
-	}
-	if s.user != "" {
-		// PLAIN names the user but the error must not carry the password;
-		// go-sasl and the server reply never echo it.
-		if err := c.Auth(sasl.NewPlainClient("", s.user, s.pass)); err != nil {
-			return fmt.Errorf("auth as %q: %w", s.user, err)
-		}
-	}
+// transact runs one mail transaction on a greeted session and names the
+// step that failed.
+func transact(c *gosmtp.Client, from, to string, data []byte) (string, error) {
 	if err := c.Mail(from, nil); err != nil {
-		return fmt.Errorf("mail from: %w", err)
+		return "mail from", err
 	}
 	if err := c.Rcpt(to, nil); err != nil {
-		return fmt.Errorf("rcpt to: %w", err)
+		return "rcpt to", err
 	}
 	w, err := c.Data()
 	if err != nil {
-		return fmt.Errorf("data: %w", err)
+		return "data", err
 	}
 	if _, err := w.Write(data); err != nil {
 		_ = w.Close()
-		return fmt.Errorf("write data: %w", err)
+		return "write data", err
 	}
 	if err := w.Close(); err != nil {
-		return fmt.Errorf("end data: %w", err)
+		return "end data", err
 	}
-	return nil
+	return "", nil
 }
