@@ -97,6 +97,7 @@ func TestDuplicatePublishAppliedOnce(t *testing.T) {
 	metrics := freeAddr(t)
 	s.startWith(map[string]string{"HERALD_METRICS_ADDR": metrics}, "worker")
 	waitHTTP(t, "http://"+metrics+"/metrics")
+	s.waitTopology()
 
 	// No relay runs: the test publishes the outbox event itself, twice.
 	r := s.api.create(t, "d@example.com", nil)

@@ -45,6 +45,7 @@ func TestPoisonMessagesDeadLetteredAtOnce(t *testing.T) {
 	s.startAPI(nil)
 	s.start("relay")
 	s.start("worker")
+	s.waitTopology()
 	ch := s.channel()
 
 	before := s.api.create(t, "before@example.com", nil)

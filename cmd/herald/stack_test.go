@@ -149,3 +149,22 @@ func publishTyped(t *testing.T, ch *amqp.Channel, id int64, typ string, body []b
 	require.NoError(t, err)
 	require.True(t, ok)
 }
+
+// waitTopology waits until a herald process has declared the contract's
+// topology on the stack's vhost (a passive declare of a missing queue
+// closes its channel, so each try gets a channel of its own).
+func (s *stack) waitTopology() {
+	s.t.Helper()
+	conn, err := amqp.Dial(s.amqp)
+	require.NoError(s.t, err)
+	defer conn.Close()
+	require.Eventually(s.t, func() bool {
+		ch, err := conn.Channel()
+		if err != nil {
+			return false
+		}
+		defer ch.Close()
+		_, err = ch.QueueDeclarePassive("notifications.send", true, false, false, false, nil)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "no herald process declared the topology")
+}
