@@ -49,7 +49,7 @@ func TestDeliveredEndToEnd(t *testing.T) {
 	require.Equal(t, "<"+r.ID+"@example.com>", msgs[0].MessageID)
 	require.Equal(t, []string{"b@example.com"}, msgs[0].To)
 	require.Equal(t, strings.ReplaceAll(testBody, "\n", "\r\n"), msgs[0].Body, "the body arrives intact")
-	require.Zero(t, s.count("SELECT count(*) FROM outbox WHERE processed_at IS NULL"))
+	s.waitOutboxEmpty()
 	require.Equal(t, 1, s.count("SELECT count(*) FROM processed_messages"))
 }
 

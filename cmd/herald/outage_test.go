@@ -48,7 +48,7 @@ func TestOutageBrokerStopped(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return s.count("SELECT count(*) FROM notifications WHERE status = 'sent'") == n
 	}, 120*time.Second, 100*time.Millisecond)
-	require.Zero(t, s.count("SELECT count(*) FROM outbox WHERE processed_at IS NULL"))
+	s.waitOutboxEmpty()
 	byID := s.smtp.CountByMessageID()
 	require.Len(t, byID, n)
 	for _, id := range ids {

@@ -168,3 +168,13 @@ func (s *stack) waitTopology() {
 		return err == nil
 	}, 30*time.Second, 20*time.Millisecond, "no herald process declared the topology")
 }
+
+// waitOutboxEmpty waits until no outbox row is unprocessed. A worker can
+// send (and commit sent) before the relay's transaction that marks the row
+// commits, or before the table transport's Finish: "sent" comes first.
+func (s *stack) waitOutboxEmpty() {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		return s.count("SELECT count(*) FROM outbox WHERE processed_at IS NULL") == 0
+	}, 30*time.Second, 20*time.Millisecond, "outbox rows left unprocessed")
+}
