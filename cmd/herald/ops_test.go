@@ -167,6 +167,7 @@ func TestOutboxStatsAndPrune(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return s.count("SELECT count(*) FROM notifications WHERE status = 'sent'") == 3
 	}, 30*time.Second, 20*time.Millisecond)
+	s.waitOutboxEmpty()
 	out = s.run("outbox", "prune", "--retention", "1ns")
 	require.Contains(t, out, "deleted 3 outbox rows and 3 processed_messages rows")
 	require.Zero(t, s.count("SELECT count(*) FROM outbox"))
