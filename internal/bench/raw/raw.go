@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/heraldhq/herald/internal/notify"
 	"net/url"
 	"strings"
 	"time"
@@ -76,19 +77,10 @@ func IsScratch(dbURL string) bool {
 	return err == nil && strings.HasPrefix(strings.TrimPrefix(u.Path, "/"), "herald_bench_")
 }
 
-// requested is the shape of the notification.requested payload: the raw
-// transaction writes the same bytes the store would.
-type requested struct {
-	NotificationID string `json:"notification_id"`
-	UserID         string `json:"user_id"`
-	Channel        string `json:"channel"`
-	To             string `json:"to"`
-	Subject        string `json:"subject"`
-	Body           string `json:"body"`
-}
-
-func request(i int) requested {
-	return requested{
+// request is the payload of the i-th raw create: the raw transaction
+// writes the same bytes the store would.
+func request(i int) notify.Requested {
+	return notify.Requested{
 		UserID:  fmt.Sprintf("raw-%d", i),
 		Channel: "email",
 		To:      "bench@example.com",
