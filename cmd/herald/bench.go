@@ -202,7 +202,7 @@ func newScratch(ctx context.Context, cfg Config) (sc *scratch, err error) {
 		})
 	}
 	// The schema first: the raw PostgreSQL ceiling copies its tables.
-	s, closeStore, err := openStore(ctx, sc.dbURL)
+	s, closeStore, err := openStore(ctx, sc.dbURL, poolSize(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +268,7 @@ func startBenchStack(ctx context.Context, cfg Config, sc *scratch, e env) (_ *be
 		}
 	}()
 	open := func() (store, error) {
-		s, c, err := openStore(ctx, sc.dbURL)
+		s, c, err := openStore(ctx, sc.dbURL, poolSize(cfg))
 		if err != nil {
 			return nil, err
 		}

@@ -184,7 +184,7 @@ func cmdMigrate(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
 	if err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func cmdOutboxStats(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
 	if err != nil {
 		return err
 	}
@@ -246,7 +246,7 @@ func cmdOutboxPrune(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
 	if err != nil {
 		return err
 	}

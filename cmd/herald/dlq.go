@@ -76,7 +76,7 @@ func cmdDLQList(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func cmdDLQShow(ctx context.Context, args []string, e env) error {
 	if !ok {
 		return fmt.Errorf("%q is not a notification id", rest[0])
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	f.IDs = ids
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
 	if err != nil {
 		return err
 	}

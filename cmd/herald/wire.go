@@ -49,11 +49,12 @@ type store interface {
 // MboxPath is where mail goes when HERALD_SMTP_URL is unset.
 const mboxPath = "herald.mbox"
 
-// openStore opens the store HERALD_DATABASE_URL names.
-func openStore(ctx context.Context, url string) (store, func(), error) {
+// openStore opens the store HERALD_DATABASE_URL names. conns sizes a
+// PostgreSQL pool (0: the store's default); see poolSize.
+func openStore(ctx context.Context, url string, conns int) (store, func(), error) {
 	switch {
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		s, err := postgres.Open(ctx, url, postgres.Config{})
+		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open postgres store: %w", err)
 		}
@@ -73,6 +74,13 @@ func openStore(ctx context.Context, url string) (store, func(), error) {
 	}
 }
 
+// poolSize is the PostgreSQL pool of a long-running process: a worker's
+// deliveries each hold a connection across their send, so the pool follows
+// HERALD_PREFETCH, with room for the relay, the API and claims beside them.
+func poolSize(cfg Config) int {
+	return max(10, cfg.Prefetch+4)
+}
+
 // app holds what the long-running commands share.
 type app struct {
 	cfg   Config
@@ -84,7 +92,7 @@ type app struct {
 
 func newApp(ctx context.Context, cfg Config, e env, migrate bool) (*app, error) {
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg))
 	if err != nil {
 		return nil, err
 	}
