@@ -467,9 +467,10 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	exits := h.unexpectedExits()
 	r.expect("no process died on its own", len(exits) == 0, "%s", strings.Join(exits, "\n"))
 
-	// Each process's pool holds up to 10 connections, plus one listener.
+	// Each process's pool holds up to max(10, HERALD_PREFETCH+4) = 14
+	// connections at the default prefetch, plus one listener.
 	procs := 1 + len(h.relays) + len(h.workers)
-	limit := procs * 11
+	limit := procs * 15
 	r.expect("no resource growth", !grows(r.samples, limit), "%s (connection limit %d)", formatSamples(r.samples), limit)
 	return nil
 }

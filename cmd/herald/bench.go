@@ -42,6 +42,7 @@ const benchCleanupTimeout = 30 * time.Second
 // benchOptions are herald bench's own flags.
 type benchOptions struct {
 	n, concurrency int
+	warmup         int
 	rate           float64
 	json           bool
 	cpuProfile     string
@@ -56,6 +57,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			"The user's data is never touched. The raw ceilings of the database and the broker are measured in the same run.",
 		args, e.getenv, e.stderr, func(fs *flag.FlagSet) {
 			fs.IntVar(&o.n, "n", 20000, "number of creates")
+			fs.IntVar(&o.warmup, "warmup", 200, "creates sent and delivered before the measured run (connections, pools and SMTP sessions warm), not counted")
 			fs.IntVar(&o.concurrency, "concurrency", 16, "concurrent HTTP clients (and clients of the raw transaction ceiling)")
 			fs.Float64Var(&o.rate, "rate", 0, "fixed arrival rate in creates per second (open loop); 0: as fast as the clients can")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object")
@@ -71,6 +73,8 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return fmt.Errorf("herald bench: --concurrency: want at least 1, got %d", o.concurrency)
 	case o.rate < 0:
 		return fmt.Errorf("herald bench: --rate: want 0 or more, got %g", o.rate)
+	case o.warmup < 0:
+		return fmt.Errorf("herald bench: --warmup: want 0 or more, got %d", o.warmup)
 	}
 
 	var cleanups []func() error
@@ -111,6 +115,14 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		Rate:        o.rate,
 		Sink:        st.sink.CountByMessageID,
 		Progress:    terminal(e),
+	}
+	if o.warmup > 0 {
+		wcfg := bcfg
+		wcfg.N, wcfg.Rate, wcfg.Progress = o.warmup, 0, nil
+		if _, err := bench.Run(ctx, st.rec, wcfg); err != nil {
+			return fmt.Errorf("herald bench: warm-up: %w", err)
+		}
+		st.rec.Reset()
 	}
 	res, err := bench.Run(ctx, st.rec, bcfg)
 	if err != nil {

@@ -384,3 +384,19 @@ RETURNING id`, b.N)
 		}
 	})
 }
+
+func TestRecorderReset(t *testing.T) {
+	t.Parallel()
+	rec := bench.NewRecorder()
+	snd := rec.Sender(nopSender{})
+	require.NoError(t, snd.Send(context.Background(), notify.Email{MessageID: "<1@x>"}))
+	require.Equal(t, 1, rec.Sent())
+	rec.Reset()
+	require.Zero(t, rec.Sent())
+	require.NoError(t, snd.Send(context.Background(), notify.Email{MessageID: "<2@x>"}))
+	require.Equal(t, 1, rec.Sent())
+}
+
+type nopSender struct{}
+
+func (nopSender) Send(context.Context, notify.Email) error { return nil }

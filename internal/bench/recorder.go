@@ -44,6 +44,15 @@ func NewRecorder() *Recorder {
 	return &Recorder{sent: make(map[string]time.Time)}
 }
 
+// Reset forgets everything recorded so far (after a warm-up run).
+func (r *Recorder) Reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = make(map[string]time.Time)
+	r.repeats, r.published, r.pubBatches = 0, 0, 0
+	r.first, r.last, r.firstPub, r.lastPub = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+}
+
 // Sender returns s wrapped so that every email s delivers is recorded, at
 // the moment Send returns nil: the SMTP server has answered 250 to the
 // message's data, so it holds that Message-ID.
