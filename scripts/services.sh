@@ -64,8 +64,9 @@ rabbitmq() {
 		if ! command -v rabbitmq-server >/dev/null 2>&1; then
 			apt_install rabbitmq-server
 		fi
-		# The node may be up with its app stopped (a test stops it on purpose).
-		if rabbitmqctl -q status >/dev/null 2>&1; then
+		# The node may be up with its app stopped (a test stops it on
+		# purpose); ping answers for a running node either way.
+		if rabbitmqctl -q ping >/dev/null 2>&1; then
 			log "starting the RabbitMQ app"
 			rabbitmqctl -q start_app
 		else
