@@ -31,12 +31,14 @@ test-outage: ## tests that stop the broker (the outage test, the short chaos run
 	$(GO) test -count=1 -timeout 5m -p 1 -tags outage -run Outage ./cmd/herald/
 	$(GO) test -count=1 -timeout 10m -p 1 -tags outage ./cmd/herald-chaos/
 
-fuzz-short: ## a short fuzz run of the event decoder and the request validator
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./internal/notify/
+fuzz-short: ## a short fuzz run of the request decoder, the validator and the event decoder
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 10s ./internal/notify/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 10s ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./internal/notify/
 
 FUZZTIME ?= 2m
 fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime $(FUZZTIME) ./internal/notify/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/notify/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/notify/
 	$(GO) test -run '^$$' -fuzz '^FuzzCreate$$' -fuzztime $(FUZZTIME) ./internal/api/

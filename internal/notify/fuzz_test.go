@@ -79,3 +79,40 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeCreateRequest feeds arbitrary bodies to the strict request
+// decoder: it never panics, every error is a *DecodeError with one of the
+// API's codes, and a body it accepts re-encodes to an equivalent request.
+func FuzzDecodeCreateRequest(f *testing.F) {
+	f.Add([]byte(`{"user_id":"u1","channel":"email","to":"a@example.com","subject":"s","body":"b"}`))
+	f.Add([]byte(`{"to":"a@example.com","TO":"b@example.com"}`))
+	f.Add([]byte(`{"to":"a","to":"b"}`))
+	f.Add([]byte(`{"subject":"\ud800"}`))
+	f.Add([]byte(`{"user_id":1}`))
+	f.Add([]byte(`{} {}`))
+	f.Add([]byte("\xff"))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		req, err := notify.DecodeCreateRequest(raw)
+		if err != nil {
+			de, ok := err.(*notify.DecodeError)
+			if !ok {
+				t.Fatalf("error is %T, not *DecodeError", err)
+			}
+			switch de.Code {
+			case "invalid_utf8", "invalid_json", "unknown_field", "invalid_field":
+			default:
+				t.Fatalf("unknown code %q", de.Code)
+			}
+			return
+		}
+		again, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := notify.DecodeCreateRequest(again)
+		if err != nil || back != req {
+			t.Fatalf("accepted %q but its re-encoding %q decodes to %+v, %v", raw, again, back, err)
+		}
+	})
+}

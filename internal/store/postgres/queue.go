@@ -33,7 +33,7 @@ RETURNING o.id, o.event_type, o.payload, o.attempts, o.occurred_at`
 	finishLeased = `
 UPDATE outbox
 SET processed_at = now(), locked_until = NULL, last_error = COALESCE(NULLIF($3, ''), last_error)
-WHERE id = $1 AND locked_by = $2 AND processed_at IS NULL`
+WHERE id = ANY($1) AND locked_by = $2 AND processed_at IS NULL`
 
 	rescheduleLeased = `
 UPDATE outbox
@@ -76,12 +76,15 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	return ms, nil
 }
 
-// Finish marks a row leased to token processed; a non-empty reason marks it
-// dead-lettered and keeps the reason in last_error. A row no longer leased to
-// token is left alone.
-func (s *Store) Finish(ctx context.Context, id int64, token, reason string) error {
-	if _, err := s.pool.Exec(ctx, finishLeased, id, token, reason); err != nil {
-		return wrap(fmt.Sprintf("finish outbox row %d", id), err)
+// Finish marks rows leased to token processed, in one statement; a
+// non-empty reason marks them dead-lettered and keeps the reason in
+// last_error. A row no longer leased to token is left alone.
+func (s *Store) Finish(ctx context.Context, ids []int64, token, reason string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, finishLeased, ids, token, reason); err != nil {
+		return wrap(fmt.Sprintf("finish %d outbox rows", len(ids)), err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -199,17 +200,25 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 
 const finishOutbox = `
 UPDATE outbox SET processed_at = ?, locked_until = NULL, last_error = coalesce(?, last_error)
-WHERE id = ? AND locked_by = ? AND processed_at IS NULL`
+WHERE id IN (SELECT value FROM json_each(?)) AND locked_by = ? AND processed_at IS NULL`
 
-// Finish marks a row leased to token processed; a non-empty reason records
-// it as dead-lettered (last_error = reason). It implements table.Queue.
-func (s *Store) Finish(ctx context.Context, id int64, token, reason string) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, finishOutbox, formatTime(now()), nullString(reason), id, token)
+// Finish marks rows leased to token processed, in one statement; a
+// non-empty reason records them as dead-lettered (last_error = reason). It
+// implements table.Queue.
+func (s *Store) Finish(ctx context.Context, ids []int64, token, reason string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return fmt.Errorf("finish outbox rows: %w", err)
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, finishOutbox, formatTime(now()), nullString(reason), string(list), token)
 		return classify(err)
 	})
 	if err != nil {
-		return fmt.Errorf("finish outbox row %d: %w", id, err)
+		return fmt.Errorf("finish %d outbox rows: %w", len(ids), err)
 	}
 	return nil
 }

@@ -261,7 +261,7 @@ func TestTwoStoresOneFile(t *testing.T) {
 					if _, err := workerStore.Deliver(gctx, m.ID, nid, func(context.Context) error { return nil }); err != nil {
 						return fmt.Errorf("deliver: %w", err)
 					}
-					if err := workerStore.Finish(gctx, m.ID, token, ""); err != nil {
+					if err := workerStore.Finish(gctx, []int64{m.ID}, token, ""); err != nil {
 						return fmt.Errorf("finish: %w", err)
 					}
 					mu.Lock()

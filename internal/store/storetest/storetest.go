@@ -46,7 +46,7 @@ type Store interface {
 	RecordFailure(ctx context.Context, msgID, notificationID int64, reason string, dead bool) error
 
 	Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error)
-	Finish(ctx context.Context, id int64, token, reason string) error
+	Finish(ctx context.Context, ids []int64, token, reason string) error
 	Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error
 
 	OutboxStats(ctx context.Context) (notify.OutboxStats, error)
@@ -114,6 +114,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"ClaimExpiredLease", testClaimExpiredLease},
 		{"Reschedule", testReschedule},
 		{"FinishDeadLetter", testFinishDeadLetter},
+		{"FinishMany", testFinishMany},
 		{"OutboxStats", testOutboxStats},
 		{"DeadLetters", testDeadLetters},
 		{"DeadLettersFilter", testDeadLettersFilter},
@@ -753,12 +754,12 @@ func testClaimLease(t *testing.T, ctx context.Context, h Harness) {
 	require.Empty(t, c)
 
 	// Only the holder of the lease can finish a row.
-	require.NoError(t, s.Finish(ctx, a[0].ID, "worker-b", ""))
+	require.NoError(t, s.Finish(ctx, []int64{a[0].ID}, "worker-b", ""))
 	require.EqualValues(t, 3, unprocessed(t, ctx, s))
-	require.NoError(t, s.Finish(ctx, a[0].ID, "worker-a", ""))
+	require.NoError(t, s.Finish(ctx, []int64{a[0].ID}, "worker-a", ""))
 	require.EqualValues(t, 2, unprocessed(t, ctx, s))
 	// Finishing twice changes nothing.
-	require.NoError(t, s.Finish(ctx, a[0].ID, "worker-a", ""))
+	require.NoError(t, s.Finish(ctx, []int64{a[0].ID}, "worker-a", ""))
 	require.EqualValues(t, 2, unprocessed(t, ctx, s))
 	// A finished row is never claimed again, nor relayed.
 	require.NotContains(t, ids(allEvents(t, ctx, s)), a[0].ID)
@@ -780,14 +781,14 @@ func testClaimExpiredLease(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, a[0].ID, b[0].ID)
 
 	// The first worker's lease is stale: its Finish and Reschedule do nothing.
-	require.NoError(t, s.Finish(ctx, a[0].ID, "worker-a", ""))
+	require.NoError(t, s.Finish(ctx, []int64{a[0].ID}, "worker-a", ""))
 	require.NoError(t, s.Reschedule(ctx, a[0].ID, "worker-a", 0, "stale", true))
 	require.EqualValues(t, 1, unprocessed(t, ctx, s))
 	none, err := s.Claim(ctx, "worker-c", 10, time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, none, "a stale Reschedule must not end the new lease")
 
-	require.NoError(t, s.Finish(ctx, b[0].ID, "worker-b", ""))
+	require.NoError(t, s.Finish(ctx, []int64{b[0].ID}, "worker-b", ""))
 	require.Zero(t, unprocessed(t, ctx, s))
 }
 
@@ -839,12 +840,33 @@ func testFinishDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	m, err := s.Claim(ctx, "w", 10, time.Hour)
 	require.NoError(t, err)
 	require.Len(t, m, 1)
-	require.NoError(t, s.Finish(ctx, m[0].ID, "w", "550 mailbox unavailable"))
+	require.NoError(t, s.Finish(ctx, []int64{m[0].ID}, "w", "550 mailbox unavailable"))
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Equal(t, 1, h.Count(t, "outbox"), "a dead-lettered row is kept")
 	got, err := s.Claim(ctx, "w", 10, time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, got)
+}
+
+// One Finish settles many rows of one lease, and none of another's.
+func testFinishMany(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	for i := range 4 {
+		create(t, ctx, s, i+1)
+	}
+	a, err := s.Claim(ctx, "worker-a", 3, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, a, 3)
+	b, err := s.Claim(ctx, "worker-b", 3, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, b, 1)
+
+	ids := []int64{a[0].ID, a[1].ID, a[2].ID, b[0].ID}
+	require.NoError(t, s.Finish(ctx, ids, "worker-a", ""))
+	require.EqualValues(t, 1, unprocessed(t, ctx, s), "worker-a's three rows are finished, worker-b's is not")
+	require.NoError(t, s.Finish(ctx, nil, "worker-b", ""), "nothing to finish is no error")
+	require.NoError(t, s.Finish(ctx, []int64{b[0].ID}, "worker-b", ""))
+	require.Zero(t, unprocessed(t, ctx, s))
 }
 
 func testOutboxStats(t *testing.T, ctx context.Context, h Harness) {

@@ -16,10 +16,11 @@ type Queue interface {
 	// attempts. PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite with
 	// one UPDATE ... RETURNING.
 	Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error)
-	// Finish marks a row leased to token processed (processed_at = now); a
-	// non-empty reason marks it dead-lettered and keeps the reason
-	// (last_error). A row no longer leased to token is left alone.
-	Finish(ctx context.Context, id int64, token, reason string) error
+	// Finish marks rows leased to token processed (processed_at = now), in
+	// one statement; a non-empty reason marks them dead-lettered and keeps
+	// the reason (last_error). A row no longer leased to token is left
+	// alone.
+	Finish(ctx context.Context, ids []int64, token, reason string) error
 	// Reschedule ends the lease of a row leased to token and makes it due
 	// again after delay; with retry it counts a retry (attempts+1) and keeps
 	// reason (last_error).

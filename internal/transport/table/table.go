@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -118,8 +119,13 @@ func (t *Transport) Consume(ctx context.Context, handle func(context.Context, wo
 	})
 	defer stop()
 
+	acks := newAcker(t.q)
+	go acks.run(hctx)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		wg.Wait()
+		acks.stop()
+	}()
 	slots := make(chan struct{}, t.cfg.Prefetch)
 	freed := make(chan struct{}, 1)
 	timer := time.NewTimer(0)
@@ -136,6 +142,8 @@ func (t *Transport) Consume(ctx context.Context, handle func(context.Context, wo
 				wake = nil
 			}
 		}
+		// Claim when half the slots are free (all of them when idle): one
+		// claim transaction then serves several deliveries.
 		n := t.cfg.Prefetch - len(slots)
 		if n == 0 {
 			continue // a finishing call signals freed
@@ -174,7 +182,7 @@ func (t *Transport) Consume(ctx context.Context, handle func(context.Context, wo
 					}
 				}()
 				handle(hctx, d)
-			}(&delivery{t: t, msg: m, token: token})
+			}(&delivery{t: t, acks: acks, msg: m, token: token})
 		}
 		if len(msgs) == n && err == nil {
 			wait = 0 // there may be more due rows: claim again at once
@@ -199,6 +207,7 @@ func (t *Transport) release(ctx context.Context, msgs []notify.Message, token st
 // delivery is one claimed row.
 type delivery struct {
 	t     *Transport
+	acks  *acker
 	msg   notify.Message
 	token string
 }
@@ -206,7 +215,7 @@ type delivery struct {
 func (d *delivery) Message() notify.Message { return d.msg }
 
 func (d *delivery) Ack(ctx context.Context) error {
-	return d.t.q.Finish(ctx, d.msg.ID, d.token, "")
+	return d.acks.ack(ctx, d.msg.ID, d.token)
 }
 
 func (d *delivery) Retry(ctx context.Context, reason string) error {
@@ -214,7 +223,88 @@ func (d *delivery) Retry(ctx context.Context, reason string) error {
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
-	return d.t.q.Finish(ctx, d.msg.ID, d.token, reason)
+	return d.t.q.Finish(ctx, []int64{d.msg.ID}, d.token, reason)
+}
+
+// acker finishes acknowledged rows in groups: an Ack waits for the one
+// statement that finishes every row acknowledged while the previous one ran
+// (group commit), so a busy worker spends one transaction on many
+// deliveries, and an idle one finishes each at once. An Ack that returned nil
+// is finished.
+type acker struct {
+	q    Queue
+	reqs chan ackReq
+	quit chan struct{}
+	done chan struct{}
+}
+
+type ackReq struct {
+	id    int64
+	token string
+	errc  chan error
+}
+
+func newAcker(q Queue) *acker {
+	return &acker{q: q, reqs: make(chan ackReq), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// run finishes acknowledged rows until stop; ctx bounds each statement.
+func (a *acker) run(ctx context.Context) {
+	defer close(a.done)
+	for {
+		var batch []ackReq
+		select {
+		case <-a.quit:
+			return
+		case r := <-a.reqs:
+			batch = append(batch, r)
+		}
+	more:
+		for {
+			select {
+			case r := <-a.reqs:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		byToken := map[string][]int64{}
+		for _, r := range batch {
+			byToken[r.token] = append(byToken[r.token], r.id)
+		}
+		errs := make(map[string]error, len(byToken))
+		for token, ids := range byToken {
+			errs[token] = a.q.Finish(ctx, ids, token, "")
+		}
+		for _, r := range batch {
+			r.errc <- errs[r.token]
+		}
+	}
+}
+
+// ack queues one row and waits until its group is finished.
+func (a *acker) ack(ctx context.Context, id int64, token string) error {
+	r := ackReq{id: id, token: token, errc: make(chan error, 1)}
+	select {
+	case a.reqs <- r:
+	case <-a.done:
+		return errors.New("acknowledge outbox row: the transport has stopped")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop ends run once no Ack is pending (the caller has waited for every
+// delivery).
+func (a *acker) stop() {
+	close(a.quit)
+	<-a.done
 }
 
 func (d *delivery) Release(ctx context.Context) error {

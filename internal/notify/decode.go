@@ -1,0 +1,173 @@
+package notify
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"unicode/utf8"
+)
+
+// requestFields are the keys a create body may hold, spelled exactly.
+// encoding/json matches keys case-insensitively and keeps the last of
+// duplicates, which would let {"to":..,"TO":..} smuggle a second recipient
+// past a reviewing proxy; the body is therefore scanned for exact, unique
+// keys before it is decoded.
+var requestFields = map[string]bool{"user_id": true, "channel": true, "to": true, "subject": true, "body": true}
+
+// maxEchoLen bounds how much of a client's unknown key is echoed back.
+const maxEchoLen = 64
+
+// clip shortens s to at most n bytes without splitting a character.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// DecodeError says why a create request body could not be decoded: Code is
+// the API's error code (invalid_utf8, invalid_json, unknown_field,
+// invalid_field), Field the offending key when there is one.
+type DecodeError struct {
+	Code    string
+	Field   string
+	Message string
+}
+
+func (e *DecodeError) Error() string { return e.Message }
+
+// DecodeCreateRequest decodes a create body strictly: valid UTF-8
+// (encoding/json would silently replace bad bytes), one JSON object with
+// exactly spelled, unique, known keys of the right types, and nothing after
+// it. Its errors are *DecodeError. It does not validate the values
+// (CreateRequest.Validate does).
+func DecodeCreateRequest(raw []byte) (CreateRequest, error) {
+	var req CreateRequest
+	if !utf8.Valid(raw) {
+		return req, &DecodeError{Code: "invalid_utf8", Message: "the request body is not valid UTF-8"}
+	}
+	if e := scanKeys(raw); e != nil {
+		return req, e
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			return req, &DecodeError{Code: "invalid_field", Message: te.Field + " must be a " + te.Type.String(), Field: te.Field}
+		}
+		return req, &DecodeError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}
+	}
+	return req, nil
+}
+
+// scanKeys checks the shape of the body before it is decoded: one object,
+// known keys spelled exactly and given once, nothing after it.
+func scanKeys(raw []byte) *DecodeError {
+	invalid := func(msg string) *DecodeError { return &DecodeError{Code: "invalid_json", Message: msg} }
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return invalid("the request body is empty")
+	}
+	if err != nil {
+		return invalid("the request body is not valid JSON")
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return invalid("the request body must be a JSON object")
+	}
+	seen := make(map[string]bool, len(requestFields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return invalid("the request body is not valid JSON")
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return invalid("the request body is not valid JSON")
+		}
+		if !requestFields[key] {
+			key = clip(key, maxEchoLen)
+			return &DecodeError{Code: "unknown_field", Message: "unknown field " + strconv.Quote(key), Field: key}
+		}
+		if seen[key] {
+			return &DecodeError{Code: "invalid_field", Message: key + " is given more than once", Field: key}
+		}
+		seen[key] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return invalid("the request body is not valid JSON")
+		}
+		if !pairedSurrogates(v) {
+			return &DecodeError{Code: "invalid_utf8", Message: key + " holds an unpaired UTF-16 surrogate escape", Field: key}
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return invalid("the request body is not valid JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("the request body must hold one JSON object and nothing after it")
+	}
+	return nil
+}
+
+// pairedSurrogates reports whether every \u escape of a UTF-16 surrogate in
+// the JSON text v is half of a pair. encoding/json would silently turn a lone
+// one into U+FFFD, the same silent change that invalid UTF-8 bytes get.
+func pairedSurrogates(v []byte) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(v) || v[i+1] != 'u' {
+			i++ // a one-character escape such as \" or \\
+			continue
+		}
+		r, ok := hex4(v, i+2)
+		if !ok {
+			return false
+		}
+		i += 5
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return false
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+6 >= len(v) || v[i+1] != '\\' || v[i+2] != 'u' {
+				return false
+			}
+			lo, ok := hex4(v, i+3)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return false
+			}
+			i += 6
+		}
+	}
+	return true
+}
+
+// hex4 parses the four hex digits at v[i:].
+func hex4(v []byte, i int) (rune, bool) {
+	if i+4 > len(v) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range v[i : i+4] {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	return r, true
+}
