@@ -31,10 +31,13 @@ test-outage: ## tests that stop the broker (the outage test, the short chaos run
 	$(GO) test -count=1 -timeout 5m -p 1 -tags outage -run Outage ./cmd/herald/
 	$(GO) test -count=1 -timeout 10m -p 1 -tags outage ./cmd/herald-chaos/
 
+# -fuzzminimizetime 1x: minimising a new interesting input can outlast a short
+# -fuzztime and end the run with "context deadline exceeded"; a short run only
+# looks for crashes.
 fuzz-short: ## a short fuzz run of the request decoder, the validator and the event decoder
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 10s ./internal/notify/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 10s ./internal/notify/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
 
 FUZZTIME ?= 2m
 fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
