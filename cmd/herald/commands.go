@@ -44,11 +44,7 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer a.Close()
-	handler, err := a.apiHandler()
-	if err != nil {
-		return err
-	}
-	loops, err := a.background()
+	parts, err := a.apiParts()
 	if err != nil {
 		return err
 	}
@@ -56,21 +52,16 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	a.logStartup(e.stderr)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serveHTTP(gctx, cfg.HTTPAddr, handler, a.log) })
-	g.Go(func() error { return w.Run(gctx) })
-	for _, loop := range loops {
-		g.Go(func() error { return loop(gctx) })
-	}
+	parts = append(parts, w.Run)
 	if cfg.BrokerURL != "" {
 		r, err := a.newRelay()
 		if err != nil {
 			return err
 		}
-		g.Go(func() error { return r.Run(gctx) })
+		parts = append(parts, r.Run)
 	}
-	err = g.Wait()
+	a.logStartup(e.stderr)
+	err = runAll(ctx, parts)
 	a.log.Info("stopped")
 	return err
 }
@@ -108,20 +99,11 @@ func cmdAPI(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer a.Close()
-	handler, err := a.apiHandler()
+	parts, err := a.apiParts()
 	if err != nil {
 		return err
 	}
-	loops, err := a.background()
-	if err != nil {
-		return err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serveHTTP(gctx, cfg.HTTPAddr, handler, a.log) })
-	for _, loop := range loops {
-		g.Go(func() error { return loop(gctx) })
-	}
-	return g.Wait()
+	return runAll(ctx, parts)
 }
 
 func cmdRelay(ctx context.Context, args []string, e env) error {
@@ -142,10 +124,7 @@ func cmdRelay(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return r.Run(gctx) })
-	a.serveMetrics(gctx, g)
-	return g.Wait()
+	return runAll(ctx, append(a.metricsParts(), r.Run))
 }
 
 func cmdWorker(ctx context.Context, args []string, e env) error {
@@ -163,19 +142,28 @@ func cmdWorker(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return w.Run(gctx) })
-	a.serveMetrics(gctx, g)
-	return g.Wait()
+	return runAll(ctx, append(a.metricsParts(), w.Run))
 }
 
-// serveMetrics starts the own /metrics listener of relay and worker when
+// metricsParts is the own /metrics listener of relay and worker, when
 // HERALD_METRICS_ADDR is set.
-func (a *app) serveMetrics(ctx context.Context, g *errgroup.Group) {
+func (a *app) metricsParts() []func(context.Context) error {
 	if a.cfg.MetricsAddr == "" {
-		return
+		return nil
 	}
-	g.Go(func() error { return serveHTTP(ctx, a.cfg.MetricsAddr, a.metricsHandler(), a.log) })
+	return []func(context.Context) error{func(ctx context.Context) error {
+		return serveHTTP(ctx, a.cfg.MetricsAddr, a.metricsHandler(), a.log)
+	}}
+}
+
+// runAll runs the long-running parts of a process until ctx ends or one of
+// them fails, which stops the others; it returns after all have returned.
+func runAll(ctx context.Context, parts []func(context.Context) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, run := range parts {
+		g.Go(func() error { return run(gctx) })
+	}
+	return g.Wait()
 }
 
 func cmdMigrate(ctx context.Context, args []string, e env) error {

@@ -158,9 +158,13 @@ func (a *app) rabbitConfig(name string) rabbitmq.Config {
 	}
 }
 
-// background builds the loops the api process runs beside the HTTP server:
-// the backlog monitor with its alert, and retention.
-func (a *app) background() ([]func(context.Context) error, error) {
+// apiParts builds what the api process runs: the HTTP server, the backlog
+// monitor with its alert, and retention.
+func (a *app) apiParts() ([]func(context.Context) error, error) {
+	handler, err := a.apiHandler()
+	if err != nil {
+		return nil, err
+	}
 	var tg *monitor.TelegramConfig
 	if a.cfg.TelegramToken != "" && a.cfg.TelegramChatID != "" {
 		tg = &monitor.TelegramConfig{Token: a.cfg.TelegramToken, ChatID: a.cfg.TelegramChatID, API: a.cfg.TelegramAPI}
@@ -180,7 +184,8 @@ func (a *app) background() ([]func(context.Context) error, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []func(context.Context) error{m.Run, r.Run}, nil
+	serve := func(ctx context.Context) error { return serveHTTP(ctx, a.cfg.HTTPAddr, handler, a.log) }
+	return []func(context.Context) error{serve, m.Run, r.Run}, nil
 }
 
 // newRelay builds the relay (broker transport only).
