@@ -121,10 +121,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // Handle applies one delivery and settles it.
 func (w *Worker) Handle(ctx context.Context, d Delivery) {
 	msg := d.Message()
-	log := w.log.With("message_id", msg.ID, "retry_count", msg.RetryCount)
 	outcome, err := w.apply(ctx, d, msg)
 	if err != nil {
-		log.Error("delivery not settled; it will come back", "err", err)
+		w.log.Error("delivery not settled; it will come back", "message_id", msg.ID, "retry_count", msg.RetryCount, "err", err)
 		return
 	}
 	w.metrics.deliveries.WithLabelValues(string(outcome)).Inc()

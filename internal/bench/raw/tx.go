@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -150,40 +151,15 @@ func pgCreate(ctx context.Context, pool *pgxpool.Pool, i int, notify bool) error
 	return nil
 }
 
-// The SQLite scratch tables mirror the store's migration 0001 (the SQLite
-// dialect has no CREATE TABLE ... LIKE).
+// The SQLite scratch tables are copies of herald's, derived from the
+// migrated schema itself (SQLite has no CREATE TABLE ... LIKE): the DDL of
+// notifications, outbox and their indexes, renamed. Like PostgreSQL's, they
+// need herald's schema in the same file: migrate first.
 const (
-	sqliteCreateRaw = `
-CREATE TABLE IF NOT EXISTS bench_raw_notifications (
-    id              INTEGER PRIMARY KEY AUTOINCREMENT,
-    user_id         TEXT    NOT NULL,
-    channel         TEXT    NOT NULL,
-    recipient       TEXT    NOT NULL,
-    subject         TEXT    NOT NULL,
-    body            TEXT    NOT NULL,
-    status          TEXT    NOT NULL DEFAULT 'pending'
-                            CHECK (status IN ('pending', 'sent', 'failed')),
-    attempts        INTEGER NOT NULL DEFAULT 0,
-    last_error      TEXT,
-    idempotency_key TEXT    UNIQUE,
-    created_at      TEXT    NOT NULL,
-    updated_at      TEXT    NOT NULL,
-    sent_at         TEXT,
-    failed_at       TEXT
-) STRICT;
-CREATE TABLE IF NOT EXISTS bench_raw_outbox (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_type   TEXT    NOT NULL,
-    payload      TEXT    NOT NULL CHECK (json_valid(payload)),
-    occurred_at  TEXT    NOT NULL,
-    processed_at TEXT,
-    attempts     INTEGER NOT NULL DEFAULT 0,
-    available_at TEXT    NOT NULL,
-    locked_until TEXT,
-    locked_by    TEXT,
-    last_error   TEXT
-) STRICT;
-CREATE INDEX IF NOT EXISTS bench_raw_outbox_unprocessed_idx ON bench_raw_outbox (id) WHERE processed_at IS NULL`
+	sqliteSchema = `
+SELECT sql FROM sqlite_master
+WHERE tbl_name IN ('notifications', 'outbox') AND sql IS NOT NULL
+ORDER BY type DESC` // tables before indexes
 	sqliteDropRaw = `DROP TABLE IF EXISTS bench_raw_notifications; DROP TABLE IF EXISTS bench_raw_outbox`
 
 	sqliteInsertNotification = `
@@ -220,8 +196,8 @@ func SQLiteTx(ctx context.Context, path string, o TxOptions) (float64, error) {
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
-	if _, err := db.ExecContext(ctx, sqliteCreateRaw); err != nil {
-		return 0, fmt.Errorf("raw tx: create scratch tables: %w", err)
+	if err := sqliteCreateScratch(ctx, db); err != nil {
+		return 0, err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -231,6 +207,39 @@ func SQLiteTx(ctx context.Context, path string, o TxOptions) (float64, error) {
 	return bench.Ceiling(ctx, o.N, o.Clients, func(ctx context.Context, i int) error {
 		return sqliteCreate(ctx, db, i)
 	})
+}
+
+// scratchName renames herald's tables and indexes in a CREATE statement.
+var scratchName = regexp.MustCompile(`^(CREATE (?:UNIQUE )?(?:TABLE|INDEX) )(\w+)|( ON )(notifications|outbox)\b`)
+
+// sqliteCreateScratch creates the scratch tables from herald's own DDL.
+func sqliteCreateScratch(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, sqliteSchema)
+	if err != nil {
+		return fmt.Errorf("raw tx: read herald's schema: %w", err)
+	}
+	var ddl []string
+	for rows.Next() {
+		var stmt string
+		if err := rows.Scan(&stmt); err != nil {
+			rows.Close()
+			return fmt.Errorf("raw tx: read herald's schema: %w", err)
+		}
+		ddl = append(ddl, scratchName.ReplaceAllString(stmt, "${1}${3}bench_raw_${2}${4}"))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("raw tx: read herald's schema: %w", err)
+	}
+	if len(ddl) == 0 {
+		return errors.New("raw tx: the SQLite file has no herald schema: migrate it first")
+	}
+	for _, stmt := range ddl {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("raw tx: create scratch tables: %w", err)
+		}
+	}
+	return nil
 }
 
 func sqliteCreate(ctx context.Context, db *sql.DB, i int) error {

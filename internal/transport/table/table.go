@@ -188,8 +188,7 @@ func (t *Transport) Consume(ctx context.Context, handle func(context.Context, wo
 		if len(msgs) == n && err == nil {
 			wait = 0 // there may be more due rows: claim again at once
 		}
-		stopTimer(timer)
-		timer.Reset(wait)
+		timer.Reset(wait) // since Go 1.23 Reset also drops a fire not yet received
 	}
 }
 
@@ -324,13 +323,4 @@ func backoff(failures int, base time.Duration) time.Duration {
 		d *= 2
 	}
 	return min(d, 5*time.Second)
-}
-
-func stopTimer(t *time.Timer) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
 }
