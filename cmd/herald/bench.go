@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,17 +15,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
-
-	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/smtptest"
-	"github.com/heraldhq/herald/internal/transport/rabbitmq"
-	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
@@ -83,7 +75,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			err = errors.Join(err, cleanups[i]())
 		}
 	}()
-	sc, err := newScratch(ctx, cfg)
+	sc, err := newScratch(ctx, cfg, e)
 	if err != nil {
 		return err
 	}
@@ -95,7 +87,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return err
 	}
 
-	st, err := startBenchStack(ctx, cfg, sc, e)
+	st, err := startBenchStack(ctx, sc, e)
 	if err != nil {
 		return err
 	}
@@ -128,7 +120,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	if err != nil {
 		return err
 	}
-	report := bench.NewReport(sc.store, sc.transport, bcfg, res, ceilings)
+	report := bench.NewReport(sc.store, sc.tr.name, bcfg, res, ceilings)
 	report.Notes = append(report.Notes, notes...)
 	report.Notes = append(report.Notes, st.notes...)
 	if o.json {
@@ -137,14 +129,16 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	return report.WriteText(e.stdout)
 }
 
-// scratch is where a bench works: its own database and broker names.
+// scratch is where a bench works: its own database (or file) and broker
+// names, and the transport built on them.
 type scratch struct {
-	store, transport string
-	dbURL            string // HERALD_DATABASE_URL form of the scratch database
-	sqlitePath       string // the scratch file (SQLite only)
-	pgDatabase       string // the scratch database (PostgreSQL only)
-	rabbit           rabbitmq.Config
-	cleanup          []func() error
+	cfg        Config // the user's configuration pointed at the scratch objects
+	store      string // the engine, as storeKind names it
+	tr         transport
+	sqlitePath string // the scratch file (SQLite only)
+	pgDatabase string // the scratch database (PostgreSQL only)
+	prefix     string // the scratch broker names
+	cleanup    []func() error
 }
 
 // describe names the scratch objects for the user.
@@ -153,16 +147,16 @@ func (sc *scratch) describe() string {
 	if sc.store == "postgres" {
 		where = "scratch database " + sc.pgDatabase
 	}
-	if sc.transport == "rabbitmq" {
-		where += " and scratch broker names " + sc.rabbit.Prefix + "*"
+	if sc.tr.remove != nil {
+		where += " and scratch broker names " + sc.prefix + "*"
 	}
 	return where
 }
 
-// newScratch makes the scratch database (or file) and picks the scratch
-// RabbitMQ prefix; its cleanup funcs remove both.
-func newScratch(ctx context.Context, cfg Config) (sc *scratch, err error) {
-	sc = &scratch{transport: "table"}
+// newScratch makes the scratch database (or file), migrates it, and picks
+// the scratch broker prefix; its cleanup funcs remove both.
+func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error) {
+	sc = &scratch{cfg: cfg, store: storeKind(cfg.DatabaseURL), prefix: "bench-" + raw.Suffix() + "."}
 	defer func() {
 		if err != nil {
 			for i := len(sc.cleanup) - 1; i >= 0; i-- {
@@ -170,51 +164,42 @@ func newScratch(ctx context.Context, cfg Config) (sc *scratch, err error) {
 			}
 		}
 	}()
-	switch u := cfg.DatabaseURL; {
-	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
-		sc.store = "postgres"
-		dbURL, drop, err := raw.ScratchPostgres(ctx, u)
+	switch sc.store {
+	case "postgres":
+		dbURL, drop, err := raw.ScratchPostgres(ctx, cfg.DatabaseURL)
 		if err != nil {
 			return nil, fmt.Errorf("herald bench: %w", err)
 		}
-		sc.dbURL = dbURL
+		sc.cfg.DatabaseURL = dbURL
 		sc.cleanup = append(sc.cleanup, drop)
 		if pu, err := url.Parse(dbURL); err == nil {
 			sc.pgDatabase = strings.TrimPrefix(pu.Path, "/")
 		}
-	case strings.HasPrefix(u, "sqlite:"):
-		sc.store = "sqlite"
+	case "sqlite":
 		dir, err := os.MkdirTemp("", "herald-bench-")
 		if err != nil {
 			return nil, fmt.Errorf("herald bench: scratch directory: %w", err)
 		}
 		sc.cleanup = append(sc.cleanup, func() error { return os.RemoveAll(dir) })
 		sc.sqlitePath = filepath.Join(dir, "herald.db")
-		sc.dbURL = "sqlite:" + sc.sqlitePath
+		sc.cfg.DatabaseURL = "sqlite:" + sc.sqlitePath
 	default:
-		return nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres:// or sqlite:, got %q", redact(u))
+		return nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres:// or sqlite:, got %q", redact(cfg.DatabaseURL))
 	}
-	if cfg.BrokerURL != "" {
-		sc.transport = "rabbitmq"
-		sc.rabbit = rabbitmq.Config{
-			URL:            cfg.BrokerURL,
-			Prefix:         "bench-" + raw.Suffix() + ".",
-			RetryDelay:     cfg.RetryDelay,
-			Prefetch:       cfg.Prefetch,
-			ConnectionName: "herald bench",
-		}
-		rc := sc.rabbit
+	// The bench's own API takes no token and injects no faults.
+	sc.cfg.APIToken, sc.cfg.DebugFaults, sc.cfg.DebugCrash, sc.cfg.MaxBacklog = "", false, "", 0
+	if sc.tr, err = newTransport(sc.cfg, slog.New(slog.NewTextHandler(e.stderr, nil)), sc.prefix); err != nil {
+		return nil, err
+	}
+	if sc.tr.remove != nil {
 		sc.cleanup = append(sc.cleanup, func() error {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
 			defer cancel()
-			if err := rabbitmq.Delete(ctx, rc); err != nil {
-				return fmt.Errorf("delete scratch broker topology %s*: %w", rc.Prefix, err)
-			}
-			return nil
+			return sc.tr.remove(ctx)
 		})
 	}
 	// The schema first: the raw PostgreSQL ceiling copies its tables.
-	s, closeStore, err := openStore(ctx, sc.dbURL, poolSize(cfg))
+	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -236,20 +221,19 @@ func measureCeilings(ctx context.Context, sc *scratch, o benchOptions) (bench.Ce
 	)
 	txo := raw.TxOptions{N: o.n, Clients: o.concurrency}
 	if sc.store == "postgres" {
-		c.TxPerSec, err = raw.PostgresTx(ctx, sc.dbURL, txo)
+		c.TxPerSec, err = raw.PostgresTx(ctx, sc.cfg.DatabaseURL, txo)
 	} else {
 		c.TxPerSec, err = raw.SQLiteTx(ctx, sc.sqlitePath, txo)
 	}
 	if err != nil {
 		return c, nil, fmt.Errorf("herald bench: raw transaction ceiling: %w", err)
 	}
-	if sc.transport == "rabbitmq" {
-		c.PublishPerSec, err = raw.Publish(ctx, sc.rabbit.URL, raw.PublishOptions{Queue: sc.rabbit.Prefix + "raw", N: o.n})
-		if err != nil {
-			return c, nil, fmt.Errorf("herald bench: raw publish ceiling: %w", err)
-		}
-	} else {
-		notes = append(notes, "table transport: no broker and no relay, so relay_per_s, raw_publish_per_s and relay_vs_raw_publish are 0")
+	if sc.tr.rawPublish == nil {
+		notes = append(notes, sc.tr.name+" transport: no broker and no relay, so relay_per_s, raw_publish_per_s and relay_vs_raw_publish are 0")
+		return c, notes, nil
+	}
+	if c.PublishPerSec, err = sc.tr.rawPublish(ctx, o.n); err != nil {
+		return c, nil, fmt.Errorf("herald bench: raw publish ceiling: %w", err)
 	}
 	return c, notes, nil
 }
@@ -264,146 +248,70 @@ type benchStack struct {
 }
 
 // startBenchStack starts the pipeline on the scratch database and broker
-// names. With RabbitMQ each component gets a store of its own, as the
-// separate api, relay and worker processes of the production shape have;
-// with the table transport they share one, as herald serve does.
-func startBenchStack(ctx context.Context, cfg Config, sc *scratch, e env) (_ *benchStack, err error) {
+// names, built by the same builder as the commands, with the recorder
+// wrapped around the built publisher and sender. With a broker the api,
+// relay and worker are three apps (three stores, three connection pools),
+// as the separate processes of the production shape are; on the outbox
+// table one app runs them all, as herald serve does.
+func startBenchStack(ctx context.Context, sc *scratch, e env) (_ *benchStack, err error) {
+	st := &benchStack{rec: bench.NewRecorder()}
 	var closers []func()
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
 	defer func() {
 		if err != nil {
-			closeAll()
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
 		}
 	}()
-	open := func() (store, error) {
-		s, c, err := openStore(ctx, sc.dbURL, poolSize(cfg))
-		if err != nil {
-			return nil, err
-		}
-		closers = append(closers, c)
-		return s, nil
-	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	reg := prometheus.NewRegistry()
-	st := &benchStack{rec: bench.NewRecorder()}
-
-	apiStore, err := open()
-	if err != nil {
-		return nil, err
-	}
-	workerStore, relayStore := apiStore, apiStore
-	if sc.transport == "rabbitmq" {
-		if workerStore, err = open(); err != nil {
-			return nil, err
-		}
-		if relayStore, err = open(); err != nil {
-			return nil, err
-		}
-		st.notes = append(st.notes, "api, relay and worker each have a store (connection pool) of their own, as separate processes would")
-	}
-
 	sink, err := smtptest.New()
 	if err != nil {
 		return nil, fmt.Errorf("herald bench: start the SMTP sink: %w", err)
 	}
 	closers = append(closers, sink.Close)
 	st.sink = sink
-	snd, err := smtp.New(smtp.Config{URL: sink.URL(), From: cfg.SMTPFrom, MaxIdle: cfg.Prefetch})
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, func() { _ = snd.Close() })
+	cfg := sc.cfg
+	cfg.SMTPURL = sink.URL()
 
-	h, err := api.New(apiStore, api.Config{Registerer: reg, Logger: log.With("component", "api")})
-	if err != nil {
-		return nil, err
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("herald bench: listen: %w", err)
 	}
+	closers = append(closers, func() { _ = ln.Close() })
 	st.url = "http://" + ln.Addr().String()
-	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second}
-
-	var src worker.Source
-	var rl *relay.Relay
-	if sc.transport == "rabbitmq" {
-		c, err := rabbitmq.NewConsumer(sc.rabbit)
-		if err != nil {
-			_ = ln.Close()
-			return nil, err
-		}
-		src = c
-		pub, err := rabbitmq.NewPublisher(sc.rabbit)
-		if err != nil {
-			_ = ln.Close()
-			return nil, err
-		}
-		closers = append(closers, func() { _ = pub.Close() })
-		rl, err = relay.New(relayStore, st.rec.Publisher(pub), relayStore, relay.Config{
-			Batch:      cfg.RelayBatch,
-			Interval:   cfg.RelayInterval,
-			Logger:     log.With("component", "relay"),
-			Registerer: reg,
-		})
-		if err != nil {
-			_ = ln.Close()
-			return nil, err
-		}
-	} else {
-		t, err := table.New(workerStore, workerStore, table.Config{
-			Prefetch:     cfg.Prefetch,
-			RetryDelay:   cfg.RetryDelay,
-			PollInterval: cfg.RelayInterval,
-			Logger:       log.With("component", "worker"),
-		})
-		if err != nil {
-			_ = ln.Close()
-			return nil, err
-		}
-		src = t
+	h := hooks{
+		prefix:        sc.prefix,
+		logLevel:      slog.LevelWarn,
+		listener:      ln,
+		wrapPublisher: func(p relay.Publisher) relay.Publisher { return st.rec.Publisher(p) },
+		wrapSender:    func(s worker.Sender) worker.Sender { return st.rec.Sender(s) },
 	}
-	w, err := worker.New(src, workerStore, st.rec.Sender(snd), worker.Config{
-		From:       cfg.SMTPFrom,
-		MaxRetries: cfg.MaxRetries,
-		NoRetries:  cfg.MaxRetries == 0,
-		Logger:     log.With("component", "worker"),
-		Registerer: reg,
-	})
-	if err != nil {
-		_ = ln.Close()
-		return nil, err
+	groups := [][]role{{roleAPI, roleRelay, roleWorker}}
+	if sc.tr.publisher != nil {
+		groups = [][]role{{roleAPI}, {roleRelay}, {roleWorker}}
+		st.notes = append(st.notes, "api, relay and worker each have a store (connection pool) of their own, as separate processes would")
 	}
-
+	var parts []func(context.Context) error
+	for _, roles := range groups {
+		a, err := build(ctx, cfg, e, h, false)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, a.Close)
+		p, err := a.parts(roles...)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, p...)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
-	g, gctx := errgroup.WithContext(runCtx)
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve the API: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error { return w.Run(gctx) })
-	if rl != nil {
-		g.Go(func() error { return rl.Run(gctx) })
-	}
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
-		defer scancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			return fmt.Errorf("shut down the API: %w", err)
-		}
-		return nil
-	})
+	done := make(chan error, 1)
+	go func() { done <- runAll(runCtx, parts) }()
 	st.stop = func() error {
 		cancel()
-		err := g.Wait()
-		closeAll()
+		err := <-done
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
 		return err
 	}
 	return st, nil

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"golang.org/x/sync/errgroup"
 
@@ -39,28 +38,31 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	a, err := newApp(ctx, cfg, e, true)
+	return runProcess(ctx, cfg, e, true, roleAPI, roleRelay, roleWorker)
+}
+
+// runProcess builds the app of one process and runs the parts of roles
+// (plus the own /metrics listener of a relay or worker) until ctx ends.
+func runProcess(ctx context.Context, cfg Config, e env, migrate bool, roles ...role) error {
+	a, err := build(ctx, cfg, e, hooks{}, migrate)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	parts, err := a.apiParts()
+	parts, err := a.parts(roles...)
 	if err != nil {
 		return err
 	}
-	w, err := a.newWorker()
-	if err != nil {
-		return err
-	}
-	parts = append(parts, w.Run)
-	if cfg.BrokerURL != "" {
-		r, err := a.newRelay()
+	if len(roles) == 1 && roles[0] != roleAPI {
+		m, err := a.metricsParts()
 		if err != nil {
 			return err
 		}
-		parts = append(parts, r.Run)
+		parts = append(parts, m...)
 	}
-	a.logStartup(e.stderr)
+	if len(roles) > 1 {
+		a.logStartup(e.stderr)
+	}
 	err = runAll(ctx, parts)
 	a.log.Info("stopped")
 	return err
@@ -70,11 +72,11 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 // variables switch it to the production parts.
 func (a *app) logStartup(w io.Writer) {
 	c := a.cfg
-	store, transport, mail := "PostgreSQL "+redact(c.DatabaseURL), "RabbitMQ "+redact(c.BrokerURL)+" (relay + worker)", "SMTP "+redact(c.SMTPURL)
-	if strings.HasPrefix(c.DatabaseURL, "sqlite:") {
-		store = "SQLite file " + strings.TrimPrefix(c.DatabaseURL, "sqlite:")
+	store, transport, mail := "PostgreSQL "+redact(c.DatabaseURL), a.tr.name+" "+redact(c.BrokerURL)+" (relay + worker)", "SMTP "+redact(c.SMTPURL)
+	if storeKind(c.DatabaseURL) == "sqlite" {
+		store = "SQLite file " + sqlitePath(c.DatabaseURL)
 	}
-	if c.BrokerURL == "" {
+	if a.tr.publisher == nil {
 		transport = "outbox table (no broker)"
 	}
 	if c.SMTPURL == "" {
@@ -94,16 +96,7 @@ func cmdAPI(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	a, err := newApp(ctx, cfg, e, false)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	parts, err := a.apiParts()
-	if err != nil {
-		return err
-	}
-	return runAll(ctx, parts)
+	return runProcess(ctx, cfg, e, false, roleAPI)
 }
 
 func cmdRelay(ctx context.Context, args []string, e env) error {
@@ -112,19 +105,10 @@ func cmdRelay(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	if cfg.BrokerURL == "" {
+	if brokerKind(cfg.BrokerURL) == "table" {
 		return errors.New("herald relay needs HERALD_BROKER_URL: without a broker, workers read the outbox table and no relay runs")
 	}
-	a, err := newApp(ctx, cfg, e, false)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	r, err := a.newRelay()
-	if err != nil {
-		return err
-	}
-	return runAll(ctx, append(a.metricsParts(), r.Run))
+	return runProcess(ctx, cfg, e, false, roleRelay)
 }
 
 func cmdWorker(ctx context.Context, args []string, e env) error {
@@ -133,27 +117,7 @@ func cmdWorker(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	a, err := newApp(ctx, cfg, e, false)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	w, err := a.newWorker()
-	if err != nil {
-		return err
-	}
-	return runAll(ctx, append(a.metricsParts(), w.Run))
-}
-
-// metricsParts is the own /metrics listener of relay and worker, when
-// HERALD_METRICS_ADDR is set.
-func (a *app) metricsParts() []func(context.Context) error {
-	if a.cfg.MetricsAddr == "" {
-		return nil
-	}
-	return []func(context.Context) error{func(ctx context.Context) error {
-		return serveHTTP(ctx, a.cfg.MetricsAddr, a.metricsHandler(), a.log)
-	}}
+	return runProcess(ctx, cfg, e, false, roleWorker)
 }
 
 // runAll runs the long-running parts of a process until ctx ends or one of

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -14,7 +15,6 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
 func cmdDLQ(ctx context.Context, args []string, e env) error {
@@ -198,10 +198,11 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer closeStore()
-	var queue deadletter.Queue
-	if cfg.BrokerURL != "" {
-		queue = dlqRemover{cfg: rabbitmq.Config{URL: cfg.BrokerURL, RetryDelay: cfg.RetryDelay, ConnectionName: "herald dlq redrive"}}
+	tr, err := newTransport(cfg, slog.New(slog.NewTextHandler(e.stderr, nil)), "")
+	if err != nil {
+		return err
 	}
+	queue := tr.deadLetters
 	sel := notify.RedriveSelection{Filter: f, All: all, DryRun: dryRun}
 	if isTerminal(e.stderr) {
 		sel.Progress = progressBar(e.stderr)
@@ -223,13 +224,6 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 	}
 	fmt.Fprintln(e.stdout)
 	return nil
-}
-
-// dlqRemover removes redriven messages from the RabbitMQ dead-letter queue.
-type dlqRemover struct{ cfg rabbitmq.Config }
-
-func (d dlqRemover) Remove(ctx context.Context, ids []int64) (int, error) {
-	return rabbitmq.RemoveDeadLetters(ctx, d.cfg, ids)
 }
 
 // isTerminal reports whether w is a character device (a terminal).

@@ -1,0 +1,506 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/bench/raw"
+	"github.com/heraldhq/herald/internal/deadletter"
+	"github.com/heraldhq/herald/internal/monitor"
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/retention"
+	"github.com/heraldhq/herald/internal/sender/mbox"
+	"github.com/heraldhq/herald/internal/sender/smtp"
+	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/transport/rabbitmq"
+	"github.com/heraldhq/herald/internal/transport/table"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+// This file is the one place that decides what runs with what: which store
+// HERALD_DATABASE_URL names, which transport HERALD_BROKER_URL names, which
+// sender HERALD_SMTP_URL names, and how the components are put together on
+// them. Every command, herald bench included, gets its parts from build; a
+// wrapper (bench's recorder) wraps built parts through hooks.
+
+// store is everything herald asks of a database. Both engines provide all of
+// it; this file is the one place that picks an implementation.
+type store interface {
+	api.Store
+	api.Pinger
+	relay.Source
+	relay.Waker
+	worker.Store
+	table.Queue
+	deadletter.Store
+	retention.Pruner
+	Migrate(ctx context.Context) error
+	OutboxStats(ctx context.Context) (notify.OutboxStats, error)
+}
+
+// mboxPath is where mail goes when HERALD_SMTP_URL is unset.
+const mboxPath = "herald.mbox"
+
+// openStore opens the store HERALD_DATABASE_URL names. conns sizes a
+// PostgreSQL pool (0: the store's default); see poolSize.
+func openStore(ctx context.Context, url string, conns int) (store, func(), error) {
+	switch storeKind(url) {
+	case "postgres":
+		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns})
+		if err != nil {
+			return nil, nil, fmt.Errorf("open postgres store: %w", err)
+		}
+		return s, s.Close, nil
+	case "sqlite":
+		path := sqlitePath(url)
+		if path == "" {
+			return nil, nil, fmt.Errorf("HERALD_DATABASE_URL %q names no file (want sqlite:PATH)", url)
+		}
+		s, err := sqlite.Open(ctx, path, sqlite.Config{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+		}
+		return s, func() { _ = s.Close() }, nil
+	default:
+		return nil, nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres:// or sqlite:, got %q", redact(url))
+	}
+}
+
+// storeKind names the engine a HERALD_DATABASE_URL picks: "postgres",
+// "sqlite", or "" for neither.
+func storeKind(url string) string {
+	switch {
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return "postgres"
+	case strings.HasPrefix(url, "sqlite:"):
+		return "sqlite"
+	}
+	return ""
+}
+
+// sqlitePath is the file of a sqlite:PATH (or sqlite://PATH) URL.
+func sqlitePath(url string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//")
+}
+
+// poolSize is the PostgreSQL pool of a long-running process: a worker's
+// deliveries each hold a connection across their send, so the pool follows
+// HERALD_PREFETCH, with room for the relay, the API and claims beside them.
+func poolSize(cfg Config) int {
+	return max(10, cfg.Prefetch+4)
+}
+
+// transport is the broker (or the outbox table) as herald's processes use
+// it. A new transport is one package plus one case in newTransport.
+type transport struct {
+	// name is the transport as reports and logs name it.
+	name string
+	// publisher builds the relay's publisher and its close func; nil when
+	// the transport has no relay (the outbox table is its own queue).
+	publisher func(role string) (relay.Publisher, func(), error)
+	// source builds the worker's source over st.
+	source func(st store, role string) (worker.Source, error)
+	// deadLetters removes redriven messages from the broker's dead letters;
+	// nil when the database is the only record of them.
+	deadLetters deadletter.Queue
+	// probe reports the broker's reachability; nil without a broker.
+	probe api.Pinger
+	// remove deletes the transport's own objects (bench's scratch names);
+	// nil when there is nothing to remove.
+	remove func(ctx context.Context) error
+	// rawPublish measures the broker's raw publish ceiling for herald
+	// bench; nil without a broker.
+	rawPublish func(ctx context.Context, n int) (float64, error)
+}
+
+// newTransport builds the transport HERALD_BROKER_URL names. prefix is
+// prepended to every broker object name (bench's scratch topology).
+func newTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
+	switch brokerKind(cfg.BrokerURL) {
+	case "table":
+		return tableTransport(cfg, log), nil
+	case "rabbitmq":
+		return rabbitTransport(cfg, log, prefix), nil
+	default:
+		return transport{}, fmt.Errorf("HERALD_BROKER_URL must start with amqp:// or amqps:// (or be unset for the outbox table), got %q", redact(cfg.BrokerURL))
+	}
+}
+
+// brokerKind names the transport a HERALD_BROKER_URL picks.
+func brokerKind(url string) string {
+	switch {
+	case url == "":
+		return "table"
+	case strings.HasPrefix(url, "amqp://"), strings.HasPrefix(url, "amqps://"):
+		return "rabbitmq"
+	}
+	return ""
+}
+
+func tableTransport(cfg Config, log *slog.Logger) transport {
+	return transport{
+		name: "table",
+		source: func(st store, role string) (worker.Source, error) {
+			return table.New(st, st, table.Config{
+				Prefetch:     cfg.Prefetch,
+				RetryDelay:   cfg.RetryDelay,
+				PollInterval: cfg.RelayInterval,
+				Logger:       log.With("component", role),
+			})
+		},
+	}
+}
+
+func rabbitTransport(cfg Config, log *slog.Logger, prefix string) transport {
+	conf := func(role string) rabbitmq.Config {
+		return rabbitmq.Config{
+			URL:            cfg.BrokerURL,
+			Prefix:         prefix,
+			RetryDelay:     cfg.RetryDelay,
+			Prefetch:       cfg.Prefetch,
+			ConnectionName: "herald " + role,
+			Logger:         log.With("component", role),
+		}
+	}
+	return transport{
+		name: "rabbitmq",
+		publisher: func(role string) (relay.Publisher, func(), error) {
+			p, err := rabbitmq.NewPublisher(conf(role))
+			if err != nil {
+				return nil, nil, err
+			}
+			return p, func() { _ = p.Close() }, nil
+		},
+		source: func(_ store, role string) (worker.Source, error) {
+			return rabbitmq.NewConsumer(conf(role))
+		},
+		deadLetters: rabbitDeadLetters{cfg: conf("dlq")},
+		probe:       rabbitmq.Pinger{URL: cfg.BrokerURL},
+		remove: func(ctx context.Context) error {
+			if err := rabbitmq.Delete(ctx, conf("bench")); err != nil {
+				return fmt.Errorf("delete broker topology %s*: %w", prefix, err)
+			}
+			return nil
+		},
+		rawPublish: func(ctx context.Context, n int) (float64, error) {
+			return raw.Publish(ctx, cfg.BrokerURL, raw.PublishOptions{Queue: prefix + "raw", N: n})
+		},
+	}
+}
+
+// rabbitDeadLetters removes redriven messages from the RabbitMQ dead-letter
+// queue.
+type rabbitDeadLetters struct{ cfg rabbitmq.Config }
+
+func (d rabbitDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
+	return rabbitmq.RemoveDeadLetters(ctx, d.cfg, ids)
+}
+
+// newSender builds the sender HERALD_SMTP_URL names (an mbox file when it is
+// unset) and its close func.
+func newSender(cfg Config) (worker.Sender, func(), error) {
+	if cfg.SMTPURL == "" {
+		s, err := mbox.New(mboxPath)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() {}, nil
+	}
+	s, err := smtp.New(smtp.Config{URL: cfg.SMTPURL, From: cfg.SMTPFrom, MaxIdle: cfg.Prefetch})
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, func() { _ = s.Close() }, nil
+}
+
+// hooks change how build puts the parts together without building any of
+// them: herald bench uses them; the commands pass the zero value.
+type hooks struct {
+	// prefix is prepended to every broker object name.
+	prefix string
+	// logLevel is the lowest level logged (zero: info).
+	logLevel slog.Level
+	// listener, when set, is where the API serves instead of HERALD_HTTP_ADDR.
+	listener net.Listener
+	// wrapPublisher and wrapSender, when set, wrap the relay's publisher and
+	// the worker's sender.
+	wrapPublisher func(relay.Publisher) relay.Publisher
+	wrapSender    func(worker.Sender) worker.Sender
+}
+
+// app is one herald process: its configuration, logger, metrics registry,
+// store and transport, and what to close when it stops.
+type app struct {
+	cfg   Config
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	st    store
+	tr    transport
+	hooks hooks
+	close []func()
+}
+
+// build opens the store and the transport cfg names; with migrate it also
+// applies the migrations.
+func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app, error) {
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: h.logLevel}))
+	tr, err := newTransport(cfg, log, h.prefix)
+	if err != nil {
+		return nil, err
+	}
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg))
+	if err != nil {
+		return nil, err
+	}
+	a := &app{cfg: cfg, log: log, st: st, tr: tr, hooks: h, close: []func(){closeStore}}
+	if migrate {
+		if err := st.Migrate(ctx); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+	}
+	a.reg = prometheus.NewRegistry()
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return a, nil
+}
+
+// Close releases what the app opened, newest first.
+func (a *app) Close() {
+	for i := len(a.close) - 1; i >= 0; i-- {
+		a.close[i]()
+	}
+}
+
+// role is one of the long-running parts of herald.
+type role string
+
+const (
+	roleAPI    role = "api"
+	roleRelay  role = "relay"
+	roleWorker role = "worker"
+)
+
+// parts builds the long-running parts of the named roles. A relay is built
+// only when the transport has one (serve on the outbox table runs none).
+func (a *app) parts(roles ...role) ([]func(context.Context) error, error) {
+	var out []func(context.Context) error
+	for _, r := range roles {
+		switch r {
+		case roleAPI:
+			p, err := a.apiParts()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p...)
+		case roleRelay:
+			if a.tr.publisher == nil {
+				continue
+			}
+			rl, err := a.newRelay()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rl.Run)
+		case roleWorker:
+			w, err := a.newWorker()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, w.Run)
+		}
+	}
+	return out, nil
+}
+
+func (a *app) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
+}
+
+// apiHandler builds the HTTP API.
+func (a *app) apiHandler() (http.Handler, error) {
+	checks := []api.Check{{Name: "store", Pinger: a.st}}
+	if a.tr.probe != nil {
+		checks = append(checks, api.Check{Name: "broker", Pinger: a.tr.probe})
+	}
+	var admission func(context.Context) error
+	if a.cfg.MaxBacklog > 0 {
+		admission = api.BacklogGate(a.st, int64(a.cfg.MaxBacklog), 250*time.Millisecond)
+	}
+	h, err := api.New(a.st, api.Config{
+		Token:       a.cfg.APIToken,
+		DebugFaults: a.cfg.DebugFaults,
+		Ready:       checks,
+		Metrics:     a.metricsHandler(),
+		Registerer:  a.reg,
+		Logger:      a.log.With("component", "api"),
+		Admission:   admission,
+		DeadLetters: deadletter.New(a.st, a.tr.deadLetters),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return h.Handler(), nil
+}
+
+// apiParts builds what the api process runs: the HTTP server, the backlog
+// monitor with its alert, and retention.
+func (a *app) apiParts() ([]func(context.Context) error, error) {
+	handler, err := a.apiHandler()
+	if err != nil {
+		return nil, err
+	}
+	var tg *monitor.TelegramConfig
+	if a.cfg.TelegramToken != "" && a.cfg.TelegramChatID != "" {
+		tg = &monitor.TelegramConfig{Token: a.cfg.TelegramToken, ChatID: a.cfg.TelegramChatID, API: a.cfg.TelegramAPI}
+	}
+	m, err := monitor.New(a.st, monitor.Config{
+		Interval:   a.cfg.MonitorInterval,
+		Threshold:  int64(a.cfg.AlertBacklog),
+		For:        a.cfg.AlertFor,
+		Logger:     a.log, // no extra attrs: the contract greps for msg="alert firing" alert=OutboxBacklog
+		Registerer: a.reg,
+		Telegram:   tg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r, err := retention.New(a.st, retention.Config{Retention: a.cfg.Retention, Logger: a.log.With("component", "retention")})
+	if err != nil {
+		return nil, err
+	}
+	ln := a.hooks.listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", a.cfg.HTTPAddr, err)
+		}
+		a.close = append(a.close, func() { _ = ln.Close() })
+	}
+	serve := func(ctx context.Context) error { return serveHTTP(ctx, ln, handler, a.log) }
+	return []func(context.Context) error{serve, m.Run, r.Run}, nil
+}
+
+// newRelay builds the relay on the transport's publisher.
+func (a *app) newRelay() (*relay.Relay, error) {
+	pub, closePub, err := a.tr.publisher("relay")
+	if err != nil {
+		return nil, err
+	}
+	a.close = append(a.close, closePub)
+	if a.hooks.wrapPublisher != nil {
+		pub = a.hooks.wrapPublisher(pub)
+	}
+	return relay.New(a.st, pub, a.st, relay.Config{
+		Batch:      a.cfg.RelayBatch,
+		Interval:   a.cfg.RelayInterval,
+		Logger:     a.log.With("component", "relay"),
+		Registerer: a.reg,
+	})
+}
+
+// newWorker builds the worker on the transport's source and the sender.
+func (a *app) newWorker() (*worker.Worker, error) {
+	src, err := a.tr.source(a.st, "worker")
+	if err != nil {
+		return nil, err
+	}
+	snd, closeSender, err := newSender(a.cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.close = append(a.close, closeSender)
+	if a.hooks.wrapSender != nil {
+		snd = a.hooks.wrapSender(snd)
+	}
+	crash, err := crashHook(a.cfg.DebugCrash, a.log)
+	if err != nil {
+		return nil, err
+	}
+	return worker.New(src, a.st, snd, worker.Config{
+		From:       a.cfg.SMTPFrom,
+		MaxRetries: a.cfg.MaxRetries,
+		NoRetries:  a.cfg.MaxRetries == 0,
+		Logger:     a.log.With("component", "worker"),
+		Registerer: a.reg,
+		Crash:      crash,
+	})
+}
+
+// metricsParts is the own /metrics listener of relay and worker, when
+// HERALD_METRICS_ADDR is set.
+func (a *app) metricsParts() ([]func(context.Context) error, error) {
+	if a.cfg.MetricsAddr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", a.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", a.cfg.MetricsAddr, err)
+	}
+	a.close = append(a.close, func() { _ = ln.Close() })
+	return []func(context.Context) error{func(ctx context.Context) error {
+		return serveHTTP(ctx, ln, a.metricsHandler(), a.log)
+	}}, nil
+}
+
+// serveHTTP serves h on ln until ctx ends, then shuts down gracefully.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("listening", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shut down %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// crashHook parses HERALD_DEBUG_CRASH (POINT[:N]) into a hook that kills the
+// process with SIGKILL the N-th time the worker passes POINT: a crash that
+// no deferred function or signal handler can soften.
+func crashHook(spec string, log *slog.Logger) (func(string), error) {
+	if spec == "" {
+		return nil, nil
+	}
+	point, nth, _ := strings.Cut(spec, ":")
+	if point != "after-send" && point != "after-commit" {
+		return nil, fmt.Errorf("HERALD_DEBUG_CRASH: unknown point %q (want after-send or after-commit)", point)
+	}
+	n := int64(1)
+	if nth != "" {
+		v, err := strconv.ParseInt(nth, 10, 64)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("HERALD_DEBUG_CRASH: want POINT[:N] with N >= 1, got %q", spec)
+		}
+		n = v
+	}
+	var passes atomic.Int64
+	return func(p string) {
+		if p != point || passes.Add(1) != n {
+			return
+		}
+		log.Error("debug crash: killing the process", "point", p, "pass", n)
+		_ = syscall.Kill(syscall.Getpid(), syscall.SIGKILL)
+		select {} // never continue past the crash point
+	}, nil
+}
