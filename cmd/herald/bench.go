@@ -22,11 +22,6 @@ import (
 	"github.com/heraldhq/herald/internal/worker"
 )
 
-// benchFlags are the settings herald bench takes: where the services are and
-// what shapes the relay and the workers. The mail always goes to an
-// in-process SMTP sink.
-var benchFlags = join(storeFlags, []string{"broker-url", "relay-batch", "relay-interval", "prefetch", "retry-delay", "max-retries", "smtp-from"})
-
 // benchCleanupTimeout bounds the clean-up of scratch objects, which runs even
 // when the bench was interrupted.
 const benchCleanupTimeout = 30 * time.Second
@@ -42,19 +37,19 @@ type benchOptions struct {
 
 func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	var o benchOptions
-	cfg, _, err := parseConfig("bench",
+	cfg, err := parseFlags("bench",
 		"Loads the configured stack (HERALD_DATABASE_URL, HERALD_BROKER_URL) and measures it: herald's api, relay and\n"+
 			"worker run in-process against an SMTP sink, in a scratch database (PostgreSQL: herald_bench_<random>, dropped\n"+
 			"at the end; SQLite: a temporary file) and scratch RabbitMQ names (bench-<random>.*, deleted at the end).\n"+
 			"The user's data is never touched. The raw ceilings of the database and the broker are measured in the same run.",
-		args, e.getenv, e.stderr, func(fs *flag.FlagSet) {
+		args, e, func(fs *flag.FlagSet) {
 			fs.IntVar(&o.n, "n", 20000, "number of creates")
 			fs.IntVar(&o.warmup, "warmup", 200, "creates sent and delivered before the measured run (connections, pools and SMTP sessions warm), not counted")
 			fs.IntVar(&o.concurrency, "concurrency", 16, "concurrent HTTP clients (and clients of the raw transaction ceiling)")
 			fs.Float64Var(&o.rate, "rate", 0, "fixed arrival rate in creates per second (open loop); 0: as fast as the clients can")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object")
 			fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the pipeline run to this file")
-		}, benchFlags...)
+		})
 	if err != nil {
 		return err
 	}

@@ -13,28 +13,9 @@ import (
 	"github.com/heraldhq/herald/internal/retention"
 )
 
-var (
-	storeFlags  = []string{"database-url"}
-	apiFlags    = []string{"http-addr", "api-token", "alert-backlog", "alert-for", "monitor-interval", "telegram-token", "telegram-chat-id", "telegram-api", "retention", "max-backlog", "debug-faults"}
-	relayFlags  = []string{"broker-url", "relay-batch", "relay-interval", "retry-delay"}
-	workerFlags = []string{"broker-url", "smtp-url", "smtp-from", "max-retries", "retry-delay", "prefetch", "relay-interval", "debug-faults", "debug-crash"}
-)
-
-func join(lists ...[]string) []string {
-	var out []string
-	for _, l := range lists {
-		for _, f := range l {
-			if !contains(out, f) {
-				out = append(out, f)
-			}
-		}
-	}
-	return out
-}
-
 func cmdServe(ctx context.Context, args []string, e env) error {
-	cfg, _, err := parseConfig("serve", "Runs api + relay + worker + monitor in one process. Migrates the database at start.",
-		args, e.getenv, e.stderr, nil, join(storeFlags, apiFlags, relayFlags, workerFlags)...)
+	cfg, err := parseFlags("serve", "Runs api + relay + worker + monitor in one process. Migrates the database at start.",
+		args, e, nil)
 	if err != nil {
 		return err
 	}
@@ -91,8 +72,8 @@ func (a *app) logStartup(w io.Writer) {
 }
 
 func cmdAPI(ctx context.Context, args []string, e env) error {
-	cfg, _, err := parseConfig("api", "Serves the HTTP API, /metrics, the backlog monitor and alert.",
-		args, e.getenv, e.stderr, nil, join(storeFlags, []string{"broker-url"}, apiFlags)...)
+	cfg, err := parseFlags("api", "Serves the HTTP API, /metrics, the backlog monitor and alert.",
+		args, e, nil)
 	if err != nil {
 		return err
 	}
@@ -100,8 +81,8 @@ func cmdAPI(ctx context.Context, args []string, e env) error {
 }
 
 func cmdRelay(ctx context.Context, args []string, e env) error {
-	cfg, _, err := parseConfig("relay", "Publishes outbox events to the broker; marks a row only after the broker confirmed it.",
-		args, e.getenv, e.stderr, nil, join(storeFlags, relayFlags, []string{"metrics-addr"})...)
+	cfg, err := parseFlags("relay", "Publishes outbox events to the broker; marks a row only after the broker confirmed it.",
+		args, e, nil)
 	if err != nil {
 		return err
 	}
@@ -112,8 +93,8 @@ func cmdRelay(ctx context.Context, args []string, e env) error {
 }
 
 func cmdWorker(ctx context.Context, args []string, e env) error {
-	cfg, _, err := parseConfig("worker", "Delivers notifications from the broker (or the outbox table) to the sender.",
-		args, e.getenv, e.stderr, nil, join(storeFlags, workerFlags, []string{"metrics-addr"})...)
+	cfg, err := parseFlags("worker", "Delivers notifications from the broker (or the outbox table) to the sender.",
+		args, e, nil)
 	if err != nil {
 		return err
 	}
@@ -131,8 +112,8 @@ func runAll(ctx context.Context, parts []func(context.Context) error) error {
 }
 
 func cmdMigrate(ctx context.Context, args []string, e env) error {
-	cfg, _, err := parseConfig("migrate", "Applies the embedded migrations. Running it twice changes nothing.",
-		args, e.getenv, e.stderr, nil, storeFlags...)
+	cfg, err := parseFlags("migrate", "Applies the embedded migrations. Running it twice changes nothing.",
+		args, e, nil)
 	if err != nil {
 		return err
 	}
@@ -159,17 +140,16 @@ func cmdOutbox(ctx context.Context, args []string, e env) error {
 	case "prune":
 		return cmdOutboxPrune(ctx, args, e)
 	default:
-		fmt.Fprintln(e.stderr, "Usage: herald outbox stats [--json] | herald outbox prune [--retention DURATION]")
-		return errUsage
+		return groupUsage(e, sub, "Usage: herald outbox stats [--json] | herald outbox prune [--retention DURATION]\n\nRun 'herald outbox SUBCOMMAND --help' for its flags.")
 	}
 }
 
 func cmdOutboxStats(ctx context.Context, args []string, e env) error {
 	var asJSON bool
-	cfg, _, err := parseConfig("outbox stats", "Prints the unprocessed outbox count and the age of the oldest unprocessed event.",
-		args, e.getenv, e.stderr, func(fs *flag.FlagSet) {
+	cfg, err := parseFlags("outbox stats", "Prints the unprocessed outbox count and the age of the oldest unprocessed event.",
+		args, e, func(fs *flag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "print one JSON object {unprocessed, oldest_seconds}")
-		}, storeFlags...)
+		})
 	if err != nil {
 		return err
 	}
@@ -193,8 +173,8 @@ func cmdOutboxStats(ctx context.Context, args []string, e env) error {
 }
 
 func cmdOutboxPrune(ctx context.Context, args []string, e env) error {
-	cfg, _, err := parseConfig("outbox prune", "Deletes processed outbox rows and processed_messages rows older than the retention, in bounded batches.",
-		args, e.getenv, e.stderr, nil, join(storeFlags, []string{"retention"})...)
+	cfg, err := parseFlags("outbox prune", "Deletes processed outbox rows and processed_messages rows older than the retention, in bounded batches.",
+		args, e, nil)
 	if err != nil {
 		return err
 	}
@@ -213,4 +193,20 @@ func cmdOutboxPrune(ctx context.Context, args []string, e env) error {
 	}
 	fmt.Fprintf(e.stdout, "deleted %d outbox rows and %d processed_messages rows older than %s\n", r.Outbox, r.ProcessedMessages, cfg.Retention)
 	return nil
+}
+
+// groupUsage answers a command group (outbox, dlq) called without a known
+// subcommand: its usage on stdout for a request for help, else on stderr
+// with a usage error.
+func groupUsage(e env, sub, text string) error {
+	switch sub {
+	case "-h", "--help", "help":
+		fmt.Fprintln(e.stdout, text)
+		return nil
+	case "":
+		fmt.Fprintln(e.stderr, text)
+		return errUsage
+	}
+	fmt.Fprintln(e.stderr, text)
+	return usageError{fmt.Errorf("unknown subcommand %q", sub)}
 }

@@ -5,44 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// setting is one configuration variable: its environment name, its flag, its
-// default and its meaning. The table below is the contract's configuration
-// table; every command takes the flags of the settings it uses.
-type setting struct {
-	env, flag, def, usage string
-}
-
-var settings = []setting{
-	{"HERALD_DATABASE_URL", "database-url", "sqlite:herald.db", "store: postgres://... or sqlite:PATH"},
-	{"HERALD_BROKER_URL", "broker-url", "", "transport: amqp://... (unset: the outbox table, no broker)"},
-	{"HERALD_HTTP_ADDR", "http-addr", "127.0.0.1:8080", "API listen address"},
-	{"HERALD_API_TOKEN", "api-token", "", "when set, every API call but health needs Authorization: Bearer <token>"},
-	{"HERALD_SMTP_URL", "smtp-url", "", "smtp://[user:pass@]host:port (smtps:// for TLS); unset: mail goes to herald.mbox"},
-	{"HERALD_SMTP_FROM", "smtp-from", "herald@localhost", "From address (its domain names the Message-ID)"},
-	{"HERALD_MAX_RETRIES", "max-retries", "5", "retries after the first attempt; then dead-letter"},
-	{"HERALD_RETRY_DELAY", "retry-delay", "30s", "delay before each retry"},
-	{"HERALD_RELAY_BATCH", "relay-batch", "100", "outbox rows claimed per relay transaction"},
-	{"HERALD_RELAY_INTERVAL", "relay-interval", "500ms", "longest idle wait between outbox polls"},
-	{"HERALD_PREFETCH", "prefetch", "10", "unacknowledged deliveries per worker"},
-	{"HERALD_ALERT_BACKLOG", "alert-backlog", "100", "alert threshold on unprocessed outbox rows"},
-	{"HERALD_ALERT_FOR", "alert-for", "5m", "how long the backlog must stay above the threshold"},
-	{"HERALD_MONITOR_INTERVAL", "monitor-interval", "15s", "backlog sampling period"},
-	{"HERALD_TELEGRAM_TOKEN", "telegram-token", "", "also send alerts to Telegram with this bot token"},
-	{"HERALD_TELEGRAM_CHAT_ID", "telegram-chat-id", "", "Telegram chat for alerts"},
-	{"HERALD_TELEGRAM_API", "telegram-api", "https://api.telegram.org", "Telegram Bot API base URL"},
-	{"HERALD_METRICS_ADDR", "metrics-addr", "", "own /metrics listener for relay and worker"},
-	{"HERALD_RETENTION", "retention", "168h", "age after which processed outbox and dedup rows are pruned"},
-	{"HERALD_MAX_BACKLOG", "max-backlog", "0", "above this many unprocessed rows, creates answer 429 (0: off)"},
-	{"HERALD_DEBUG_FAULTS", "debug-faults", "", "1 enables fault injection: the X-Herald-Fault header and HERALD_DEBUG_CRASH"},
-	{"HERALD_DEBUG_CRASH", "debug-crash", "", "with HERALD_DEBUG_FAULTS=1: POINT[:N] kills the worker (SIGKILL) at its N-th pass of after-send or after-commit"},
-}
-
-// Config is the parsed configuration of one command.
+// Config is the parsed configuration of one command. Every field is set
+// from the settings table below: the flag when given, else the environment,
+// else the contract's default. Components take these values as they are.
 type Config struct {
 	DatabaseURL     string
 	BrokerURL       string
@@ -68,117 +39,282 @@ type Config struct {
 	DebugCrash      string
 }
 
-// errHelp is returned when the user asked for --help; the usage is printed.
+// setting is one configuration variable: its environment name, its flag,
+// its default, its meaning, the Config field it sets and the commands that
+// take it. Adding a setting is one row here and one Config field.
+type setting struct {
+	env, flag, def, usage string
+	// field points at the Config field: *string, *int, *time.Duration or
+	// *bool; its type is the flag's type.
+	field func(*Config) any
+	// cmds are the commands that take the setting, space-separated.
+	cmds string
+	// min is the least value of an integer setting.
+	min int
+	// secret settings are never shown (help masks them); URLs have their
+	// password masked.
+	secret bool
+}
+
+// Command groups, as the cmds of a setting name them.
+const (
+	cmdsStore   = "serve api relay worker migrate outbox-stats outbox-prune dlq-list dlq-show dlq-redrive bench"
+	cmdsAPI     = "serve api"
+	cmdsRelay   = "serve relay bench"
+	cmdsWorker  = "serve worker bench"
+	cmdsBroker  = "serve api relay worker dlq-redrive bench"
+	cmdsProcess = "relay worker"
+)
+
+var settings = []setting{
+	{env: "HERALD_DATABASE_URL", flag: "database-url", def: "sqlite:herald.db", usage: "store: postgres://... or sqlite:PATH",
+		field: func(c *Config) any { return &c.DatabaseURL }, cmds: cmdsStore},
+	{env: "HERALD_BROKER_URL", flag: "broker-url", def: "", usage: "transport: amqp://... (unset: the outbox table, no broker)",
+		field: func(c *Config) any { return &c.BrokerURL }, cmds: cmdsBroker},
+	{env: "HERALD_HTTP_ADDR", flag: "http-addr", def: "127.0.0.1:8080", usage: "API listen address",
+		field: func(c *Config) any { return &c.HTTPAddr }, cmds: cmdsAPI},
+	{env: "HERALD_API_TOKEN", flag: "api-token", def: "", usage: "when set, every API call but health needs Authorization: Bearer <token>",
+		field: func(c *Config) any { return &c.APIToken }, cmds: cmdsAPI, secret: true},
+	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port (smtps:// for TLS); unset: mail goes to herald.mbox",
+		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker"},
+	{env: "HERALD_SMTP_FROM", flag: "smtp-from", def: "herald@localhost", usage: "From address (its domain names the Message-ID)",
+		field: func(c *Config) any { return &c.SMTPFrom }, cmds: cmdsWorker},
+	{env: "HERALD_MAX_RETRIES", flag: "max-retries", def: "5", usage: "retries after the first attempt; then dead-letter (0: dead-letter on the first failure)",
+		field: func(c *Config) any { return &c.MaxRetries }, cmds: cmdsWorker, min: 0},
+	{env: "HERALD_RETRY_DELAY", flag: "retry-delay", def: "30s", usage: "delay before each retry",
+		field: func(c *Config) any { return &c.RetryDelay }, cmds: cmdsWorker + " relay dlq-redrive"},
+	{env: "HERALD_RELAY_BATCH", flag: "relay-batch", def: "100", usage: "outbox rows claimed per relay transaction",
+		field: func(c *Config) any { return &c.RelayBatch }, cmds: cmdsRelay, min: 1},
+	{env: "HERALD_RELAY_INTERVAL", flag: "relay-interval", def: "500ms", usage: "longest idle wait between outbox polls",
+		field: func(c *Config) any { return &c.RelayInterval }, cmds: cmdsRelay + " worker"},
+	{env: "HERALD_PREFETCH", flag: "prefetch", def: "10", usage: "deliveries in flight per worker",
+		field: func(c *Config) any { return &c.Prefetch }, cmds: cmdsWorker, min: 1},
+	{env: "HERALD_ALERT_BACKLOG", flag: "alert-backlog", def: "100", usage: "alert threshold on unprocessed outbox rows (0: alert on any backlog)",
+		field: func(c *Config) any { return &c.AlertBacklog }, cmds: cmdsAPI, min: 0},
+	{env: "HERALD_ALERT_FOR", flag: "alert-for", def: "5m", usage: "how long the backlog must stay above the threshold",
+		field: func(c *Config) any { return &c.AlertFor }, cmds: cmdsAPI},
+	{env: "HERALD_MONITOR_INTERVAL", flag: "monitor-interval", def: "15s", usage: "backlog sampling period",
+		field: func(c *Config) any { return &c.MonitorInterval }, cmds: cmdsAPI},
+	{env: "HERALD_TELEGRAM_TOKEN", flag: "telegram-token", def: "", usage: "also send alerts to Telegram with this bot token",
+		field: func(c *Config) any { return &c.TelegramToken }, cmds: cmdsAPI, secret: true},
+	{env: "HERALD_TELEGRAM_CHAT_ID", flag: "telegram-chat-id", def: "", usage: "Telegram chat for alerts",
+		field: func(c *Config) any { return &c.TelegramChatID }, cmds: cmdsAPI},
+	{env: "HERALD_TELEGRAM_API", flag: "telegram-api", def: "https://api.telegram.org", usage: "Telegram Bot API base URL",
+		field: func(c *Config) any { return &c.TelegramAPI }, cmds: cmdsAPI},
+	{env: "HERALD_METRICS_ADDR", flag: "metrics-addr", def: "", usage: "own /metrics listener for relay and worker",
+		field: func(c *Config) any { return &c.MetricsAddr }, cmds: cmdsProcess},
+	{env: "HERALD_RETENTION", flag: "retention", def: "168h", usage: "age after which processed outbox and dedup rows are pruned",
+		field: func(c *Config) any { return &c.Retention }, cmds: cmdsAPI + " outbox-prune"},
+	{env: "HERALD_MAX_BACKLOG", flag: "max-backlog", def: "0", usage: "above this many unprocessed rows, creates answer 429 (0: off)",
+		field: func(c *Config) any { return &c.MaxBacklog }, cmds: cmdsAPI, min: 0},
+	{env: "HERALD_DEBUG_FAULTS", flag: "debug-faults", def: "false", usage: "enables fault injection: the X-Herald-Fault header and HERALD_DEBUG_CRASH",
+		field: func(c *Config) any { return &c.DebugFaults }, cmds: cmdsAPI + " worker"},
+	{env: "HERALD_DEBUG_CRASH", flag: "debug-crash", def: "", usage: "with HERALD_DEBUG_FAULTS=1: POINT[:N] kills the worker (SIGKILL) at its N-th pass of after-send or after-commit",
+		field: func(c *Config) any { return &c.DebugCrash }, cmds: "serve worker"},
+}
+
+// takes reports whether the command (herald's words joined with "-", as in
+// "dlq-redrive") takes s.
+func (s setting) takes(cmd string) bool {
+	return contains(strings.Fields(s.cmds), strings.ReplaceAll(cmd, " ", "-"))
+}
+
+// typeName is the flag's type as help shows it.
+func (s setting) typeName() string {
+	switch s.field(&Config{}).(type) {
+	case *int:
+		return "int"
+	case *time.Duration:
+		return "duration"
+	case *bool:
+		return "bool"
+	}
+	return "string"
+}
+
+// shown is v as help and logs may show it: secrets masked, URL passwords
+// redacted.
+func (s setting) shown(v string) string {
+	if s.secret && v != "" {
+		return "****"
+	}
+	return redact(v)
+}
+
+// set parses v into the setting's Config field.
+func (s setting) set(c *Config, v string) error {
+	switch p := s.field(c).(type) {
+	case *string:
+		*p = v
+	case *int:
+		n, err := strconv.Atoi(v)
+		if err != nil || n < s.min {
+			return fmt.Errorf("want an integer >= %d, got %q", s.min, v)
+		}
+		*p = n
+	case *time.Duration:
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("want a positive duration like 30s, got %q", v)
+		}
+		*p = d
+	case *bool:
+		switch v {
+		case "1", "true":
+			*p = true
+		case "", "0", "false":
+			*p = false
+		default:
+			return fmt.Errorf("want 1 or 0, got %q", v)
+		}
+	}
+	return nil
+}
+
+// errHelp is returned when the user asked for --help; the usage is printed
+// on stdout.
 var errHelp = flag.ErrHelp
 
-// parseConfig parses the flags of a command over the environment. uses lists
-// the settings the command takes; extra, when not nil, adds the command's own
-// flags.
-func parseConfig(name, summary string, args []string, getenv func(string) string, stderr io.Writer, extra func(*flag.FlagSet), uses ...string) (Config, []string, error) {
+// usageError is a command line that cannot be parsed: main prints it and
+// exits 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string        { return e.err.Error() }
+func (e usageError) Unwrap() error        { return e.err }
+func (e usageError) Is(target error) bool { return target == errUsage }
+
+// flagValue is a setting's flag: it records the text; parsing into Config
+// happens once, after the environment is merged.
+type flagValue struct {
+	v, typ string
+	isBool bool
+}
+
+func (f *flagValue) String() string   { return f.v }
+func (f *flagValue) Set(v string) error { f.v = v; return nil }
+func (f *flagValue) IsBoolFlag() bool { return f.isBool }
+
+// parseConfig parses a command's flags over the environment into a Config.
+// name is the command ("outbox stats"); extra, when not nil, adds the
+// command's own flags. Flags may stand anywhere on the line; the positional
+// arguments are returned. --help prints the usage on stdout and returns
+// errHelp.
+func parseConfig(name, summary string, args []string, e env, extra func(*flag.FlagSet)) (Config, []string, error) {
 	fs := flag.NewFlagSet("herald "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	if extra != nil {
 		extra(fs)
 	}
-	values := map[string]*string{}
+	values := map[string]*flagValue{}
+	var uses []setting
 	for _, s := range settings {
-		if !contains(uses, s.flag) {
+		if !s.takes(name) {
 			continue
 		}
-		// The flag's default is the contract's, not the environment's:
-		// --help must never print a token or a password taken from the
-		// environment.
-		values[s.flag] = fs.String(s.flag, s.def, s.usage+" ("+s.env+")")
+		uses = append(uses, s)
+		typ := s.typeName()
+		values[s.flag] = &flagValue{typ: typ, isBool: typ == "bool"}
+		fs.Var(values[s.flag], s.flag, s.usage)
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: herald %s [flags]\n\n%s\n\nFlags (each overrides its environment variable):\n", name, summary)
-		fs.PrintDefaults()
+	rest, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(e.stdout, name, summary, fs, uses, e.getenv)
+		return Config{}, nil, errHelp
 	}
-	if err := fs.Parse(args); err != nil {
-		return Config{}, nil, err
+	if err != nil {
+		return Config{}, nil, usageError{fmt.Errorf("%s: %w (run 'herald %s --help')", name, err, name)}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	// get resolves a setting: the flag when given, else the environment,
-	// else the default.
-	get := func(flag string) string {
-		if p := values[flag]; p != nil && set[flag] {
-			return strings.TrimSpace(*p)
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var c Config
+	var errs []error
+	for _, s := range settings {
+		v, from := s.def, "default"
+		if ev, ok := lookup(e.getenv, s.env); ok {
+			v, from = ev, s.env
 		}
-		for _, s := range settings {
-			if s.flag == flag {
-				if v, ok := lookup(getenv, s.env); ok {
-					return v
-				}
-				return s.def
+		if given[s.flag] {
+			v, from = strings.TrimSpace(values[s.flag].v), "--"+s.flag
+		}
+		if err := s.set(&c, v); err != nil {
+			if s.takes(name) {
+				errs = append(errs, fmt.Errorf("%s (%s, from %s): %w", "--"+s.flag, s.env, from, err))
 			}
 		}
-		return ""
 	}
-	var errs []error
-	integer := func(flag string, min int) int {
-		v, err := strconv.Atoi(get(flag))
-		if (err != nil || v < min) && values[flag] != nil {
-			errs = append(errs, fmt.Errorf("--%s (%s): want an integer >= %d, got %q", flag, envOf(flag), min, get(flag)))
-		}
-		return v
-	}
-	duration := func(flag string) time.Duration {
-		v, err := time.ParseDuration(get(flag))
-		if (err != nil || v <= 0) && values[flag] != nil {
-			errs = append(errs, fmt.Errorf("--%s (%s): want a positive duration like 30s, got %q", flag, envOf(flag), get(flag)))
-		}
-		return v
-	}
-	c := Config{
-		DatabaseURL:     get("database-url"),
-		BrokerURL:       get("broker-url"),
-		HTTPAddr:        get("http-addr"),
-		APIToken:        get("api-token"),
-		SMTPURL:         get("smtp-url"),
-		SMTPFrom:        get("smtp-from"),
-		MaxRetries:      integer("max-retries", 0),
-		RetryDelay:      duration("retry-delay"),
-		RelayBatch:      integer("relay-batch", 1),
-		RelayInterval:   duration("relay-interval"),
-		Prefetch:        integer("prefetch", 1),
-		AlertBacklog:    integer("alert-backlog", 0),
-		AlertFor:        duration("alert-for"),
-		MonitorInterval: duration("monitor-interval"),
-		TelegramToken:   get("telegram-token"),
-		TelegramChatID:  get("telegram-chat-id"),
-		TelegramAPI:     get("telegram-api"),
-		MetricsAddr:     get("metrics-addr"),
-		Retention:       duration("retention"),
-		MaxBacklog:      integer("max-backlog", 0),
-		DebugCrash:      get("debug-crash"),
-	}
-	switch v := get("debug-faults"); v {
-	case "", "0", "false":
+	if !c.DebugFaults {
 		c.DebugCrash = ""
-	case "1", "true":
-		c.DebugFaults = true
-	default:
-		errs = append(errs, fmt.Errorf("--debug-faults (HERALD_DEBUG_FAULTS): want 1 or 0, got %q", v))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return Config{}, nil, fmt.Errorf("%s: %w", name, err)
+		return Config{}, nil, usageError{fmt.Errorf("%s: %w", name, err)}
 	}
-	return c, fs.Args(), nil
+	return c, rest, nil
+}
+
+// parseInterspersed parses flags that stand anywhere among the positional
+// arguments, which it returns in order; "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		left := fs.Args()
+		if consumed := len(args) - len(left); consumed > 0 && args[consumed-1] == "--" {
+			return append(rest, left...), nil
+		}
+		if len(left) == 0 {
+			return rest, nil
+		}
+		rest, args = append(rest, left[0]), left[1:]
+	}
+}
+
+// printUsage prints a command's help: its summary, its own flags, then its
+// settings with the value in effect (environment included, secrets masked).
+func printUsage(w io.Writer, name, summary string, fs *flag.FlagSet, uses []setting, getenv func(string) string) {
+	fmt.Fprintf(w, "Usage: herald %s [flags]\n\n%s\n", name, summary)
+	isSetting := map[string]bool{}
+	for _, s := range uses {
+		isSetting[s.flag] = true
+	}
+	var own []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		if !isSetting[f.Name] {
+			own = append(own, f)
+		}
+	})
+	if len(own) > 0 {
+		fmt.Fprintln(w, "\nFlags:")
+		for _, f := range own {
+			typ, usage := flag.UnquoteUsage(f)
+			def := ""
+			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(w, "  --%s %s\n        %s%s\n", f.Name, typ, usage, def)
+		}
+	}
+	if len(uses) == 0 {
+		return
+	}
+	sort.SliceStable(uses, func(i, j int) bool { return uses[i].flag < uses[j].flag })
+	fmt.Fprintln(w, "\nSettings (flag > environment > default):")
+	for _, s := range uses {
+		effective := "default " + s.shown(s.def)
+		if s.def == "" {
+			effective = "unset"
+		}
+		if v, ok := lookup(getenv, s.env); ok {
+			effective = s.env + "=" + s.shown(v)
+		}
+		fmt.Fprintf(w, "  --%s %s\n        %s\n        (%s; %s)\n", s.flag, s.typeName(), s.usage, s.env, effective)
+	}
 }
 
 func lookup(getenv func(string) string, name string) (string, bool) {
 	v := strings.TrimSpace(getenv(name))
 	return v, v != ""
-}
-
-func envOf(flag string) string {
-	for _, s := range settings {
-		if s.flag == flag {
-			return s.env
-		}
-	}
-	return ""
 }
 
 func contains(list []string, s string) bool {
@@ -190,18 +326,41 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// redact drops the password from a URL for logs and errors.
-func redact(url string) string {
-	scheme, rest, ok := strings.Cut(url, "://")
+// redact masks the password of a URL, in its userinfo (which may itself
+// hold '@') and in any password-like query parameter, for logs, errors and
+// help.
+func redact(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return url
+		return raw
 	}
-	userinfo, host, ok := strings.Cut(rest, "@")
-	if !ok {
-		return url
+	hostPart, query, hasQuery := strings.Cut(rest, "?")
+	if at := strings.LastIndex(hostPart, "@"); at >= 0 {
+		userinfo, host := hostPart[:at], hostPart[at+1:]
+		if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
+			hostPart = user + ":xxxxx@" + host
+		}
 	}
-	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
-		return scheme + "://" + user + ":xxxxx@" + host
+	if hasQuery {
+		params := strings.Split(query, "&")
+		for i, p := range params {
+			k, _, _ := strings.Cut(p, "=")
+			switch strings.ToLower(k) {
+			case "password", "pass", "pwd", "secret", "token", "sslpassword":
+				params[i] = k + "=xxxxx"
+			}
+		}
+		hostPart += "?" + strings.Join(params, "&")
 	}
-	return url
+	return scheme + "://" + hostPart
+}
+
+// parseFlags is parseConfig for a command that takes no positional
+// arguments.
+func parseFlags(name, summary string, args []string, e env, extra func(*flag.FlagSet)) (Config, error) {
+	c, rest, err := parseConfig(name, summary, args, e, extra)
+	if err == nil && len(rest) > 0 {
+		err = usageError{fmt.Errorf("%s takes no arguments, got %q (run 'herald %s --help')", name, rest, name)}
+	}
+	return c, err
 }

@@ -12,9 +12,8 @@ import (
 
 func TestParseConfigPrecedence(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"HERALD_RELAY_BATCH": "7", "HERALD_RETRY_DELAY": "2s", "HERALD_API_TOKEN": "sekrit"}
-	getenv := func(k string) string { return env[k] }
-	uses := join(storeFlags, relayFlags, apiFlags)
+	vars := map[string]string{"HERALD_RELAY_BATCH": "7", "HERALD_RETRY_DELAY": "2s", "HERALD_API_TOKEN": "sekrit"}
+	getenv := func(k string) string { return vars[k] }
 
 	tests := []struct {
 		name  string
@@ -37,7 +36,7 @@ func TestParseConfigPrecedence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, _, err := parseConfig("relay", "", tt.args, getenv, &bytes.Buffer{}, nil, uses...)
+			c, _, err := parseConfig("serve", "", tt.args, env{getenv: getenv, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}, nil)
 			require.NoError(t, err)
 			tt.check(t, c)
 		})
@@ -51,29 +50,75 @@ func TestParseConfigErrors(t *testing.T) {
 		{"--relay-batch", "0"},
 		{"--relay-batch", "x"},
 		{"--retry-delay", "soon"},
-		{"--debug-faults", "yes"},
+		{"--debug-faults=yes"},
 		{"--no-such-flag"},
 	} {
-		_, _, err := parseConfig("relay", "", args, none, &bytes.Buffer{}, nil, join(storeFlags, relayFlags, apiFlags)...)
+		_, _, err := parseConfig("serve", "", args, env{getenv: none, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}, nil)
 		require.Error(t, err, "%v", args)
+		require.ErrorIs(t, err, errUsage, "%v", args)
 	}
 }
 
-// --help prints the contract's defaults, never a secret from the
-// environment.
+// --help prints, on stdout, the value in effect (the environment's when
+// set), typed, and never a secret from the environment.
 func TestHelpHidesEnvironmentSecrets(t *testing.T) {
 	t.Parallel()
-	var out bytes.Buffer
+	var out, errOut bytes.Buffer
 	getenv := func(k string) string {
-		if k == "HERALD_API_TOKEN" || k == "HERALD_DATABASE_URL" {
+		switch k {
+		case "HERALD_API_TOKEN", "HERALD_DATABASE_URL":
 			return "postgres://u:hunter2@db/x"
+		case "HERALD_ALERT_FOR":
+			return "7m"
 		}
 		return ""
 	}
-	_, _, err := parseConfig("api", "", []string{"--help"}, getenv, &out, nil, join(storeFlags, apiFlags)...)
+	_, _, err := parseConfig("api", "", []string{"--help"}, env{getenv: getenv, stdout: &out, stderr: &errOut}, nil)
 	require.True(t, errors.Is(err, flag.ErrHelp))
+	require.Empty(t, errOut.String())
 	require.NotContains(t, out.String(), "hunter2")
-	require.Contains(t, out.String(), "HERALD_API_TOKEN")
+	require.Contains(t, out.String(), "HERALD_API_TOKEN=****")
+	require.Contains(t, out.String(), "HERALD_DATABASE_URL=postgres://u:xxxxx@db/x")
+	require.Contains(t, out.String(), "--alert-for duration")
+	require.Contains(t, out.String(), "HERALD_ALERT_FOR=7m")
+	require.Contains(t, out.String(), "--alert-backlog int")
+}
+
+// Flags may follow positional arguments, and "--" ends the flags.
+func TestFlagsAnywhere(t *testing.T) {
+	t.Parallel()
+	none := func(string) string { return "" }
+	e := env{getenv: none, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	c, rest, err := parseConfig("dlq show", "", []string{"12", "--database-url", "sqlite:x.db"}, e, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"12"}, rest)
+	require.Equal(t, "sqlite:x.db", c.DatabaseURL)
+	_, rest, err = parseConfig("dlq show", "", []string{"--", "--database-url"}, e, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"--database-url"}, rest)
+}
+
+// A zero is honoured where it means something.
+func TestZeroSettingsHonoured(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"HERALD_ALERT_BACKLOG": "0", "HERALD_MAX_RETRIES": "0"}
+	c, _, err := parseConfig("serve", "", nil, env{getenv: func(k string) string { return vars[k] }, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 0, c.AlertBacklog)
+	require.Equal(t, 0, c.MaxRetries)
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://u:p@h/db":                        "postgres://u:xxxxx@h/db",
+		"postgres://u:p@ss@h/db":                     "postgres://u:xxxxx@h/db",
+		"postgres://h/db?user=u&password=SECRET&x=1": "postgres://h/db?user=u&password=xxxxx&x=1",
+		"amqp://guest@h/":                            "amqp://guest@h/",
+		"sqlite:herald.db":                           "sqlite:herald.db",
+	} {
+		require.Equal(t, want, redact(in), in)
+	}
 }
 
 func TestCrashHookSpec(t *testing.T) {

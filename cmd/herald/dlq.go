@@ -30,8 +30,7 @@ func cmdDLQ(ctx context.Context, args []string, e env) error {
 	case "redrive":
 		return cmdDLQRedrive(ctx, args, e)
 	default:
-		fmt.Fprintln(e.stderr, "Usage: herald dlq list [--since D] [--error TEXT] [--limit N] [--json]\n       herald dlq show ID\n       herald dlq redrive (--id ID... | --all | --since D | --error TEXT | --limit N) [--dry-run]")
-		return errUsage
+		return groupUsage(e, sub, "Usage: herald dlq list [--since D] [--error TEXT] [--limit N] [--json]\n       herald dlq show ID\n       herald dlq redrive (--id ID... | --all | --since D | --error TEXT | --limit N) [--dry-run]\n\nRun 'herald dlq SUBCOMMAND --help' for its flags.")
 	}
 }
 
@@ -64,11 +63,11 @@ func (f *filterFlags) filter() (notify.DeadLetterFilter, error) {
 func cmdDLQList(ctx context.Context, args []string, e env) error {
 	var ff filterFlags
 	var asJSON bool
-	cfg, _, err := parseConfig("dlq list", "Lists dead letters (notifications in status failed), newest first.",
-		args, e.getenv, e.stderr, func(fs *flag.FlagSet) {
+	cfg, err := parseFlags("dlq list", "Lists dead letters (notifications in status failed), newest first.",
+		args, e, func(fs *flag.FlagSet) {
 			ff.register(fs, 100)
 			fs.BoolVar(&asJSON, "json", false, "print a JSON array of {id, to, attempts, last_error, failed_at}")
-		}, storeFlags...)
+		})
 	if err != nil {
 		return err
 	}
@@ -111,7 +110,7 @@ func cmdDLQList(ctx context.Context, args []string, e env) error {
 }
 
 func cmdDLQShow(ctx context.Context, args []string, e env) error {
-	cfg, rest, err := parseConfig("dlq show", "Shows one dead letter: herald dlq show ID.", args, e.getenv, e.stderr, nil, storeFlags...)
+	cfg, rest, err := parseConfig("dlq show", "Shows one dead letter: herald dlq show ID.", args, e, nil)
 	if err != nil {
 		return err
 	}
@@ -178,13 +177,13 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 	var ff filterFlags
 	var ids idList
 	var all, dryRun bool
-	cfg, _, err := parseConfig("dlq redrive", "Moves dead letters back to pending with a fresh outbox event (one transaction each), so they are delivered again under the normal rules, and removes their messages from notifications.send.dlq. A notification that was in fact sent is never sent again.",
-		args, e.getenv, e.stderr, func(fs *flag.FlagSet) {
+	cfg, err := parseFlags("dlq redrive", "Moves dead letters back to pending with a fresh outbox event (one transaction each), so they are delivered again under the normal rules, and removes their messages from notifications.send.dlq. A notification that was in fact sent is never sent again.",
+		args, e, func(fs *flag.FlagSet) {
 			ff.register(fs, 0)
 			fs.Var(&ids, "id", "a notification id to redrive (repeatable, or comma-separated)")
 			fs.BoolVar(&all, "all", false, "redrive every dead letter")
 			fs.BoolVar(&dryRun, "dry-run", false, "only say what would be redriven")
-		}, join(storeFlags, []string{"broker-url", "retry-delay"})...)
+		})
 	if err != nil {
 		return err
 	}

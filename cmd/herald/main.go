@@ -20,6 +20,10 @@ func main() {
 	case err == nil:
 	case errors.Is(err, errHelp):
 	case errors.Is(err, errUsage):
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintln(os.Stderr, "herald:", err)
+		}
 		os.Exit(2)
 	default:
 		fmt.Fprintln(os.Stderr, "herald:", err)
@@ -59,12 +63,16 @@ func commands() []command {
 // run is herald's whole command line; main and the end-to-end tests call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	e := env{getenv: getenv, stdout: stdout, stderr: stderr}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
 		usage(stderr)
-		if len(args) == 0 {
-			return errUsage
-		}
+		return errUsage
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help" && len(args) == 1:
+		usage(stdout)
 		return nil
+	case args[0] == "help":
+		// herald help CMD [SUB] is herald CMD [SUB] --help.
+		args = append(args[1:], "--help")
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
