@@ -190,9 +190,9 @@ type flagValue struct {
 	isBool bool
 }
 
-func (f *flagValue) String() string   { return f.v }
+func (f *flagValue) String() string     { return f.v }
 func (f *flagValue) Set(v string) error { f.v = v; return nil }
-func (f *flagValue) IsBoolFlag() bool { return f.isBool }
+func (f *flagValue) IsBoolFlag() bool   { return f.isBool }
 
 // parseConfig parses a command's flags over the environment into a Config.
 // name is the command ("outbox stats"); extra, when not nil, adds the
