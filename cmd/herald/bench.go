@@ -370,7 +370,6 @@ func startBenchStack(ctx context.Context, cfg Config, sc *scratch, e env) (_ *be
 	w, err := worker.New(src, workerStore, st.rec.Sender(snd), worker.Config{
 		From:       cfg.SMTPFrom,
 		MaxRetries: cfg.MaxRetries,
-		NoRetries:  cfg.MaxRetries == 0,
 		Logger:     log.With("component", "worker"),
 		Registerer: reg,
 	})
