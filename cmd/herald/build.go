@@ -433,7 +433,6 @@ func (a *app) newWorker() (*worker.Worker, error) {
 	return worker.New(src, a.st, snd, worker.Config{
 		From:       a.cfg.SMTPFrom,
 		MaxRetries: a.cfg.MaxRetries,
-		NoRetries:  a.cfg.MaxRetries == 0,
 		Logger:     a.log.With("component", "worker"),
 		Registerer: a.reg,
 		Crash:      crash,

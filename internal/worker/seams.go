@@ -14,23 +14,7 @@ type Source interface {
 	// outages on its own. It returns after every handle call it made has
 	// returned. Deliveries not settled by then are handed back to be
 	// redelivered.
-	Consume(ctx context.Context, handle func(context.Context, Delivery)) error
-}
-
-// Delivery is one message handed to the worker. Exactly one of its settle
-// methods is called, once.
-type Delivery interface {
-	Message() notify.Message
-	// Ack settles the message as done.
-	Ack(ctx context.Context) error
-	// Retry schedules a copy with RetryCount+1 for redelivery after the
-	// retry delay (and makes sure the copy is safe before settling this one).
-	Retry(ctx context.Context, reason string) error
-	// DeadLetter moves the message to the dead letters with its reason.
-	DeadLetter(ctx context.Context, reason string) error
-	// Release hands the message back unchanged, to be redelivered without
-	// counting a retry (used when the store is unreachable).
-	Release(ctx context.Context) error
+	Consume(ctx context.Context, handle notify.Handler) error
 }
 
 // Store keeps the effect's bookkeeping. The stores implement it.

@@ -16,36 +16,34 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// Config tunes a Worker.
+// Config tunes a Worker. A zero that means something is honoured (no
+// retries); only values where zero is meaningless get a default.
 type Config struct {
 	// From is the email From address; the Message-ID domain is its domain.
 	// Default "herald@localhost".
 	From string
 	// MaxRetries is the number of retries after the first attempt; a
-	// delivery that fails after the last one is dead-lettered. Default 5
-	// (set NoRetries for 0).
+	// delivery that fails after the last one is dead-lettered. Zero means
+	// no retries: the first failure is dead-lettered. Default 0 (herald's
+	// own default, HERALD_MAX_RETRIES, is 5).
 	MaxRetries int
-	// NoRetries makes MaxRetries 0 (dead-letter on the first failure).
-	NoRetries bool
 	// StoreBackoff caps the wait before a delivery is handed back when the
-	// store is unreachable. Default 5s.
+	// store is unreachable. Zero would redeliver in a hot loop during a
+	// store outage, so it means the default. Default 5s.
 	StoreBackoff time.Duration
 	// Logger receives one record per failed delivery. Default: discard.
 	Logger *slog.Logger
-	// Registerer, when set, receives the worker's metrics.
+	// Registerer, when set, receives the worker's metrics. Default: none.
 	Registerer prometheus.Registerer
 	// Crash, when set, is called at the named points of a delivery
 	// ("after-send", "after-commit"); it exists for fault-injection runs
-	// and is only wired when HERALD_DEBUG_FAULTS=1.
+	// and is only wired when HERALD_DEBUG_FAULTS=1. Default: none.
 	Crash func(point string)
 }
 
 func (c Config) withDefaults() Config {
 	if c.From == "" {
 		c.From = "herald@localhost"
-	}
-	if c.MaxRetries == 0 && !c.NoRetries {
-		c.MaxRetries = 5
 	}
 	if c.StoreBackoff == 0 {
 		c.StoreBackoff = 5 * time.Second
@@ -62,6 +60,9 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	if c.MaxRetries < 0 {
 		return fmt.Errorf("max retries must not be negative, got %d", c.MaxRetries)
+	}
+	if c.StoreBackoff < 0 {
+		return fmt.Errorf("store backoff must not be negative, got %s", c.StoreBackoff)
 	}
 	if _, err := notify.ParseAddress(c.From); err != nil {
 		return fmt.Errorf("from address %q: %w", c.From, err)
@@ -119,7 +120,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // Handle applies one delivery and settles it.
-func (w *Worker) Handle(ctx context.Context, d Delivery) {
+func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	msg := d.Message()
 	outcome, err := w.apply(ctx, d, msg)
 	if err != nil {
@@ -134,7 +135,7 @@ func (w *Worker) Handle(ctx context.Context, d Delivery) {
 
 // apply runs one delivery to its settlement. An error means the delivery was
 // not settled (it stays with the transport and is redelivered).
-func (w *Worker) apply(ctx context.Context, d Delivery, msg notify.Message) (notify.Outcome, error) {
+func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Message) (notify.Outcome, error) {
 	req, nid, err := msg.Decode()
 	if err != nil {
 		return w.deadLetter(ctx, d, msg, 0, err)
@@ -166,7 +167,7 @@ func (w *Worker) apply(ctx context.Context, d Delivery, msg notify.Message) (not
 	}
 }
 
-func (w *Worker) retry(ctx context.Context, d Delivery, msg notify.Message, nid int64, cause error) (notify.Outcome, error) {
+func (w *Worker) retry(ctx context.Context, d notify.Delivery, msg notify.Message, nid int64, cause error) (notify.Outcome, error) {
 	reason := cause.Error()
 	if err := w.store.RecordFailure(ctx, msg.ID, nid, reason, false); err != nil {
 		return "", w.release(ctx, d, fmt.Errorf("record failure: %w", err))
@@ -184,7 +185,7 @@ func (w *Worker) retry(ctx context.Context, d Delivery, msg notify.Message, nid 
 // letters. The database is the record of dead letters (herald dlq reads it);
 // a crash between the two steps leaves the notification failed and the
 // redelivery is absorbed as a duplicate, so the attempt is never repeated.
-func (w *Worker) deadLetter(ctx context.Context, d Delivery, msg notify.Message, nid int64, cause error) (notify.Outcome, error) {
+func (w *Worker) deadLetter(ctx context.Context, d notify.Delivery, msg notify.Message, nid int64, cause error) (notify.Outcome, error) {
 	reason := cause.Error()
 	if nid != 0 {
 		if err := w.store.RecordFailure(ctx, msg.ID, nid, reason, true); err != nil {
@@ -201,7 +202,7 @@ func (w *Worker) deadLetter(ctx context.Context, d Delivery, msg notify.Message,
 
 // release pauses, then hands the delivery back. The pause keeps a store
 // outage from turning into a hot redelivery loop.
-func (w *Worker) release(ctx context.Context, d Delivery, cause error) error {
+func (w *Worker) release(ctx context.Context, d notify.Delivery, cause error) error {
 	t := time.NewTimer(w.cfg.StoreBackoff)
 	defer t.Stop()
 	select {

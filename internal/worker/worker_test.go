@@ -16,7 +16,7 @@ import (
 
 // The fakes below stand in for the seams so that the worker's decision
 // table (ack, retry, dead-letter, release) can be checked as pure logic; the
-// transport conformance suite proves the same against the real parts.
+// end-to-end suite (pipelinetest) proves the same against the real parts.
 
 type settle struct {
 	how    string // ack, retry, dead, release
@@ -162,4 +162,21 @@ func TestNewValidates(t *testing.T) {
 	require.Error(t, err)
 	_, err = worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{MaxRetries: -1})
 	require.Error(t, err)
+	_, err = worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{StoreBackoff: -time.Second})
+	require.Error(t, err)
+}
+
+// MaxRetries zero means no retries, not a default: the first failure is
+// dead-lettered.
+func TestZeroRetriesDeadLettersTheFirstFailure(t *testing.T) {
+	t.Parallel()
+	store := &fakeStore{}
+	w, err := worker.New(nil, store, &fakeSender{err: errors.New("451 try later")}, worker.Config{
+		From: "herald@example.com", StoreBackoff: time.Millisecond,
+	})
+	require.NoError(t, err)
+	d := &fakeDelivery{msg: message(t, 0)}
+	w.Handle(context.Background(), d)
+	require.Equal(t, []settle{{"dead", "451 try later"}}, d.settled)
+	require.Equal(t, []failure{{"451 try later", true}}, store.failures)
 }

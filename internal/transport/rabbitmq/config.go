@@ -13,7 +13,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Config configures a Publisher or a Consumer.
+// Config configures a Publisher or a Consumer. Every field whose zero is
+// meaningless (no broker can hold it, or it would spin) gets a default; the
+// others are honoured as given.
 type Config struct {
 	// URL is the broker URL, amqp://user:pass@host:port/vhost. Required.
 	URL string
@@ -23,12 +25,16 @@ type Config struct {
 	Prefix string
 	// RetryDelay is how long a retried message waits in the retry queue
 	// (its x-message-ttl). Changing it for an existing queue makes the
-	// declaration fail: the queue has to be deleted first. Default 30s.
+	// declaration fail: the queue has to be deleted first. The broker
+	// needs a TTL of at least 1ms, so zero means the default. Default 30s
+	// (every process of an installation must use the same value).
 	RetryDelay time.Duration
 	// Prefetch is the number of unacknowledged deliveries a Consumer holds,
-	// and the number of handler goroutines it runs. Default 10.
+	// and the number of handler goroutines it runs. Zero would take
+	// nothing, so it means the default. Default 10.
 	Prefetch int
 	// ConfirmTimeout bounds the wait for the broker's publisher confirms.
+	// Zero would give up on every publish, so it means the default.
 	// Default 15s.
 	ConfirmTimeout time.Duration
 	// ConnectionName is shown by rabbitmqctl list_connections and the
@@ -39,13 +45,16 @@ type Config struct {
 	// Default: discard.
 	Logger *slog.Logger
 	// ReconnectMin is the Consumer's first wait after a failed connection;
-	// it doubles on each further failure. Default 100ms.
+	// it doubles on each further failure. Zero would reconnect in a busy
+	// loop, so it means the default. Default 100ms.
 	ReconnectMin time.Duration
-	// ReconnectMax caps the wait between reconnection attempts. Default 5s.
+	// ReconnectMax caps the wait between reconnection attempts. Zero means
+	// the default. Default 5s.
 	ReconnectMax time.Duration
 	// ShutdownGrace bounds how long handlers in flight when Consume's
 	// context ends may still run: their context is cancelled only this long
-	// after the shutdown began. Default 30s.
+	// after the shutdown began. Zero would cancel them mid-settlement, so
+	// it means the default. Default 30s.
 	ShutdownGrace time.Duration
 }
 

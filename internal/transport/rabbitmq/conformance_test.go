@@ -2,116 +2,87 @@ package rabbitmq_test
 
 import (
 	"context"
-	"sync"
+	"errors"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/assert"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 	"github.com/heraldhq/herald/internal/transport/transporttest"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
-var _ transporttest.Store = (*postgres.Store)(nil)
-
-// TestConformance runs the transport suite over the production shape: a
-// PostgreSQL store, a relay publishing its outbox and workers consuming the
-// send queue.
+// TestConformance runs the seam suite on a topology of each subtest's own:
+// events go out through a Publisher, deliveries come from Consumers, and
+// the dead letters are read from the dead-letter queue.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	transporttest.Run(t, conformanceHarness)
-}
-
-// conformanceHarness returns the harness on a fresh database and a
-// topology of the test's own, deleted when the test ends.
-func conformanceHarness(t *testing.T) transporttest.Harness {
-	t.Helper()
-	dbURL := testenv.PostgresURL(t)
-	amqpURL, prefix := testenv.AMQP(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	s, err := postgres.Open(ctx, dbURL, postgres.Config{MaxConns: 4})
-	require.NoError(t, err)
-	t.Cleanup(s.Close)
-	require.NoError(t, s.Migrate(ctx))
-
-	base := rabbitmq.Config{
-		URL:    amqpURL,
-		Prefix: prefix,
+	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
+		base := setup(t)
 		// Every process declares the retry queue, whose TTL this is: they
 		// all have to agree.
-		RetryDelay:     transporttest.RetryDelay,
-		ConfirmTimeout: 5 * time.Second,
-		ReconnectMin:   20 * time.Millisecond,
-		ReconnectMax:   200 * time.Millisecond,
-		ShutdownGrace:  10 * time.Second,
-	}
-	// Registered before anything that uses the topology, so it runs last.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, rabbitmq.Delete(ctx, base), "delete topology")
+		base.RetryDelay = transporttest.RetryDelay
+		base.ShutdownGrace = 10 * time.Second
+		pubCfg := base
+		pubCfg.ConnectionName += "publisher"
+		pub := newPublisher(t, pubCfg)
+		return transporttest.Harness{
+			Publish: func(t *testing.T, evs []notify.Event) []notify.Event {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+				defer cancel()
+				confirmed, err := pub.Publish(ctx, evs)
+				require.NoError(t, err)
+				require.Equal(t, ids(evs), confirmed)
+				return evs
+			},
+			NewSource: func(t *testing.T, sc transporttest.SourceConfig) transporttest.Source {
+				t.Helper()
+				cfg := base
+				cfg.RetryDelay = sc.RetryDelay
+				cfg.Prefetch = sc.Prefetch
+				cfg.ConnectionName += "consumer"
+				c, err := rabbitmq.NewConsumer(cfg)
+				require.NoError(t, err)
+				return c
+			},
+			DeadLetters: func(t *testing.T) []transporttest.DeadLetter {
+				t.Helper()
+				return peekDeadLetters(t, base)
+			},
+		}
 	})
-	pubCfg := base
-	pubCfg.ConnectionName = "herald-conformance-publisher-" + prefix
-	pub, err := rabbitmq.NewPublisher(pubCfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, pub.Close()) })
-
-	return transporttest.Harness{
-		Store: s,
-		NewSource: func(t *testing.T, sc transporttest.SourceConfig) worker.Source {
-			t.Helper()
-			cfg := base
-			cfg.RetryDelay = sc.RetryDelay
-			cfg.Prefetch = sc.Prefetch
-			cfg.ConnectionName = "herald-conformance-consumer-" + prefix
-			c, err := rabbitmq.NewConsumer(cfg)
-			require.NoError(t, err)
-			return c
-		},
-		Pump: func(t *testing.T, ctx context.Context) {
-			t.Helper()
-			r, err := relay.New(s, pub, s, relay.Config{Interval: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
-			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(ctx)
-			var wg sync.WaitGroup
-			wg.Go(func() { assert.NoError(t, r.Run(ctx), "relay") })
-			t.Cleanup(func() {
-				cancel()
-				wg.Wait()
-			})
-		},
-		Redeliver: func(t *testing.T, notificationID int64) {
-			t.Helper()
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			defer cancel()
-			ev := outboxEvent(t, ctx, dbURL, notificationID)
-			confirmed, err := pub.Publish(ctx, []notify.Event{ev})
-			require.NoError(t, err)
-			require.Equal(t, []int64{ev.ID}, confirmed)
-		},
-	}
 }
 
-// outboxEvent reads the outbox event of a notification, as the relay
-// published it.
-func outboxEvent(t *testing.T, ctx context.Context, dbURL string, notificationID int64) notify.Event {
+// peekDeadLetters returns the messages of the dead-letter queue without
+// removing them: it gets each one unacknowledged, then closes the
+// connection, which hands them all back.
+func peekDeadLetters(t *testing.T, cfg rabbitmq.Config) []transporttest.DeadLetter {
 	t.Helper()
-	conn, err := pgx.Connect(ctx, dbURL)
+	conn, err := amqp.Dial(cfg.URL)
 	require.NoError(t, err)
-	defer conn.Close(context.WithoutCancel(ctx))
-	var ev notify.Event
-	require.NoError(t, conn.QueryRow(ctx, `
-SELECT id, event_type, payload, occurred_at FROM outbox
-WHERE payload->>'notification_id' = $1 AND processed_at IS NOT NULL`,
-		notify.FormatID(notificationID)).Scan(&ev.ID, &ev.Type, &ev.Payload, &ev.OccurredAt))
-	return ev
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	queue := cfg.Topology().DeadLetterQueue
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if aerr := (*amqp.Error)(nil); errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+		return nil // never declared: no dead letters
+	}
+	require.NoError(t, err)
+	var out []transporttest.DeadLetter
+	for range q.Messages {
+		d, ok, err := ch.Get(queue, false)
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+		id, ok := notify.ParseID(d.MessageId)
+		require.True(t, ok, "dead letter with message id %q", d.MessageId)
+		reason, _ := d.Headers[rabbitmq.HeaderLastError].(string)
+		out = append(out, transporttest.DeadLetter{ID: id, Reason: reason})
+	}
+	return out
 }

@@ -15,7 +15,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
 // Consumer delivers the messages of the send queue to a handler, with
@@ -43,7 +42,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // ShutdownGrace), closes the connection, handing unsettled deliveries back
 // to the queue, and returns nil. It returns an error only when the broker
 // holds a topology it cannot use (ErrTopologyMismatch).
-func (c *Consumer) Consume(ctx context.Context, handle func(context.Context, worker.Delivery)) error {
+func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	// Handlers must be able to settle what they started after a shutdown
 	// begins: their context ends only ShutdownGrace after ctx does.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -80,7 +79,7 @@ func (c *Consumer) Consume(ctx context.Context, handle func(context.Context, wor
 
 // session runs one connection until it fails or ctx ends. consumed reports
 // whether it got as far as consuming, which resets the backoff.
-func (c *Consumer) session(ctx, hctx context.Context, handle func(context.Context, worker.Delivery)) (consumed bool, err error) {
+func (c *Consumer) session(ctx, hctx context.Context, handle notify.Handler) (consumed bool, err error) {
 	conn, err := c.cfg.dial(ctx, "consumer")
 	if err != nil {
 		return false, err
@@ -190,7 +189,7 @@ type session struct {
 
 // dispatch hands one delivery to handle, unless its message id is
 // unusable: then it dead-letters the message itself.
-func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle func(context.Context, worker.Delivery)) {
+func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle notify.Handler) {
 	id, ok := notify.ParseID(d.MessageId)
 	dl := &delivery{s: s, d: d, msg: notify.Message{
 		ID:         id,
@@ -259,7 +258,7 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// delivery implements worker.Delivery.
+// delivery implements notify.Delivery.
 type delivery struct {
 	s   *session
 	d   amqp.Delivery

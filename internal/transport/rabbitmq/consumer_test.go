@@ -16,7 +16,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
 func TestConsumeAckEmptiesQueue(t *testing.T) {
@@ -30,7 +29,7 @@ func TestConsumeAckEmptiesQueue(t *testing.T) {
 	require.Len(t, confirmed, 10)
 
 	var rec recorder
-	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		rec.add(d.Message())
 		assert.NoError(t, d.Ack(ctx))
 	})
@@ -56,7 +55,7 @@ func TestRetryPublishesCopyToRetryQueue(t *testing.T) {
 	require.NoError(t, err)
 
 	retried := make(chan error, 1)
-	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		retried <- d.Retry(ctx, "smtp: 451 try later")
 	})
 	select {
@@ -91,7 +90,7 @@ func TestRetryComesBackAfterDelay(t *testing.T) {
 
 	var rec recorder
 	var retryAt, backAt atomic.Int64
-	consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+	consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		rec.add(d.Message())
 		if d.Message().RetryCount < 2 {
 			retryAt.Store(time.Now().UnixNano())
@@ -130,7 +129,7 @@ func TestDeadLetter(t *testing.T) {
 	reason := strings.Repeat("é", 600) // 1200 bytes
 	settled := make(chan error, 1)
 	var seen atomic.Int64
-	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		seen.Store(int64(d.Message().RetryCount))
 		settled <- d.DeadLetter(ctx, reason)
 	})
@@ -161,7 +160,7 @@ func TestReleaseRedelivers(t *testing.T) {
 	require.NoError(t, err)
 
 	var rec recorder
-	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		rec.add(d.Message())
 		if len(rec.list()) == 1 {
 			assert.NoError(t, d.Release(ctx))
@@ -192,7 +191,7 @@ func TestInvalidMessageIDGoesStraightToDLQ(t *testing.T) {
 	require.NoError(t, err)
 
 	var rec recorder
-	consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+	consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		rec.add(d.Message())
 		assert.NoError(t, d.Ack(ctx))
 	})
@@ -217,7 +216,7 @@ func TestGracefulStopLetsHandlerFinish(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	acked := make(chan error, 1)
-	c := startConsumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+	c := startConsumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		close(started)
 		<-release
 		if ctx.Err() != nil {
@@ -254,7 +253,7 @@ func TestRetryNotConfirmedLeavesOriginal(t *testing.T) {
 	require.NoError(t, err)
 
 	retried := make(chan error, 1)
-	stop, _ := consumer(t, cfg, func(ctx context.Context, d worker.Delivery) {
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		// With the retry queue gone the copy is unroutable: returned.
 		_, err := ch.QueueDelete(top.RetryQueue, false, false, false)
 		if assert.NoError(t, err) {
@@ -298,7 +297,7 @@ func TestConsumeOutlivesUnreachableBroker(t *testing.T) {
 		ReconnectMax: 5 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
 	}
-	stop, done := consumer(t, cfg, func(context.Context, worker.Delivery) {
+	stop, done := consumer(t, cfg, func(context.Context, notify.Delivery) {
 		t.Error("no delivery can come from an unreachable broker")
 	})
 	require.Eventually(t, func() bool { return strings.Count(logs.String(), "level=WARN") >= 3 },

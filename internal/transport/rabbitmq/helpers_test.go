@@ -132,7 +132,7 @@ type running struct {
 
 // startConsumer runs Consume in the background until stop is called or the
 // test ends.
-func startConsumer(t *testing.T, cfg rabbitmq.Config, handle func(context.Context, worker.Delivery)) running {
+func startConsumer(t *testing.T, cfg rabbitmq.Config, handle func(context.Context, notify.Delivery)) running {
 	t.Helper()
 	c, err := rabbitmq.NewConsumer(cfg)
 	require.NoError(t, err)
@@ -160,7 +160,7 @@ func startConsumer(t *testing.T, cfg rabbitmq.Config, handle func(context.Contex
 }
 
 // consumer is startConsumer for tests that only need to stop it.
-func consumer(t *testing.T, cfg rabbitmq.Config, handle func(context.Context, worker.Delivery)) (stop func() error, done <-chan struct{}) {
+func consumer(t *testing.T, cfg rabbitmq.Config, handle func(context.Context, notify.Delivery)) (stop func() error, done <-chan struct{}) {
 	t.Helper()
 	r := startConsumer(t, cfg, handle)
 	return r.stop, r.done

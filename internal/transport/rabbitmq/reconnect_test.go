@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/worker"
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // TestReconnectAfterConnectionClosed closes the publisher's and the
@@ -24,7 +24,7 @@ func TestReconnectAfterConnectionClosed(t *testing.T) {
 	p := newPublisher(t, pubCfg)
 
 	var rec recorder
-	consumer(t, conCfg, func(ctx context.Context, d worker.Delivery) {
+	consumer(t, conCfg, func(ctx context.Context, d notify.Delivery) {
 		rec.add(d.Message())
 		assert.NoError(t, d.Ack(ctx))
 	})

@@ -3,13 +3,13 @@ package table_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	_ "modernc.org/sqlite" // the raw connection that rewinds outbox rows
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/postgres"
@@ -17,33 +17,62 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/transport/transporttest"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
-var (
-	_ worker.Source       = (*table.Transport)(nil)
-	_ transporttest.Store = (*postgres.Store)(nil)
-	_ transporttest.Store = (*sqlite.Store)(nil)
-	_ table.Queue         = (*postgres.Store)(nil)
-	_ table.Queue         = (*sqlite.Store)(nil)
-	_ table.Waker         = (*postgres.Store)(nil)
-	_ table.Waker         = (*sqlite.Store)(nil)
-)
-
-// queueStore is a store the table transport runs on.
-type queueStore interface {
-	transporttest.Store
+// outboxStore is what the seam suite needs from a store under the table
+// transport: its queue and wake-ups, and creates to commit outbox rows with.
+type outboxStore interface {
 	table.Queue
 	table.Waker
+	Create(ctx context.Context, n notify.NewNotification) (notify.Created, error)
 }
 
-// harness builds the table transport's harness over s; rewind marks the
-// outbox row of a notification unprocessed and unleased again, in the
-// engine's own SQL, and reports how many rows it changed.
-func harness(s queueStore, rewind func(ctx context.Context, notificationID int64) (int64, error)) transporttest.Harness {
+// outboxSQL reads what the store keeps no method for, in the engine's own
+// SQL: the outbox row of a notification, and the rows finished as dead
+// letters.
+type outboxSQL struct {
+	// rowOf returns the id of the outbox row of a notification.
+	rowOf func(ctx context.Context, notificationID int64) (int64, error)
+	// deadLetters returns the processed rows that keep a reason.
+	deadLetters func(ctx context.Context) ([]transporttest.DeadLetter, error)
+}
+
+// deadLetterRows are the rows Finish closed with a reason (last_error). A row
+// acknowledged after a retry keeps its retry's reason too, so it is listed
+// as well; the suite allows for that.
+const deadLetterRows = `
+SELECT id, last_error FROM outbox
+WHERE processed_at IS NOT NULL AND COALESCE(last_error, '') <> ''
+ORDER BY id`
+
+// conformanceHarness returns the seam harness of the table transport over
+// s: publishing is committing notifications (one outbox row each) through
+// the store.
+func conformanceHarness(s outboxStore, q outboxSQL) transporttest.Harness {
 	return transporttest.Harness{
-		Store: s,
-		NewSource: func(t *testing.T, cfg transporttest.SourceConfig) worker.Source {
+		Publish: func(t *testing.T, evs []notify.Event) []notify.Event {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			out := make([]notify.Event, len(evs))
+			for i, ev := range evs {
+				var r notify.Requested
+				require.NoError(t, json.Unmarshal(ev.Payload, &r))
+				c, err := s.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
+					UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
+				}})
+				require.NoError(t, err)
+				id, err := q.rowOf(ctx, c.Notification.ID)
+				require.NoError(t, err)
+				payload, err := json.Marshal(notify.NewRequested(c.Notification))
+				require.NoError(t, err)
+				// The row is written with its notification, at the same
+				// instant.
+				out[i] = notify.Event{ID: id, Type: notify.EventRequested, Payload: payload, OccurredAt: c.Notification.CreatedAt}
+			}
+			return out
+		},
+		NewSource: func(t *testing.T, cfg transporttest.SourceConfig) transporttest.Source {
 			t.Helper()
 			tr, err := table.New(s, s, table.Config{
 				Prefetch:     cfg.Prefetch,
@@ -55,17 +84,28 @@ func harness(s queueStore, rewind func(ctx context.Context, notificationID int64
 			require.NoError(t, err)
 			return tr
 		},
-		// Workers claim committed rows straight from the outbox.
-		Pump: func(*testing.T, context.Context) {},
-		Redeliver: func(t *testing.T, notificationID int64) {
+		DeadLetters: func(t *testing.T) []transporttest.DeadLetter {
 			t.Helper()
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			n, err := rewind(ctx, notificationID)
+			dls, err := q.deadLetters(ctx)
 			require.NoError(t, err)
-			require.EqualValues(t, 1, n, "outbox rows of notification %d", notificationID)
+			return dls
 		},
 	}
+}
+
+// scanDeadLetters reads the rows of deadLetterRows.
+func scanDeadLetters(next func() bool, scan func(dest ...any) error, rowsErr func() error) ([]transporttest.DeadLetter, error) {
+	var out []transporttest.DeadLetter
+	for next() {
+		var dl transporttest.DeadLetter
+		if err := scan(&dl.ID, &dl.Reason); err != nil {
+			return nil, err
+		}
+		out = append(out, dl)
+	}
+	return out, rowsErr()
 }
 
 func TestConformancePostgres(t *testing.T) {
@@ -78,16 +118,24 @@ func TestConformancePostgres(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(s.Close)
 		require.NoError(t, s.Migrate(ctx))
-		return harness(s, func(ctx context.Context, notificationID int64) (int64, error) {
-			conn, err := pgx.Connect(ctx, url)
-			if err != nil {
-				return 0, err
-			}
-			defer conn.Close(context.WithoutCancel(ctx))
-			tag, err := conn.Exec(ctx, `
-UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL
-WHERE payload->>'notification_id' = $1`, notify.FormatID(notificationID))
-			return tag.RowsAffected(), err
+		pool, err := pgxpool.New(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return conformanceHarness(s, outboxSQL{
+			rowOf: func(ctx context.Context, notificationID int64) (int64, error) {
+				var id int64
+				err := pool.QueryRow(ctx, `SELECT id FROM outbox WHERE payload->>'notification_id' = $1`,
+					notify.FormatID(notificationID)).Scan(&id)
+				return id, err
+			},
+			deadLetters: func(ctx context.Context) ([]transporttest.DeadLetter, error) {
+				rows, err := pool.Query(ctx, deadLetterRows)
+				if err != nil {
+					return nil, err
+				}
+				defer rows.Close()
+				return scanDeadLetters(rows.Next, rows.Scan, rows.Err)
+			},
 		})
 	})
 }
@@ -103,14 +151,21 @@ func TestConformanceSQLite(t *testing.T) {
 		db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)")
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, db.Close()) })
-		return harness(s, func(ctx context.Context, notificationID int64) (int64, error) {
-			res, err := db.ExecContext(ctx, `
-UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL
-WHERE json_extract(payload, '$.notification_id') = ?`, notify.FormatID(notificationID))
-			if err != nil {
-				return 0, err
-			}
-			return res.RowsAffected()
+		return conformanceHarness(s, outboxSQL{
+			rowOf: func(ctx context.Context, notificationID int64) (int64, error) {
+				var id int64
+				err := db.QueryRowContext(ctx, `SELECT id FROM outbox WHERE json_extract(payload, '$.notification_id') = ?`,
+					notify.FormatID(notificationID)).Scan(&id)
+				return id, err
+			},
+			deadLetters: func(ctx context.Context) ([]transporttest.DeadLetter, error) {
+				rows, err := db.QueryContext(ctx, deadLetterRows)
+				if err != nil {
+					return nil, err
+				}
+				defer rows.Close()
+				return scanDeadLetters(rows.Next, rows.Scan, rows.Err)
+			},
 		})
 	})
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
 // Waker tells the transport that new outbox rows were committed.
@@ -25,25 +24,31 @@ type Waker interface {
 	Subscribe(ctx context.Context) <-chan struct{}
 }
 
-// Config tunes a Transport.
+// Config tunes a Transport. A zero that means something is honoured (a
+// retry delay of 0); only values where zero is meaningless get a default.
 type Config struct {
-	// Prefetch is the number of rows a worker holds at once. Default 10.
+	// Prefetch is the number of rows a worker holds at once. Zero would
+	// hold nothing, so it means the default. Default 10.
 	Prefetch int
-	// RetryDelay is the wait before a failed delivery is tried again.
-	// Default 30s.
+	// RetryDelay is the wait before a failed delivery is tried again. Zero
+	// makes a retried row due at once. Default 0 (herald's own default,
+	// HERALD_RETRY_DELAY, is 30s).
 	RetryDelay time.Duration
 	// Lease is how long a claimed row stays invisible to other workers: a
 	// worker that dies leaves its rows to be claimed again after it. A lease
 	// that runs out during a slow send costs no double send: the store's
 	// Deliver holds the message id's processed_messages row until it
-	// commits, so a second worker waits and then sees a duplicate.
+	// commits, so a second worker waits and then sees a duplicate. A zero
+	// lease would hand every row to every worker, so it means the default.
 	// Default 15s.
 	Lease time.Duration
 	// PollInterval is the longest idle wait between claims (retries that
-	// come due, rows committed by another process without a wake-up).
+	// come due, rows committed by another process without a wake-up). Zero
+	// would poll the table in a busy loop, so it means the default.
 	// Default 500ms.
 	PollInterval time.Duration
 	// Grace bounds how long in-flight deliveries may run after ctx ends.
+	// Zero would cancel them mid-settlement, so it means the default.
 	// Default 30s.
 	Grace time.Duration
 	// Logger receives one record per failure streak. Default: discard.
@@ -53,9 +58,6 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Prefetch == 0 {
 		c.Prefetch = 10
-	}
-	if c.RetryDelay == 0 {
-		c.RetryDelay = 30 * time.Second
 	}
 	if c.Lease == 0 {
 		c.Lease = 15 * time.Second
@@ -105,7 +107,7 @@ func New(q Queue, waker Waker, cfg Config) (*Transport, error) {
 // once, until ctx ends; then it waits for the calls in flight (bounded by
 // Grace) and returns nil. Rows still unsettled keep their lease and come back
 // when it expires.
-func (t *Transport) Consume(ctx context.Context, handle func(context.Context, worker.Delivery)) error {
+func (t *Transport) Consume(ctx context.Context, handle notify.Handler) error {
 	var wake <-chan struct{}
 	if t.waker != nil {
 		wake = t.waker.Subscribe(ctx)

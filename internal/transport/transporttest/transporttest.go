@@ -1,50 +1,48 @@
-// Package transporttest is the conformance suite every transport runs: the
-// same subtests drive a real worker.Worker, a real store and a real SMTP
-// server over each transport, so that delivery, retries, dead letters,
-// deduplication and crash recovery behave the same whichever one a
-// deployment picks.
+// Package transporttest is the conformance suite of the delivery seam: every
+// transport runs it, and it exercises the transport alone. It publishes
+// events, consumes them with a handler and settles them (Ack, Retry,
+// DeadLetter, Release), stops consumers with deliveries unsettled and
+// replaces them, and checks what comes back. No worker, store logic or
+// sender is involved; the whole pipeline is the subject of pipelinetest.
 //
-// A transport's test calls Run with a function that returns a Harness on a
-// fresh database (and, for a broker, a topology of its own):
+// A transport passes the suite with one test file that returns a Harness on
+// a topology (or database) of the test's own:
 //
 //	func TestConformance(t *testing.T) {
 //		transporttest.Run(t, func(t *testing.T) transporttest.Harness {
-//			s := openMigrated(t) // closed by t.Cleanup
-//			return transporttest.Harness{Store: s, NewSource: ..., Pump: ..., Redeliver: ...}
+//			return transporttest.Harness{Publish: ..., NewSource: ..., DeadLetters: ...}
 //		})
 //	}
 package transporttest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	smtpsender "github.com/heraldhq/herald/internal/sender/smtp"
-	"github.com/heraldhq/herald/internal/smtptest"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
 // RetryDelay is the retry delay of every source the suite asks for. It is
 // exported for transports that keep the delay with their topology (RabbitMQ:
 // the retry queue's message TTL) and so need it before the first source
-// exists, for the publisher behind Pump.
+// exists, for the publisher behind Publish.
 const RetryDelay = 200 * time.Millisecond
 
-// Store is what the suite needs from a store: creates, reads to check the
-// outcome, and the worker's bookkeeping. Both store engines satisfy it.
-type Store interface {
-	Create(ctx context.Context, n notify.NewNotification) (notify.Created, error)
-	Get(ctx context.Context, id int64) (notify.Notification, error)
-	worker.Store
+// Source is the seam under test: what a worker consumes. It is the same
+// method set as worker.Source, declared here so that the suite depends on
+// the domain package only.
+type Source interface {
+	// Consume calls handle for each delivery until ctx ends, then returns
+	// nil once every handle call it made has returned.
+	Consume(ctx context.Context, handle notify.Handler) error
 }
 
 // SourceConfig tunes one source the suite asks for.
@@ -61,90 +59,91 @@ type SourceConfig struct {
 	Lease time.Duration
 }
 
-// Harness is one transport under test, over a store of its own.
-type Harness struct {
-	// Store is migrated, on a database that no other test uses, and is
-	// closed (and the database removed) by t.Cleanup.
-	Store Store
-	// NewSource returns a fresh consumer, as a new worker process would
-	// have one, stopped by t.Cleanup if the suite has not stopped it.
-	// Required.
-	NewSource func(t *testing.T, cfg SourceConfig) worker.Source
-	// Pump makes committed outbox events deliverable until ctx ends: a
-	// broker transport starts a relay in the background; the table
-	// transport, whose workers claim outbox rows themselves, does nothing.
-	// It returns at once, and waits in t.Cleanup for whatever it started.
-	// Required.
-	Pump func(t *testing.T, ctx context.Context)
-	// Redeliver makes the message of a notification that was already
-	// applied deliverable a second time, with the same message id: a
-	// broker transport publishes its outbox event again; the table
-	// transport marks the outbox row unprocessed again. Required.
-	Redeliver func(t *testing.T, notificationID int64)
+// DeadLetter is one message in a transport's dead letters.
+type DeadLetter struct {
+	// ID is the message id.
+	ID int64
+	// Reason is the reason given to DeadLetter.
+	Reason string
 }
 
-// Settings of the worker the suite drives.
+// Harness is one transport under test, on a topology (or database) that no
+// other test uses, removed by t.Cleanup.
+type Harness struct {
+	// Publish makes evs deliverable, in order, and returns them as a
+	// consumer will receive them. A broker transport publishes them as
+	// given, through its publisher, and returns them once confirmed. A
+	// transport whose messages are rows of the store's making (the table
+	// transport: outbox rows) commits one per event and returns those, with
+	// the ids and payloads the store gave them. Required.
+	Publish func(t *testing.T, evs []notify.Event) []notify.Event
+	// NewSource returns a fresh consumer, as a new worker process would
+	// have one. Required.
+	NewSource func(t *testing.T, cfg SourceConfig) Source
+	// DeadLetters returns the messages in the transport's dead letters,
+	// without removing them. A transport that cannot tell a dead letter
+	// from a message acknowledged after a retry may list both: the suite
+	// only looks at the dead letters of messages it never acknowledged
+	// after a retry. Required.
+	DeadLetters func(t *testing.T) []DeadLetter
+}
+
 const (
-	// from gives every Message-ID the domain herald.test.
-	from = "herald@herald.test"
-	// maxRetries is the worker's MaxRetries: a delivery is attempted at
-	// most 1+maxRetries times.
-	maxRetries = 2
-	// prefetch is the prefetch of the sources the worker consumes.
+	// prefetch is the prefetch of the sources that stop gracefully.
 	prefetch = 4
-	// lease is the lease of sources that are stopped gracefully: long
-	// enough never to expire during a test.
+	// lease is the lease of sources that stop gracefully: long enough
+	// never to expire during a test.
 	lease = 30 * time.Second
 	// crashLease is the lease of the source that stops without settling:
 	// short, so that its deliveries come back soon.
 	crashLease = time.Second
+	// quiet is how long the suite watches for a delivery that must not
+	// happen: a few retry delays, and a few polls of a table transport.
+	quiet = 3 * RetryDelay
 )
 
 // wait is how long the suite polls for something asynchronous; tick is how
 // often.
 const (
 	wait = 15 * time.Second
-	tick = 20 * time.Millisecond
+	tick = 10 * time.Millisecond
 )
 
 // Run runs the suite. newHarness is called once per subtest, so subtests run
-// in parallel on separate databases and topologies.
+// in parallel on separate topologies.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Helper()
 	for _, tc := range []struct {
 		name string
 		fn   func(t *testing.T, e *env)
 	}{
-		{"Delivery", testDelivery},
-		{"RetryCount", testRetryCount},
-		{"DeadLetterAfterRetries", testDeadLetterAfterRetries},
-		{"PermanentFailure", testPermanentFailure},
-		{"DuplicateAbsorbed", testDuplicateAbsorbed},
+		{"Ack", testAck},
+		{"Retry", testRetry},
+		{"DeadLetter", testDeadLetter},
+		{"Release", testRelease},
 		{"RedeliveryAfterCrash", testRedeliveryAfterCrash},
 		{"NothingLostAcrossRestart", testNothingLostAcrossRestart},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			require.NotNil(t, h.Store, "Harness.Store")
+			require.NotNil(t, h.Publish, "Harness.Publish")
 			require.NotNil(t, h.NewSource, "Harness.NewSource")
-			require.NotNil(t, h.Pump, "Harness.Pump")
-			require.NotNil(t, h.Redeliver, "Harness.Redeliver")
+			require.NotNil(t, h.DeadLetters, "Harness.DeadLetters")
 			// Registered after the harness, so it ends before the harness
-			// tears its store down.
+			// tears its topology down.
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			t.Cleanup(cancel)
-			tc.fn(t, &env{h: h, ctx: ctx, smtp: smtptest.Start(t)})
+			tc.fn(t, &env{h: h, ctx: ctx})
 		})
 	}
 }
 
-// env is what one subtest works with: its harness, a context ending with the
-// test, and an SMTP server of its own.
+// env is what one subtest works with: its harness and a context ending with
+// the test.
 type env struct {
-	h    Harness
-	ctx  context.Context
-	smtp *smtptest.Server
+	h   Harness
+	ctx context.Context
 }
 
 // sourceConfig is the configuration of a source that stops gracefully.
@@ -152,388 +151,382 @@ func sourceConfig() SourceConfig {
 	return SourceConfig{RetryDelay: RetryDelay, Prefetch: prefetch, Lease: lease}
 }
 
-// sender returns a real SMTP sender pointed at the test's server.
-func (e *env) sender(t *testing.T) worker.Sender {
+// events returns n distinct events of the kind herald publishes.
+func events(t *testing.T, n int) []notify.Event {
 	t.Helper()
-	s, err := smtpsender.New(smtpsender.Config{URL: e.smtp.URL(), Timeout: 5 * time.Second})
-	require.NoError(t, err)
-	return s
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	evs := make([]notify.Event, n)
+	for i := range evs {
+		id := int64(i + 1)
+		payload, err := json.Marshal(notify.Requested{
+			NotificationID: notify.FormatID(id),
+			UserID:         fmt.Sprintf("user-%d", id),
+			Channel:        notify.ChannelEmail,
+			To:             fmt.Sprintf("someone-%d@example.com", id),
+			Subject:        fmt.Sprintf("Hello %d", id),
+			Body:           "Body line one\nline two",
+		})
+		require.NoError(t, err)
+		evs[i] = notify.Event{ID: id, Type: notify.EventRequested, Payload: payload, OccurredAt: at.Add(time.Duration(i) * time.Microsecond)}
+	}
+	return evs
 }
 
-// background runs fn on a context of its own until cancel, stop or the end
-// of the test ends it; stop also waits for fn to return, and requires nil.
-func (e *env) background(t *testing.T, what string, fn func(ctx context.Context) error) (cancel, stop func()) {
+// publish publishes n fresh events and returns them as they will be
+// delivered.
+func (e *env) publish(t *testing.T, n int) []notify.Event {
 	t.Helper()
+	evs := e.h.Publish(t, events(t, n))
+	require.Len(t, evs, n, "Harness.Publish returned another number of events")
+	seen := map[int64]bool{}
+	for _, ev := range evs {
+		require.False(t, seen[ev.ID], "Harness.Publish returned message id %d twice", ev.ID)
+		seen[ev.ID] = true
+	}
+	return evs
+}
+
+// delivered is one call of a handler.
+type delivered struct {
+	msg notify.Message
+	at  time.Time
+}
+
+// journal records the deliveries a handler saw, and the acknowledgements
+// that succeeded.
+type journal struct {
+	mu    sync.Mutex
+	seen  []delivered
+	acked map[int64]int
+}
+
+func (j *journal) add(m notify.Message) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.seen = append(j.seen, delivered{msg: m, at: time.Now()})
+}
+
+func (j *journal) ack(id int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.acked == nil {
+		j.acked = map[int64]int{}
+	}
+	j.acked[id]++
+}
+
+func (j *journal) deliveries() []delivered {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]delivered(nil), j.seen...)
+}
+
+func (j *journal) len() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.seen)
+}
+
+// acks returns how often each message was acknowledged successfully.
+func (j *journal) acks() map[int64]int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make(map[int64]int, len(j.acked))
+	for id, n := range j.acked {
+		out[id] = n
+	}
+	return out
+}
+
+// ids returns the ids of the deliveries, in the order they came.
+func (j *journal) ids() []int64 {
+	var out []int64
+	for _, d := range j.deliveries() {
+		out = append(out, d.msg.ID)
+	}
+	return out
+}
+
+// consumer is a Consume running in the background.
+type consumer struct {
+	cancel func()          // ends Consume's context
+	stop   func()          // cancel, then wait for Consume to return nil
+	done   <-chan struct{} // closed when Consume returned
+}
+
+// consume runs handle on a fresh source with cfg until stop or the end of
+// the test.
+func (e *env) consume(t *testing.T, cfg SourceConfig, handle notify.Handler) *consumer {
+	t.Helper()
+	src := e.h.NewSource(t, cfg)
+	require.NotNil(t, src, "Harness.NewSource")
 	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		err = src.Consume(ctx, handle)
+	}()
 	var once sync.Once
-	stop = func() {
+	stop := func() {
 		once.Do(func() {
 			cancel()
 			select {
-			case err := <-done:
-				assert.NoError(t, err, "%s returned an error", what)
+			case <-done:
+				assert.NoError(t, err, "Consume returned an error")
 			case <-time.After(wait):
-				t.Errorf("%s did not return within %s after its context ended", what, wait)
+				t.Errorf("Consume did not return within %s after its context ended", wait)
 			}
 		})
 	}
 	t.Cleanup(stop)
-	return cancel, stop
+	return &consumer{cancel: cancel, stop: stop, done: done}
 }
 
-// runningWorker is a worker.Worker running in the background.
-type runningWorker struct {
-	reg *prometheus.Registry
-	// cancel ends the worker's context; stop also waits for Run to return.
-	cancel, stop func()
-}
-
-// startWorker runs a real worker on a fresh source, with its own metrics
-// registry, until stop or the end of the test.
-func (e *env) startWorker(t *testing.T, sender worker.Sender) *runningWorker {
+// requireMessage requires that m is ev as published, delivered for the
+// retries-th time after retries retries.
+func requireMessage(t *testing.T, ev notify.Event, m notify.Message, retries int) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	w, err := worker.New(e.h.NewSource(t, sourceConfig()), e.h.Store, sender, worker.Config{
-		From:         from,
-		MaxRetries:   maxRetries,
-		StoreBackoff: 100 * time.Millisecond,
-		Registerer:   reg,
-	})
-	require.NoError(t, err)
-	cancel, stop := e.background(t, "worker", w.Run)
-	return &runningWorker{reg: reg, cancel: cancel, stop: stop}
+	require.Equal(t, ev.ID, m.ID, "message id")
+	require.Equal(t, ev.Type, m.Type, "type of message %d", m.ID)
+	require.JSONEq(t, string(ev.Payload), string(m.Payload), "payload of message %d", m.ID)
+	require.Equal(t, retries, m.RetryCount, "retry count of message %d", m.ID)
+	require.True(t, ev.OccurredAt.Equal(m.OccurredAt), "occurred at of message %d: published %s, delivered %s",
+		m.ID, ev.OccurredAt, m.OccurredAt)
 }
 
-// outcomes returns the worker's herald_worker_deliveries_total by outcome.
-func (w *runningWorker) outcomes(t require.TestingT) map[notify.Outcome]float64 {
-	mfs, err := w.reg.Gather()
-	require.NoError(t, err)
-	out := map[notify.Outcome]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "herald_worker_deliveries_total" {
-			continue
+// requireQuiet requires that j sees no further delivery for a while.
+func requireQuiet(t *testing.T, j *journal, why string) {
+	t.Helper()
+	n := j.len()
+	require.Never(t, func() bool { return j.len() != n }, quiet, tick, why)
+}
+
+// byID indexes events by message id.
+func byID(evs []notify.Event) map[int64]notify.Event {
+	out := make(map[int64]notify.Event, len(evs))
+	for _, ev := range evs {
+		out[ev.ID] = ev
+	}
+	return out
+}
+
+// Every published message is delivered once, as published, and an
+// acknowledged message is gone: the next consumer receives nothing.
+func testAck(t *testing.T, e *env) {
+	evs := e.publish(t, 10)
+	var j journal
+	c := e.consume(t, sourceConfig(), func(ctx context.Context, d notify.Delivery) {
+		j.add(d.Message())
+		if assert.NoError(t, d.Ack(ctx), "ack") {
+			j.ack(d.Message().ID)
 		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" {
-					out[notify.Outcome(l.GetValue())] = m.GetCounter().GetValue()
-				}
+	})
+	require.Eventually(t, func() bool { return len(j.acks()) == len(evs) }, wait, tick, "not every message was acknowledged")
+	requireQuiet(t, &j, "an acknowledged message was delivered again")
+	c.stop()
+
+	want := byID(evs)
+	for _, d := range j.deliveries() {
+		ev, ok := want[d.msg.ID]
+		require.True(t, ok, "message %d was never published", d.msg.ID)
+		requireMessage(t, ev, d.msg, 0)
+	}
+	require.Len(t, j.deliveries(), len(evs), "deliveries")
+
+	var again journal
+	e.consume(t, sourceConfig(), func(_ context.Context, d notify.Delivery) { again.add(d.Message()) })
+	requireQuiet(t, &again, "the next consumer received an acknowledged message")
+	require.Empty(t, e.h.DeadLetters(t))
+}
+
+// A retried message comes back after the retry delay with its retry count
+// one higher, each time.
+func testRetry(t *testing.T, e *env) {
+	const retries = 2
+	ev := e.publish(t, 1)[0]
+	var j journal
+	e.consume(t, sourceConfig(), func(ctx context.Context, d notify.Delivery) {
+		j.add(d.Message())
+		if d.Message().RetryCount < retries {
+			assert.NoError(t, d.Retry(ctx, fmt.Sprintf("attempt %d failed", d.Message().RetryCount+1)), "retry")
+			return
+		}
+		if assert.NoError(t, d.Ack(ctx), "ack") {
+			j.ack(d.Message().ID)
+		}
+	})
+	require.Eventually(t, func() bool { return len(j.acks()) == 1 }, wait, tick, "the message was never acknowledged")
+	requireQuiet(t, &j, "a message acknowledged after its retries was delivered again")
+
+	got := j.deliveries()
+	require.Len(t, got, 1+retries, "deliveries")
+	for i, d := range got {
+		requireMessage(t, ev, d.msg, i)
+		if i > 0 {
+			// The clocks are the test's and (for some transports) the
+			// database's or broker's: allow a little skew.
+			require.GreaterOrEqual(t, d.at.Sub(got[i-1].at), RetryDelay*3/4,
+				"retry %d came back before the retry delay", i)
+		}
+	}
+}
+
+// A dead-lettered message lands in the dead letters with its reason (the
+// last one, after retries) and is not delivered again; an acknowledged one
+// does not.
+func testDeadLetter(t *testing.T, e *env) {
+	evs := e.publish(t, 3)
+	atOnce, afterRetry, acked := evs[0].ID, evs[1].ID, evs[2].ID
+	var j journal
+	e.consume(t, sourceConfig(), func(ctx context.Context, d notify.Delivery) {
+		m := d.Message()
+		j.add(m)
+		switch {
+		case m.ID == atOnce:
+			assert.NoError(t, d.DeadLetter(ctx, "550 no such mailbox"), "dead-letter")
+		case m.ID == afterRetry && m.RetryCount == 0:
+			assert.NoError(t, d.Retry(ctx, "451 try later"), "retry")
+		case m.ID == afterRetry:
+			assert.NoError(t, d.DeadLetter(ctx, "451 still busy"), "dead-letter after a retry")
+		default:
+			if assert.NoError(t, d.Ack(ctx), "ack") {
+				j.ack(m.ID)
 			}
 		}
-	}
-	return out
-}
-
-// counts builds the expected outcomes map.
-func counts(sent, retried, dead, duplicate float64) map[notify.Outcome]float64 {
-	return map[notify.Outcome]float64{
-		notify.OutcomeSent:      sent,
-		notify.OutcomeRetried:   retried,
-		notify.OutcomeDead:      dead,
-		notify.OutcomeDuplicate: duplicate,
-	}
-}
-
-// waitOutcomes waits until the worker's deliveries are exactly want.
-func (w *runningWorker) waitOutcomes(t *testing.T, want map[notify.Outcome]float64) {
-	t.Helper()
+	})
+	want := []DeadLetter{{ID: atOnce, Reason: "550 no such mailbox"}, {ID: afterRetry, Reason: "451 still busy"}}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.Equal(c, want, w.outcomes(c))
-	}, wait, tick, "herald_worker_deliveries_total")
-}
+		require.ElementsMatch(c, want, e.h.DeadLetters(t))
+	}, wait, tick, "dead letters")
+	require.Eventually(t, func() bool { return j.acks()[acked] == 1 }, wait, tick, "the other message was never acknowledged")
+	requireQuiet(t, &j, "a dead letter was delivered again")
 
-// request returns a valid create request; i makes it distinct.
-func request(i int) notify.CreateRequest {
-	return notify.CreateRequest{
-		UserID:  fmt.Sprintf("user-%d", i),
-		Channel: notify.ChannelEmail,
-		To:      fmt.Sprintf("someone-%d@example.com", i),
-		Subject: fmt.Sprintf("Hello %d", i),
-		Body:    "Body line one\nline two",
+	count := map[int64]int{}
+	for _, id := range j.ids() {
+		count[id]++
 	}
+	require.Equal(t, map[int64]int{atOnce: 1, afterRetry: 2, acked: 1}, count, "deliveries by message id")
+
+	var again journal
+	e.consume(t, sourceConfig(), func(_ context.Context, d notify.Delivery) { again.add(d.Message()) })
+	requireQuiet(t, &again, "the next consumer received a dead letter")
+	require.ElementsMatch(t, want, e.h.DeadLetters(t), "dead letters after a restart")
 }
 
-func (e *env) create(t *testing.T, i int) notify.Notification {
-	t.Helper()
-	c, err := e.h.Store.Create(e.ctx, notify.NewNotification{Request: request(i)})
-	require.NoError(t, err)
-	return c.Notification
-}
-
-func (e *env) createN(t *testing.T, n int) []notify.Notification {
-	t.Helper()
-	out := make([]notify.Notification, n)
-	for i := range out {
-		out[i] = e.create(t, i)
-	}
-	return out
-}
-
-// messageID is the Message-ID every email for n carries.
-func messageID(n notify.Notification) string {
-	return notify.NewEmail(notify.NewRequested(n), from).MessageID
-}
-
-// oneEach is the CountByMessageID of exactly one email per notification.
-func oneEach(ns []notify.Notification) map[string]int {
-	out := make(map[string]int, len(ns))
-	for _, n := range ns {
-		out[messageID(n)] = 1
-	}
-	return out
-}
-
-// waitStatus waits until every one of ns has status want and returns them as
-// stored then.
-func (e *env) waitStatus(t *testing.T, want notify.Status, ns ...notify.Notification) []notify.Notification {
-	t.Helper()
-	got := make([]notify.Notification, len(ns))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for i, n := range ns {
-			g, err := e.h.Store.Get(e.ctx, n.ID)
-			require.NoError(c, err)
-			require.Equal(c, want, g.Status, "status of notification %d", n.ID)
-			got[i] = g
+// A released message comes back unchanged: releasing neither counts a retry
+// nor forgets one.
+func testRelease(t *testing.T, e *env) {
+	ev := e.publish(t, 1)[0]
+	var j journal
+	e.consume(t, sourceConfig(), func(ctx context.Context, d notify.Delivery) {
+		j.add(d.Message())
+		switch j.len() {
+		case 1:
+			assert.NoError(t, d.Retry(ctx, "451 try later"), "retry")
+		case 2:
+			assert.NoError(t, d.Release(ctx), "release")
+		default:
+			if assert.NoError(t, d.Ack(ctx), "ack") {
+				j.ack(d.Message().ID)
+			}
 		}
-	}, wait, tick)
-	return got
-}
-
-// waitEmails waits until the SMTP server accepted exactly want, by
-// Message-ID.
-func (e *env) waitEmails(t *testing.T, want map[string]int) {
-	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.Equal(c, want, e.smtp.CountByMessageID())
-	}, wait, tick, "emails by Message-ID")
-}
-
-// Every notification is sent once: one email per Message-ID, each with the
-// notification's recipient and subject.
-func testDelivery(t *testing.T, e *env) {
-	e.h.Pump(t, e.ctx)
-	w := e.startWorker(t, e.sender(t))
-	ns := e.createN(t, 20)
-
-	got := e.waitStatus(t, notify.StatusSent, ns...)
-	for _, n := range got {
-		require.Equal(t, 1, n.Attempts, "attempts of notification %d", n.ID)
-		require.NotNil(t, n.SentAt, "sent_at of notification %d", n.ID)
-	}
-	w.waitOutcomes(t, counts(20, 0, 0, 0))
-	require.Equal(t, oneEach(ns), e.smtp.CountByMessageID())
-	byID := map[string]smtptest.Message{}
-	for _, m := range e.smtp.Messages() {
-		byID[m.MessageID] = m
-	}
-	for _, n := range ns {
-		m := byID[messageID(n)]
-		require.Equal(t, []string{n.To}, m.To, "recipient of notification %d", n.ID)
-		require.Equal(t, n.Subject, m.Subject, "subject of notification %d", n.ID)
-	}
-}
-
-// failFirst is a sender whose SMTP server refuses transactions until it has
-// seen n of them: it restores the server as soon as the nth attempt
-// returned, before the worker schedules the next one, so the number of
-// refused transactions is exact.
-type failFirst struct {
-	next worker.Sender
-	srv  *smtptest.Server
-	n    int
-}
-
-func (f *failFirst) Send(ctx context.Context, e notify.Email) error {
-	err := f.next.Send(ctx, e)
-	if f.srv.Attempts() >= f.n {
-		f.srv.Fail(0, "")
-	}
-	return err
-}
-
-// A transient failure is retried after the retry delay, each attempt counted:
-// two refusals and a success make three attempts and three transactions.
-func testRetryCount(t *testing.T, e *env) {
-	e.h.Pump(t, e.ctx)
-	e.smtp.Fail(451, "try again later")
-	w := e.startWorker(t, &failFirst{next: e.sender(t), srv: e.smtp, n: 2})
-	n := e.create(t, 1)
-
-	got := e.waitStatus(t, notify.StatusSent, n)[0]
-	require.Equal(t, 3, got.Attempts)
-	w.waitOutcomes(t, counts(1, 2, 0, 0))
-	require.Equal(t, 3, e.smtp.Attempts(), "SMTP transactions")
-	require.Equal(t, oneEach([]notify.Notification{n}), e.smtp.CountByMessageID())
-}
-
-// A delivery that keeps failing is dead-lettered after 1+MaxRetries attempts
-// with its last error, and is never delivered again while other work flows.
-func testDeadLetterAfterRetries(t *testing.T, e *env) {
-	e.h.Pump(t, e.ctx)
-	e.smtp.Fail(451, "mailbox busy")
-	w := e.startWorker(t, e.sender(t))
-	dead := e.create(t, 1)
-
-	got := e.waitStatus(t, notify.StatusFailed, dead)[0]
-	require.Equal(t, 1+maxRetries, got.Attempts)
-	require.Contains(t, got.LastError, "mailbox busy")
-	require.Nil(t, got.SentAt)
-	w.waitOutcomes(t, counts(0, maxRetries, 1, 0))
-	require.Equal(t, 1+maxRetries, e.smtp.Attempts(), "SMTP transactions")
-
-	// The server recovers; new work goes through, the dead letter stays
-	// dead: no further delivery of it reaches the worker, not even one the
-	// store would absorb as a duplicate.
-	e.smtp.Fail(0, "")
-	other := e.create(t, 2)
-	e.waitStatus(t, notify.StatusSent, other)
-	want := counts(1, maxRetries, 1, 0)
-	w.waitOutcomes(t, want)
-	require.Never(t, func() bool {
-		return !assert.ObjectsAreEqual(want, w.outcomes(t)) || e.smtp.Attempts() != 2+maxRetries
-	}, 3*RetryDelay, tick, "the dead letter was delivered again")
-	require.Equal(t, oneEach([]notify.Notification{other}), e.smtp.CountByMessageID())
-	again, err := e.h.Store.Get(e.ctx, dead.ID)
-	require.NoError(t, err)
-	require.Equal(t, got, again, "the dead letter changed")
-}
-
-// A permanent refusal (5xx) dead-letters at once, after one attempt.
-func testPermanentFailure(t *testing.T, e *env) {
-	e.h.Pump(t, e.ctx)
-	e.smtp.Fail(550, "no such mailbox")
-	w := e.startWorker(t, e.sender(t))
-	n := e.create(t, 1)
-
-	got := e.waitStatus(t, notify.StatusFailed, n)[0]
-	require.Equal(t, 1, got.Attempts)
-	require.Contains(t, got.LastError, "no such mailbox")
-	w.waitOutcomes(t, counts(0, 0, 1, 0))
-	require.Equal(t, 1, e.smtp.Attempts(), "SMTP transactions")
-	require.Zero(t, e.smtp.Count())
-}
-
-// A second delivery of an applied message is acknowledged as a duplicate and
-// sends nothing.
-func testDuplicateAbsorbed(t *testing.T, e *env) {
-	e.h.Pump(t, e.ctx)
-	w := e.startWorker(t, e.sender(t))
-	n := e.create(t, 1)
-	sent := e.waitStatus(t, notify.StatusSent, n)[0]
-	w.waitOutcomes(t, counts(1, 0, 0, 0))
-
-	e.h.Redeliver(t, n.ID)
-	w.waitOutcomes(t, counts(1, 0, 0, 1))
-	require.Equal(t, oneEach([]notify.Notification{n}), e.smtp.CountByMessageID())
-	require.Equal(t, 1, e.smtp.Attempts(), "SMTP transactions")
-	got, err := e.h.Store.Get(e.ctx, n.ID)
-	require.NoError(t, err)
-	require.Equal(t, sent, got, "the duplicate changed the notification")
+	})
+	require.Eventually(t, func() bool { return len(j.acks()) == 1 }, wait, tick, "the message was never acknowledged")
+	requireQuiet(t, &j, "an acknowledged message was delivered again")
+	got := j.deliveries()
+	require.Len(t, got, 3, "deliveries")
+	requireMessage(t, ev, got[0].msg, 0)
+	requireMessage(t, ev, got[1].msg, 1)
+	requireMessage(t, ev, got[2].msg, 1)
 }
 
 // Deliveries a consumer took and never settled (its process was killed)
-// reach the next worker, every one of them.
+// reach the next consumer, every one of them, unchanged.
 func testRedeliveryAfterCrash(t *testing.T, e *env) {
-	e.h.Pump(t, e.ctx)
-	ns := e.createN(t, 5)
+	evs := e.publish(t, 5)
 
-	var mu sync.Mutex
-	taken := map[int64]bool{}
-	crashed := e.h.NewSource(t, SourceConfig{RetryDelay: RetryDelay, Prefetch: 10, Lease: crashLease})
-	_, stop := e.background(t, "crashing consumer", func(ctx context.Context) error {
-		return crashed.Consume(ctx, func(_ context.Context, d worker.Delivery) {
+	var taken journal
+	crashed := e.consume(t, SourceConfig{RetryDelay: RetryDelay, Prefetch: 10, Lease: crashLease},
+		func(_ context.Context, d notify.Delivery) {
 			// Take the delivery and return without settling it, as a
 			// process killed mid-delivery would.
-			mu.Lock()
-			taken[d.Message().ID] = true
-			mu.Unlock()
+			taken.add(d.Message())
 		})
-	})
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(taken) == len(ns)
-	}, wait, tick, "the first consumer did not take every delivery")
-	stop()
-	for _, n := range e.waitStatus(t, notify.StatusPending, ns...) {
-		require.Zero(t, n.Attempts)
-	}
-	require.Zero(t, e.smtp.Attempts())
+	require.Eventually(t, func() bool { return taken.len() == len(evs) }, wait, tick,
+		"the first consumer did not take every delivery")
+	crashed.stop()
 
-	w := e.startWorker(t, e.sender(t))
-	e.waitStatus(t, notify.StatusSent, ns...)
-	w.waitOutcomes(t, counts(float64(len(ns)), 0, 0, 0))
-	require.Equal(t, oneEach(ns), e.smtp.CountByMessageID())
-}
-
-// gated is a sender that lets the first free sends through at once and
-// holds the others until open is closed, so that a worker can be stopped
-// with deliveries in flight.
-type gated struct {
-	next    worker.Sender
-	free    int64
-	started atomic.Int64
-	open    chan struct{}
-}
-
-func (g *gated) Send(ctx context.Context, e notify.Email) error {
-	if g.started.Add(1) > g.free {
-		select {
-		case <-g.open:
-		case <-ctx.Done():
-			return ctx.Err()
+	var j journal
+	e.consume(t, sourceConfig(), func(ctx context.Context, d notify.Delivery) {
+		j.add(d.Message())
+		if assert.NoError(t, d.Ack(ctx), "ack") {
+			j.ack(d.Message().ID)
 		}
+	})
+	require.Eventually(t, func() bool { return len(j.acks()) == len(evs) }, wait, tick,
+		"the next consumer did not get every unsettled delivery")
+	requireQuiet(t, &j, "an acknowledged message was delivered again")
+	want := byID(evs)
+	for _, d := range j.deliveries() {
+		requireMessage(t, want[d.msg.ID], d.msg, 0)
 	}
-	return g.next.Send(ctx, e)
+	require.Len(t, j.deliveries(), len(evs), "deliveries")
+	require.Empty(t, e.h.DeadLetters(t))
 }
 
-// A worker stopped mid-stream finishes what it holds and hands back the
-// rest; the next worker sends the rest. Nothing is lost, and a graceful stop
-// sends nothing twice.
+// A consumer stopped mid-stream settles what it holds and hands back the
+// rest; the next one gets the rest. Every message is delivered and
+// acknowledged, and none whose acknowledgement succeeded comes back.
 func testNothingLostAcrossRestart(t *testing.T, e *env) {
 	const total, free = 50, 10
-	e.h.Pump(t, e.ctx)
-	g := &gated{next: e.sender(t), free: free, open: make(chan struct{})}
-	first := e.startWorker(t, g)
+	evs := e.publish(t, total)
 
-	// Create while the worker runs; the creates may wait for a store the
-	// held sends keep busy (SQLite has one writer), so they run on their
-	// own goroutine.
-	ns := make([]notify.Notification, total)
-	created := make(chan error, 1)
-	go func() {
-		for i := range ns {
-			c, err := e.h.Store.Create(e.ctx, notify.NewNotification{Request: request(i)})
-			if err != nil {
-				created <- fmt.Errorf("create %d: %w", i, err)
-				return
-			}
-			ns[i] = c.Notification
+	// The first consumer acknowledges the first free deliveries at once
+	// and holds the others until open is closed, so that it is stopped
+	// with deliveries in flight.
+	var (
+		j       journal
+		started atomic.Int64
+		open    = make(chan struct{})
+	)
+	handle := func(ctx context.Context, d notify.Delivery) {
+		j.add(d.Message())
+		if d.Message().RetryCount != 0 {
+			t.Errorf("message %d: retry count %d, nothing was retried", d.Message().ID, d.Message().RetryCount)
 		}
-		created <- nil
-	}()
-	require.Eventually(t, func() bool { return g.started.Load() > free }, wait, tick,
-		"the first worker never had a delivery in flight")
-
-	// Stop with sends in flight; they finish once released.
-	first.cancel()
-	close(g.open)
-	first.stop()
-	select {
-	case err := <-created:
-		require.NoError(t, err)
-	case <-time.After(wait):
-		t.Fatal("creates did not finish")
+		if err := d.Ack(ctx); assert.NoError(t, err, "ack") {
+			j.ack(d.Message().ID)
+		}
 	}
-	before := first.outcomes(t)
-	require.Less(t, before[notify.OutcomeSent], float64(total), "the first worker was not stopped mid-stream")
-	require.Zero(t, before[notify.OutcomeDuplicate])
+	first := e.consume(t, sourceConfig(), func(ctx context.Context, d notify.Delivery) {
+		if started.Add(1) > free {
+			<-open
+		}
+		handle(ctx, d)
+	})
+	require.Eventually(t, func() bool { return started.Load() > free }, wait, tick,
+		"the first consumer never had a delivery in flight")
 
-	second := e.startWorker(t, e.sender(t))
-	e.waitStatus(t, notify.StatusSent, ns...)
-	e.waitEmails(t, oneEach(ns))
-	second.waitOutcomes(t, counts(total-before[notify.OutcomeSent], 0, 0, 0))
-	require.Equal(t, before, first.outcomes(t), "the stopped worker went on delivering")
+	// Stop with deliveries in flight; they settle once let go.
+	first.cancel()
+	close(open)
+	first.stop()
+	before := len(j.acks())
+	require.Less(t, before, total, "the first consumer was not stopped mid-stream")
+
+	e.consume(t, sourceConfig(), handle)
+	require.Eventually(t, func() bool { return len(j.acks()) == total }, wait, tick,
+		"not every message was acknowledged")
+	requireQuiet(t, &j, "an acknowledged message was delivered again")
+
+	for id, n := range j.acks() {
+		require.Equal(t, 1, n, "message %d acknowledged more than once", id)
+	}
+	want := byID(evs)
+	for _, id := range j.ids() {
+		_, ok := want[id]
+		require.True(t, ok, "message %d was never published", id)
+	}
+	require.Empty(t, e.h.DeadLetters(t))
 }

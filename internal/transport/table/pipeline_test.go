@@ -1,0 +1,116 @@
+package table_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	_ "modernc.org/sqlite" // the raw connection that rewinds outbox rows
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/transport/pipelinetest"
+	"github.com/heraldhq/herald/internal/transport/table"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+var (
+	_ worker.Source      = (*table.Transport)(nil)
+	_ pipelinetest.Store = (*postgres.Store)(nil)
+	_ pipelinetest.Store = (*sqlite.Store)(nil)
+	_ table.Queue        = (*postgres.Store)(nil)
+	_ table.Queue        = (*sqlite.Store)(nil)
+	_ table.Waker        = (*postgres.Store)(nil)
+	_ table.Waker        = (*sqlite.Store)(nil)
+)
+
+// queueStore is a store the table transport runs on.
+type queueStore interface {
+	pipelinetest.Store
+	table.Queue
+	table.Waker
+}
+
+// pipelineHarness builds the table transport's end-to-end harness over s;
+// rewind marks the outbox row of a notification unprocessed and unleased
+// again, in the engine's own SQL, and reports how many rows it changed.
+func pipelineHarness(s queueStore, rewind func(ctx context.Context, notificationID int64) (int64, error)) pipelinetest.Harness {
+	return pipelinetest.Harness{
+		Store: s,
+		NewSource: func(t *testing.T, cfg pipelinetest.SourceConfig) worker.Source {
+			t.Helper()
+			tr, err := table.New(s, s, table.Config{
+				Prefetch:     cfg.Prefetch,
+				RetryDelay:   cfg.RetryDelay,
+				Lease:        cfg.Lease,
+				PollInterval: 50 * time.Millisecond,
+				Grace:        10 * time.Second,
+			})
+			require.NoError(t, err)
+			return tr
+		},
+		// Workers claim committed rows straight from the outbox.
+		Pump: func(*testing.T, context.Context) {},
+		Redeliver: func(t *testing.T, notificationID int64) {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			n, err := rewind(ctx, notificationID)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n, "outbox rows of notification %d", notificationID)
+		},
+	}
+}
+
+func TestPipelinePostgres(t *testing.T) {
+	t.Parallel()
+	pipelinetest.Run(t, func(t *testing.T) pipelinetest.Harness {
+		url := testenv.PostgresURL(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: 4})
+		require.NoError(t, err)
+		t.Cleanup(s.Close)
+		require.NoError(t, s.Migrate(ctx))
+		return pipelineHarness(s, func(ctx context.Context, notificationID int64) (int64, error) {
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				return 0, err
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			tag, err := conn.Exec(ctx, `
+UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL
+WHERE payload->>'notification_id' = $1`, notify.FormatID(notificationID))
+			return tag.RowsAffected(), err
+		})
+	})
+}
+
+func TestPipelineSQLite(t *testing.T) {
+	t.Parallel()
+	pipelinetest.Run(t, func(t *testing.T) pipelinetest.Harness {
+		path := filepath.Join(t.TempDir(), "herald.db")
+		s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, s.Close()) })
+		require.NoError(t, s.Migrate(t.Context()))
+		db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)")
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, db.Close()) })
+		return pipelineHarness(s, func(ctx context.Context, notificationID int64) (int64, error) {
+			res, err := db.ExecContext(ctx, `
+UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL
+WHERE json_extract(payload, '$.notification_id') = ?`, notify.FormatID(notificationID))
+			if err != nil {
+				return 0, err
+			}
+			return res.RowsAffected()
+		})
+	})
+}
