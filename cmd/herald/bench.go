@@ -275,7 +275,7 @@ func startBenchStack(ctx context.Context, sc *scratch, e env) (_ *benchStack, er
 	st.url = "http://" + ln.Addr().String()
 	h := hooks{
 		prefix:        sc.prefix,
-		logLevel:      slog.LevelWarn,
+		quiet:         true,
 		listener:      ln,
 		wrapPublisher: func(p relay.Publisher) relay.Publisher { return st.rec.Publisher(p) },
 		wrapSender:    func(s worker.Sender) worker.Sender { return st.rec.Sender(s) },

@@ -233,8 +233,8 @@ func newSender(cfg Config) (worker.Sender, func(), error) {
 type hooks struct {
 	// prefix is prepended to every broker object name.
 	prefix string
-	// logLevel is the lowest level logged (zero: info).
-	logLevel slog.Level
+	// quiet logs warnings and errors only, whatever HERALD_LOG_LEVEL says.
+	quiet bool
 	// listener, when set, is where the API serves instead of HERALD_HTTP_ADDR.
 	listener net.Listener
 	// wrapPublisher and wrapSender, when set, wrap the relay's publisher and
@@ -258,7 +258,10 @@ type app struct {
 // build opens the store and the transport cfg names; with migrate it also
 // applies the migrations.
 func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app, error) {
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: h.logLevel}))
+	log := newLogger(cfg, e)
+	if h.quiet {
+		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	tr, err := newTransport(cfg, log, h.prefix)
 	if err != nil {
 		return nil, err
@@ -502,4 +505,16 @@ func crashHook(spec string, log *slog.Logger) (func(string), error) {
 		_ = syscall.Kill(syscall.Getpid(), syscall.SIGKILL)
 		select {} // never continue past the crash point
 	}, nil
+}
+
+// newLogger is the process's logger as HERALD_LOG_FORMAT and
+// HERALD_LOG_LEVEL ask (parseConfig has checked both).
+func newLogger(cfg Config, e env) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // "" (a one-shot command) stays info
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(e.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(e.stderr, opts))
 }

@@ -25,16 +25,27 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 // runProcess builds the app of one process and runs the parts of roles
 // (plus the own /metrics listener of a relay or worker) until ctx ends.
 func runProcess(ctx context.Context, cfg Config, e env, migrate bool, roles ...role) error {
+	if (cfg.TelegramToken == "") != (cfg.TelegramChatID == "") && hasRole(roles, roleAPI) {
+		return usageError{errors.New("HERALD_TELEGRAM_TOKEN and HERALD_TELEGRAM_CHAT_ID go together: set both to send alerts to Telegram, or neither")}
+	}
 	a, err := build(ctx, cfg, e, hooks{}, migrate)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
+	if e.environ != nil {
+		for _, w := range unknownVariables(e.environ()) {
+			a.log.Warn(w)
+		}
+	}
+	if cfg.DebugFaults {
+		a.log.Warn("HERALD_DEBUG_FAULTS=1: fault injection is on (X-Herald-Fault header, HERALD_DEBUG_CRASH); never in production")
+	}
 	parts, err := a.parts(roles...)
 	if err != nil {
 		return err
 	}
-	if len(roles) == 1 && roles[0] != roleAPI {
+	if !hasRole(roles, roleAPI) {
 		m, err := a.metricsParts()
 		if err != nil {
 			return err
@@ -44,9 +55,34 @@ func runProcess(ctx context.Context, cfg Config, e env, migrate bool, roles ...r
 	if len(roles) > 1 {
 		a.logStartup(e.stderr)
 	}
+	a.log.Info("starting", "roles", fmt.Sprint(roles), "store", storeKind(cfg.DatabaseURL), "transport", a.tr.name,
+		"sender", senderKind(cfg), "prefetch", cfg.Prefetch)
+	stopping := context.AfterFunc(ctx, func() {
+		a.log.Info("shutting down: finishing deliveries in flight, handing back the rest (a second signal exits at once)")
+	})
+	defer stopping()
 	err = runAll(ctx, parts)
-	a.log.Info("stopped")
+	if ctx.Err() != nil {
+		a.log.Info("stopped")
+	}
 	return err
+}
+
+func hasRole(roles []role, r role) bool {
+	for _, x := range roles {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// senderKind names the sender HERALD_SMTP_URL picks, for logs.
+func senderKind(cfg Config) string {
+	if cfg.SMTPURL == "" {
+		return "mbox " + mboxPath
+	}
+	return "smtp " + redact(cfg.SMTPURL)
 }
 
 // logStartup prints, once, a short block saying what serve uses and which

@@ -37,6 +37,8 @@ type Config struct {
 	MaxBacklog      int
 	DebugFaults     bool
 	DebugCrash      string
+	LogFormat       string
+	LogLevel        string
 }
 
 // setting is one configuration variable: its environment name, its flag,
@@ -54,6 +56,8 @@ type setting struct {
 	// secret settings are never shown (help masks them); URLs have their
 	// password masked.
 	secret bool
+	// oneOf, when set, lists the values a string setting accepts.
+	oneOf string
 }
 
 // Command groups, as the cmds of a setting name them.
@@ -64,6 +68,7 @@ const (
 	cmdsWorker  = "serve worker bench"
 	cmdsBroker  = "serve api relay worker dlq-redrive bench"
 	cmdsProcess = "relay worker"
+	cmdsLong    = "serve api relay worker"
 )
 
 var settings = []setting{
@@ -111,6 +116,10 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.DebugFaults }, cmds: cmdsAPI + " worker"},
 	{env: "HERALD_DEBUG_CRASH", flag: "debug-crash", def: "", usage: "with HERALD_DEBUG_FAULTS=1: POINT[:N] kills the worker (SIGKILL) at its N-th pass of after-send or after-commit",
 		field: func(c *Config) any { return &c.DebugCrash }, cmds: "serve worker"},
+	{env: "HERALD_LOG_FORMAT", flag: "log-format", def: "text", usage: "log format: text or json (one object per line, for log shippers)",
+		field: func(c *Config) any { return &c.LogFormat }, cmds: cmdsLong, oneOf: "text json"},
+	{env: "HERALD_LOG_LEVEL", flag: "log-level", def: "info", usage: "lowest level logged: debug, info, warn or error",
+		field: func(c *Config) any { return &c.LogLevel }, cmds: cmdsLong, oneOf: "debug info warn error"},
 }
 
 // takes reports whether the command (herald's words joined with "-", as in
@@ -145,6 +154,9 @@ func (s setting) shown(v string) string {
 func (s setting) set(c *Config, v string) error {
 	switch p := s.field(c).(type) {
 	case *string:
+		if s.oneOf != "" && !contains(strings.Fields(s.oneOf), v) {
+			return fmt.Errorf("want one of %s, got %q", strings.ReplaceAll(s.oneOf, " ", ", "), v)
+		}
 		*p = v
 	case *int:
 		n, err := strconv.Atoi(v)
@@ -363,4 +375,57 @@ func parseFlags(name, summary string, args []string, e env, extra func(*flag.Fla
 		err = usageError{fmt.Errorf("%s takes no arguments, got %q (run 'herald %s --help')", name, rest, name)}
 	}
 	return c, err
+}
+
+// unknownVariables returns a warning for each HERALD_* variable of environ
+// that no setting (nor a test or debug variable herald reads) names, with the
+// closest known name: a misspelt variable would otherwise be ignored in
+// silence.
+func unknownVariables(environ []string) []string {
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[s.env] = true
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "HERALD_") || known[name] || strings.HasPrefix(name, "HERALD_TEST_") ||
+			strings.HasPrefix(name, "HERALD_CHAOS_") || name == "HERALD_REQUIRE_SERVICES" {
+			continue
+		}
+		best, dist := "", 1<<30
+		for k := range known {
+			if d := editDistance(name, k); d < dist || d == dist && k < best {
+				best, dist = k, d
+			}
+		}
+		w := "unknown variable " + name + " is ignored"
+		if dist <= 3 {
+			w += "; did you mean " + best + "?"
+		}
+		out = append(out, w)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

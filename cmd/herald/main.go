@@ -14,7 +14,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	go forceExitOnSecondSignal(ctx)
+	err := runEnv(ctx, os.Args[1:], env{getenv: os.Getenv, environ: os.Environ, stdout: os.Stdout, stderr: os.Stderr})
 	stop()
 	switch {
 	case err == nil:
@@ -40,11 +41,27 @@ type command struct {
 	run           func(ctx context.Context, args []string, env env) error
 }
 
+// forceExitOnSecondSignal waits for the first SIGINT/SIGTERM (ctx ends and
+// the process shuts down gracefully), then exits at once on a second one:
+// an operator who presses Ctrl-C twice means it. Whatever was in flight is
+// handed back by the broker or the lease, as after a crash.
+func forceExitOnSecondSignal(ctx context.Context) {
+	<-ctx.Done()
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+	s := <-c
+	fmt.Fprintf(os.Stderr, "herald: second %s: exiting now; deliveries in flight come back after their lease or with the broker\n", s)
+	os.Exit(1)
+}
+
 // env is what a command sees of the world.
 type env struct {
 	getenv func(string) string
-	stdout io.Writer
-	stderr io.Writer
+	// environ lists the environment, for the check of HERALD_* names; nil
+	// skips the check.
+	environ func() []string
+	stdout  io.Writer
+	stderr  io.Writer
 }
 
 func commands() []command {
@@ -57,12 +74,18 @@ func commands() []command {
 		{"outbox", "outbox stats | prune: the backlog, and retention on demand", cmdOutbox},
 		{"dlq", "dlq list | show | redrive: dead letters", cmdDLQ},
 		{"bench", "load and measure the configured stack against its raw limits", cmdBench},
+		{"version", "version, commit and Go version", cmdVersion},
 	}
 }
 
-// run is herald's whole command line; main and the end-to-end tests call it.
+// run is herald's whole command line; the end-to-end tests call it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	e := env{getenv: getenv, stdout: stdout, stderr: stderr}
+	return runEnv(ctx, args, env{getenv: getenv, stdout: stdout, stderr: stderr})
+}
+
+// runEnv is run with the whole env, as main calls it.
+func runEnv(ctx context.Context, args []string, e env) error {
+	stdout, stderr := e.stdout, e.stderr
 	switch {
 	case len(args) == 0:
 		usage(stderr)
