@@ -166,24 +166,24 @@ func (h *harness) killRestart(ctx context.Context, s *slot) (string, int, error)
 func (h *harness) crashRestart(ctx context.Context, s *slot, point string) (string, int, error) {
 	k := 2 + h.rng.IntN(8)
 	if !s.p.stop(30 * time.Second) {
-		return "", 0, fmt.Errorf("%s did not stop cleanly on SIGTERM:\n%s", s.name, s.p.logTail(1500))
+		return "", 0, fmt.Errorf("%s did not stop cleanly on SIGTERM:\n%s", s.name, s.p.LogTail(1500))
 	}
 	env := h.envWith(map[string]string{
 		"HERALD_METRICS_ADDR": s.metrics,
 		"HERALD_DEBUG_CRASH":  point + ":" + strconv.Itoa(k),
 	})
-	p, err := startProc(h.bin, h.dir, s.name+"-crash", env, s.args)
+	p, err := h.startProc(s.name+"-crash", env, s.args)
 	if err != nil {
 		return "", 0, err
 	}
 	p.expected = true
 	s.p = p
 	detail := fmt.Sprintf("crashed at %s pass %d", point, k)
-	if !p.waitExit(ctx, 30*time.Second) {
+	if p.WaitExit(ctx, 30*time.Second) != nil {
 		p.kill()
 		detail = fmt.Sprintf("never reached %s pass %d within 30s; killed -9 instead", point, k)
-	} else if !p.logContains("debug crash") {
-		return "", prefetch, fmt.Errorf("%s exited without reaching its crash point (%v):\n%s", s.name, p.err, p.logTail(1500))
+	} else if !p.LogContains("debug crash") {
+		return "", prefetch, fmt.Errorf("%s exited without reaching its crash point (%v):\n%s", s.name, p.Err(), p.LogTail(1500))
 	}
 	if err := h.startSlot(ctx, s, nil); err != nil {
 		return "", prefetch, err

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/internal/faultproxy"
+	"github.com/heraldhq/herald/internal/proctest"
 	"github.com/heraldhq/herald/internal/smtptest"
 )
 
@@ -259,24 +260,24 @@ func (h *harness) envWith(extra map[string]string) map[string]string {
 // startStack migrates, then starts the api, the relays (rabbitmq) and two
 // workers, and waits until each is up.
 func (h *harness) startStack(ctx context.Context) error {
-	m, err := startProc(h.bin, h.dir, "migrate", h.env, "migrate")
+	m, err := h.startProc("migrate", h.env, "migrate")
 	if err != nil {
 		return err
 	}
-	if !m.waitExit(ctx, 60*time.Second) || m.err != nil {
+	if m.WaitExit(ctx, 60*time.Second) != nil || m.Err() != nil {
 		m.kill()
-		return fmt.Errorf("herald migrate failed: %v\n%s", m.err, m.logTail(2000))
+		return fmt.Errorf("herald migrate failed: %v\n%s", m.Err(), m.LogTail(2000))
 	}
-	addr, err := freeAddr()
+	addr, err := proctest.FreeAddr()
 	if err != nil {
 		return err
 	}
-	if h.api, err = startProc(h.bin, h.dir, "api", h.envWith(map[string]string{"HERALD_HTTP_ADDR": addr}), "api"); err != nil {
+	if h.api, err = h.startProc("api", h.envWith(map[string]string{"HERALD_HTTP_ADDR": addr}), "api"); err != nil {
 		return err
 	}
 	h.apiBase = "http://" + addr
-	if err := waitHTTP(ctx, h.apiBase+"/readyz", 60*time.Second); err != nil {
-		return fmt.Errorf("api not ready: %w\n%s", err, h.api.logTail(2000))
+	if err := proctest.WaitHTTP(ctx, h.apiBase+"/readyz", 60*time.Second); err != nil {
+		return fmt.Errorf("api not ready: %w\n%s", err, h.api.LogTail(2000))
 	}
 	if h.transport == "rabbitmq" {
 		for i := range 2 {
@@ -287,7 +288,7 @@ func (h *harness) startStack(ctx context.Context) error {
 		h.workers = append(h.workers, &slot{name: fmt.Sprintf("worker%d", i+1), args: "worker"})
 	}
 	for _, s := range append(append([]*slot(nil), h.relays...), h.workers...) {
-		if s.metrics, err = freeAddr(); err != nil {
+		if s.metrics, err = proctest.FreeAddr(); err != nil {
 			return err
 		}
 		if err := h.startSlot(ctx, s, nil); err != nil {
@@ -304,14 +305,14 @@ func (h *harness) startSlot(ctx context.Context, s *slot, extra map[string]strin
 	for k, v := range extra {
 		env[k] = v
 	}
-	p, err := startProc(h.bin, h.dir, s.name, env, s.args)
+	p, err := h.startProc(s.name, env, s.args)
 	if err != nil {
 		return err
 	}
 	s.p = p
-	if err := waitHTTP(ctx, "http://"+s.metrics+"/metrics", 60*time.Second); err != nil {
-		if !p.running() {
-			return fmt.Errorf("herald %s exited at start: %v\n%s", s.name, p.err, p.logTail(2000))
+	if err := proctest.WaitHTTP(ctx, "http://"+s.metrics+"/metrics", 60*time.Second); err != nil {
+		if !p.Running() {
+			return fmt.Errorf("herald %s exited at start: %v\n%s", s.name, p.Err(), p.LogTail(2000))
 		}
 		return fmt.Errorf("herald %s: %w", s.name, err)
 	}
@@ -323,8 +324,8 @@ func (h *harness) startSlot(ctx context.Context, s *slot, extra map[string]strin
 func (h *harness) unexpectedExits() []string {
 	var out []string
 	check := func(p *proc) {
-		if p != nil && !p.running() && !p.expected {
-			out = append(out, fmt.Sprintf("%s (%v), log tail:\n%s", p.name, p.err, p.logTail(1500)))
+		if p != nil && !p.Running() && !p.expected {
+			out = append(out, fmt.Sprintf("%s (%v), log tail:\n%s", p.Name(), p.Err(), p.LogTail(1500)))
 		}
 	}
 	check(h.api)

@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/heraldhq/herald/internal/proctest"
 )
 
 func main() {
@@ -127,7 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "herald-chaos: seed=%d n=%d clients=%d transports=%v\n", o.seed, o.n, o.clients, o.transports)
-	bin, cleanBin, err := buildHerald(ctx)
+	bin, cleanBin, err := proctest.Build(ctx)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func TestServeZeroConfig(t *testing.T) {
 	waitHTTP(t, api.base+"/healthz")
 	require.FileExists(t, filepath.Join(dir, "herald.db"))
 	for _, want := range []string{"SQLite file herald.db", "outbox table (no broker)", "mbox file herald.mbox", "HERALD_DATABASE_URL=postgres://"} {
-		require.Contains(t, p.log.String(), want, "the start-up block says what serve uses")
+		require.Contains(t, p.Log(), want, "the start-up block says what serve uses")
 	}
 
 	start := time.Now()

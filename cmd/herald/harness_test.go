@@ -1,24 +1,21 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/proctest"
 )
 
 // The end-to-end tests run the real binary, as a user would, against the
@@ -27,137 +24,73 @@ import (
 var (
 	buildOnce sync.Once
 	binPath   string
+	removeBin func()
 	buildErr  error
 )
+
+// TestMain removes the herald binary the tests built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if removeBin != nil {
+		removeBin()
+	}
+	os.Exit(code)
+}
 
 // heraldBin builds the herald binary once per test run.
 func heraldBin(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "herald-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "herald")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		binPath, removeBin, buildErr = proctest.Build(context.Background())
 	})
 	require.NoError(t, buildErr)
 	return binPath
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// proc is one running herald process.
+// proc is one running herald process, with the test that started it.
 type proc struct {
-	t    *testing.T
-	name string
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan struct{}
-	err  error
+	*proctest.Proc
+	t *testing.T
 }
 
 // startHerald runs `herald args...` in dir with env (on top of a clean
 // environment) and stops it when the test ends.
 func startHerald(t *testing.T, dir string, env map[string]string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(heraldBin(t), args...)
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	p := &proc{t: t, name: strings.Join(args, " "), cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout = p.log
-	cmd.Stderr = p.log
-	require.NoError(t, cmd.Start())
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	pp, err := proctest.Start(proctest.Spec{Bin: heraldBin(t), Args: args, Env: env, Dir: dir})
+	require.NoError(t, err)
+	p := &proc{Proc: pp, t: t}
 	t.Cleanup(func() {
-		p.Stop()
+		// Only a process that ignores SIGTERM fails the test here: one that
+		// had exited, or exits non-zero when stopped, is the test's to check.
+		if err := p.Stop(30 * time.Second); err != nil {
+			t.Error(err)
+		}
 		if t.Failed() {
-			t.Logf("--- log of herald %s ---\n%s", p.name, p.log.String())
+			t.Logf("--- log of herald %s ---\n%s", p.Name(), p.Log())
 		}
 	})
 	return p
 }
 
-// Stop sends SIGTERM and waits for a clean exit.
-func (p *proc) Stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		p.t.Errorf("herald %s did not stop within 30s of SIGTERM", p.name)
-	}
-}
-
-// Kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) Kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
 // waitExit waits for the process to end on its own.
 func (p *proc) waitExit(d time.Duration) {
 	p.t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(d):
-		p.t.Fatalf("herald %s still running after %s", p.name, d)
-	}
+	require.NoError(p.t, p.WaitExit(context.Background(), d))
 }
 
 // freeAddr returns a loopback address with a free port.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proctest.FreeAddr()
 	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
 	return addr
 }
 
 // waitHTTP polls url until it answers 200.
 func waitHTTP(t *testing.T, url string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 20*time.Millisecond, "%s never answered 200", url)
+	require.NoError(t, proctest.WaitHTTP(context.Background(), url, 60*time.Second))
 }
 
 // client talks to a herald API.

@@ -92,8 +92,8 @@ func TestEmbeddedDeadLetterRedrive(t *testing.T) {
 	cli := func(args ...string) string {
 		p := startHerald(t, dir, nil, args...)
 		p.waitExit(60 * time.Second)
-		require.NoError(t, p.err, p.log.String())
-		return p.log.String()
+		require.NoError(t, p.Err(), p.Log())
+		return p.Log()
 	}
 	out := cli("dlq", "list", "--json")
 	var listed []map[string]any

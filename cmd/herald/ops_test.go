@@ -19,8 +19,8 @@ func (s *stack) run(args ...string) string {
 	s.t.Helper()
 	p := s.start(args...)
 	p.waitExit(60 * time.Second)
-	require.NoError(s.t, p.err, "herald %v:\n%s", args, p.log.String())
-	return p.log.String()
+	require.NoError(s.t, p.Err(), "herald %v:\n%s", args, p.Log())
+	return p.Log()
 }
 
 // The backlog alert: the relay stopped, more than the threshold created, the
@@ -52,16 +52,16 @@ func TestBacklogAlertFiresAndResolves(t *testing.T) {
 	// the creates were slower than that.
 	firing := regexp.MustCompile(`msg="alert firing" alert=OutboxBacklog value=(6|7|8|9|10) threshold=5 for=300ms`)
 	require.Eventually(t, func() bool {
-		return firing.MatchString(api.log.String())
+		return firing.MatchString(api.Log())
 	}, 30*time.Second, 20*time.Millisecond, "no firing alert in the api log")
 	require.Equal(t, 10.0, scrape(t, s.api.base+"/metrics", "herald_outbox_unprocessed"))
 
 	s.start("relay")
 	require.Eventually(t, func() bool {
-		return strings.Contains(api.log.String(), `msg="alert resolved" alert=OutboxBacklog`)
+		return strings.Contains(api.Log(), `msg="alert resolved" alert=OutboxBacklog`)
 	}, 30*time.Second, 20*time.Millisecond, "no resolved alert in the api log")
-	require.Equal(t, 1, strings.Count(api.log.String(), `msg="alert firing"`), "firing is logged once")
-	require.NotContains(t, api.log.String(), "secret-token", "the bot token is never logged")
+	require.Equal(t, 1, strings.Count(api.Log(), `msg="alert firing"`), "firing is logged once")
+	require.NotContains(t, api.Log(), "secret-token", "the bot token is never logged")
 
 	mu.Lock()
 	defer mu.Unlock()

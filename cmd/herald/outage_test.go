@@ -4,22 +4,24 @@ package main
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/proctest"
 )
 
 // These tests stop a shared service. They are built only with the outage tag
 // and run alone (make test-outage), never beside tests that need the service.
 
+// rabbitmqctl stops or starts the broker's application; the bound is wide
+// because start_app brings every vhost of the shared broker back.
 func rabbitmqctl(t *testing.T, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
-	require.NoError(t, err, "rabbitmqctl %v: %s", args, out)
+	require.NoError(t, proctest.Rabbitmqctl(ctx, args...))
 }
 
 // Exercise: with RabbitMQ stopped, creates still answer 201; after the

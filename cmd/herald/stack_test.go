@@ -40,7 +40,7 @@ func newStack(t *testing.T, env map[string]string) *stack {
 	}
 	m := s.start("migrate")
 	m.waitExit(60 * time.Second)
-	require.NoError(t, m.err, "herald migrate")
+	require.NoError(t, m.Err(), "herald migrate")
 	return s
 }
 

@@ -12,11 +12,12 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/internal/proctest"
 )
 
 // Variables naming the services tests use.
@@ -121,8 +122,7 @@ func rabbitmqctl(t testing.TB, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
+	if err := proctest.Rabbitmqctl(ctx, args...); err != nil {
+		t.Fatal(err)
 	}
 }
