@@ -90,6 +90,16 @@ type Tx interface {
 	Rollback()
 }
 
+// Apply loads the migrations in dir of fsys (see Load) and runs them on e
+// (see Run): an engine's Migrate.
+func Apply(ctx context.Context, e Engine, fsys fs.FS, dir string) error {
+	ms, err := Load(fsys, dir)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, e, ms)
+}
+
 // Run applies the migrations of ms that e's database has not recorded, in
 // the order given (Load's), and records each in the same transaction.
 func Run(ctx context.Context, e Engine, ms []Migration) error {

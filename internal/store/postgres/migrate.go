@@ -41,14 +41,10 @@ const (
 // once apply each migration once, and a failure leaves the schema as it was.
 // Running it again changes nothing.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := migrate.Load(migrationFS, "migrations")
-	if err != nil {
-		return err
-	}
-	return migrate.Run(ctx, migrator{s}, ms)
+	return migrate.Apply(ctx, migrator{s}, migrationFS, "migrations")
 }
 
-// migrator is the store's side of a migrate.Run.
+// migrator is the store's side of a migration run.
 type migrator struct{ s *Store }
 
 func (m migrator) Begin(ctx context.Context) (migrate.Tx, error) {

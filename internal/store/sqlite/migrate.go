@@ -33,14 +33,10 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 // changes nothing; two processes running it at once queue on the write lock
 // and the second finds the work done.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := migrate.Load(migrationFS, "migrations")
-	if err != nil {
-		return err
-	}
-	return migrate.Run(ctx, migrator{s}, ms)
+	return migrate.Apply(ctx, migrator{s}, migrationFS, "migrations")
 }
 
-// migrator is the store's side of a migrate.Run.
+// migrator is the store's side of a migration run.
 type migrator struct{ s *Store }
 
 // Begin starts a write transaction: BEGIN IMMEDIATE takes the write lock
