@@ -20,11 +20,11 @@ import (
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/monitor"
-	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
 	"github.com/heraldhq/herald/internal/sender/mbox"
 	"github.com/heraldhq/herald/internal/sender/smtp"
+	herstore "github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
@@ -38,20 +38,9 @@ import (
 // them. Every command, herald bench included, gets its parts from build; a
 // wrapper (bench's recorder) wraps built parts through hooks.
 
-// store is everything herald asks of a database. Both engines provide all of
-// it; this file is the one place that picks an implementation.
-type store interface {
-	api.Store
-	api.Pinger
-	relay.Source
-	relay.Waker
-	worker.Store
-	table.Queue
-	deadletter.Store
-	retention.Pruner
-	Migrate(ctx context.Context) error
-	OutboxStats(ctx context.Context) (notify.OutboxStats, error)
-}
+// store is everything herald asks of a database: the one contract both
+// engines implement.
+type store = herstore.Store
 
 // mboxPath is where mail goes when HERALD_SMTP_URL is unset.
 const mboxPath = "herald.mbox"

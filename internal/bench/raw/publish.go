@@ -2,13 +2,14 @@ package raw
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // PublishOptions shapes the raw publish ceiling.
@@ -61,9 +62,11 @@ func Publish(ctx context.Context, amqpURL string, o PublishOptions) (float64, er
 	}
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, o.Window+1))
 
-	body, err := json.Marshal(request(0))
+	// The payload of a notification.requested event, as the relay
+	// publishes it.
+	body, err := notify.RequestedPayload(newNotification(0).Pending(1, time.Now()))
 	if err != nil {
-		return 0, fmt.Errorf("raw publish: encode payload: %w", err)
+		return 0, fmt.Errorf("raw publish: %w", err)
 	}
 	inflight, acked := 0, 0
 	await := func() error {

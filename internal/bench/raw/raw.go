@@ -14,12 +14,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/heraldhq/herald/internal/notify"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // cleanupTimeout bounds dropping scratch objects, which runs even after the
@@ -77,14 +78,15 @@ func IsScratch(dbURL string) bool {
 	return err == nil && strings.HasPrefix(strings.TrimPrefix(u.Path, "/"), "herald_bench_")
 }
 
-// request is the payload of the i-th raw create: the raw transaction
-// writes the same bytes the store would.
-func request(i int) notify.Requested {
-	return notify.Requested{
+// newNotification is the i-th raw create, written by the store's own
+// statements, so that the raw transaction writes the same bytes herald's
+// would.
+func newNotification(i int) notify.NewNotification {
+	return notify.NewNotification{Request: notify.CreateRequest{
 		UserID:  fmt.Sprintf("raw-%d", i),
-		Channel: "email",
+		Channel: notify.ChannelEmail,
 		To:      "bench@example.com",
 		Subject: fmt.Sprintf("herald bench %d", i),
 		Body:    "Hello,\nthis is a notification sent by herald bench to measure the stack.\n",
-	}
+	}}
 }

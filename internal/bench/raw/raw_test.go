@@ -74,8 +74,10 @@ func TestPostgresTx(t *testing.T) {
 	require.NoError(t, err)
 	tables, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.NotContains(t, tables, "bench_raw_outbox")
 	require.Contains(t, tables, "outbox")
+	var schemas int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = 'bench_raw'`).Scan(&schemas))
+	require.Zero(t, schemas, "the scratch schema is dropped")
 	var outbox int
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM outbox`).Scan(&outbox))
 	require.Zero(t, outbox)
@@ -100,6 +102,11 @@ func TestSQLiteTx(t *testing.T) {
 	st, err := s.OutboxStats(t.Context())
 	require.NoError(t, err)
 	require.Zero(t, st.Unprocessed, "the raw ceiling writes its own tables only")
+	files, err := filepath.Glob(filepath.Join(filepath.Dir(path), "*"))
+	require.NoError(t, err)
+	for _, f := range files {
+		require.True(t, strings.HasPrefix(filepath.Base(f), "herald.db"), "left behind: %s", f)
+	}
 }
 
 func TestPublish(t *testing.T) {

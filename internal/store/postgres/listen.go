@@ -29,41 +29,23 @@ const (
 // pool) that runs LISTEN, started by the first subscriber and stopped when
 // the last one leaves.
 func (s *Store) Subscribe(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || ctx.Err() != nil {
-		close(ch)
-		return ch
-	}
-	s.subs[ch] = struct{}{}
-	if s.stopListen == nil {
-		lctx, cancel := context.WithCancel(context.Background())
-		s.stopListen = cancel
-		s.wg.Add(1)
-		go s.listen(lctx)
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		select {
-		case <-ctx.Done():
-		case <-s.closing:
-		}
-		s.unsubscribe(ch)
-	}()
-	return ch
+	return s.hub.Subscribe(ctx)
 }
 
-func (s *Store) unsubscribe(ch chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.subs, ch)
-	close(ch)
-	if len(s.subs) == 0 && s.stopListen != nil {
-		s.stopListen()
-		s.stopListen = nil
-	}
+// startListener starts the listener; the hub calls it, under its lock, when
+// the first subscriber arrives.
+func (s *Store) startListener() {
+	lctx, cancel := context.WithCancel(context.Background())
+	s.stopListen = cancel
+	s.wg.Add(1)
+	go s.listen(lctx)
+}
+
+// stopListener stops the listener; the hub calls it, under its lock, when
+// the last subscriber leaves.
+func (s *Store) stopListener() {
+	s.stopListen()
+	s.stopListen = nil
 }
 
 // announce tells everyone who waits for outbox rows that some were just
@@ -74,7 +56,7 @@ func (s *Store) unsubscribe(ch chan struct{}) {
 // NOTIFY lost to a crash costs the listeners one poll interval, never an
 // event: the outbox row is committed.
 func (s *Store) announce() {
-	s.wakeAll()
+	s.hub.Wake()
 	select {
 	case s.notifyc <- struct{}{}:
 	default:
@@ -97,19 +79,6 @@ func (s *Store) notifier() {
 	}
 }
 
-// wakeAll hands every subscriber a wake-up without ever blocking: one that
-// has not taken its last one yet needs no second.
-func (s *Store) wakeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // listen runs the listener until ctx ends, reconnecting after every loss of
 // its connection. Its errors go nowhere: subscribers only see wake-ups, and
 // the relay's polling covers an outage.
@@ -120,11 +89,11 @@ func (s *Store) listen(ctx context.Context) {
 		conn, err := s.connectListener(ctx)
 		if err == nil {
 			backoff = listenMinBackoff
-			s.wakeAll()
+			s.hub.Wake()
 			for err == nil {
 				_, err = conn.WaitForNotification(ctx)
 				if err == nil {
-					s.wakeAll()
+					s.hub.Wake()
 				}
 			}
 			closeListener(conn)

@@ -3,12 +3,10 @@ package postgres
 import (
 	"context"
 	"embed"
-	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldhq/herald/internal/store/migrate"
 )
 
 // migrationFS holds the schema migrations, numbered NNNN_name.sql and applied
@@ -21,47 +19,21 @@ var migrationFS embed.FS
 // migrations ("herald" in ASCII).
 const migrateLockKey = 0x68657261_6c64
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func loadMigrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, fmt.Errorf("list migrations: %w", err)
-	}
-	var ms []migration
-	seen := make(map[int]string)
-	for _, f := range files {
-		base := path.Base(f)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 {
-			return nil, fmt.Errorf("migration %s: name must be NNNN_name.sql", base)
-		}
-		if other, dup := seen[v]; dup {
-			return nil, fmt.Errorf("migrations %s and %s share version %d", other, base, v)
-		}
-		seen[v] = base
-		b, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("read migration %s: %w", base, err)
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
-
 const (
+	lockMigrations = `SELECT pg_advisory_xact_lock($1)`
+
 	createMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 	version    INT         PRIMARY KEY,
+	name       TEXT        NOT NULL,
 	applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
 )`
-	selectMigrations = `SELECT version FROM schema_migrations`
-	insertMigration  = `INSERT INTO schema_migrations (version) VALUES ($1)`
+	// upgradeMigrationsTable brings a schema_migrations made before it had
+	// a name column to the shape SQLite's has; the rows recorded then keep
+	// an empty name. On a current table it does nothing.
+	upgradeMigrationsTable = `ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS name TEXT NOT NULL DEFAULT ''`
+
+	selectMigration = `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`
+	insertMigration = `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`
 )
 
 // Migrate applies the migrations not yet recorded in schema_migrations, all
@@ -69,52 +41,61 @@ const (
 // once apply each migration once, and a failure leaves the schema as it was.
 // Running it again changes nothing.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := loadMigrations()
+	return migrate.Apply(ctx, migrator{s}, migrationFS, "migrations")
+}
+
+// migrator is the store's side of a migration run.
+type migrator struct{ s *Store }
+
+func (m migrator) Begin(ctx context.Context) (migrate.Tx, error) {
+	tx, err := m.s.pool.Begin(ctx)
 	if err != nil {
-		return err
+		return nil, wrap("begin", err)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return wrap("migrate: begin", err)
+	if _, err := tx.Exec(ctx, lockMigrations, int64(migrateLockKey)); err != nil {
+		rollback(tx)
+		return nil, wrap("lock", err)
 	}
-	defer rollback(tx)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLockKey)); err != nil {
-		return wrap("migrate: lock", err)
-	}
-	if _, err := tx.Exec(ctx, createMigrationsTable); err != nil {
-		return wrap("migrate: create schema_migrations", err)
-	}
-	rows, err := tx.Query(ctx, selectMigrations)
-	if err != nil {
-		return wrap("migrate: read schema_migrations", err)
-	}
-	applied := make(map[int]bool)
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return wrap("migrate: read schema_migrations", err)
-		}
-		applied[v] = true
-	}
-	if err := rows.Err(); err != nil {
-		return wrap("migrate: read schema_migrations", err)
-	}
-	for _, m := range ms {
-		if applied[m.version] {
-			continue
-		}
-		// Without arguments pgx uses the simple protocol, which runs every
-		// statement of the file.
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return wrap("migrate: apply "+m.name, err)
-		}
-		if _, err := tx.Exec(ctx, insertMigration, m.version); err != nil {
-			return wrap("migrate: record "+m.name, err)
+	for _, ddl := range []string{createMigrationsTable, upgradeMigrationsTable} {
+		if _, err := tx.Exec(ctx, ddl); err != nil {
+			rollback(tx)
+			return nil, wrap("prepare schema_migrations", err)
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return wrap("migrate: commit", err)
+	return migrateTx{tx}, nil
+}
+
+type migrateTx struct{ tx pgx.Tx }
+
+func (t migrateTx) Applied(ctx context.Context, version int) (bool, error) {
+	var ok bool
+	if err := t.tx.QueryRow(ctx, selectMigration, version).Scan(&ok); err != nil {
+		return false, wrap("read schema_migrations", err)
+	}
+	return ok, nil
+}
+
+// Exec runs sql without arguments, so pgx uses the simple protocol, which
+// runs every statement of the file.
+func (t migrateTx) Exec(ctx context.Context, sql string) error {
+	if _, err := t.tx.Exec(ctx, sql); err != nil {
+		return wrap("exec", err)
 	}
 	return nil
 }
+
+func (t migrateTx) Record(ctx context.Context, m migrate.Migration) error {
+	if _, err := t.tx.Exec(ctx, insertMigration, m.Version, m.Name); err != nil {
+		return wrap("insert", err)
+	}
+	return nil
+}
+
+func (t migrateTx) Commit(ctx context.Context) error {
+	if err := t.tx.Commit(ctx); err != nil {
+		return wrap("commit", err)
+	}
+	return nil
+}
+
+func (t migrateTx) Rollback() { rollback(t.tx) }

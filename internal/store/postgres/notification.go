@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -19,12 +18,14 @@ const outboxChannel = "herald_outbox"
 const (
 	// insertNotification does nothing when the idempotency key is taken; a
 	// NULL key never conflicts. When the key's first create is still in
-	// flight, PostgreSQL waits for it to end before deciding.
+	// flight, PostgreSQL waits for it to end before deciding. The other
+	// columns take their defaults: pending, no attempt, and one now() for
+	// created_at and updated_at.
 	insertNotification = `
 INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key)
 VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id, status, attempts, created_at, updated_at`
+RETURNING id, created_at`
 
 	insertOutbox = `INSERT INTO outbox (event_type, payload) VALUES ($1, $2)`
 
@@ -54,32 +55,12 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 	}
 	defer rollback(tx)
 
-	r := nn.Request
-	n := notify.Notification{
-		UserID:         r.UserID,
-		Channel:        r.Channel,
-		To:             r.To,
-		Subject:        r.Subject,
-		Body:           r.Body,
-		IdempotencyKey: nn.IdempotencyKey,
-	}
-	var status string
-	err = tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey).
-		Scan(&n.ID, &status, &n.Attempts, &n.CreatedAt, &n.UpdatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s.replay(ctx, tx, nn)
-	}
+	c, err := CreateInTx(ctx, tx, nn)
 	if err != nil {
-		return notify.Created{}, wrap("create notification: insert", err)
+		return notify.Created{}, fmt.Errorf("create notification: %w", err)
 	}
-	n.Status = notify.Status(status)
-
-	payload, err := json.Marshal(notify.NewRequested(n))
-	if err != nil {
-		return notify.Created{}, fmt.Errorf("create notification: encode event: %w", err)
-	}
-	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload); err != nil {
-		return notify.Created{}, wrap("create notification: insert outbox", err)
+	if c.Replayed {
+		return c, nil
 	}
 	if nn.Fault == notify.FaultAfterOutboxInsert {
 		return notify.Created{}, fmt.Errorf("create notification: %w", notify.ErrInjectedFault)
@@ -88,23 +69,55 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 		return notify.Created{}, wrap("create notification: commit", err)
 	}
 	s.announce()
+	return c, nil
+}
+
+// CreateInTx writes what Create writes, the notification and its outbox
+// event (or, for a known idempotency key, nothing: see Create), in tx, and
+// neither commits nor wakes anyone. Create is this between a begin and a
+// commit. It is exported for herald bench's raw ceiling, which measures the
+// database's create transaction with the store's own statements, on
+// connections of its own.
+func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (notify.Created, error) {
+	r := nn.Request
+	var (
+		id int64
+		at time.Time
+	)
+	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey).
+		Scan(&id, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		stored, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, nn.IdempotencyKey))
+		if err != nil {
+			// The conflicting row is committed (ON CONFLICT waited for
+			// it) and rows are never deleted, so this is a store failure.
+			return notify.Created{}, wrap("read by idempotency key", err)
+		}
+		return nn.Replay(stored)
+	}
+	if err != nil {
+		return notify.Created{}, wrap("insert", err)
+	}
+	n := nn.Pending(id, at)
+	payload, err := notify.RequestedPayload(n)
+	if err != nil {
+		return notify.Created{}, err
+	}
+	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload); err != nil {
+		return notify.Created{}, wrap("insert outbox", err)
+	}
 	return notify.Created{Notification: n}, nil
 }
 
-// replay answers a create whose idempotency key is already taken.
-func (s *Store) replay(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (notify.Created, error) {
-	old, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, nn.IdempotencyKey))
-	if err != nil {
-		// The conflicting row is committed (ON CONFLICT waited for it) and
-		// rows are never deleted, so this is a store failure.
-		return notify.Created{}, wrap("create notification: read by idempotency key", err)
+// NotifyInTx sends, in tx, the NOTIFY that wakes other processes' relays.
+// The store never does that: it sends the NOTIFY after the commit, outside
+// any create (see notifyOutbox). It is exported for herald bench's raw
+// ceiling, which measures what the NOTIFY would cost inside.
+func NotifyInTx(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, notifyOutbox); err != nil {
+		return wrap("notify", err)
 	}
-	r := nn.Request
-	if old.UserID != r.UserID || old.Channel != r.Channel || old.To != r.To ||
-		old.Subject != r.Subject || old.Body != r.Body {
-		return notify.Created{}, fmt.Errorf("create notification: %w", notify.ErrConflict)
-	}
-	return notify.Created{Notification: old, Replayed: true}, nil
+	return nil
 }
 
 // Get returns one notification, or notify.ErrNotFound.

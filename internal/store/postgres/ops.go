@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -110,9 +109,9 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 	if err != nil {
 		return false, wrap(fmt.Sprintf("redrive notification %d", id), err)
 	}
-	payload, err := json.Marshal(notify.NewRequested(n))
+	payload, err := notify.RequestedPayload(n)
 	if err != nil {
-		return false, fmt.Errorf("redrive notification %d: encode event: %w", id, err)
+		return false, fmt.Errorf("redrive notification %d: %w", id, err)
 	}
 	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload); err != nil {
 		return false, wrap(fmt.Sprintf("redrive notification %d: insert outbox", id), err)

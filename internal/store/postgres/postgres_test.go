@@ -11,24 +11,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/storetest"
 	"github.com/heraldhq/herald/internal/testenv"
-	"github.com/heraldhq/herald/internal/transport/table"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
-var (
-	_ api.Store       = (*Store)(nil)
-	_ api.Pinger      = (*Store)(nil)
-	_ relay.Source    = (*Store)(nil)
-	_ relay.Waker     = (*Store)(nil)
-	_ worker.Store    = (*Store)(nil)
-	_ table.Queue     = (*Store)(nil)
-	_ storetest.Store = (*Store)(nil)
-)
+// The engine implements the whole store contract.
+var _ store.Store = (*Store)(nil)
 
 // setup returns a migrated Store on a fresh database, closed when the test
 // ends.
@@ -102,7 +93,7 @@ func TestMigrate(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	ms, err := loadMigrations()
+	ms, err := migrate.Load(migrationFS, "migrations")
 	require.NoError(t, err)
 	require.NotEmpty(t, ms)
 
@@ -130,6 +121,14 @@ func TestMigrate(t *testing.T) {
 	s := stores[0]
 	require.Equal(t, len(ms), count(t, s, "SELECT count(*) FROM schema_migrations"))
 	require.Equal(t, 1, count(t, s, "SELECT count(*) FROM pg_indexes WHERE indexname = 'outbox_unprocessed_idx'"))
+	rows, err := s.pool.Query(ctx, "SELECT name FROM schema_migrations ORDER BY version")
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, names, len(ms))
+	for i, m := range ms {
+		require.Equal(t, m.Name, names[i])
+	}
 
 	// A second run changes nothing, not even applied_at.
 	var before, after time.Time
@@ -138,6 +137,28 @@ func TestMigrate(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(ctx, "SELECT max(applied_at) FROM schema_migrations").Scan(&after))
 	require.Equal(t, before, after)
 	require.Equal(t, len(ms), count(t, s, "SELECT count(*) FROM schema_migrations"))
+}
+
+// A database migrated before schema_migrations had a name column is
+// upgraded in place, and its migrations are not applied again.
+func TestMigrateUpgradesOldSchemaMigrations(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := t.Context()
+	applied := count(t, s, "SELECT count(*) FROM schema_migrations")
+	_, err := s.pool.Exec(ctx, "ALTER TABLE schema_migrations DROP COLUMN name")
+	require.NoError(t, err)
+
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, s.Migrate(ctx))
+	require.Equal(t, applied, count(t, s, "SELECT count(*) FROM schema_migrations"))
+	require.Equal(t, applied, count(t, s, "SELECT count(*) FROM schema_migrations WHERE name = ''"))
+	rows, err := s.pool.Query(ctx, `SELECT column_name FROM information_schema.columns
+		WHERE table_name = 'schema_migrations' AND table_schema = current_schema() ORDER BY ordinal_position`)
+	require.NoError(t, err)
+	columns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"version", "name", "applied_at"}, columns)
 }
 
 func TestStatusCheck(t *testing.T) {

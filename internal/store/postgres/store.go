@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/wake"
 )
 
 // Config tunes a Store.
@@ -49,16 +50,17 @@ type Store struct {
 	// listenConfig is the configuration of the listener's own connection.
 	listenConfig *pgx.ConnConfig
 
-	mu     sync.Mutex
-	closed bool
-	subs   map[chan struct{}]struct{}
-	// stopListen stops the running listener; nil when none runs.
+	// hub wakes this process's subscribers; its first subscriber starts
+	// the listener and its last one stops it (see Subscribe).
+	hub *wake.Hub
+	// stopListen stops the running listener; nil when none runs. Only the
+	// hub's OnFirst and OnLast, which run under its lock, touch it.
 	stopListen context.CancelFunc
-	// closing is closed by Close, to release every subscriber.
+	// closing is closed by Close, to stop the notifier.
 	closing chan struct{}
 	// notifyc asks the notifier goroutine for one NOTIFY (see announce).
 	notifyc   chan struct{}
-	wg        sync.WaitGroup // listener and subscriber goroutines
+	wg        sync.WaitGroup // listener and notifier goroutines
 	closeOnce sync.Once
 }
 
@@ -88,10 +90,10 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	s := &Store{
 		pool:         pool,
 		listenConfig: listenConfig,
-		subs:         make(map[chan struct{}]struct{}),
 		closing:      make(chan struct{}),
 		notifyc:      make(chan struct{}, 1),
 	}
+	s.hub = &wake.Hub{OnFirst: s.startListener, OnLast: s.stopListener}
 	s.wg.Add(1)
 	go s.notifier()
 	return s, nil
@@ -101,10 +103,8 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 // the pool, waiting for queries in progress. Calling it again does nothing.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
+		s.hub.Close()
 		close(s.closing)
-		s.mu.Unlock()
 		s.wg.Wait()
 		s.pool.Close()
 	})

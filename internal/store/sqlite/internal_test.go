@@ -112,37 +112,6 @@ func TestReadPoolCannotWrite(t *testing.T) {
 	require.Contains(t, err.Error(), "readonly")
 }
 
-// A subscription leaves nothing behind once its context ends.
-func TestSubscriptionsAreReleased(t *testing.T) {
-	t.Parallel()
-	s := openTemp(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	var chans []<-chan struct{}
-	for range 50 {
-		chans = append(chans, s.Subscribe(ctx))
-	}
-	done, doneCancel := context.WithCancel(t.Context())
-	doneCancel()
-	chans = append(chans, s.Subscribe(done)) // already over: closed at once
-	s.mu.Lock()
-	require.Len(t, s.subs, 51)
-	s.mu.Unlock()
-
-	s.wake() // never blocks, even with signals already pending
-	s.wake()
-	cancel()
-	require.Eventually(t, func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.subs) == 0
-	}, 5*time.Second, 5*time.Millisecond)
-	for _, ch := range chans {
-		for range ch { // drains a pending signal, then sees the close
-		}
-	}
-	s.wake() // no subscriber left: nothing to send on, nothing to panic on
-}
-
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	plain := errors.New("plain")

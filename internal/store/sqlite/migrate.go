@@ -4,105 +4,85 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
+
+	"github.com/heraldhq/herald/internal/store/migrate"
 )
 
+// migrationFS holds the schema migrations, numbered NNNN_name.sql and applied
+// in that order.
+//
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// migration is one numbered schema change.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations returns the embedded migrations in version order. Files are
-// named NNNN_name.sql; a malformed name or a repeated number is a build
-// mistake and fails every Migrate.
-func migrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, fmt.Errorf("list migrations: %w", err)
-	}
-	var ms []migration
-	seen := map[int]string{}
-	for _, f := range files {
-		base := strings.TrimSuffix(path.Base(f), ".sql")
-		num, name, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 || name == "" {
-			return nil, fmt.Errorf("migration %s: name must be NNNN_name.sql", f)
-		}
-		if prev, dup := seen[v]; dup {
-			return nil, fmt.Errorf("migrations %s and %s share version %d", prev, f, v)
-		}
-		seen[v] = f
-		body, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("read migration %s: %w", f, err)
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
-
-const createMigrationsTable = `
+const (
+	createMigrationsTable = `
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    INTEGER PRIMARY KEY,
     name       TEXT    NOT NULL,
     applied_at TEXT    NOT NULL
 ) STRICT`
 
+	selectMigration = `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = ?)`
+	insertMigration = `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`
+)
+
 // Migrate applies the embedded migrations not yet recorded in
-// schema_migrations, each in its own write transaction together with its
-// record. Running it again changes nothing; two processes running it at once
-// queue on the write lock and the second finds the work done.
+// schema_migrations, all in one write transaction together with their
+// records, so that a failure leaves the schema as it was. Running it again
+// changes nothing; two processes running it at once queue on the write lock
+// and the second finds the work done.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := migrations()
+	return migrate.Apply(ctx, migrator{s}, migrationFS, "migrations")
+}
+
+// migrator is the store's side of a migration run.
+type migrator struct{ s *Store }
+
+// Begin starts a write transaction: BEGIN IMMEDIATE takes the write lock
+// before the first read, so that what Applied sees stays true until commit.
+func (m migrator) Begin(ctx context.Context) (migrate.Tx, error) {
+	tx, err := m.s.write.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("begin: %w", classify(err))
 	}
-	if err := s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, createMigrationsTable)
-		return err
-	}); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
+	if _, err := tx.ExecContext(ctx, createMigrationsTable); err != nil {
+		_ = tx.Rollback()
+		return nil, fmt.Errorf("create schema_migrations: %w", classify(err))
 	}
-	for _, m := range ms {
-		if err := s.inTx(ctx, func(tx *sql.Tx) error { return apply(ctx, tx, m) }); err != nil {
-			return fmt.Errorf("migration %04d_%s: %w", m.version, m.name, err)
-		}
+	return migrateTx{tx}, nil
+}
+
+type migrateTx struct{ tx *sql.Tx }
+
+func (t migrateTx) Applied(ctx context.Context, version int) (bool, error) {
+	var ok bool
+	if err := t.tx.QueryRowContext(ctx, selectMigration, version).Scan(&ok); err != nil {
+		return false, fmt.Errorf("read schema_migrations: %w", classify(err))
+	}
+	return ok, nil
+}
+
+func (t migrateTx) Exec(ctx context.Context, sql string) error {
+	if _, err := t.tx.ExecContext(ctx, sql); err != nil {
+		return classify(err)
 	}
 	return nil
 }
 
-// apply runs m unless it is recorded already. The check is inside the
-// transaction, which holds the write lock, so no other migrator can apply m
-// in between.
-func apply(ctx context.Context, tx *sql.Tx, m migration) error {
-	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM schema_migrations WHERE version = ?`, m.version).Scan(&one)
-	switch {
-	case err == nil:
-		return nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("check applied: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return fmt.Errorf("apply: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-		m.version, m.name, formatTime(now())); err != nil {
-		return fmt.Errorf("record: %w", err)
+func (t migrateTx) Record(ctx context.Context, m migrate.Migration) error {
+	if _, err := t.tx.ExecContext(ctx, insertMigration, m.Version, m.Name, formatTime(now())); err != nil {
+		return classify(err)
 	}
 	return nil
 }
+
+func (t migrateTx) Commit(context.Context) error {
+	if err := t.tx.Commit(); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+// Rollback after a commit returns sql.ErrTxDone, which means nothing here.
+func (t migrateTx) Rollback() { _ = t.tx.Rollback() }

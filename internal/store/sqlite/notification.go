@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -22,6 +21,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id`
 
+const selectNotificationByKey = `SELECT ` + notificationColumns + ` FROM notifications WHERE idempotency_key = ?`
+
 const insertOutbox = `
 INSERT INTO outbox (event_type, payload, occurred_at, available_at)
 VALUES (?, ?, ?, ?)`
@@ -31,41 +32,27 @@ VALUES (?, ?, ?, ?)`
 func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
 	r := nn.Request
 	t := now()
-	n := notify.Notification{
-		UserID:         r.UserID,
-		Channel:        r.Channel,
-		To:             r.To,
-		Subject:        r.Subject,
-		Body:           r.Body,
-		Status:         notify.StatusPending,
-		IdempotencyKey: nn.IdempotencyKey,
-		CreatedAt:      t,
-		UpdatedAt:      t,
-	}
-	var replayed *notify.Notification
+	var c notify.Created
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var id int64
 		err := tx.QueryRowContext(ctx, insertNotification,
 			r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
-			formatTime(t), formatTime(t)).Scan(&n.ID)
+			formatTime(t), formatTime(t)).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
-			prev, err := scanNotification(tx.QueryRowContext(ctx,
-				`SELECT `+notificationColumns+` FROM notifications WHERE idempotency_key = ?`, nn.IdempotencyKey))
+			stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, nn.IdempotencyKey))
 			if err != nil {
 				return fmt.Errorf("read notification with the same idempotency key: %w", err)
 			}
-			if prev.UserID != r.UserID || prev.Channel != r.Channel || prev.To != r.To ||
-				prev.Subject != r.Subject || prev.Body != r.Body {
-				return notify.ErrConflict
-			}
-			replayed = &prev
-			return nil
+			c, err = nn.Replay(stored)
+			return err
 		}
 		if err != nil {
 			return fmt.Errorf("insert notification: %w", classify(err))
 		}
-		payload, err := json.Marshal(notify.NewRequested(n))
+		c = notify.Created{Notification: nn.Pending(id, t)}
+		payload, err := notify.RequestedPayload(c.Notification)
 		if err != nil {
-			return fmt.Errorf("encode event payload: %w", err)
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, insertOutbox,
 			notify.EventRequested, string(payload), formatTime(t), formatTime(t)); err != nil {
@@ -79,11 +66,10 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 	if err != nil {
 		return notify.Created{}, fmt.Errorf("create notification: %w", err)
 	}
-	if replayed != nil {
-		return notify.Created{Notification: *replayed, Replayed: true}, nil
+	if !c.Replayed {
+		s.hub.Wake()
 	}
-	s.wake()
-	return notify.Created{Notification: n}, nil
+	return c, nil
 }
 
 // Get returns one notification, or an error wrapping notify.ErrNotFound.
@@ -140,34 +126,9 @@ func scanNotification(row interface{ Scan(...any) error }) (notify.Notification,
 }
 
 // Subscribe returns a channel that receives a value (coalesced: at most one
-// pending) after every committed Create in this process, and is closed when
-// ctx ends. It implements relay.Waker. Creates in other processes on the same
-// file are not seen: their readers fall back to polling.
+// pending) after every committed Create or Redrive in this process, and is
+// closed when ctx ends. It implements relay.Waker. Creates in other processes
+// on the same file are not seen: their readers fall back to polling.
 func (s *Store) Subscribe(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	s.subs[ch] = struct{}{}
-	s.mu.Unlock()
-	// AfterFunc, not a goroutine per subscriber waiting on ctx: nothing is
-	// parked while the subscription lives.
-	context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		delete(s.subs, ch)
-		close(ch) // under the lock, so wake never sends on a closed channel
-		s.mu.Unlock()
-	})
-	return ch
-}
-
-// wake signals every subscriber without blocking: a subscriber with a
-// signal already pending has not looked yet and will see the new rows too.
-func (s *Store) wake() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	return s.hub.Subscribe(ctx)
 }

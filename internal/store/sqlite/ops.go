@@ -103,9 +103,9 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 		if err != nil {
 			return classify(err)
 		}
-		payload, err := json.Marshal(notify.NewRequested(n))
+		payload, err := notify.RequestedPayload(n)
 		if err != nil {
-			return fmt.Errorf("encode event payload: %w", err)
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t); err != nil {
 			return fmt.Errorf("insert outbox event: %w", classify(err))
@@ -117,7 +117,7 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 		return false, fmt.Errorf("redrive notification %d: %w", id, err)
 	}
 	if redriven {
-		s.wake()
+		s.hub.Wake()
 	}
 	return redriven, nil
 }

@@ -19,13 +19,13 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	sqlitedriver "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/wake"
 )
 
 // Config tunes a Store.
@@ -63,8 +63,9 @@ type Store struct {
 	write *sql.DB // one connection: SQLite has one writer
 	read  *sql.DB
 
-	mu   sync.Mutex
-	subs map[chan struct{}]struct{}
+	// hub wakes this process's subscribers after each commit that adds
+	// outbox rows.
+	hub wake.Hub
 }
 
 // Open opens (creating if needed) the SQLite database at path and checks that
@@ -115,7 +116,7 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 		_ = write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, classify(err))
 	}
-	return &Store{write: write, read: read, subs: make(map[chan struct{}]struct{})}, nil
+	return &Store{write: write, read: read}, nil
 }
 
 // dsn builds the driver's name for path. The settings are _pragma

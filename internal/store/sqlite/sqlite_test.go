@@ -8,24 +8,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/api"
-	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/store/storetest"
-	"github.com/heraldhq/herald/internal/transport/table"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
-// The store is every seam of the embedded shape.
-var (
-	_ api.Store       = (*sqlite.Store)(nil)
-	_ api.Pinger      = (*sqlite.Store)(nil)
-	_ relay.Source    = (*sqlite.Store)(nil)
-	_ relay.Waker     = (*sqlite.Store)(nil)
-	_ worker.Store    = (*sqlite.Store)(nil)
-	_ table.Queue     = (*sqlite.Store)(nil)
-	_ storetest.Store = (*sqlite.Store)(nil)
-)
+// The engine implements the whole store contract.
+var _ store.Store = (*sqlite.Store)(nil)
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {

@@ -27,41 +27,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store"
 )
-
-// Store lists every method a store engine offers: api.Store and api.Pinger,
-// relay.Source and relay.Waker, worker.Store, table.Queue, the outbox
-// statistics, the dead-letter operations, retention and the migrations.
-type Store interface {
-	Migrate(ctx context.Context) error
-	Ping(ctx context.Context) error
-
-	Create(ctx context.Context, n notify.NewNotification) (notify.Created, error)
-	Get(ctx context.Context, id int64) (notify.Notification, error)
-
-	RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error)
-	Subscribe(ctx context.Context) <-chan struct{}
-
-	Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error)
-	RecordFailure(ctx context.Context, msgID, notificationID int64, reason string, dead bool) error
-
-	Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error)
-	Finish(ctx context.Context, ids []int64, token, reason string) error
-	Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error
-
-	OutboxStats(ctx context.Context) (notify.OutboxStats, error)
-
-	DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error)
-	Redrive(ctx context.Context, id int64) (bool, error)
-	Prune(ctx context.Context, before time.Time, batch int) (notify.PruneResult, error)
-}
 
 // Harness is one engine's store under test, with what the suite needs to
 // look at rows the methods above cannot show.
 type Harness struct {
 	// Store is migrated, on a database of its own that no other test uses,
 	// and is closed (and the database removed) by t.Cleanup.
-	Store Store
+	Store store.Store
 	// Count returns the number of rows in a table: "notifications",
 	// "outbox" or "processed_messages". Required.
 	Count func(t testing.TB, table string) int
@@ -143,7 +117,7 @@ func request(i int) notify.CreateRequest {
 	}
 }
 
-func create(t *testing.T, ctx context.Context, s Store, i int) notify.Notification {
+func create(t *testing.T, ctx context.Context, s store.Store, i int) notify.Notification {
 	t.Helper()
 	c, err := s.Create(ctx, notify.NewNotification{Request: request(i)})
 	require.NoError(t, err)
@@ -151,7 +125,7 @@ func create(t *testing.T, ctx context.Context, s Store, i int) notify.Notificati
 	return c.Notification
 }
 
-func unprocessed(t *testing.T, ctx context.Context, s Store) int64 {
+func unprocessed(t *testing.T, ctx context.Context, s store.Store) int64 {
 	t.Helper()
 	st, err := s.OutboxStats(ctx)
 	require.NoError(t, err)
@@ -160,7 +134,7 @@ func unprocessed(t *testing.T, ctx context.Context, s Store) int64 {
 
 // allEvents relays nothing: it returns the unprocessed events in id order
 // by claiming them and confirming none.
-func allEvents(t *testing.T, ctx context.Context, s Store) []notify.Event {
+func allEvents(t *testing.T, ctx context.Context, s store.Store) []notify.Event {
 	t.Helper()
 	var got []notify.Event
 	_, err := s.RelayBatch(ctx, 1000, func(_ context.Context, evs []notify.Event) ([]int64, error) {

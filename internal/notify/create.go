@@ -1,0 +1,53 @@
+package notify
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// This file holds what every store does the same way when it creates a
+// notification, whatever its SQL: the row it returns, the idempotency rule
+// and the outbox payload.
+
+// Pending returns the notification that nn creates, as stored under id at
+// time at: pending, no attempt yet, created and updated at at.
+func (nn NewNotification) Pending(id int64, at time.Time) Notification {
+	r := nn.Request
+	return Notification{
+		ID:             id,
+		UserID:         r.UserID,
+		Channel:        r.Channel,
+		To:             r.To,
+		Subject:        r.Subject,
+		Body:           r.Body,
+		Status:         StatusPending,
+		IdempotencyKey: nn.IdempotencyKey,
+		CreatedAt:      at,
+		UpdatedAt:      at,
+	}
+}
+
+// Replay answers nn when its idempotency key is taken already, by stored:
+// stored again (Replayed) when it was created from the same request, and
+// ErrConflict when the key comes back with a different one. Only the
+// request's fields count; stored's state (status, attempts) may have moved
+// on since.
+func (nn NewNotification) Replay(stored Notification) (Created, error) {
+	r := nn.Request
+	if stored.UserID != r.UserID || stored.Channel != r.Channel || stored.To != r.To ||
+		stored.Subject != r.Subject || stored.Body != r.Body {
+		return Created{}, ErrConflict
+	}
+	return Created{Notification: stored, Replayed: true}, nil
+}
+
+// RequestedPayload encodes the payload of n's notification.requested
+// outbox event, written with every create and every redrive.
+func RequestedPayload(n Notification) ([]byte, error) {
+	b, err := json.Marshal(NewRequested(n))
+	if err != nil {
+		return nil, fmt.Errorf("encode %s payload: %w", EventRequested, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,43 @@
+// Package store declares the contract both store engines implement,
+// store/postgres and store/sqlite, once. Each component declares the small
+// seam it uses (api.Store, relay.Source, worker.Store, ...); Store is their
+// union plus what the commands use directly, so the builder in cmd/herald
+// can hold either engine as one value, and the conformance suite
+// (store/storetest) runs the same subtests on both.
+//
+// Only cmd/herald and tests import this package: a component that imported
+// it would depend on every other component's seam.
+package store
+
+import (
+	"context"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/deadletter"
+	"github.com/heraldhq/herald/internal/monitor"
+	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/retention"
+	"github.com/heraldhq/herald/internal/transport/table"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+// Store is the one contract both engines implement: every component seam a
+// store serves, each declared by the component that uses it, and the
+// migrations.
+type Store interface {
+	api.Store
+	api.Pinger
+	relay.Source
+	relay.Waker
+	worker.Store
+	table.Queue
+	table.Waker
+	deadletter.Store
+	retention.Pruner
+	monitor.Stats
+	api.BacklogStats
+
+	// Migrate applies the embedded migrations not yet applied; running it
+	// again changes nothing. Only the commands call it.
+	Migrate(ctx context.Context) error
+}
