@@ -19,6 +19,7 @@ import (
 	gosmtp "github.com/emersion/go-smtp"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/mail"
 )
 
 // Config configures a Sender.
@@ -185,7 +186,7 @@ func (s *Sender) send(ctx context.Context, e notify.Email) error {
 			return notify.Permanent(fmt.Errorf("sender: %w", err))
 		}
 	}
-	data := e.Render(time.Now())
+	data := mail.Render(e, time.Now())
 
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
