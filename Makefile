@@ -35,15 +35,15 @@ test-outage: ## tests that stop the broker (the outage test, the short chaos run
 # -fuzztime and end the run with "context deadline exceeded"; a short run only
 # looks for crashes.
 fuzz-short: ## a short fuzz run of the request decoder, the validator and the event decoder
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/sender/mail/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
 
 FUZZTIME ?= 2m
 fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime $(FUZZTIME) ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime $(FUZZTIME) ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/notify/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/mail/
 	$(GO) test -run '^$$' -fuzz '^FuzzCreate$$' -fuzztime $(FUZZTIME) ./internal/api/
 
 lint: ## gofmt and go vet

@@ -62,7 +62,8 @@ type Config struct {
 	// Default: a logger that discards everything.
 	Logger *slog.Logger
 	// MaxBodyBytes limits the size of a request body; larger bodies get 413.
-	// Default: DefaultMaxBodyBytes (1 MiB).
+	// A limit of zero would refuse every create, so zero means the default,
+	// DefaultMaxBodyBytes (1 MiB); it must not be negative.
 	MaxBodyBytes int64
 	// Admission, when set, is asked before every create is written. An
 	// error wrapping a *RetryAfterError makes the create answer 429 with

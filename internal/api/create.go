@@ -154,16 +154,3 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 	}
 	return vs[0], nil
 }
-
-// decodeCreate decodes a create body strictly (notify.DecodeCreateRequest)
-// and maps its error to the reply.
-func decodeCreate(raw []byte) (notify.CreateRequest, *apiError) {
-	req, err := notify.DecodeCreateRequest(raw)
-	if err != nil {
-		if de, ok := errors.AsType[*notify.DecodeError](err); ok {
-			return req, &apiError{Code: de.Code, Message: de.Message, Field: de.Field}
-		}
-		return req, &apiError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}
-	}
-	return req, nil
-}

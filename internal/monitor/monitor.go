@@ -28,15 +28,21 @@ type Stats interface {
 	OutboxStats(ctx context.Context) (notify.OutboxStats, error)
 }
 
-// Config tunes a Monitor.
+// Config tunes a Monitor. Threshold and For have no default of their own:
+// zero is a meaningful value of each, so the caller passes what was
+// configured (herald's defaults, 100 rows for 5m, live with the rest of its
+// configuration in cmd/herald).
 type Config struct {
-	// Interval is the sampling period. Default 15s.
+	// Interval is the sampling period. Zero means the default, 15s; it must
+	// not be negative.
 	Interval time.Duration
 	// Threshold is the number of unprocessed rows the backlog must stay
-	// above to fire the alert. Default 100.
+	// above to fire the alert. Zero is honoured: any backlog at all counts.
+	// It must not be negative.
 	Threshold int64
 	// For is how long the backlog must stay above Threshold, measured from
-	// the first sample above it, before the alert fires. Default 5m.
+	// the first sample above it, before the alert fires. Zero is honoured:
+	// the first sample above Threshold fires. It must not be negative.
 	For time.Duration
 	// Logger receives the alert records and sampling failures. Default:
 	// discard.
@@ -54,12 +60,6 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Interval == 0 {
 		c.Interval = 15 * time.Second
-	}
-	if c.Threshold == 0 {
-		c.Threshold = 100
-	}
-	if c.For == 0 {
-		c.For = 5 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -80,8 +80,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("monitor interval must be positive, got %s", c.Interval)
 	case c.Threshold < 0:
 		return fmt.Errorf("alert threshold must not be negative, got %d", c.Threshold)
-	case c.For <= 0:
-		return fmt.Errorf("alert duration must be positive, got %s", c.For)
+	case c.For < 0:
+		return fmt.Errorf("alert duration must not be negative, got %s", c.For)
 	}
 	if c.Telegram != nil {
 		if err := c.Telegram.validate(); err != nil {

@@ -44,8 +44,55 @@ func TestNewRejects(t *testing.T) {
 	m, err := New(stats, Config{})
 	require.NoError(t, err)
 	require.Equal(t, 15*time.Second, m.cfg.Interval)
-	require.Equal(t, int64(100), m.cfg.Threshold)
-	require.Equal(t, 5*time.Minute, m.cfg.For)
+	require.Zero(t, m.cfg.Threshold, "a zero threshold is kept, not replaced by a default")
+	require.Zero(t, m.cfg.For, "a zero For is kept, not replaced by a default")
+}
+
+// HERALD_ALERT_BACKLOG=0 asks for an alert whenever anything waits: the
+// threshold 0 is kept as given, so a backlog of 1 fires once For has passed,
+// and an empty outbox resolves it.
+func TestZeroThresholdAlertsOnAnyBacklog(t *testing.T) {
+	t.Parallel()
+	stats := &scripted{}
+	var logs logBuffer
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	m, err := New(stats, Config{
+		Threshold: 0, For: time.Minute,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Now:    func() time.Time { return now },
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	stats.set(1, nil)
+	require.NoError(t, m.sample(ctx))
+	require.Empty(t, logs.records(t, "alert firing"), "not before For has passed")
+	now = now.Add(time.Minute)
+	require.NoError(t, m.sample(ctx))
+	firing := logs.records(t, "alert firing")
+	require.Len(t, firing, 1)
+	require.Equal(t, 1.0, firing[0]["value"])
+	require.Equal(t, 0.0, firing[0]["threshold"])
+
+	stats.set(0, nil)
+	now = now.Add(15 * time.Second)
+	require.NoError(t, m.sample(ctx))
+	require.Len(t, logs.records(t, "alert resolved"), 1)
+}
+
+// For 0 fires on the first sample above the threshold.
+func TestZeroForFiresOnFirstSampleAbove(t *testing.T) {
+	t.Parallel()
+	stats := &scripted{}
+	var logs logBuffer
+	m, err := New(stats, Config{Threshold: 5, For: 0, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	require.NoError(t, err)
+	stats.set(5, nil)
+	require.NoError(t, m.sample(context.Background()))
+	require.Empty(t, logs.records(t, "alert firing"), "at the threshold is not above")
+	stats.set(6, nil)
+	require.NoError(t, m.sample(context.Background()))
+	require.Len(t, logs.records(t, "alert firing"), 1)
 }
 
 // scripted is a Stats whose answer the test sets.

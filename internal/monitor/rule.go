@@ -15,8 +15,8 @@ const (
 )
 
 // rule is the backlog alert as a pure state machine, so that its timing can
-// be tested with a fake clock. The zero value is not usable: set threshold
-// and hold.
+// be tested with a fake clock. Both settings may be zero: the zero value
+// fires at the first sample with any backlog.
 type rule struct {
 	threshold int64
 	// hold is how long the value must stay above threshold before firing.

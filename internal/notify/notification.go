@@ -127,16 +127,16 @@ func (s RedriveSelection) Empty() bool {
 // RedriveResult says what a redrive did.
 type RedriveResult struct {
 	// Selected is the number of dead letters the selection matched.
-	Selected int `json:"selected"`
+	Selected int
 	// Redriven lists the notifications moved back to pending (with DryRun,
 	// those that would be).
-	Redriven []int64 `json:"redriven"`
+	Redriven []int64
 	// Skipped lists selected notifications that were no longer failed when
 	// their turn came (sent or redriven meanwhile).
-	Skipped []int64 `json:"skipped"`
+	Skipped []int64
 	// RemovedFromQueue counts the messages removed from the broker's
 	// dead-letter queue.
-	RemovedFromQueue int `json:"removed_from_queue"`
+	RemovedFromQueue int
 	// DryRun is true when nothing was changed.
-	DryRun bool `json:"dry_run"`
+	DryRun bool
 }

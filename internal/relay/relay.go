@@ -15,15 +15,18 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// Config tunes a Relay.
+// Config tunes a Relay. No field has a meaningful zero (claiming no rows,
+// or polling and retrying without a pause, would only spin), so a zero
+// stands for the field's default.
 type Config struct {
-	// Batch is the number of rows claimed per transaction. Default 100.
+	// Batch is the number of rows claimed per transaction. Zero means the
+	// default, 100; it must not be negative.
 	Batch int
 	// Interval is the longest idle wait between polls when no wake-up
-	// arrives. Default 500ms.
+	// arrives. Zero means the default, 500ms; it must not be negative.
 	Interval time.Duration
 	// MaxBackoff caps the wait after consecutive failures (store or broker
-	// down). Default 5s.
+	// down). Zero means the default, 5s; it must not be negative.
 	MaxBackoff time.Duration
 	// Logger receives one record per failure streak. Default: discard.
 	Logger *slog.Logger

@@ -19,13 +19,18 @@ type Pruner interface {
 	Prune(ctx context.Context, before time.Time, batch int) (notify.PruneResult, error)
 }
 
-// Config tunes a Loop.
+// Config tunes a Loop. No field has a meaningful zero, so a zero stands for
+// the field's default.
 type Config struct {
-	// Retention is the age after which processed rows go. Default 168h.
+	// Retention is the age after which processed rows go. A zero retention
+	// would prune the dedup rows (processed_messages) as soon as they are
+	// written, so zero means the default, 168h; it must not be negative.
 	Retention time.Duration
-	// Interval is the time between passes. Default 10m.
+	// Interval is the time between passes. Zero means the default, 10m; it
+	// must not be negative.
 	Interval time.Duration
-	// Batch is the number of rows deleted per transaction. Default 1000.
+	// Batch is the number of rows deleted per transaction. Zero means the
+	// default, 1000; it must not be negative.
 	Batch int
 	// Logger receives one record per pass that deleted something, and
 	// failures. Default: discard.
@@ -50,7 +55,7 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	if c.Retention <= 0 || c.Interval <= 0 || c.Batch < 1 {
-		return fmt.Errorf("retention, interval and batch must be positive")
+		return fmt.Errorf("retention, interval and batch must not be negative")
 	}
 	return nil
 }

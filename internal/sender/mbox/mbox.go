@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/mail"
 )
 
 // separatorFrom is the envelope sender on each message's "From " line.
@@ -54,7 +55,7 @@ func (s *Sender) Send(ctx context.Context, e notify.Email) error {
 		return fmt.Errorf("mbox send: %w", err)
 	}
 	now := time.Now()
-	entry := Entry(e.Render(now), now)
+	entry := Entry(mail.Render(e, now), now)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

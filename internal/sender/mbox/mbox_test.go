@@ -135,7 +135,7 @@ func TestSendRoundTrips(t *testing.T) {
 		})
 	}
 
-	// Render never emits a line an mbox writer must quote, so readers that
+	// mail.Render never emits a line an mbox writer must quote, so readers that
 	// do not unquote (mboxo, such as Python's mailbox) read the same bodies.
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)

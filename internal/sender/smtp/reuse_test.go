@@ -16,15 +16,15 @@ import (
 func TestSendReusesSession(t *testing.T) {
 	t.Parallel()
 	srv := smtptest.Start(t)
-	s := newSender(t, smtp.Config{URL: srv.URL()})
+	s := newSender(t, smtp.Config{URL: srv.URL(), MaxIdle: 1})
 	for i := range 5 {
 		require.NoError(t, s.Send(context.Background(), email(fmt.Sprint(i+1))))
 	}
 	require.Equal(t, 5, srv.Count())
 	require.Equal(t, 1, srv.Connections())
 
-	// MaxIdle -1 opens a session per send.
-	fresh := newSender(t, smtp.Config{URL: srv.URL(), MaxIdle: -1})
+	// MaxIdle 0 keeps no session: each send opens its own.
+	fresh := newSender(t, smtp.Config{URL: srv.URL(), MaxIdle: 0})
 	for i := range 3 {
 		require.NoError(t, fresh.Send(context.Background(), email(fmt.Sprint(10+i))))
 	}
@@ -36,7 +36,7 @@ func TestSendReusesSession(t *testing.T) {
 func TestSendSurvivesDroppedSession(t *testing.T) {
 	t.Parallel()
 	srv := smtptest.Start(t)
-	s := newSender(t, smtp.Config{URL: srv.URL()})
+	s := newSender(t, smtp.Config{URL: srv.URL(), MaxIdle: 1})
 	require.NoError(t, s.Send(context.Background(), email("1")))
 	srv.DropConnections()
 	require.NoError(t, s.Send(context.Background(), email("2")))
@@ -49,7 +49,7 @@ func TestSendSurvivesDroppedSession(t *testing.T) {
 func TestSendDropsFailedAndStaleSessions(t *testing.T) {
 	t.Parallel()
 	srv := smtptest.Start(t)
-	s := newSender(t, smtp.Config{URL: srv.URL()})
+	s := newSender(t, smtp.Config{URL: srv.URL(), MaxIdle: 1})
 	srv.Fail(451, "later")
 	require.Error(t, s.Send(context.Background(), email("1")))
 	srv.Fail(0, "")
@@ -59,7 +59,7 @@ func TestSendDropsFailedAndStaleSessions(t *testing.T) {
 
 	// With an IdleTimeout of 1ns every kept session is stale by the next
 	// send, without waiting for any clock.
-	stale := newSender(t, smtp.Config{URL: srv.URL(), IdleTimeout: time.Nanosecond})
+	stale := newSender(t, smtp.Config{URL: srv.URL(), MaxIdle: 1, IdleTimeout: time.Nanosecond})
 	require.NoError(t, stale.Send(context.Background(), email("3")))
 	require.NoError(t, stale.Send(context.Background(), email("4")))
 	require.Equal(t, 4, srv.Connections(), "the stale session was not reused")

@@ -19,6 +19,7 @@ import (
 	gosmtp "github.com/emersion/go-smtp"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/mail"
 )
 
 // Config configures a Sender.
@@ -30,8 +31,9 @@ type Config struct {
 	// From is the envelope sender (MAIL FROM), a single address. Default:
 	// each email's own From address.
 	From string
-	// Timeout bounds one whole Send: dial, every command and the data.
-	// Default 30s.
+	// Timeout bounds one whole Send: dial, every command and the data. A
+	// Send is always bounded, so zero means the default, 30s; it must not
+	// be negative.
 	Timeout time.Duration
 	// HelloName is the name given in EHLO/HELO. Default "localhost".
 	HelloName string
@@ -39,11 +41,14 @@ type Config struct {
 	// the URL's host name.
 	TLSConfig *tls.Config
 	// MaxIdle is the number of open sessions kept for reuse; size it to the
-	// worker's prefetch. Default 10; -1 opens a fresh session per Send.
+	// worker's prefetch (herald passes HERALD_PREFETCH). Zero is honoured:
+	// no session is kept and every Send opens a fresh one. It must not be
+	// negative.
 	MaxIdle int
 	// IdleTimeout closes a kept session unused for this long, before the
 	// server's own idle timeout (RFC 5321 asks servers for at least 5
-	// minutes) drops it. Default 30s.
+	// minutes) drops it. Zero means the default, 30s (MaxIdle 0 is the way
+	// to keep no session); it must not be negative.
 	IdleTimeout time.Duration
 }
 
@@ -54,9 +59,6 @@ func (c Config) withDefaults() Config {
 	if c.HelloName == "" {
 		c.HelloName = "localhost"
 	}
-	if c.MaxIdle == 0 {
-		c.MaxIdle = 10
-	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 30 * time.Second
 	}
@@ -64,8 +66,13 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
-	if c.Timeout < 0 {
+	switch {
+	case c.Timeout < 0:
 		return errors.New("timeout must not be negative")
+	case c.MaxIdle < 0:
+		return errors.New("max idle sessions must not be negative")
+	case c.IdleTimeout < 0:
+		return errors.New("idle timeout must not be negative")
 	}
 	for _, r := range c.HelloName {
 		if r <= ' ' || r == 0x7f {
@@ -106,7 +113,7 @@ func New(cfg Config) (*Sender, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("smtp config: %w", err)
 	}
-	s := &Sender{cfg: cfg, idle: make(chan *session, max(cfg.MaxIdle, 0))}
+	s := &Sender{cfg: cfg, idle: make(chan *session, cfg.MaxIdle)}
 	if err := s.parseURL(cfg.URL); err != nil {
 		return nil, fmt.Errorf("smtp config: %w", err)
 	}
@@ -185,7 +192,7 @@ func (s *Sender) send(ctx context.Context, e notify.Email) error {
 			return notify.Permanent(fmt.Errorf("sender: %w", err))
 		}
 	}
-	data := e.Render(time.Now())
+	data := mail.Render(e, time.Now())
 
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()

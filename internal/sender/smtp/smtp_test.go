@@ -249,6 +249,8 @@ func TestNewValidates(t *testing.T) {
 		{"password without user", smtp.Config{URL: "smtp://:topsecret@localhost:25"}},
 		{"bad from", smtp.Config{URL: "smtp://localhost:25", From: "nobody"}},
 		{"negative timeout", smtp.Config{URL: "smtp://localhost:25", Timeout: -time.Second}},
+		{"negative max idle", smtp.Config{URL: "smtp://localhost:25", MaxIdle: -1}},
+		{"negative idle timeout", smtp.Config{URL: "smtp://localhost:25", IdleTimeout: -time.Second}},
 		{"hello name with space", smtp.Config{URL: "smtp://localhost:25", HelloName: "a b"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,13 +1,17 @@
-package notify
+// Package mail renders an email as the RFC 5322 message the senders hand
+// on: the bytes an SMTP server receives and an mbox file stores.
+package mail
 
 import (
 	"bytes"
 	"mime"
 	"mime/quotedprintable"
-	"net/mail"
+	netmail "net/mail"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // maxHeaderLine is the length RFC 5322 asks header lines to stay within;
@@ -18,7 +22,7 @@ const maxHeaderLine = 78
 // included.
 const maxQPLine = 76
 
-// Render returns the email as an RFC 5322 message with CRLF line endings,
+// Render returns e as an RFC 5322 message with CRLF line endings,
 // dated date: plain text in UTF-8, the body quoted-printable encoded.
 //
 // The output is safe for every store it meets on its way: the body is pure
@@ -28,7 +32,7 @@ const maxQPLine = 76
 // not add one when the body is decoded. Header values never carry a line
 // break: one would let a value inject headers, so any control character in
 // them is replaced by a space.
-func (e Email) Render(date time.Time) []byte {
+func Render(e notify.Email, date time.Time) []byte {
 	var b bytes.Buffer
 	writeHeader(&b, "From", addressValue(e.From))
 	writeHeader(&b, "To", addressValue(e.To))
@@ -61,7 +65,7 @@ func addressValue(v string) string {
 	if isASCII(v) {
 		return v
 	}
-	if a, err := mail.ParseAddress(v); err == nil {
+	if a, err := netmail.ParseAddress(v); err == nil {
 		return a.String()
 	}
 	return v

@@ -1,4 +1,4 @@
-package notify
+package api
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // requestFields are the keys a create body may hold, spelled exactly.
@@ -30,26 +32,16 @@ func clip(s string, n int) string {
 	return s[:n]
 }
 
-// DecodeError says why a create request body could not be decoded: Code is
-// the API's error code (invalid_utf8, invalid_json, unknown_field,
-// invalid_field), Field the offending key when there is one.
-type DecodeError struct {
-	Code    string
-	Field   string
-	Message string
-}
-
-func (e *DecodeError) Error() string { return e.Message }
-
-// DecodeCreateRequest decodes a create body strictly: valid UTF-8
-// (encoding/json would silently replace bad bytes), one JSON object with
-// exactly spelled, unique, known keys of the right types, and nothing after
-// it. Its errors are *DecodeError. It does not validate the values
-// (CreateRequest.Validate does).
-func DecodeCreateRequest(raw []byte) (CreateRequest, error) {
-	var req CreateRequest
+// decodeCreate decodes a create body strictly: valid UTF-8 (encoding/json
+// would silently replace bad bytes), one JSON object with exactly spelled,
+// unique, known keys of the right types, and nothing after it. Its error is
+// the reply, with one of the codes invalid_utf8, invalid_json, unknown_field
+// or invalid_field. It does not validate the values (CreateRequest.Validate
+// does).
+func decodeCreate(raw []byte) (notify.CreateRequest, *apiError) {
+	var req notify.CreateRequest
 	if !utf8.Valid(raw) {
-		return req, &DecodeError{Code: "invalid_utf8", Message: "the request body is not valid UTF-8"}
+		return req, &apiError{Code: "invalid_utf8", Message: "the request body is not valid UTF-8"}
 	}
 	if e := scanKeys(raw); e != nil {
 		return req, e
@@ -58,17 +50,17 @@ func DecodeCreateRequest(raw []byte) (CreateRequest, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
-			return req, &DecodeError{Code: "invalid_field", Message: te.Field + " must be a " + te.Type.String(), Field: te.Field}
+			return req, &apiError{Code: "invalid_field", Message: te.Field + " must be a " + te.Type.String(), Field: te.Field}
 		}
-		return req, &DecodeError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}
+		return req, &apiError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}
 	}
 	return req, nil
 }
 
 // scanKeys checks the shape of the body before it is decoded: one object,
 // known keys spelled exactly and given once, nothing after it.
-func scanKeys(raw []byte) *DecodeError {
-	invalid := func(msg string) *DecodeError { return &DecodeError{Code: "invalid_json", Message: msg} }
+func scanKeys(raw []byte) *apiError {
+	invalid := func(msg string) *apiError { return &apiError{Code: "invalid_json", Message: msg} }
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if err == io.EOF {
@@ -92,10 +84,10 @@ func scanKeys(raw []byte) *DecodeError {
 		}
 		if !requestFields[key] {
 			key = clip(key, maxEchoLen)
-			return &DecodeError{Code: "unknown_field", Message: "unknown field " + strconv.Quote(key), Field: key}
+			return &apiError{Code: "unknown_field", Message: "unknown field " + strconv.Quote(key), Field: key}
 		}
 		if seen[key] {
-			return &DecodeError{Code: "invalid_field", Message: key + " is given more than once", Field: key}
+			return &apiError{Code: "invalid_field", Message: key + " is given more than once", Field: key}
 		}
 		seen[key] = true
 		var v json.RawMessage
@@ -103,7 +95,7 @@ func scanKeys(raw []byte) *DecodeError {
 			return invalid("the request body is not valid JSON")
 		}
 		if !pairedSurrogates(v) {
-			return &DecodeError{Code: "invalid_utf8", Message: key + " holds an unpaired UTF-16 surrogate escape", Field: key}
+			return &apiError{Code: "invalid_utf8", Message: key + " holds an unpaired UTF-16 surrogate escape", Field: key}
 		}
 	}
 	if _, err := dec.Token(); err != nil {

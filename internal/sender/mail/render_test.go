@@ -1,4 +1,4 @@
-package notify_test
+package mail_test
 
 import (
 	"bufio"
@@ -6,7 +6,7 @@ import (
 	"io"
 	"mime"
 	"mime/quotedprintable"
-	"net/mail"
+	netmail "net/mail"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/mail"
 )
 
 // crlf normalises line breaks the way Render promises to.
@@ -66,10 +67,10 @@ func TestRender(t *testing.T) {
 				Subject:   tc.subject,
 				Body:      tc.body,
 			}
-			raw := e.Render(date)
+			raw := mail.Render(e, date)
 			checkWellFormed(t, raw)
 
-			msg, err := mail.ReadMessage(bytes.NewReader(raw))
+			msg, err := netmail.ReadMessage(bytes.NewReader(raw))
 			require.NoError(t, err)
 			h := msg.Header
 			require.Equal(t, "<42@example.com>", h.Get("Message-ID"))
@@ -85,14 +86,14 @@ func TestRender(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.subject, subject)
 
-			gotFrom, err := mail.ParseAddress(h.Get("From"))
+			gotFrom, err := netmail.ParseAddress(h.Get("From"))
 			require.NoError(t, err)
-			wantFrom, err := mail.ParseAddress(from)
+			wantFrom, err := netmail.ParseAddress(from)
 			require.NoError(t, err)
 			require.Equal(t, wantFrom, gotFrom)
 			to, err := h.AddressList("To")
 			require.NoError(t, err)
-			require.Equal(t, []*mail.Address{{Name: "Ann", Address: "ann@example.org"}}, to)
+			require.Equal(t, []*netmail.Address{{Name: "Ann", Address: "ann@example.org"}}, to)
 
 			body, err := io.ReadAll(quotedprintable.NewReader(msg.Body))
 			require.NoError(t, err)
@@ -142,9 +143,9 @@ func TestRenderRefusesHeaderInjection(t *testing.T) {
 		Subject:   "hi\r\nX-Injected: yes\r\n\r\nfake body",
 		Body:      "real body\n",
 	}
-	raw := e.Render(time.Now())
+	raw := mail.Render(e, time.Now())
 	checkWellFormed(t, raw)
-	msg, err := mail.ReadMessage(bytes.NewReader(raw))
+	msg, err := netmail.ReadMessage(bytes.NewReader(raw))
 	require.NoError(t, err)
 	for _, name := range []string{"Bcc", "Cc", "X-Evil", "X-Injected"} {
 		require.Empty(t, msg.Header[name], name)
@@ -158,7 +159,7 @@ func TestRenderRefusesHeaderInjection(t *testing.T) {
 func TestRenderUsesNewEmailMessageID(t *testing.T) {
 	t.Parallel()
 	e := notify.NewEmail(notify.Requested{NotificationID: "7", To: "a@example.org", Subject: "s", Body: "b"}, "Herald <herald@mail.example.com>")
-	msg, err := mail.ReadMessage(bytes.NewReader(e.Render(time.Now())))
+	msg, err := netmail.ReadMessage(bytes.NewReader(mail.Render(e, time.Now())))
 	require.NoError(t, err)
 	require.Equal(t, "<7@mail.example.com>", msg.Header.Get("Message-ID"))
 }

@@ -1,0 +1,57 @@
+package retention_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/retention"
+)
+
+// pruner records the arguments of its last Prune.
+type pruner struct {
+	before time.Time
+	batch  int
+}
+
+func (p *pruner) Prune(_ context.Context, before time.Time, batch int) (notify.PruneResult, error) {
+	p.before, p.batch = before, batch
+	return notify.PruneResult{}, nil
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]retention.Config{
+		"negative retention": {Retention: -time.Hour},
+		"negative interval":  {Interval: -time.Minute},
+		"negative batch":     {Batch: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := retention.New(&pruner{}, cfg)
+			require.Error(t, err)
+		})
+	}
+
+	// A zero retention or batch is not a legal setting: it stands for the
+	// default.
+	p := &pruner{}
+	l, err := retention.New(p, retention.Config{})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = l.Once(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 1000, p.batch)
+	require.WithinRange(t, p.before, start.Add(-168*time.Hour), time.Now().Add(-168*time.Hour))
+
+	l, err = retention.New(p, retention.Config{Retention: time.Hour, Batch: 7})
+	require.NoError(t, err)
+	start = time.Now()
+	_, err = l.Once(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 7, p.batch)
+	require.WithinRange(t, p.before, start.Add(-time.Hour), time.Now().Add(-time.Hour))
+}
