@@ -58,6 +58,8 @@ type setting struct {
 	secret bool
 	// oneOf, when set, lists the values a string setting accepts.
 	oneOf string
+	// zero allows a zero duration, where zero means something.
+	zero bool
 }
 
 // Command groups, as the cmds of a setting name them.
@@ -96,8 +98,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.Prefetch }, cmds: cmdsWorker, min: 1},
 	{env: "HERALD_ALERT_BACKLOG", flag: "alert-backlog", def: "100", usage: "alert threshold on unprocessed outbox rows (0: alert on any backlog)",
 		field: func(c *Config) any { return &c.AlertBacklog }, cmds: cmdsAPI, min: 0},
-	{env: "HERALD_ALERT_FOR", flag: "alert-for", def: "5m", usage: "how long the backlog must stay above the threshold",
-		field: func(c *Config) any { return &c.AlertFor }, cmds: cmdsAPI},
+	{env: "HERALD_ALERT_FOR", flag: "alert-for", def: "5m", usage: "how long the backlog must stay above the threshold (0: alert at the first sample above it)",
+		field: func(c *Config) any { return &c.AlertFor }, cmds: cmdsAPI, zero: true},
 	{env: "HERALD_MONITOR_INTERVAL", flag: "monitor-interval", def: "15s", usage: "backlog sampling period",
 		field: func(c *Config) any { return &c.MonitorInterval }, cmds: cmdsAPI},
 	{env: "HERALD_TELEGRAM_TOKEN", flag: "telegram-token", def: "", usage: "also send alerts to Telegram with this bot token",
@@ -166,7 +168,7 @@ func (s setting) set(c *Config, v string) error {
 		*p = n
 	case *time.Duration:
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
+		if err != nil || d < 0 || d == 0 && !s.zero {
 			return fmt.Errorf("want a positive duration like 30s, got %q", v)
 		}
 		*p = d

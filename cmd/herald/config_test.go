@@ -101,11 +101,12 @@ func TestFlagsAnywhere(t *testing.T) {
 // A zero is honoured where it means something.
 func TestZeroSettingsHonoured(t *testing.T) {
 	t.Parallel()
-	vars := map[string]string{"HERALD_ALERT_BACKLOG": "0", "HERALD_MAX_RETRIES": "0"}
+	vars := map[string]string{"HERALD_ALERT_BACKLOG": "0", "HERALD_MAX_RETRIES": "0", "HERALD_ALERT_FOR": "0s"}
 	c, _, err := parseConfig("serve", "", nil, env{getenv: func(k string) string { return vars[k] }, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}, nil)
 	require.NoError(t, err)
 	require.Equal(t, 0, c.AlertBacklog)
 	require.Equal(t, 0, c.MaxRetries)
+	require.Zero(t, c.AlertFor)
 }
 
 func TestRedact(t *testing.T) {

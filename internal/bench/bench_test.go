@@ -103,7 +103,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func setup(t *testing.T, delay time.Duration) (*fakeAPI, *httptest.Server, *smtptest.Server, *bench.Recorder) {
 	t.Helper()
 	sink := smtptest.Start(t)
-	snd, err := smtp.New(smtp.Config{URL: sink.URL()})
+	snd, err := smtp.New(smtp.Config{URL: sink.URL(), MaxIdle: 4})
 	require.NoError(t, err)
 	rec := bench.NewRecorder()
 	f := &fakeAPI{send: rec.Sender(snd).Send, delay: delay}
