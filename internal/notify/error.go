@@ -47,3 +47,28 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Message) }
+
+// senderDownError marks a failure of the mail server itself, not of the
+// message: it was unreachable, refused TLS or authentication, or answered
+// the greeting or EHLO with 421 or a 5xx.
+type senderDownError struct{ err error }
+
+func (e senderDownError) Error() string { return e.err.Error() }
+func (e senderDownError) Unwrap() error { return e.err }
+
+// SenderDown marks err as a failure of the mail server itself: the delivery
+// costs no retry; the worker stops taking new sends, backs off and probes
+// until the server is back. SenderDown(nil) is nil.
+func SenderDown(err error) error {
+	if err == nil {
+		return nil
+	}
+	return senderDownError{err}
+}
+
+// IsSenderDown reports whether err, or any error it wraps, was marked
+// SenderDown.
+func IsSenderDown(err error) bool {
+	var s senderDownError
+	return errors.As(err, &s)
+}
