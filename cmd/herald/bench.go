@@ -194,7 +194,7 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 		})
 	}
 	// The schema first: the raw PostgreSQL ceiling copies its tables.
-	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, 0)
+	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, 0, true)
 	if err != nil {
 		return nil, err
 	}

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,6 +28,7 @@ import (
 	"github.com/heraldhq/herald/internal/sender/mbox"
 	"github.com/heraldhq/herald/internal/sender/smtp"
 	herstore "github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
@@ -46,8 +50,10 @@ type store = herstore.Store
 const mboxPath = "herald.mbox"
 
 // openStore opens the store HERALD_DATABASE_URL names. conns sizes a
-// PostgreSQL pool (0: the store's default); see poolSize.
-func openStore(ctx context.Context, url string, conns int) (store, func(), error) {
+// PostgreSQL pool (0: the store's default); see poolSize. Only create (serve
+// and migrate) may create a SQLite file: every other command on a missing
+// file says so instead of leaving an empty database behind.
+func openStore(ctx context.Context, url string, conns int, create bool) (store, func(), error) {
 	switch storeKind(url) {
 	case "postgres":
 		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns})
@@ -60,6 +66,9 @@ func openStore(ctx context.Context, url string, conns int) (store, func(), error
 		if path == "" {
 			return nil, nil, fmt.Errorf("HERALD_DATABASE_URL %q names no file (want sqlite:PATH)", url)
 		}
+		if _, err := os.Stat(path); !create && errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("database %s does not exist: run `herald migrate` (or `herald serve`, which migrates) first", path)
+		}
 		s, err := sqlite.Open(ctx, path, sqlite.Config{})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open sqlite store %s: %w", path, err)
@@ -69,6 +78,34 @@ func openStore(ctx context.Context, url string, conns int) (store, func(), error
 		return nil, nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres:// or sqlite:, got %q", redact(url))
 	}
 }
+
+// openMigrated opens the store of a one-shot command: it must exist and be
+// migrated.
+func openMigrated(ctx context.Context, cfg Config) (store, func(), error) {
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkMigrated(ctx, st); err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	return st, closeStore, nil
+}
+
+// checkMigrated fails unless every migration this binary ships is applied.
+func checkMigrated(ctx context.Context, st store) error {
+	states, err := st.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	return migrate.Check(states)
+}
+
+// schemaCheck is the readiness check "the database is migrated".
+type schemaCheck struct{ st store }
+
+func (c schemaCheck) Ping(ctx context.Context) error { return checkMigrated(ctx, c.st) }
 
 // storeKind names the engine a HERALD_DATABASE_URL picks: "postgres",
 // "sqlite", or "" for neither.
@@ -255,16 +292,18 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 	if err != nil {
 		return nil, err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg))
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg), migrate)
 	if err != nil {
 		return nil, err
 	}
 	a := &app{cfg: cfg, log: log, st: st, tr: tr, hooks: h, close: []func(){closeStore}}
+	check := checkMigrated
 	if migrate {
-		if err := st.Migrate(ctx); err != nil {
-			a.Close()
-			return nil, fmt.Errorf("migrate: %w", err)
-		}
+		check = func(ctx context.Context, st store) error { return st.Migrate(ctx) }
+	}
+	if err := check(ctx, st); err != nil {
+		a.Close()
+		return nil, err
 	}
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -325,10 +364,9 @@ func (a *app) metricsHandler() http.Handler {
 
 // apiHandler builds the HTTP API.
 func (a *app) apiHandler() (http.Handler, error) {
-	checks := []api.Check{{Name: "store", Pinger: a.st}}
-	if a.tr.probe != nil {
-		checks = append(checks, api.Check{Name: "broker", Pinger: a.tr.probe})
-	}
+	// The API's readiness never depends on the broker: the outbox exists
+	// to take creates while it is down.
+	checks := []api.Check{{Name: "store", Pinger: a.st}, {Name: "schema", Pinger: schemaCheck{a.st}}}
 	var admission func(context.Context) error
 	if a.cfg.MaxBacklog > 0 {
 		admission = api.BacklogGate(a.st, int64(a.cfg.MaxBacklog), 250*time.Millisecond)
@@ -431,8 +469,9 @@ func (a *app) newWorker() (*worker.Worker, error) {
 	})
 }
 
-// metricsParts is the own /metrics listener of relay and worker, when
-// HERALD_METRICS_ADDR is set.
+// metricsParts is the own listener of relay and worker, when
+// HERALD_METRICS_ADDR is set: /metrics, /healthz, and /readyz (the store,
+// its schema and the broker).
 func (a *app) metricsParts() ([]func(context.Context) error, error) {
 	if a.cfg.MetricsAddr == "" {
 		return nil, nil
@@ -443,8 +482,25 @@ func (a *app) metricsParts() ([]func(context.Context) error, error) {
 	}
 	a.close = append(a.close, func() { _ = ln.Close() })
 	return []func(context.Context) error{func(ctx context.Context) error {
-		return serveHTTP(ctx, ln, a.metricsHandler(), a.log)
+		return serveHTTP(ctx, ln, a.opsHandler(), a.log)
 	}}, nil
+}
+
+// opsHandler serves the relay's and the worker's /metrics, /healthz and
+// /readyz.
+func (a *app) opsHandler() http.Handler {
+	checks := []api.Check{{Name: "store", Pinger: a.st}, {Name: "schema", Pinger: schemaCheck{a.st}}}
+	if a.tr.probe != nil {
+		checks = append(checks, api.Check{Name: "broker", Pinger: a.tr.probe})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.metricsHandler())
+	mux.Handle("GET /readyz", api.Ready(checks, a.log))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	return mux
 }
 
 // serveHTTP serves h on ln until ctx ends, then shuts down gracefully.

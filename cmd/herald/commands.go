@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"text/tabwriter"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -148,20 +150,77 @@ func runAll(ctx context.Context, parts []func(context.Context) error) error {
 }
 
 func cmdMigrate(ctx context.Context, args []string, e env) error {
-	cfg, err := parseFlags("migrate", "Applies the embedded migrations. Running it twice changes nothing.",
+	if len(args) > 0 && args[0] == "status" {
+		return cmdMigrateStatus(ctx, args[1:], e)
+	}
+	cfg, err := parseFlags("migrate", "Applies the embedded migrations and says which it applied. Running it twice changes nothing.\n'herald migrate status' lists the applied and pending ones.",
 		args, e, nil)
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, true)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	if err := st.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+	before, err := st.MigrationStatus(ctx)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintln(e.stdout, "migrations applied")
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	after, err := st.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	applied := 0
+	for i, s := range after {
+		if s.Applied && (i >= len(before) || !before[i].Applied) {
+			fmt.Fprintf(e.stdout, "applied %s\n", s)
+			applied++
+		}
+	}
+	if applied == 0 {
+		fmt.Fprintf(e.stdout, "nothing to apply: all %d migrations were applied already\n", len(after))
+	}
+	return nil
+}
+
+func cmdMigrateStatus(ctx context.Context, args []string, e env) error {
+	cfg, err := parseFlags("migrate status", "Lists every migration this binary ships, applied (with when) or pending. Changes nothing.", args, e, nil)
+	if err != nil {
+		return err
+	}
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	states, err := st.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tNAME\tSTATUS\tAPPLIED_AT")
+	pending := 0
+	for _, s := range states {
+		status, at := "applied", s.AppliedAt.UTC().Format(time.RFC3339)
+		switch {
+		case !s.Applied:
+			status, at = "pending", ""
+			pending++
+		case s.Unknown:
+			status = "applied (unknown to this binary: a newer herald migrated the database)"
+		}
+		fmt.Fprintf(tw, "%04d\t%s\t%s\t%s\n", s.Version, s.Name, status, at)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if pending > 0 {
+		fmt.Fprintf(e.stderr, "%d pending: run `herald migrate`\n", pending)
+	}
 	return nil
 }
 
@@ -189,7 +248,7 @@ func cmdOutboxStats(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
+	st, closeStore, err := openMigrated(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -214,7 +273,7 @@ func cmdOutboxPrune(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
+	st, closeStore, err := openMigrated(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func cmdDLQList(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
+	st, closeStore, err := openMigrated(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func cmdDLQShow(ctx context.Context, args []string, e env) error {
 	if !ok {
 		return fmt.Errorf("%q is not a notification id", rest[0])
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
+	st, closeStore, err := openMigrated(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	f.IDs = ids
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0)
+	st, closeStore, err := openMigrated(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/internal/monitor"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
+	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/worker"
 )
@@ -40,4 +41,7 @@ type Store interface {
 	// Migrate applies the embedded migrations not yet applied; running it
 	// again changes nothing. Only the commands call it.
 	Migrate(ctx context.Context) error
+	// MigrationStatus reports each migration as applied or pending (see
+	// migrate.Check); it changes nothing.
+	MigrationStatus(ctx context.Context) ([]migrate.State, error)
 }

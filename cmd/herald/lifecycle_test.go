@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// A process on a database that was never migrated exits 1 at start with the
+// command that fixes it, and a read-only command never creates the file.
+func TestUnmigratedDatabaseRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.db")
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"outbox", "stats", "--database-url", "sqlite:" + missing}, func(string) string { return "" }, &stdout, &stderr)
+	require.ErrorContains(t, err, "herald migrate")
+	require.NoFileExists(t, missing)
+
+	empty := filepath.Join(dir, "empty.db")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	for _, cmd := range []string{"api", "worker"} {
+		p := startHerald(t, dir, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + empty, "HERALD_HTTP_ADDR": freeAddr(t)}, cmd)
+		p.waitExit(30 * time.Second)
+		require.Error(t, p.Err(), cmd)
+		require.Contains(t, p.Log(), "database not migrated: run `herald migrate`", cmd)
+	}
+
+	pg := testenv.PostgresURL(t)
+	p := startHerald(t, dir, map[string]string{"HERALD_DATABASE_URL": pg, "HERALD_BROKER_URL": "amqp://guest:guest@127.0.0.1:1/"}, "relay")
+	p.waitExit(30 * time.Second)
+	require.Error(t, p.Err())
+	require.Contains(t, p.Log(), "database not migrated")
+}
+
+// The API's readiness is the store's: with the broker unreachable it stays
+// ready (the outbox takes the creates), while a relay's own /readyz says
+// the broker is down.
+func TestReadinessDuringBrokerOutage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pg := testenv.PostgresURL(t)
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"migrate", "--database-url", pg}, func(string) string { return "" }, &out, &out))
+	dead := "amqp://guest:guest@127.0.0.1:1/"
+
+	apiAddr := freeAddr(t)
+	startHerald(t, dir, map[string]string{"HERALD_DATABASE_URL": pg, "HERALD_BROKER_URL": dead, "HERALD_HTTP_ADDR": apiAddr}, "api")
+	waitHTTP(t, "http://"+apiAddr+"/readyz")
+	c := client{base: "http://" + apiAddr}
+	require.Equal(t, http.StatusCreated, c.create(t, "ann@example.com", nil).Status)
+
+	opsAddr := freeAddr(t)
+	startHerald(t, dir, map[string]string{"HERALD_DATABASE_URL": pg, "HERALD_BROKER_URL": dead, "HERALD_METRICS_ADDR": opsAddr}, "relay")
+	waitHTTP(t, "http://"+opsAddr+"/healthz")
+	resp, err := http.Get("http://" + opsAddr + "/readyz")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	var body bytes.Buffer
+	_, _ = body.ReadFrom(resp.Body)
+	require.Contains(t, body.String(), "broker")
+}

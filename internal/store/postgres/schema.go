@@ -1,0 +1,46 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/heraldhq/herald/internal/store/migrate"
+)
+
+// selectMigrations reads schema_migrations when it exists (to_regclass is
+// NULL before the first migration, and nothing is created by asking).
+const (
+	migrationsTableExists = `SELECT to_regclass('schema_migrations') IS NOT NULL`
+	selectMigrations      = `SELECT version, name, applied_at FROM schema_migrations ORDER BY version`
+)
+
+// MigrationStatus reports each migration this binary ships, and any the
+// database records beyond them, as applied or pending. It changes nothing.
+func (s *Store) MigrationStatus(ctx context.Context) ([]migrate.State, error) {
+	ms, err := migrate.Load(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, migrationsTableExists).Scan(&exists); err != nil {
+		return nil, wrap("read schema_migrations", err)
+	}
+	var records []migrate.Record
+	if exists {
+		rows, err := s.pool.Query(ctx, selectMigrations)
+		if err != nil {
+			return nil, wrap("read schema_migrations", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r migrate.Record
+			if err := rows.Scan(&r.Version, &r.Name, &r.AppliedAt); err != nil {
+				return nil, wrap("read schema_migrations", err)
+			}
+			records = append(records, r)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, wrap("read schema_migrations", err)
+		}
+	}
+	return migrate.Status(ms, records), nil
+}

@@ -1,0 +1,49 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/heraldhq/herald/internal/store/migrate"
+)
+
+const (
+	migrationsTableExists = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations')`
+	selectMigrations      = `SELECT version, name, applied_at FROM schema_migrations ORDER BY version`
+)
+
+// MigrationStatus reports each migration this binary ships, and any the
+// database records beyond them, as applied or pending. It changes nothing.
+func (s *Store) MigrationStatus(ctx context.Context) ([]migrate.State, error) {
+	ms, err := migrate.Load(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	if err := s.read.QueryRowContext(ctx, migrationsTableExists).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
+	}
+	var records []migrate.Record
+	if exists {
+		rows, err := s.read.QueryContext(ctx, selectMigrations)
+		if err != nil {
+			return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r migrate.Record
+			var at string
+			if err := rows.Scan(&r.Version, &r.Name, &at); err != nil {
+				return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
+			}
+			if r.AppliedAt, err = parseTime(at); err != nil {
+				return nil, fmt.Errorf("read schema_migrations: %w", err)
+			}
+			records = append(records, r)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
+		}
+	}
+	return migrate.Status(ms, records), nil
+}
