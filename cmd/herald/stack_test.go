@@ -114,40 +114,52 @@ func drain(t *testing.T, ch *amqp.Channel, queue string) []amqp.Delivery {
 	}
 }
 
-// publish sends a raw message to the notifications exchange, as the relay
-// would, and waits for the broker's confirm.
+// publish publishes one event by hand, as a plain AMQP client would, and
+// waits for the broker's confirm. A mandatory publish that came back
+// unroutable (the queue is declared a moment before its binding) is
+// published again until the binding routes it.
 func publish(t *testing.T, ch *amqp.Channel, id int64, body []byte) {
 	t.Helper()
-	require.NoError(t, ch.Confirm(false))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "notifications", "notification.requested", true, false, amqp.Publishing{
-		ContentType:  "application/json",
-		DeliveryMode: amqp.Persistent,
-		Type:         "notification.requested",
-		MessageId:    strconv.FormatInt(id, 10),
-		Body:         body,
-	})
-	require.NoError(t, err)
-	ok, err := dc.WaitContext(ctx)
-	require.NoError(t, err)
-	require.True(t, ok, "broker nacked the publish")
+	publishTyped(t, ch, id, "notification.requested", body)
 }
 
 // publishTyped is publish with another event type.
 func publishTyped(t *testing.T, ch *amqp.Channel, id int64, typ string, body []byte) {
 	t.Helper()
 	require.NoError(t, ch.Confirm(false))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	returns := ch.NotifyReturn(make(chan amqp.Return, 256))
+	msgID := strconv.FormatInt(id, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "notifications", "notification.requested", true, false, amqp.Publishing{
-		ContentType: "application/json", DeliveryMode: amqp.Persistent, Type: typ,
-		MessageId: strconv.FormatInt(id, 10), Body: body,
-	})
-	require.NoError(t, err)
-	ok, err := dc.WaitContext(ctx)
-	require.NoError(t, err)
-	require.True(t, ok)
+	for {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "notifications", "notification.requested", true, false, amqp.Publishing{
+			ContentType: "application/json", DeliveryMode: amqp.Persistent, Type: typ,
+			MessageId: msgID, Body: body,
+		})
+		require.NoError(t, err)
+		ok, err := dc.WaitContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "broker nacked the publish")
+		// The broker sends basic.return before the confirm of a returned
+		// message, so a return, if any, is already queued.
+		returned := false
+		for drained := false; !drained; {
+			select {
+			case r := <-returns:
+				returned = returned || r.MessageId == msgID
+			default:
+				drained = true
+			}
+		}
+		if !returned {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("message %s was returned unroutable until the deadline", msgID)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // waitTopology waits until a herald process has declared the contract's
