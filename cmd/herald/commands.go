@@ -225,18 +225,8 @@ func cmdMigrateStatus(ctx context.Context, args []string, e env) error {
 }
 
 func cmdOutbox(ctx context.Context, args []string, e env) error {
-	sub := ""
-	if len(args) > 0 {
-		sub, args = args[0], args[1:]
-	}
-	switch sub {
-	case "stats":
-		return cmdOutboxStats(ctx, args, e)
-	case "prune":
-		return cmdOutboxPrune(ctx, args, e)
-	default:
-		return groupUsage(e, sub, "Usage: herald outbox stats [--json] | herald outbox prune [--retention DURATION]\n\nRun 'herald outbox SUBCOMMAND --help' for its flags.")
-	}
+	return subcommands(ctx, args, e, "Usage: herald outbox stats [--json] | herald outbox prune [--retention DURATION]\n\nRun 'herald outbox SUBCOMMAND --help' for its flags.",
+		map[string]func(context.Context, []string, env) error{"stats": cmdOutboxStats, "prune": cmdOutboxPrune})
 }
 
 func cmdOutboxStats(ctx context.Context, args []string, e env) error {
@@ -288,6 +278,19 @@ func cmdOutboxPrune(ctx context.Context, args []string, e env) error {
 	}
 	fmt.Fprintf(e.stdout, "deleted %d outbox rows and %d processed_messages rows older than %s\n", r.Outbox, r.ProcessedMessages, cfg.Retention)
 	return nil
+}
+
+// subcommands runs the subcommand of a command group (outbox, dlq) that
+// args[0] names, or answers with the group's usage.
+func subcommands(ctx context.Context, args []string, e env, usage string, subs map[string]func(context.Context, []string, env) error) error {
+	sub := ""
+	if len(args) > 0 {
+		sub, args = args[0], args[1:]
+	}
+	if run, ok := subs[sub]; ok {
+		return run(ctx, args, e)
+	}
+	return groupUsage(e, sub, usage)
 }
 
 // groupUsage answers a command group (outbox, dlq) called without a known

@@ -18,20 +18,8 @@ import (
 )
 
 func cmdDLQ(ctx context.Context, args []string, e env) error {
-	sub := ""
-	if len(args) > 0 {
-		sub, args = args[0], args[1:]
-	}
-	switch sub {
-	case "list":
-		return cmdDLQList(ctx, args, e)
-	case "show":
-		return cmdDLQShow(ctx, args, e)
-	case "redrive":
-		return cmdDLQRedrive(ctx, args, e)
-	default:
-		return groupUsage(e, sub, "Usage: herald dlq list [--since D] [--error TEXT] [--limit N] [--json]\n       herald dlq show ID\n       herald dlq redrive (--id ID... | --all | --since D | --error TEXT | --limit N) [--dry-run]\n\nRun 'herald dlq SUBCOMMAND --help' for its flags.")
-	}
+	return subcommands(ctx, args, e, "Usage: herald dlq list [--since D] [--error TEXT] [--limit N] [--json]\n       herald dlq show ID\n       herald dlq redrive (--id ID... | --all | --since D | --error TEXT | --limit N) [--dry-run]\n\nRun 'herald dlq SUBCOMMAND --help' for its flags.",
+		map[string]func(context.Context, []string, env) error{"list": cmdDLQList, "show": cmdDLQShow, "redrive": cmdDLQRedrive})
 }
 
 // filterFlags registers the dead-letter filters shared by list and redrive.

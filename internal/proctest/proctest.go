@@ -74,7 +74,7 @@ type Spec struct {
 type Proc struct {
 	name string
 	cmd  *exec.Cmd
-	log  logBuffer
+	log  LogBuffer
 	done chan struct{}
 	err  error // the exit status, set before done is closed
 }
@@ -194,20 +194,22 @@ func (p *Proc) LogTail(n int) string {
 	return s
 }
 
-// logBuffer is a goroutine-safe sink: the process writes while a test or
-// the harness reads.
-type logBuffer struct {
+// LogBuffer is a goroutine-safe sink for logs: a process (or a logger)
+// writes while a test or the harness reads.
+type LogBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *LogBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *logBuffer) String() string {
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
