@@ -23,6 +23,7 @@ import (
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/monitor"
+	"github.com/heraldhq/herald/internal/reconcile"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
 	"github.com/heraldhq/herald/internal/sender/mbox"
@@ -388,7 +389,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 }
 
 // apiParts builds what the api process runs: the HTTP server, the backlog
-// monitor with its alert, and retention.
+// monitor with its alert, retention and the reconciler.
 func (a *app) apiParts() ([]func(context.Context) error, error) {
 	handler, err := a.apiHandler()
 	if err != nil {
@@ -413,6 +414,10 @@ func (a *app) apiParts() ([]func(context.Context) error, error) {
 	if err != nil {
 		return nil, err
 	}
+	rc, err := reconcile.New(a.st, reconcile.Config{After: a.cfg.ReconcileAfter, Logger: a.log.With("component", "reconcile"), Registerer: a.reg})
+	if err != nil {
+		return nil, err
+	}
 	ln := a.hooks.listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
@@ -421,7 +426,7 @@ func (a *app) apiParts() ([]func(context.Context) error, error) {
 		a.close = append(a.close, func() { _ = ln.Close() })
 	}
 	serve := func(ctx context.Context) error { return serveHTTP(ctx, ln, handler, a.log) }
-	return []func(context.Context) error{serve, m.Run, r.Run}, nil
+	return []func(context.Context) error{serve, m.Run, r.Run, rc.Run}, nil
 }
 
 // newRelay builds the relay on the transport's publisher.

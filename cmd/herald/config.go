@@ -39,6 +39,7 @@ type Config struct {
 	DebugCrash      string
 	LogFormat       string
 	LogLevel        string
+	ReconcileAfter  time.Duration
 }
 
 // setting is one configuration variable: its environment name, its flag,
@@ -118,6 +119,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.DebugFaults }, cmds: cmdsAPI + " worker"},
 	{env: "HERALD_DEBUG_CRASH", flag: "debug-crash", def: "", usage: "with HERALD_DEBUG_FAULTS=1: POINT[:N] kills the worker (SIGKILL) at its N-th pass of after-send or after-commit",
 		field: func(c *Config) any { return &c.DebugCrash }, cmds: "serve worker"},
+	{env: "HERALD_RECONCILE_AFTER", flag: "reconcile-after", def: "1h", usage: "a pending notification with no event in flight for this long gets a fresh event (the database is the record)",
+		field: func(c *Config) any { return &c.ReconcileAfter }, cmds: cmdsAPI},
 	{env: "HERALD_LOG_FORMAT", flag: "log-format", def: "text", usage: "log format: text or json (one object per line, for log shippers)",
 		field: func(c *Config) any { return &c.LogFormat }, cmds: cmdsLong, oneOf: "text json"},
 	{env: "HERALD_LOG_LEVEL", flag: "log-level", def: "info", usage: "lowest level logged: debug, info, warn or error",

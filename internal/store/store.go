@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/monitor"
+	"github.com/heraldhq/herald/internal/reconcile"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
 	"github.com/heraldhq/herald/internal/store/migrate"
@@ -37,6 +38,7 @@ type Store interface {
 	retention.Pruner
 	monitor.Stats
 	api.BacklogStats
+	reconcile.Store
 
 	// Migrate applies the embedded migrations not yet applied; running it
 	// again changes nothing. Only the commands call it.

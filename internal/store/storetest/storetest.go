@@ -95,6 +95,8 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"RedriveFailed", testRedriveFailed},
 		{"RedriveNotFailed", testRedriveNotFailed},
 		{"Prune", testPrune},
+		{"Reconcile", testReconcile},
+		{"ReconcileLimit", testReconcileLimit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)

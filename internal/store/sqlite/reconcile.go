@@ -1,0 +1,77 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+const (
+	// selectStale: see the PostgreSQL store. SQLite's single writer keeps
+	// reconcile passes apart without a lock of their own.
+	selectStale = `
+SELECT n.id, n.user_id, n.channel, n.recipient, n.subject, n.body
+FROM notifications n
+WHERE n.status = 'pending'
+  AND n.updated_at < ?1
+  AND (n.retry_due_at IS NULL OR n.retry_due_at < ?1)
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox o
+      WHERE o.processed_at IS NULL AND json_extract(o.payload, '$.notification_id') = CAST(n.id AS TEXT))
+ORDER BY n.updated_at, n.id
+LIMIT ?2`
+
+	touchReconciled = `UPDATE notifications SET updated_at = ?, retry_due_at = NULL WHERE id = ?`
+)
+
+// Reconcile gives stale pending notifications a fresh outbox event. See
+// reconcile.Store.
+func (s *Store) Reconcile(ctx context.Context, staleBefore time.Time, limit int) ([]int64, error) {
+	var ids []int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, selectStale, formatTime(staleBefore), limit)
+		if err != nil {
+			return classify(err)
+		}
+		var stale []notify.Notification
+		for rows.Next() {
+			var n notify.Notification
+			if err := rows.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body); err != nil {
+				_ = rows.Close()
+				return classify(err)
+			}
+			stale = append(stale, n)
+		}
+		if err := rows.Close(); err != nil {
+			return classify(err)
+		}
+		if err := rows.Err(); err != nil {
+			return classify(err)
+		}
+		t := formatTime(now())
+		for _, n := range stale {
+			payload, err := notify.RequestedPayload(n)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t); err != nil {
+				return fmt.Errorf("insert outbox event: %w", classify(err))
+			}
+			if _, err := tx.ExecContext(ctx, touchReconciled, t, n.ID); err != nil {
+				return classify(err)
+			}
+			ids = append(ids, n.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	if len(ids) > 0 {
+		s.hub.Wake()
+	}
+	return ids, nil
+}

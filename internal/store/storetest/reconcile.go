@@ -1,0 +1,85 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// The subtests of the reconciler's store side (guarantee 6).
+
+// relayAll marks every unprocessed outbox row processed, as a relay whose
+// broker confirmed everything does, and returns the events.
+func relayAll(t *testing.T, ctx context.Context, h Harness) []notify.Event {
+	t.Helper()
+	var relayed []notify.Event
+	_, err := h.Store.RelayBatch(ctx, 1000, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		relayed = append(relayed, evs...)
+		return ids(evs), nil
+	})
+	require.NoError(t, err)
+	return relayed
+}
+
+// A pending notification whose event left the database (relayed) and then
+// went quiet gets exactly one fresh event; one with an event still in the
+// outbox, one changed after the cut-off, and one dead-lettered get none.
+func testReconcile(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	lost := create(t, ctx, s, 1)
+	failed := create(t, ctx, s, 2)
+	relayAll(t, ctx, h)
+	deadLetter(t, ctx, s, 1_000_001, failed, "550 no such user")
+	cut := boundary(t)
+	waiting := create(t, ctx, s, 3) // its event is still in the outbox
+
+	ids, err := s.Reconcile(ctx, cut, 100)
+	require.NoError(t, err)
+	require.Equal(t, []int64{lost.ID}, ids, "the relayed pending notification is stale at the cut-off; the dead letter never is")
+	require.NotEqual(t, waiting.ID, lost.ID)
+
+	// waiting is stale by now too, but its event is still in the outbox.
+	after := boundary(t)
+	ids, err = s.Reconcile(ctx, after, 100)
+	require.NoError(t, err)
+	require.Empty(t, ids, "reconciled once already; waiting has its event in flight")
+
+	// The fresh event is an ordinary notification.requested event for it.
+	evs := allEvents(t, ctx, s)
+	var fresh []notify.Event
+	for _, ev := range evs {
+		req, nid, err := notify.Message{ID: ev.ID, Type: ev.Type, Payload: ev.Payload}.Decode()
+		require.NoError(t, err)
+		if nid == lost.ID {
+			require.Equal(t, lost.To, req.To)
+			fresh = append(fresh, ev)
+		}
+	}
+	require.Len(t, fresh, 1)
+
+	// Its clock restarted, and it has an event in flight now: a second
+	// pass with the same cut-off leaves it alone.
+	ids, err = s.Reconcile(ctx, after, 100)
+	require.NoError(t, err)
+	require.Empty(t, ids)
+}
+
+// A pass takes at most limit notifications, oldest first.
+func testReconcileLimit(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	var ns []notify.Notification
+	for i := range 5 {
+		ns = append(ns, create(t, ctx, s, i))
+	}
+	relayAll(t, ctx, h)
+	cut := boundary(t)
+	first, err := s.Reconcile(ctx, cut, 2)
+	require.NoError(t, err)
+	require.Equal(t, []int64{ns[0].ID, ns[1].ID}, first)
+	rest, err := s.Reconcile(ctx, cut, 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{ns[2].ID, ns[3].ID, ns[4].ID}, rest)
+}
