@@ -132,3 +132,29 @@ func TestCrashHookSpec(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, h)
 }
+
+// A Telegram token without a chat id (or the reverse) is a start-up error,
+// not a silently disabled alert channel.
+func TestTelegramHalfConfiguredRefused(t *testing.T) {
+	t.Parallel()
+	for _, vars := range []map[string]string{
+		{"HERALD_TELEGRAM_TOKEN": "123:abc"},
+		{"HERALD_TELEGRAM_CHAT_ID": "42"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), []string{"api", "--database-url", "sqlite:" + t.TempDir() + "/x.db"}, func(k string) string { return vars[k] }, &stdout, &stderr)
+		require.ErrorIs(t, err, errUsage, "%v", vars)
+		require.ErrorContains(t, err, "HERALD_TELEGRAM_CHAT_ID")
+		require.NotContains(t, err.Error(), "123:abc")
+	}
+}
+
+// Unknown HERALD_* variables are named with the closest known one.
+func TestUnknownVariables(t *testing.T) {
+	t.Parallel()
+	got := unknownVariables([]string{"HERALD_SMPT_URL=smtp://x", "HERALD_DATABASE_URL=sqlite:x", "HERALD_TEST_POSTGRES_URL=x", "PATH=/bin", "HERALD_ZZZZZZZZZZZZZZZZ=1"})
+	require.Equal(t, []string{
+		"unknown variable HERALD_SMPT_URL is ignored; did you mean HERALD_SMTP_URL?",
+		"unknown variable HERALD_ZZZZZZZZZZZZZZZZ is ignored",
+	}, got)
+}
