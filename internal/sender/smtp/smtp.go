@@ -309,9 +309,11 @@ func (s *Sender) parseTLSMode(rawQuery string) error {
 	}
 }
 
-// Timeout returns the longest a Send (or a Probe) takes, Config.Timeout or
-// its default, plus nothing: a caller that holds a lease on a message across
-// a Send makes the lease longer than this.
+// Timeout returns the longest a Send (or a Probe) takes: Config.Timeout, or
+// DefaultTimeout when that was zero. A caller that holds a lease on a
+// message across a Send (the worker's claim) must make the lease longer
+// than this, or another worker may take the message while it is still
+// being sent.
 func (s *Sender) Timeout() time.Duration { return s.cfg.Timeout }
 
 // Send delivers e. A nil return means the server accepted the message. An
