@@ -239,7 +239,10 @@ func (d rabbitDeadLetters) Remove(ctx context.Context, ids []int64) (int, error)
 }
 
 // newSender builds the sender HERALD_SMTP_URL names (an mbox file when it is
-// unset) and its close func.
+// unset) and its close func. The SMTP sender keeps one session per delivery
+// in flight (HERALD_PREFETCH), open and reused, and no more; its Timeout
+// (smtp.DefaultTimeout) bounds each send, so a claim held across a send
+// must last longer than that.
 func newSender(cfg Config) (worker.Sender, func(), error) {
 	if cfg.SMTPURL == "" {
 		s, err := mbox.New(mboxPath)
@@ -248,7 +251,14 @@ func newSender(cfg Config) (worker.Sender, func(), error) {
 		}
 		return s, func() {}, nil
 	}
-	s, err := smtp.New(smtp.Config{URL: cfg.SMTPURL, From: cfg.SMTPFrom, MaxIdle: cfg.Prefetch})
+	s, err := smtp.New(smtp.Config{
+		URL:         cfg.SMTPURL,
+		From:        cfg.SMTPFrom,
+		CAFile:      cfg.SMTPCAFile,
+		MaxSessions: cfg.Prefetch,
+		MaxIdle:     cfg.Prefetch,
+		Rate:        float64(cfg.SMTPRate),
+	})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -20,6 +20,8 @@ type Config struct {
 	HTTPAddr        string
 	APIToken        string
 	SMTPURL         string
+	SMTPCAFile      string
+	SMTPRate        int
 	SMTPFrom        string
 	MaxRetries      int
 	RetryDelay      time.Duration
@@ -83,8 +85,12 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.HTTPAddr }, cmds: cmdsAPI},
 	{env: "HERALD_API_TOKEN", flag: "api-token", def: "", usage: "when set, every API call but health needs Authorization: Bearer <token>",
 		field: func(c *Config) any { return &c.APIToken }, cmds: cmdsAPI, secret: true},
-	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port (smtps:// for TLS); unset: mail goes to herald.mbox",
+	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port[?tls=required|opportunistic|none] (STARTTLS; required with credentials), smtps:// for implicit TLS; unset: mail goes to herald.mbox",
 		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker"},
+	{env: "HERALD_SMTP_CA_FILE", flag: "smtp-ca-file", def: "", usage: "PEM certificates trusted besides the system's for the SMTP server's TLS (a private CA)",
+		field: func(c *Config) any { return &c.SMTPCAFile }, cmds: "serve worker"},
+	{env: "HERALD_SMTP_RATE", flag: "smtp-rate", def: "0", usage: "most emails per second this process hands the SMTP server (0: no limit)",
+		field: func(c *Config) any { return &c.SMTPRate }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_SMTP_FROM", flag: "smtp-from", def: "herald@localhost", usage: "From address (its domain names the Message-ID)",
 		field: func(c *Config) any { return &c.SMTPFrom }, cmds: cmdsWorker},
 	{env: "HERALD_MAX_RETRIES", flag: "max-retries", def: "5", usage: "retries after the first attempt; then dead-letter (0: dead-letter on the first failure)",

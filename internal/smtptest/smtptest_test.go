@@ -1,10 +1,15 @@
 package smtptest_test
 
 import (
+	"crypto/tls"
+	"encoding/base64"
 	"errors"
+	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
@@ -136,5 +141,240 @@ func TestCloseRightAfterNew(t *testing.T) {
 		srv, err := smtptest.New()
 		require.NoError(t, err)
 		srv.Close()
+	}
+}
+
+// dialStartTLS opens a session that did STARTTLS, trusting ca.
+func dialStartTLS(t *testing.T, addr string, ca *smtptest.CA) *smtp.Client {
+	t.Helper()
+	c, err := smtp.DialStartTLS(addr, &tls.Config{RootCAs: ca.Pool()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestStartTLSRequired(t *testing.T) {
+	t.Parallel()
+	ca := smtptest.StartCA(t)
+	srv := smtptest.Start(t, smtptest.WithStartTLS(ca.ServerTLS()), smtptest.WithRequireTLS(),
+		smtptest.WithAuth("user", "pass"))
+	require.Equal(t, "smtp://"+srv.Addr(), srv.URL())
+
+	// In clear: STARTTLS is offered, AUTH is not, MAIL is refused.
+	c, err := smtp.Dial(srv.Addr())
+	require.NoError(t, err)
+	ok, _ := c.Extension("STARTTLS")
+	require.True(t, ok)
+	ok, _ = c.Extension("AUTH")
+	require.False(t, ok, "AUTH offered in clear")
+	err = c.Mail("a@example.com", nil)
+	require.Equal(t, 530, smtpCode(t, err))
+	require.Contains(t, err.Error(), "STARTTLS")
+	_ = c.Close()
+
+	// Over TLS, with the CA trusted: AUTH (PLAIN and LOGIN) and delivery.
+	for _, a := range []sasl.Client{sasl.NewPlainClient("", "user", "pass"), sasl.NewLoginClient("user", "pass")} {
+		c := dialStartTLS(t, srv.Addr(), ca)
+		_, isTLS := c.TLSConnectionState()
+		require.True(t, isTLS)
+		require.NoError(t, c.Auth(a))
+		require.NoError(t, c.SendMail("a@example.com", []string{"b@example.org"}, strings.NewReader(raw)))
+		require.NoError(t, c.Quit())
+	}
+	require.Equal(t, 2, srv.Count())
+	require.Equal(t, 3, srv.MailCommands())
+	require.Equal(t, 2, srv.Attempts())
+
+	// Without the CA the certificate does not verify (at the handshake,
+	// which go-smtp does at the first command after STARTTLS).
+	c, err = smtp.DialStartTLS(srv.Addr(), &tls.Config{})
+	if err == nil {
+		err = c.Noop()
+		_ = c.Close()
+	}
+	require.ErrorContains(t, err, "certificate")
+}
+
+func TestImplicitTLSWithCA(t *testing.T) {
+	t.Parallel()
+	ca := smtptest.StartCA(t)
+	srv := smtptest.Start(t, smtptest.WithTLS(ca.ServerTLS()))
+	require.Equal(t, "smtps://"+srv.Addr(), srv.URL())
+	c, err := smtp.DialTLS(srv.Addr(), &tls.Config{RootCAs: ca.Pool()})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SendMail("a@example.com", []string{"b@example.org"}, strings.NewReader(raw)))
+	require.Equal(t, 1, srv.Count())
+
+	path := ca.WriteFile(t)
+	pemBytes, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, ca.CertPEM(), pemBytes)
+}
+
+func TestAuthLoginWithoutInitialResponse(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t, smtptest.WithAuth("user", "pass"), smtptest.WithAuthMechanisms(sasl.Login))
+	c, err := smtp.Dial(srv.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	require.True(t, c.SupportsAuth(sasl.Login))
+	require.False(t, c.SupportsAuth(sasl.Plain))
+	require.NoError(t, c.Auth(&loginNoIR{user: "user", pass: "pass"}))
+	require.NoError(t, c.SendMail("a@example.com", []string{"b@example.org"}, strings.NewReader(raw)))
+	require.Equal(t, 1, srv.Count())
+	require.Equal(t, 1, srv.AuthAttempts())
+}
+
+// loginNoIR is a LOGIN client that waits for both challenges.
+type loginNoIR struct{ user, pass string }
+
+func (l *loginNoIR) Start() (string, []byte, error) { return sasl.Login, nil, nil }
+func (l *loginNoIR) Next(ch []byte) ([]byte, error) {
+	switch string(ch) {
+	case "Username:":
+		return []byte(l.user), nil
+	case "Password:":
+		return []byte(l.pass), nil
+	}
+	return nil, errors.New("unexpected challenge " + string(ch))
+}
+
+// The wire capture sees what a careless client sends in clear: the control
+// that makes "absent from the capture" mean something.
+func TestWireCaptureSeesClearText(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t, smtptest.WithAuth("user", "s3cret"), smtptest.WithWireCapture())
+	require.NoError(t, send(srv.Addr(), sasl.NewPlainClient("", "user", "s3cret"), "<1@example.com>"))
+	wire := string(srv.Wire())
+	require.Contains(t, wire, "\r\nAUTH PLAIN "+base64.StdEncoding.EncodeToString([]byte("\x00user\x00s3cret")))
+	require.Contains(t, wire, "MAIL FROM:<a@example.com>")
+	require.Contains(t, wire, "220 localhost ESMTP")
+
+	require.Nil(t, smtptest.Start(t).Wire(), "no capture unless asked")
+}
+
+func TestFailAt(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t, smtptest.WithAuth("user", "pass"))
+	auth := sasl.NewPlainClient("", "user", "pass")
+	for _, tc := range []struct {
+		step smtptest.Step
+		code int
+	}{
+		{smtptest.StepGreeting, 421},
+		{smtptest.StepHello, 421},
+		{smtptest.StepAuth, 535},
+		{smtptest.StepMail, 550},
+		{smtptest.StepRcpt, 451},
+		{smtptest.StepData, 554},
+	} {
+		srv.FailAt(tc.step, tc.code, "scripted")
+		err := send(srv.Addr(), auth, "<1@example.com>")
+		require.Equal(t, tc.code, smtpCode(t, err), "step %d", tc.step)
+		srv.FailAt(tc.step, 0, "")
+	}
+	require.Zero(t, srv.Count())
+	require.NoError(t, send(srv.Addr(), auth, "<1@example.com>"))
+	require.Equal(t, 1, srv.Count())
+}
+
+func TestGreylist(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t)
+	srv.Greylist(2)
+	sendTo := func(rcpt string) error {
+		c, err := smtp.Dial(srv.Addr())
+		require.NoError(t, err)
+		defer c.Close()
+		return c.SendMail("a@example.com", []string{rcpt}, strings.NewReader(raw))
+	}
+	for range 2 {
+		require.Equal(t, 451, smtpCode(t, sendTo("b@example.org")))
+	}
+	require.NoError(t, sendTo("b@example.org"))
+	// Counted per recipient.
+	require.Equal(t, 451, smtpCode(t, sendTo("c@example.org")))
+	require.Equal(t, 1, srv.Count())
+
+	srv.Greylist(0)
+	require.NoError(t, sendTo("c@example.org"))
+	require.Equal(t, 2, srv.Count())
+}
+
+func TestDataLatency(t *testing.T) {
+	t.Parallel()
+	const d = 300 * time.Millisecond
+	srv := smtptest.Start(t, smtptest.WithDataLatency(d))
+	start := time.Now()
+	require.NoError(t, send(srv.Addr(), nil, "<1@example.com>"))
+	require.GreaterOrEqual(t, time.Since(start), d)
+
+	srv.SetDataLatency(0)
+	require.NoError(t, send(srv.Addr(), nil, "<2@example.com>"))
+	require.Equal(t, 2, srv.Count())
+}
+
+func TestHang(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t)
+	srv.SetHang(true)
+	conn, err := net.Dial("tcp", srv.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	// No greeting while hung.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(200*time.Millisecond)))
+	buf := make([]byte, 64)
+	_, err = conn.Read(buf)
+	var nerr net.Error
+	require.True(t, errors.As(err, &nerr) && nerr.Timeout(), "want a read timeout, got %v", err)
+
+	// Released, the held connection is greeted.
+	srv.SetHang(false)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	n, err := conn.Read(buf)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(buf[:n]), "220 "), "%q", buf[:n])
+	require.Equal(t, 1, srv.Connections())
+}
+
+func TestHangHoldsTransaction(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t)
+	c, err := smtp.Dial(srv.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Hello("localhost"))
+	srv.SetHang(true)
+	errc := make(chan error, 1)
+	go func() { errc <- c.SendMail("a@example.com", []string{"b@example.org"}, strings.NewReader(raw)) }()
+	select {
+	case err := <-errc:
+		t.Fatalf("a hung server answered: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	srv.SetHang(false)
+	require.NoError(t, <-errc)
+	require.Equal(t, 1, srv.Count())
+}
+
+func TestPeakAndDrop(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t)
+	var conns []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", srv.Addr())
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	// Each is counted once the server accepted it.
+	require.Eventually(t, func() bool { return srv.Connections() == 3 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 3, srv.PeakConnections())
+	srv.DropConnections()
+	for _, c := range conns {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, err := io.ReadAll(c)
+		require.NoError(t, err, "closed by the server: EOF")
+		_ = c.Close()
 	}
 }

@@ -2,8 +2,11 @@ package smtp_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -89,39 +92,6 @@ func TestSendConcurrent(t *testing.T) {
 	require.Equal(t, n, srv.Count())
 }
 
-func TestSendReplyCodes(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		code      int
-		permanent bool
-	}{
-		{550, true},
-		{554, true},
-		{451, false},
-		{421, false},
-	} {
-		t.Run(fmt.Sprint(tc.code), func(t *testing.T) {
-			t.Parallel()
-			srv := smtptest.Start(t)
-			s := newSender(t, smtp.Config{URL: srv.URL()})
-
-			srv.Fail(tc.code, "refused for the test")
-			err := s.Send(context.Background(), email("3"))
-			require.Error(t, err)
-			require.Equal(t, tc.permanent, notify.IsPermanent(err), "error %v", err)
-			require.Contains(t, err.Error(), "smtp send")
-			require.Contains(t, err.Error(), fmt.Sprint(tc.code))
-			require.Equal(t, 0, srv.Count())
-			require.Equal(t, 1, srv.Attempts())
-
-			srv.Fail(0, "")
-			require.NoError(t, s.Send(context.Background(), email("3")))
-			require.Equal(t, 1, srv.Count())
-			require.Equal(t, 2, srv.Attempts())
-		})
-	}
-}
-
 func TestSendUnreachable(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -133,6 +103,7 @@ func TestSendUnreachable(t *testing.T) {
 	err = s.Send(context.Background(), email("4"))
 	require.Error(t, err)
 	require.False(t, notify.IsPermanent(err), "error %v", err)
+	require.True(t, notify.IsSenderDown(err), "error %v", err)
 	require.Contains(t, err.Error(), "dial")
 }
 
@@ -176,6 +147,7 @@ func TestSendTimeout(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, notify.IsPermanent(err), "error %v", err)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.True(t, notify.IsSenderDown(err), "a server that does not answer is down: %v", err)
 	require.Less(t, time.Since(start), 5*time.Second)
 }
 
@@ -191,35 +163,10 @@ func TestSendCancelled(t *testing.T) {
 		require.Error(t, err)
 		require.False(t, notify.IsPermanent(err))
 		require.ErrorIs(t, err, context.Canceled)
+		require.False(t, notify.IsSenderDown(err), "the caller gave up, the server did not fail: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Send ignored the cancelled context")
 	}
-}
-
-func TestSendAuth(t *testing.T) {
-	t.Parallel()
-	srv := smtptest.Start(t, smtptest.WithAuth("herald", "s3cret-pw"))
-	addr := srv.Addr()
-
-	t.Run("right password", func(t *testing.T) {
-		s := newSender(t, smtp.Config{URL: "smtp://herald:s3cret-pw@" + addr})
-		require.NoError(t, s.Send(context.Background(), email("7")))
-		require.Equal(t, 1, srv.CountByMessageID()["<7@example.com>"])
-	})
-	t.Run("wrong password", func(t *testing.T) {
-		s := newSender(t, smtp.Config{URL: "smtp://herald:wrong-pw@" + addr})
-		err := s.Send(context.Background(), email("8"))
-		require.Error(t, err)
-		require.Contains(t, err.Error(), "auth")
-		require.NotContains(t, err.Error(), "wrong-pw")
-		require.Zero(t, srv.CountByMessageID()["<8@example.com>"])
-	})
-	t.Run("no credentials", func(t *testing.T) {
-		s := newSender(t, smtp.Config{URL: srv.URL()})
-		err := s.Send(context.Background(), email("9"))
-		require.Error(t, err)
-		require.Zero(t, srv.CountByMessageID()["<9@example.com>"])
-	})
 }
 
 func TestSendUndeliverableAddress(t *testing.T) {
@@ -236,6 +183,8 @@ func TestSendUndeliverableAddress(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate"), 0o600))
 	for _, tc := range []struct {
 		name string
 		cfg  smtp.Config
@@ -245,7 +194,17 @@ func TestNewValidates(t *testing.T) {
 		{"no host", smtp.Config{URL: "smtp://:25"}},
 		{"bad port", smtp.Config{URL: "smtp://user:topsecret@localhost:notaport"}},
 		{"path", smtp.Config{URL: "smtp://localhost:25/x"}},
-		{"query", smtp.Config{URL: "smtp://localhost:25?tls=1"}},
+		{"bad tls mode", smtp.Config{URL: "smtp://localhost:25?tls=1"}},
+		{"unknown query", smtp.Config{URL: "smtp://localhost:25?verify=no"}},
+		{"two tls modes", smtp.Config{URL: "smtp://localhost:25?tls=none&tls=required"}},
+		{"credentials in clear", smtp.Config{URL: "smtp://u:topsecret@localhost:25?tls=none"}},
+		{"credentials maybe in clear", smtp.Config{URL: "smtp://u:topsecret@localhost:25?tls=opportunistic"}},
+		{"smtps without tls", smtp.Config{URL: "smtps://localhost?tls=none"}},
+		{"skip verify", smtp.Config{URL: "smtps://localhost", TLSConfig: &tls.Config{InsecureSkipVerify: true}}},
+		{"missing CA file", smtp.Config{URL: "smtp://localhost", CAFile: "/nonexistent/ca.pem"}},
+		{"CA file without PEM", smtp.Config{URL: "smtp://localhost", CAFile: notPEM}},
+		{"negative max sessions", smtp.Config{URL: "smtp://localhost:25", MaxSessions: -1}},
+		{"negative rate", smtp.Config{URL: "smtp://localhost:25", Rate: -1}},
 		{"password without user", smtp.Config{URL: "smtp://:topsecret@localhost:25"}},
 		{"bad from", smtp.Config{URL: "smtp://localhost:25", From: "nobody"}},
 		{"negative timeout", smtp.Config{URL: "smtp://localhost:25", Timeout: -time.Second}},
@@ -260,7 +219,11 @@ func TestNewValidates(t *testing.T) {
 			require.NotContains(t, err.Error(), "topsecret")
 		})
 	}
-	for _, u := range []string{"smtp://localhost", "smtps://u:p@mail.example.com", "smtp://[::1]:2525"} {
+	for _, u := range []string{
+		"smtp://localhost", "smtps://u:p@mail.example.com", "smtp://[::1]:2525",
+		"smtp://u:p@localhost:587?tls=required", "smtp://localhost?tls=none", "smtp://localhost?tls=opportunistic",
+		"smtps://localhost?tls=required",
+	} {
 		_, err := smtp.New(smtp.Config{URL: u})
 		require.NoError(t, err, u)
 	}
@@ -269,11 +232,16 @@ func TestNewValidates(t *testing.T) {
 func TestSendImplicitTLSRefusesPlainServer(t *testing.T) {
 	t.Parallel()
 	// An smtps:// URL pointed at a plaintext server must not fall back to
-	// plaintext: the handshake fails, transiently.
+	// plaintext: the handshake fails, a failure of the server.
 	srv := smtptest.Start(t)
 	s := newSender(t, smtp.Config{URL: "smtps://" + srv.Addr(), Timeout: 5 * time.Second})
 	err := s.Send(context.Background(), email("11"))
 	require.Error(t, err)
 	require.False(t, notify.IsPermanent(err))
+	require.True(t, notify.IsSenderDown(err), "error %v", err)
+	require.Contains(t, err.Error(), "TLS handshake")
 	require.Equal(t, 0, srv.Count())
 }
+
+// tlsServerName is a TLS configuration that verifies name.
+func tlsServerName(name string) *tls.Config { return &tls.Config{ServerName: name} }
