@@ -33,6 +33,7 @@ type benchOptions struct {
 	rate           float64
 	json           bool
 	cpuProfile     string
+	smtpLatency    time.Duration
 }
 
 func cmdBench(ctx context.Context, args []string, e env) (err error) {
@@ -49,6 +50,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			fs.Float64Var(&o.rate, "rate", 0, "fixed arrival rate in creates per second (open loop); 0: as fast as the clients can")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object")
 			fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the pipeline run to this file")
+			fs.DurationVar(&o.smtpLatency, "smtp-latency", 0, "the SMTP sink answers each DATA after this `duration`, as a real provider does (50-500ms)")
 		})
 	if err != nil {
 		return err
@@ -62,6 +64,8 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return fmt.Errorf("herald bench: --rate: want 0 or more, got %g", o.rate)
 	case o.warmup < 0:
 		return fmt.Errorf("herald bench: --warmup: want 0 or more, got %d", o.warmup)
+	case o.smtpLatency < 0:
+		return fmt.Errorf("herald bench: --smtp-latency: want 0 or more, got %s", o.smtpLatency)
 	}
 
 	var cleanups []func() error
@@ -82,7 +86,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return err
 	}
 
-	st, err := startBenchStack(ctx, sc, e)
+	st, err := startBenchStack(ctx, sc, e, o.smtpLatency)
 	if err != nil {
 		return err
 	}
@@ -111,11 +115,27 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		}
 		st.rec.Reset()
 	}
+	stopSampler := func() (int64, error) { return 0, nil }
+	if sc.store == "postgres" {
+		if stopSampler, err = raw.SampleConns(ctx, sc.cfg.DatabaseURL, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("herald bench: %w", err)
+		}
+	}
 	res, err := bench.Run(ctx, st.rec, bcfg)
+	conns, serr := stopSampler()
 	if err != nil {
 		return err
 	}
+	if serr != nil {
+		return fmt.Errorf("herald bench: connection sampler: %w", serr)
+	}
 	report := bench.NewReport(sc.store, sc.tr.name, bcfg, res, ceilings)
+	report.SMTPLatencyMs = float64(o.smtpLatency) / float64(time.Millisecond)
+	report.SendsInFlightMax = st.rec.SendsInFlightMax()
+	report.DBConnsMax = conns
+	if sc.store == "sqlite" {
+		report.Notes = append(report.Notes, "SQLite: one write connection and a read pool per store; db_conns_max is sampled on PostgreSQL only")
+	}
 	report.Notes = append(report.Notes, notes...)
 	report.Notes = append(report.Notes, st.notes...)
 	if o.json {
@@ -248,7 +268,7 @@ type benchStack struct {
 // relay and worker are three apps (three stores, three connection pools),
 // as the separate processes of the production shape are; on the outbox
 // table one app runs them all, as herald serve does.
-func startBenchStack(ctx context.Context, sc *scratch, e env) (_ *benchStack, err error) {
+func startBenchStack(ctx context.Context, sc *scratch, e env, smtpLatency time.Duration) (_ *benchStack, err error) {
 	st := &benchStack{rec: bench.NewRecorder()}
 	var closers []func()
 	defer func() {
@@ -258,7 +278,7 @@ func startBenchStack(ctx context.Context, sc *scratch, e env) (_ *benchStack, er
 			}
 		}
 	}()
-	sink, err := smtptest.New()
+	sink, err := smtptest.New(smtptest.WithDataLatency(smtpLatency))
 	if err != nil {
 		return nil, fmt.Errorf("herald bench: start the SMTP sink: %w", err)
 	}

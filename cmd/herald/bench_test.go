@@ -25,6 +25,7 @@ var benchFields = []string{
 	"e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
 	"relay_per_s", "delivered_per_s", "drain_s",
 	"raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish",
+	"smtp_latency_ms", "sends_in_flight_max", "db_conns_max",
 }
 
 // runBench runs herald bench in-process with env as its whole environment
@@ -68,8 +69,10 @@ func TestBenchSmoke(t *testing.T) {
 		report, stderr := runBench(t, map[string]string{
 			"HERALD_DATABASE_URL": admin,
 			"HERALD_BROKER_URL":   amqpURL,
-		}, "--n", "200", "--concurrency", "4", "--json")
+		}, "--n", "200", "--concurrency", "4", "--smtp-latency", "20ms", "--json")
 		require.Equal(t, "postgres", report["store"])
+		require.EqualValues(t, 20, report["smtp_latency_ms"])
+		positive(t, report, "sends_in_flight_max", "db_conns_max")
 		require.Equal(t, "rabbitmq", report["transport"])
 		require.EqualValues(t, 200, report["accepted"])
 		require.EqualValues(t, 200, report["delivered"])
@@ -89,7 +92,8 @@ func TestBenchSmoke(t *testing.T) {
 		require.Equal(t, "table", report["transport"])
 		require.EqualValues(t, 200, report["accepted"])
 		require.EqualValues(t, 200, report["delivered"])
-		positive(t, report, "api_per_s", "api_p99_ms", "e2e_p99_ms", "delivered_per_s", "raw_tx_per_s", "api_vs_raw_tx")
+		positive(t, report, "api_per_s", "api_p99_ms", "e2e_p99_ms", "delivered_per_s", "raw_tx_per_s", "api_vs_raw_tx", "sends_in_flight_max")
+		require.Zero(t, report["db_conns_max"])
 		require.Zero(t, report["raw_publish_per_s"])
 		require.Zero(t, report["relay_per_s"])
 		require.NotEmpty(t, report["notes"], "a note says why the publish numbers are 0")
@@ -132,7 +136,7 @@ func requireQueuesGone(t *testing.T, amqpURL, prefix string) {
 
 func TestBenchRejectsBadFlags(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--n", "0"}, {"--concurrency", "0"}, {"--rate", "-1"}} {
+	for _, args := range [][]string{{"--n", "0"}, {"--concurrency", "0"}, {"--rate", "-1"}, {"--smtp-latency", "-1s"}} {
 		var stdout, stderr bytes.Buffer
 		err := cmdBench(t.Context(), args, env2(map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, &stdout, &stderr))
 		require.Error(t, err, "%v", args)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
@@ -26,6 +27,10 @@ type Publisher interface {
 // that the numbers come from the edges of the pipeline and the components
 // run unchanged. It is safe for concurrent use.
 type Recorder struct {
+	// inFlight and inFlightMax count the sends in progress, and the most
+	// there were at once.
+	inFlight, inFlightMax atomic.Int64
+
 	mu sync.Mutex
 	// sent maps a notification id (as the API shows it) to the moment its
 	// email was accepted the first time.
@@ -49,6 +54,7 @@ func (r *Recorder) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sent = make(map[string]time.Time)
+	r.inFlightMax.Store(r.inFlight.Load())
 	r.repeats, r.published, r.pubBatches = 0, 0, 0
 	r.first, r.last, r.firstPub, r.lastPub = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 }
@@ -68,12 +74,43 @@ type recordingSender struct {
 }
 
 func (rs recordingSender) Send(ctx context.Context, e notify.Email) error {
-	if err := rs.s.Send(ctx, e); err != nil {
+	n := rs.r.inFlight.Add(1)
+	for {
+		m := rs.r.inFlightMax.Load()
+		if n <= m || rs.r.inFlightMax.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	err := rs.s.Send(ctx, e)
+	rs.r.inFlight.Add(-1)
+	if err != nil {
 		return err
 	}
 	rs.r.sentAt(NotificationID(e.MessageID), time.Now())
 	return nil
 }
+
+// Probe forwards the wrapped sender's probe (the worker asks a sender that
+// has one whether the mail server is back); a sender without one is up.
+func (rs recordingSender) Probe(ctx context.Context) error {
+	if p, ok := rs.s.(interface{ Probe(context.Context) error }); ok {
+		return p.Probe(ctx)
+	}
+	return nil
+}
+
+// Timeout forwards the wrapped sender's send timeout, which the worker's
+// claim lease must outlast; 0 when it has none.
+func (rs recordingSender) Timeout() time.Duration {
+	if t, ok := rs.s.(interface{ Timeout() time.Duration }); ok {
+		return t.Timeout()
+	}
+	return 0
+}
+
+// SendsInFlightMax returns the most sends that were in progress at once
+// since the recorder was made or reset.
+func (r *Recorder) SendsInFlightMax() int64 { return r.inFlightMax.Load() }
 
 type recordingPublisher struct {
 	p Publisher

@@ -34,6 +34,14 @@ type Report struct {
 	DeliveredPerSec float64 `json:"delivered_per_s"`
 	DrainS          float64 `json:"drain_s"`
 
+	// SMTPLatencyMs is the in-process SMTP sink's answer time to DATA
+	// (--smtp-latency); SendsInFlightMax the most sends in progress at
+	// once; DBConnsMax the most database connections the stack held at
+	// once (PostgreSQL only; 0 on SQLite, see the notes).
+	SMTPLatencyMs    float64 `json:"smtp_latency_ms"`
+	SendsInFlightMax int64   `json:"sends_in_flight_max"`
+	DBConnsMax       int64   `json:"db_conns_max"`
+
 	RawTxPerSec       float64 `json:"raw_tx_per_s"`
 	RawPublishPerSec  float64 `json:"raw_publish_per_s"`
 	APIVsRawTx        float64 `json:"api_vs_raw_tx"`
