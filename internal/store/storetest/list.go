@@ -126,6 +126,13 @@ func testListFilters(t *testing.T, ctx context.Context, h Harness) {
 		{"pending", notify.ListFilter{Status: notify.StatusPending}, pending},
 		{"sent", notify.ListFilter{Status: notify.StatusSent}, nil},
 		{"user and status", notify.ListFilter{UserID: "ann", Status: notify.StatusFailed}, annFailed},
+		// The extremes of RFC 3339 (and one before year 1, as a negative
+		// offset makes it in UTC) are a filter like any other, not an error.
+		{"widest window", notify.ListFilter{
+			CreatedAfter:  time.Date(0, 12, 31, 23, 0, 0, 0, time.UTC),
+			CreatedBefore: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		}, append(slices.Clone(ann), bob...)},
+		{"unicode user", notify.ListFilter{UserID: "anné😀"}, nil},
 	} {
 		for _, limit := range []int{1, 2, 50} {
 			tc.f.Limit = limit
