@@ -64,7 +64,7 @@ type setting struct {
 
 // Command groups, as the cmds of a setting name them.
 const (
-	cmdsStore   = "serve api relay worker migrate outbox-stats outbox-prune dlq-list dlq-show dlq-redrive bench"
+	cmdsStore   = "serve api relay worker migrate outbox-stats outbox-prune dlq-list dlq-show dlq-redrive notifications-list notifications-show bench"
 	cmdsAPI     = "serve api"
 	cmdsRelay   = "serve relay bench"
 	cmdsWorker  = "serve worker bench"

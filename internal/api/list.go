@@ -96,6 +96,30 @@ func parseListQuery(q url.Values) (notify.ListFilter, *apiError) {
 	return f, nil
 }
 
+// ParamError is a query parameter (or the flag that stands for it) that a
+// listing refuses.
+type ParamError struct {
+	// Field names the parameter: user_id, status, created_after,
+	// created_before, limit or cursor.
+	Field   string
+	Message string
+}
+
+// Error returns the message, which names the parameter.
+func (e *ParamError) Error() string { return e.Message }
+
+// ParseListFilter reads the filters of a listing given as GET
+// /notifications query parameters, with the API's rules (see the OpenAPI
+// document); `herald notifications list` passes its flags through it, so
+// that both refuse the same input the same way. Its error is a *ParamError.
+func ParseListFilter(q url.Values) (notify.ListFilter, error) {
+	f, e := parseListQuery(q)
+	if e != nil {
+		return f, &ParamError{Field: e.Field, Message: e.Message}
+	}
+	return f, nil
+}
+
 // one returns the value of a parameter given once (parseListQuery refuses
 // repeats first).
 func one(q url.Values, name string) (string, bool) {
@@ -176,9 +200,10 @@ type attemptView struct {
 	Error      *string `json:"error"`
 }
 
-// NewAttemptsView is the JSON shape of a notification's attempts, shared by
-// the API and `herald notifications show --json`.
-func NewAttemptsView(as []notify.Attempt) any {
+// NewAttemptViews is the JSON shape of a notification's attempts, oldest
+// first (an array), shared by the API and `herald notifications show
+// --json`.
+func NewAttemptViews(as []notify.Attempt) any {
 	items := make([]attemptView, 0, len(as))
 	for _, at := range as {
 		v := attemptView{Attempt: at.Attempt, MessageID: notify.FormatID(at.MessageID), StartedAt: formatTime(at.StartedAt)}
@@ -194,9 +219,7 @@ func NewAttemptsView(as []notify.Attempt) any {
 		}
 		items = append(items, v)
 	}
-	return struct {
-		Items []attemptView `json:"items"`
-	}{items}
+	return items
 }
 
 // attempts handles GET /notifications/{id}/attempts.
@@ -210,7 +233,9 @@ func (a *API) attempts(w http.ResponseWriter, r *http.Request) {
 	as, err := a.store.Attempts(r.Context(), id)
 	switch {
 	case err == nil:
-		writeJSON(w, http.StatusOK, NewAttemptsView(as))
+		writeJSON(w, http.StatusOK, struct {
+			Items any `json:"items"`
+		}{NewAttemptViews(as)})
 	case errors.Is(err, notify.ErrNotFound):
 		writeError(w, http.StatusNotFound, notFound)
 	default:
