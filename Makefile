@@ -34,8 +34,10 @@ test-outage: ## tests that stop the broker (the outage test, the short chaos run
 # -fuzzminimizetime 1x: minimising a new interesting input can outlast a short
 # -fuzztime and end the run with "context deadline exceeded"; a short run only
 # looks for crashes.
-fuzz-short: ## a short fuzz run of the request decoder, the validator and the event decoder
+fuzz-short: ## a short fuzz run of the request decoder, the list query parser, the cursor decoder, the validator and the event decoder
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/sender/mail/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
 
@@ -45,6 +47,8 @@ fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/notify/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/mail/
 	$(GO) test -run '^$$' -fuzz '^FuzzCreate$$' -fuzztime $(FUZZTIME) ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime $(FUZZTIME) ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime $(FUZZTIME) ./internal/notify/
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

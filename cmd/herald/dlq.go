@@ -180,6 +180,9 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	f.IDs = ids
+	if all && len(ids) > 0 {
+		return usageError{fmt.Errorf("dlq redrive: --all and --id are exclusive: name ids, or all")}
+	}
 	st, closeStore, err := openMigrated(ctx, cfg)
 	if err != nil {
 		return err
@@ -198,13 +201,25 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
+	skips, err := api.ExplainSkips(ctx, st.Get, ids, res)
+	if err != nil {
+		return err
+	}
+	var skipped []string
+	for _, s := range skips {
+		skipped = append(skipped, fmt.Sprintf("%d (%s)", s.ID, s.Reason))
+	}
 	if dryRun {
-		fmt.Fprintf(e.stdout, "would redrive %d dead letter(s): %v\n", len(res.Redriven), res.Redriven)
+		fmt.Fprintf(e.stdout, "would redrive %d dead letter(s): %v", len(res.Redriven), res.Redriven)
+		if len(skipped) > 0 {
+			fmt.Fprintf(e.stdout, "; would skip %d: %s", len(skipped), strings.Join(skipped, ", "))
+		}
+		fmt.Fprintln(e.stdout)
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "redrove %d of %d dead letter(s)", len(res.Redriven), res.Selected)
-	if len(res.Skipped) > 0 {
-		fmt.Fprintf(e.stdout, "; skipped %d no longer failed: %v", len(res.Skipped), res.Skipped)
+	if len(skipped) > 0 {
+		fmt.Fprintf(e.stdout, "; skipped %d: %s", len(skipped), strings.Join(skipped, ", "))
 	}
 	if queue != nil {
 		fmt.Fprintf(e.stdout, "; removed %d message(s) from notifications.send.dlq", res.RemovedFromQueue)

@@ -73,6 +73,7 @@ func commands() []command {
 		{"migrate", "apply the database migrations (idempotent)", cmdMigrate},
 		{"outbox", "outbox stats | prune: the backlog, and retention on demand", cmdOutbox},
 		{"dlq", "dlq list | show | redrive: dead letters", cmdDLQ},
+		{"notifications", "notifications list | show: notifications, newest first; one with its attempts", cmdNotifications},
 		{"bench", "load and measure the configured stack against its raw limits", cmdBench},
 		{"version", "version, commit and Go version", cmdVersion},
 	}
@@ -110,7 +111,7 @@ func runEnv(ctx context.Context, args []string, e env) error {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: herald COMMAND [flags]\n\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-14s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'herald COMMAND --help' for the flags of a command. Every flag has an environment variable (HERALD_...).")
 }

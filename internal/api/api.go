@@ -104,21 +104,10 @@ func (c Config) validate() error {
 	return nil
 }
 
-// The route patterns; they are also the values of the route label of the
-// request metrics.
-const (
-	routeCreate  = "POST /notifications"
-	routeGet     = "GET /notifications/{id}"
-	routeHealthz = "GET /healthz"
-	routeReadyz  = "GET /readyz"
-	routeMetrics = "GET /metrics"
-	// routeUnmatched labels requests that matched no route (404, 405), so
-	// that raw paths never become label values.
-	routeUnmatched = "unmatched"
-)
-
-// openPaths need no token: probes and scrapers carry none.
-var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+// routeUnmatched labels requests that matched no route (404, 405) in the
+// request metrics, so that raw paths never become label values. Matched
+// requests are labelled with their route pattern, "GET /notifications/{id}".
+const routeUnmatched = "unmatched"
 
 // probeMethods are the methods tried to fill the Allow header of a 405.
 var probeMethods = []string{
@@ -133,6 +122,7 @@ type API struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	routes  map[string]bool
+	open    map[string]bool
 	tokenH  [sha256.Size]byte
 	metrics *httpMetrics
 	handler http.Handler
@@ -148,7 +138,7 @@ func New(store Store, cfg Config) (*API, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("new api: %w", err)
 	}
-	a := &API{store: store, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), routes: map[string]bool{}}
+	a := &API{store: store, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), routes: map[string]bool{}, open: map[string]bool{}}
 	if cfg.Token != "" {
 		a.tokenH = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -159,24 +149,11 @@ func New(store Store, cfg Config) (*API, error) {
 		}
 		a.metrics = m
 	}
-	a.handle(routeCreate, http.HandlerFunc(a.create))
-	a.handle(routeGet, http.HandlerFunc(a.get))
-	a.handle(routeHealthz, http.HandlerFunc(a.healthz))
-	a.handle(routeReadyz, http.HandlerFunc(a.readyz))
-	if cfg.Metrics != nil {
-		a.handle(routeMetrics, cfg.Metrics)
-	}
-	if cfg.DeadLetters != nil {
-		a.handle(routeDeadLetters, http.HandlerFunc(a.listDeadLetters))
-		a.handle(routeRedrive, http.HandlerFunc(a.redrive))
+	if err := a.register(); err != nil {
+		return nil, fmt.Errorf("new api: %w", err)
 	}
 	a.handler = http.HandlerFunc(a.serve)
 	return a, nil
-}
-
-func (a *API) handle(pattern string, h http.Handler) {
-	a.mux.Handle(pattern, h)
-	a.routes[pattern] = true
 }
 
 // Handler returns the http.Handler serving every route.
@@ -205,7 +182,7 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 		a.metrics.observe(route, sw.code(), time.Since(start))
 	}()
 
-	if !openPaths[r.URL.Path] && !a.authorized(r) {
+	if !a.open[r.URL.Path] && !a.authorized(r) {
 		sw.Header().Set("WWW-Authenticate", "Bearer")
 		writeError(sw, http.StatusUnauthorized, apiError{Code: "unauthorized", Message: "a valid bearer token is required"})
 		return

@@ -32,6 +32,7 @@ type env struct {
 	handler http.Handler
 	store   *sqlite.Store
 	db      *sql.DB // the same file, read-only, for counting rows
+	path    string
 }
 
 // setup serves an API over a fresh, migrated SQLite store. The store and the
@@ -53,7 +54,7 @@ func setup(t testing.TB, cfg api.Config) *env {
 	db, err := sql.Open("sqlite", path+"?_pragma=query_only(ON)&_pragma=busy_timeout(5000)")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	return &env{url: srv.URL, handler: a.Handler(), store: st, db: db}
+	return &env{url: srv.URL, handler: a.Handler(), store: st, db: db, path: path}
 }
 
 // rows counts notifications and outbox rows in the store's file.
@@ -96,7 +97,9 @@ func do(t testing.TB, method, url string, headers map[string][]string, body stri
 	require.NoError(t, err)
 	r := reply{status: res.StatusCode, header: res.Header, raw: string(b)}
 	if method != http.MethodHead && strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
-		require.NoError(t, json.Unmarshal(b, &r.json), "reply body %q", b)
+		var v any
+		require.NoError(t, json.Unmarshal(b, &v), "reply body %q", b)
+		r.json, _ = v.(map[string]any) // nil for an array (dead letters)
 	}
 	return r
 }
@@ -189,7 +192,9 @@ func TestCreateAndGet(t *testing.T) {
 
 	got := do(t, http.MethodGet, e.url+r.header.Get("Location"), nil, "")
 	require.Equal(t, http.StatusOK, got.status, got.raw)
-	require.Equal(t, r.json, got.json, "GET answers the shape POST answered")
+	require.Equal(t, "Line one\nLine two", got.json["body"], "GET shows the body")
+	delete(got.json, "body")
+	require.Equal(t, r.json, got.json, "GET answers the shape POST answered, and the body")
 
 	n, o := e.rows(t)
 	require.Equal(t, 1, n)
@@ -382,8 +387,9 @@ func TestMethodNotAllowed(t *testing.T) {
 	tests := []struct {
 		method, path, allow string
 	}{
-		{http.MethodGet, "/notifications", "POST"},
-		{http.MethodDelete, "/notifications", "POST"},
+		{http.MethodPut, "/notifications", "GET, HEAD, POST"},
+		{http.MethodDelete, "/notifications", "GET, HEAD, POST"},
+		{http.MethodPost, "/notifications/1/attempts", "GET, HEAD"},
 		{http.MethodPut, "/notifications/1", "GET, HEAD"},
 		{http.MethodPost, "/notifications/1", "GET, HEAD"},
 		{http.MethodPost, "/healthz", "GET, HEAD"},

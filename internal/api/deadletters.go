@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -19,8 +21,6 @@ type DeadLetters interface {
 }
 
 const (
-	routeDeadLetters = "GET /dead-letters"
-	routeRedrive     = "POST /dead-letters/redrive"
 	// defaultDeadLetterLimit caps a listing that names no limit.
 	defaultDeadLetterLimit = 100
 	maxDeadLetterLimit     = 10000
@@ -80,11 +80,79 @@ type redriveRequest struct {
 }
 
 type redriveView struct {
-	Selected         int      `json:"selected"`
-	Redriven         []string `json:"redriven"`
-	Skipped          []string `json:"skipped"`
-	RemovedFromQueue int      `json:"removed_from_queue"`
-	DryRun           bool     `json:"dry_run"`
+	Selected         int           `json:"selected"`
+	Redriven         []string      `json:"redriven"`
+	Skipped          []skippedView `json:"skipped"`
+	RemovedFromQueue int           `json:"removed_from_queue"`
+	DryRun           bool          `json:"dry_run"`
+}
+
+type skippedView struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// Why a redrive did not redrive a notification it named or selected.
+const (
+	// SkipNotFound: there is no such notification.
+	SkipNotFound = "not_found"
+	// SkipNotFailed: the notification is pending or sent (or was sent or
+	// redriven between the selection and its turn); it is never sent twice.
+	SkipNotFailed = "not_failed"
+	// SkipFilteredOut: the notification is failed, but the selection's
+	// since, error or limit left it out.
+	SkipFilteredOut = "filtered_out"
+)
+
+// Skip is a notification a redrive did not redrive, and why.
+type Skip struct {
+	ID     int64
+	Reason string
+}
+
+// ExplainSkips says why each notification that a redrive named in ids, or
+// selected, was not redriven: the ids in the order given (once each), then
+// those selected but no longer failed at their turn. get reads a
+// notification (the store's Get), to tell an unknown id from one that is
+// not failed. Shared by the API and `herald dlq redrive`.
+func ExplainSkips(ctx context.Context, get func(context.Context, int64) (notify.Notification, error), ids []int64, res notify.RedriveResult) ([]Skip, error) {
+	done := map[int64]bool{}
+	for _, id := range res.Redriven {
+		done[id] = true
+	}
+	skipped := map[int64]bool{}
+	for _, id := range res.Skipped {
+		skipped[id] = true
+	}
+	var out []Skip
+	for _, id := range ids {
+		if done[id] {
+			continue
+		}
+		done[id] = true
+		if skipped[id] {
+			out = append(out, Skip{id, SkipNotFailed})
+			continue
+		}
+		n, err := get(ctx, id)
+		switch {
+		case errors.Is(err, notify.ErrNotFound):
+			out = append(out, Skip{id, SkipNotFound})
+		case err != nil:
+			return nil, fmt.Errorf("explain skipped notification %d: %w", id, err)
+		case n.Status != notify.StatusFailed:
+			out = append(out, Skip{id, SkipNotFailed})
+		default:
+			out = append(out, Skip{id, SkipFilteredOut})
+		}
+	}
+	for _, id := range res.Skipped {
+		if !done[id] {
+			done[id] = true
+			out = append(out, Skip{id, SkipNotFailed})
+		}
+	}
+	return out, nil
 }
 
 func (a *API) redrive(w http.ResponseWriter, r *http.Request) {
@@ -118,6 +186,10 @@ func (a *API) redrive(w http.ResponseWriter, r *http.Request) {
 		}
 		f.IDs = append(f.IDs, id)
 	}
+	if req.All && len(f.IDs) > 0 {
+		writeError(w, http.StatusBadRequest, apiError{Code: "invalid_field", Message: "all and ids are exclusive: name ids, or all", Field: "all"})
+		return
+	}
 	sel := notify.RedriveSelection{Filter: f, All: req.All, DryRun: req.DryRun}
 	if sel.Empty() {
 		writeError(w, http.StatusBadRequest, apiError{Code: "empty_selection", Message: "name ids, all, or a filter (since, error, limit)"})
@@ -128,10 +200,19 @@ func (a *API) redrive(w http.ResponseWriter, r *http.Request) {
 		a.unavailable(w, r, "redrive", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, redriveView{
-		Selected: res.Selected, Redriven: formatIDs(res.Redriven), Skipped: formatIDs(res.Skipped),
+	skips, err := ExplainSkips(r.Context(), a.store.Get, f.IDs, res)
+	if err != nil {
+		a.unavailable(w, r, "redrive", err)
+		return
+	}
+	v := redriveView{
+		Selected: res.Selected, Redriven: formatIDs(res.Redriven), Skipped: []skippedView{},
 		RemovedFromQueue: res.RemovedFromQueue, DryRun: res.DryRun,
-	})
+	}
+	for _, s := range skips {
+		v.Skipped = append(v.Skipped, skippedView{ID: notify.FormatID(s.ID), Reason: s.Reason})
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 func formatIDs(ids []int64) []string {

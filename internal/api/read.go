@@ -19,7 +19,7 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 	n, err := a.store.Get(r.Context(), id)
 	switch {
 	case err == nil:
-		writeJSON(w, http.StatusOK, newNotificationView(n))
+		writeJSON(w, http.StatusOK, NewNotificationDetail(n))
 	case errors.Is(err, notify.ErrNotFound):
 		writeError(w, http.StatusNotFound, notFound)
 	default:

@@ -15,6 +15,12 @@ type Store interface {
 	Create(ctx context.Context, n notify.NewNotification) (notify.Created, error)
 	// Get returns one notification or notify.ErrNotFound.
 	Get(ctx context.Context, id int64) (notify.Notification, error)
+	// List returns a page of the notifications f selects, newest first,
+	// without their bodies, and where the next page starts.
+	List(ctx context.Context, f notify.ListFilter) (notify.ListPage, error)
+	// Attempts returns every delivery attempt of a notification, in the
+	// order they were made, or notify.ErrNotFound.
+	Attempts(ctx context.Context, id int64) ([]notify.Attempt, error)
 }
 
 // Pinger is one dependency that readiness checks.

@@ -6,8 +6,9 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// notificationView is a notification as the API shows it. The body is left
-// out: it can be large and the client already has it.
+// notificationView is a notification as a create and a listing show it.
+// The body is left out: it can be large, and GET /notifications/{id} (see
+// notificationDetail) has it.
 type notificationView struct {
 	ID        string  `json:"id"`
 	UserID    string  `json:"user_id"`
@@ -46,3 +47,16 @@ func newNotificationView(n notify.Notification) notificationView {
 
 // formatTime renders RFC 3339 in UTC, with the fraction the store kept.
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// notificationDetail is a notification as GET /notifications/{id} shows it:
+// with its body.
+type notificationDetail struct {
+	notificationView
+	Body string `json:"body"`
+}
+
+// NewNotificationDetail is the JSON shape of one notification with its body,
+// shared by the API and `herald notifications show --json`.
+func NewNotificationDetail(n notify.Notification) any {
+	return notificationDetail{notificationView: newNotificationView(n), Body: n.Body}
+}

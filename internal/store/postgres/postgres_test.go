@@ -60,6 +60,7 @@ func TestConformance(t *testing.T) {
 				t.Helper()
 				return count(t, s, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize())
 			},
+			AddAttempt: addAttempt(s),
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/store/storetest"
@@ -19,7 +20,7 @@ var _ store.Store = (*sqlite.Store)(nil)
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		s, path := setup(t)
-		return storetest.Harness{Store: s, Count: counter(t, path), SingleWriter: true}
+		return storetest.Harness{Store: s, Count: counter(t, path), SingleWriter: true, AddAttempt: attempter(t, path)}
 	})
 }
 
@@ -64,5 +65,24 @@ func counter(t testing.TB, path string) func(testing.TB, string) int {
 		var n int
 		require.NoError(t, db.QueryRowContext(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
 		return n
+	}
+}
+
+// attempter writes delivery_attempts rows on the file for the conformance
+// suite, in the store's time format (fixed-width UTC text).
+func attempter(t testing.TB, path string) func(testing.TB, int64, notify.Attempt) {
+	db := raw(t, path)
+	const layout = "2006-01-02T15:04:05.000000Z"
+	return func(t testing.TB, notificationID int64, a notify.Attempt) {
+		t.Helper()
+		var finished any
+		if a.FinishedAt != nil {
+			finished = a.FinishedAt.UTC().Format(layout)
+		}
+		_, err := db.ExecContext(context.Background(), `INSERT INTO delivery_attempts
+			(notification_id, message_id, attempt, started_at, finished_at, outcome, error)
+			VALUES (?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''))`,
+			notificationID, a.MessageID, a.Attempt, a.StartedAt.UTC().Format(layout), finished, a.Outcome, a.Error)
+		require.NoError(t, err)
 	}
 }

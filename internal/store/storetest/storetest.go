@@ -44,6 +44,10 @@ type Harness struct {
 	// transactions serialize instead of overlapping; they still require
 	// that the two never see the same rows.
 	SingleWriter bool
+	// AddAttempt writes a delivery_attempts row for a notification with
+	// the engine's own SQL, for the subtests of the attempts history.
+	// Required.
+	AddAttempt func(t testing.TB, notificationID int64, a notify.Attempt)
 }
 
 // Run runs the suite. newStore is called once per subtest, so subtests run in
@@ -97,6 +101,8 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"Prune", testPrune},
 		{"Reconcile", testReconcile},
 		{"ReconcileLimit", testReconcileLimit},
+		{"List", testList}, {"ListFilters", testListFilters}, {"ListTimeWindow", testListTimeWindow},
+		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+func cmdNotifications(ctx context.Context, args []string, e env) error {
+	sub := ""
+	if len(args) > 0 {
+		sub, args = args[0], args[1:]
+	}
+	switch sub {
+	case "list":
+		return cmdNotificationsList(ctx, args, e)
+	case "show":
+		return cmdNotificationsShow(ctx, args, e)
+	default:
+		return groupUsage(e, sub, "Usage: herald notifications list [--user-id ID] [--status S] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.")
+	}
+}
+
+func cmdNotificationsList(ctx context.Context, args []string, e env) error {
+	var (
+		userID, status, after, before, cursor string
+		limit                                 int
+		asJSON                                bool
+	)
+	cfg, err := parseFlags("notifications list", "Lists notifications newest first, a page at a time, as GET /notifications does. The next page's cursor is printed on stderr (in the JSON with --json); pass it with the same filters.",
+		args, e, func(fs *flag.FlagSet) {
+			fs.StringVar(&userID, "user-id", "", "only this user's notifications")
+			fs.StringVar(&status, "status", "", "only notifications in this status: pending, sent or failed")
+			fs.StringVar(&after, "created-after", "", "only those created at or after this RFC 3339 time")
+			fs.StringVar(&before, "created-before", "", "only those created before this RFC 3339 time")
+			fs.IntVar(&limit, "limit", api.DefaultListLimit, "page size, from 1 to "+strconv.Itoa(api.MaxListLimit))
+			fs.StringVar(&cursor, "cursor", "", "resume where the previous page ended (its next cursor, same filters)")
+			fs.BoolVar(&asJSON, "json", false, `print the page as the API answers it: {"items": [...], "next_cursor": "..."}`)
+		})
+	if err != nil {
+		return err
+	}
+	// The flags go through the API's own parser: the same rules, the same
+	// cursors, usable with either.
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	for name, v := range map[string]string{"user_id": userID, "status": status, "created_after": after, "created_before": before, "cursor": cursor} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	f, err := api.ParseListFilter(q)
+	if pe, ok := errors.AsType[*api.ParamError](err); ok {
+		return usageError{fmt.Errorf("notifications list: --%s: %s", strings.ReplaceAll(pe.Field, "_", "-"), pe.Message)}
+	}
+	if err != nil {
+		return err
+	}
+	st, closeStore, err := openMigrated(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	page, err := st.List(ctx, f)
+	if err != nil {
+		return fmt.Errorf("list notifications: %w", err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(api.NewPageView(f, page))
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tCREATED_AT\tSTATUS\tATTEMPTS\tUSER_ID\tTO\tSUBJECT")
+	for _, n := range page.Items {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", n.ID, n.CreatedAt.UTC().Format(time.RFC3339), n.Status, n.Attempts,
+			oneLine(n.UserID, 40), oneLine(n.To, 40), oneLine(n.Subject, 50))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.Next != nil {
+		fmt.Fprintf(e.stderr, "%d notification(s); next page: --cursor %s\n", len(page.Items), f.EncodeCursor(*page.Next))
+	} else {
+		fmt.Fprintf(e.stderr, "%d notification(s); no more pages\n", len(page.Items))
+	}
+	return nil
+}
+
+func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
+	var asJSON bool
+	cfg, rest, err := parseConfig("notifications show", "Shows one notification with its body and every delivery attempt: herald notifications show ID.", args, e,
+		func(fs *flag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, `print {"notification": {...}, "attempts": [...]} as the API shows them`)
+		})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{errors.New("notifications show takes one notification id (run 'herald notifications show --help')")}
+	}
+	id, ok := notify.ParseID(rest[0])
+	if !ok {
+		return usageError{fmt.Errorf("notifications show: %q is not a notification id", rest[0])}
+	}
+	st, closeStore, err := openMigrated(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	n, err := st.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("notification %d: %w", id, err)
+	}
+	attempts, err := st.Attempts(ctx, id)
+	if err != nil {
+		return fmt.Errorf("attempts of notification %d: %w", id, err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"notification": api.NewNotificationDetail(n), "attempts": api.NewAttemptViews(attempts)})
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("id", notify.FormatID(n.ID))
+	row("status", string(n.Status))
+	row("user_id", n.UserID)
+	row("channel", n.Channel)
+	row("to", n.To)
+	row("subject", n.Subject)
+	row("attempts", strconv.Itoa(n.Attempts))
+	row("last_error", n.LastError)
+	row("created_at", n.CreatedAt.UTC().Format(time.RFC3339Nano))
+	row("updated_at", n.UpdatedAt.UTC().Format(time.RFC3339Nano))
+	if n.SentAt != nil {
+		row("sent_at", n.SentAt.UTC().Format(time.RFC3339Nano))
+	}
+	if n.FailedAt != nil {
+		row("failed_at", n.FailedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "\nbody:\n%s\n", strings.TrimRight(n.Body, "\n"))
+	if len(attempts) == 0 {
+		fmt.Fprintln(e.stdout, "\nno delivery attempt yet")
+		return nil
+	}
+	fmt.Fprintln(e.stdout)
+	tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ATTEMPT\tMESSAGE_ID\tSTARTED_AT\tFINISHED_AT\tOUTCOME\tERROR")
+	for _, a := range attempts {
+		finished, outcome := "-", a.Outcome
+		if a.FinishedAt != nil {
+			finished = a.FinishedAt.UTC().Format(time.RFC3339Nano)
+		}
+		if outcome == "" {
+			outcome = "in flight"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", a.Attempt, a.MessageID, a.StartedAt.UTC().Format(time.RFC3339Nano), finished, outcome, oneLine(a.Error, 80))
+	}
+	return tw.Flush()
+}

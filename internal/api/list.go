@@ -1,0 +1,244 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// The page size of GET /notifications. A limit above MaxListLimit is refused
+// with a 400 naming "limit", not clamped: a client that asked for 1000 and
+// silently got 500 could take the short page for the end of the data.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 500
+)
+
+// listParams are the query parameters of GET /notifications.
+var listParams = map[string]bool{
+	"user_id": true, "status": true, "created_after": true, "created_before": true, "limit": true, "cursor": true,
+}
+
+// parseListQuery reads the query of GET /notifications into a filter, the
+// resumed position included. Its error is the 400 to answer, naming the
+// parameter at fault: an unknown or repeated parameter, a value of the wrong
+// type or out of range, an unknown status, an empty time window, a cursor
+// that herald did not issue or that belongs to other filters.
+func parseListQuery(q url.Values) (notify.ListFilter, *apiError) {
+	f := notify.ListFilter{Limit: DefaultListLimit}
+	for name, vs := range q {
+		if name == "" {
+			continue // "?=x" names nothing, like a stray "&"
+		}
+		if !listParams[name] {
+			name = strings.ToValidUTF8(clip(name, maxEchoLen), "\uFFFD")
+			return f, &apiError{Code: "unknown_field", Message: "unknown query parameter " + strconv.Quote(name), Field: name}
+		}
+		if len(vs) != 1 {
+			return f, invalidParam(name, "is given more than once")
+		}
+	}
+	if v, ok := one(q, "user_id"); ok {
+		if e := checkQueryText("user_id", v, notify.MaxUserIDLen); e != nil {
+			return f, e
+		}
+		f.UserID = v
+	}
+	if v, ok := one(q, "status"); ok {
+		switch s := notify.Status(v); s {
+		case notify.StatusPending, notify.StatusSent, notify.StatusFailed:
+			f.Status = s
+		default:
+			return f, invalidParam("status", "must be pending, sent or failed")
+		}
+	}
+	for _, p := range []struct {
+		name string
+		to   *time.Time
+	}{{"created_after", &f.CreatedAfter}, {"created_before", &f.CreatedBefore}} {
+		v, ok := one(q, p.name)
+		if !ok {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return f, invalidParam(p.name, "must be an RFC 3339 time such as 2026-05-01T12:00:00Z")
+		}
+		*p.to = t
+	}
+	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedBefore.After(f.CreatedAfter) {
+		return f, invalidParam("created_before", "must be later than created_after")
+	}
+	if v, ok := one(q, "limit"); ok {
+		n, ok := notify.ParseID(v) // digits only: no sign, no space, no exponent
+		if !ok || n > MaxListLimit {
+			return f, invalidParam("limit", "must be an integer from 1 to "+strconv.Itoa(MaxListLimit))
+		}
+		f.Limit = int(n)
+	}
+	if v, ok := one(q, "cursor"); ok {
+		p, err := f.DecodeCursor(v)
+		switch {
+		case errors.Is(err, notify.ErrForeignCursor):
+			return f, &apiError{Code: "invalid_cursor", Message: "the cursor belongs to a listing with other filters; list again without it", Field: "cursor"}
+		case err != nil:
+			return f, &apiError{Code: "invalid_cursor", Message: "the cursor is not one this API issued; pass next_cursor as it was given", Field: "cursor"}
+		}
+		f.After = &p
+	}
+	return f, nil
+}
+
+// ParamError is a query parameter (or the flag that stands for it) that a
+// listing refuses.
+type ParamError struct {
+	// Field names the parameter: user_id, status, created_after,
+	// created_before, limit or cursor.
+	Field   string
+	Message string
+}
+
+// Error returns the message, which names the parameter.
+func (e *ParamError) Error() string { return e.Message }
+
+// ParseListFilter reads the filters of a listing given as GET
+// /notifications query parameters, with the API's rules (see the OpenAPI
+// document); `herald notifications list` passes its flags through it, so
+// that both refuse the same input the same way. Its error is a *ParamError.
+func ParseListFilter(q url.Values) (notify.ListFilter, error) {
+	f, e := parseListQuery(q)
+	if e != nil {
+		return f, &ParamError{Field: e.Field, Message: e.Message}
+	}
+	return f, nil
+}
+
+// one returns the value of a parameter given once (parseListQuery refuses
+// repeats first).
+func one(q url.Values, name string) (string, bool) {
+	vs := q[name]
+	if len(vs) == 0 {
+		return "", false
+	}
+	return vs[0], true
+}
+
+func invalidParam(name, msg string) *apiError {
+	return &apiError{Code: "invalid_field", Message: name + " " + msg, Field: name}
+}
+
+// checkQueryText accepts what a create would have stored: non-empty valid
+// UTF-8 without control characters, at most max bytes. Anything else can
+// match nothing, and would make PostgreSQL fail (a NUL byte, invalid
+// UTF-8) instead of answering an empty page.
+func checkQueryText(name, v string, max int) *apiError {
+	switch {
+	case v == "":
+		return invalidParam(name, "must not be empty")
+	case len(v) > max:
+		return invalidParam(name, "must be at most "+strconv.Itoa(max)+" bytes")
+	case !utf8.ValidString(v):
+		return invalidParam(name, "must be valid UTF-8")
+	}
+	for _, c := range v {
+		if unicode.IsControl(c) {
+			return invalidParam(name, "must not contain control characters")
+		}
+	}
+	return nil
+}
+
+// pageView is the reply of GET /notifications.
+type pageView struct {
+	Items      []notificationView `json:"items"`
+	NextCursor string             `json:"next_cursor,omitempty"`
+}
+
+// NewPageView is the JSON shape of a page of notifications, shared by the
+// API and `herald notifications list --json`; f is the listing's filter, to
+// which the next cursor is bound.
+func NewPageView(f notify.ListFilter, p notify.ListPage) any {
+	v := pageView{Items: make([]notificationView, 0, len(p.Items))}
+	for _, n := range p.Items {
+		v.Items = append(v.Items, newNotificationView(n))
+	}
+	if p.Next != nil {
+		v.NextCursor = f.EncodeCursor(*p.Next)
+	}
+	return v
+}
+
+// list handles GET /notifications.
+func (a *API) list(w http.ResponseWriter, r *http.Request) {
+	f, e := parseListQuery(r.URL.Query())
+	if e != nil {
+		writeError(w, http.StatusBadRequest, *e)
+		return
+	}
+	page, err := a.store.List(r.Context(), f)
+	if err != nil {
+		a.unavailable(w, r, "list notifications", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewPageView(f, page))
+}
+
+// attemptView is one delivery attempt as the API shows it.
+type attemptView struct {
+	Attempt    int     `json:"attempt"`
+	MessageID  string  `json:"message_id"`
+	StartedAt  string  `json:"started_at"`
+	FinishedAt *string `json:"finished_at"`
+	Outcome    *string `json:"outcome"`
+	Error      *string `json:"error"`
+}
+
+// NewAttemptViews is the JSON shape of a notification's attempts, oldest
+// first (an array), shared by the API and `herald notifications show
+// --json`.
+func NewAttemptViews(as []notify.Attempt) any {
+	items := make([]attemptView, 0, len(as))
+	for _, at := range as {
+		v := attemptView{Attempt: at.Attempt, MessageID: notify.FormatID(at.MessageID), StartedAt: formatTime(at.StartedAt)}
+		if at.FinishedAt != nil {
+			s := formatTime(*at.FinishedAt)
+			v.FinishedAt = &s
+		}
+		if at.Outcome != "" {
+			v.Outcome = &at.Outcome
+		}
+		if at.Error != "" {
+			v.Error = &at.Error
+		}
+		items = append(items, v)
+	}
+	return items
+}
+
+// attempts handles GET /notifications/{id}/attempts.
+func (a *API) attempts(w http.ResponseWriter, r *http.Request) {
+	notFound := apiError{Code: "not_found", Message: "no such notification"}
+	id, ok := notify.ParseID(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, notFound)
+		return
+	}
+	as, err := a.store.Attempts(r.Context(), id)
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, struct {
+			Items any `json:"items"`
+		}{NewAttemptViews(as)})
+	case errors.Is(err, notify.ErrNotFound):
+		writeError(w, http.StatusNotFound, notFound)
+	default:
+		a.unavailable(w, r, "read attempts", err)
+	}
+}

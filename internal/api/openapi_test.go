@@ -1,0 +1,411 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/deadletter"
+)
+
+// docURL is where the test's schema compiler keeps the document.
+const docURL = "mem://herald/openapi.json"
+
+// spec is the OpenAPI document, read as JSON, with a schema compiler over
+// it and a mux of its path templates to find the operation of a request.
+type spec struct {
+	doc      map[string]any
+	compiler *jsonschema.Compiler
+	mux      *http.ServeMux
+
+	mu      sync.Mutex
+	schemas map[string]*jsonschema.Schema
+	// seen records "operationId status" for every reply checked.
+	seen map[string]bool
+}
+
+func loadSpec(t testing.TB) *spec {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(api.OpenAPIDocument))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	c.AssertFormat() // date-time is checked, not just annotated
+	require.NoError(t, c.AddResource(docURL, doc))
+	s := &spec{doc: doc.(map[string]any), compiler: c, mux: http.NewServeMux(), schemas: map[string]*jsonschema.Schema{}, seen: map[string]bool{}}
+	require.Equal(t, "3.1.0", s.doc["openapi"])
+	for _, op := range s.operations(t) {
+		s.mux.HandleFunc(op, func(http.ResponseWriter, *http.Request) {})
+	}
+	return s
+}
+
+func obj(t testing.TB, v any, what string) map[string]any {
+	t.Helper()
+	m, ok := v.(map[string]any)
+	require.True(t, ok, "%s is not an object", what)
+	return m
+}
+
+// operations returns "METHOD /path" of every operation, sorted.
+func (s *spec) operations(t testing.TB) []string {
+	var out []string
+	for path, item := range obj(t, s.doc["paths"], "paths") {
+		for method := range obj(t, item, path) {
+			out = append(out, strings.ToUpper(method)+" "+path)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// operation returns an operation's object and its JSON pointer.
+func (s *spec) operation(t testing.TB, pattern string) (map[string]any, string) {
+	method, path, _ := strings.Cut(pattern, " ")
+	m := strings.ToLower(method)
+	op := obj(t, obj(t, obj(t, s.doc["paths"], "paths")[path], path)[m], pattern)
+	return op, "/paths/" + pointerToken(path) + "/" + m
+}
+
+func pointerToken(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// resolve follows a local $ref of the document.
+func (s *spec) resolve(t testing.TB, v map[string]any, ptr string) (map[string]any, string) {
+	ref, ok := v["$ref"].(string)
+	if !ok {
+		return v, ptr
+	}
+	require.True(t, strings.HasPrefix(ref, "#/"), "only local references: %s", ref)
+	var cur any = s.doc
+	for _, tok := range strings.Split(ref[2:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		cur = obj(t, cur, ref)[tok]
+	}
+	return obj(t, cur, ref), ref[1:]
+}
+
+func (s *spec) schema(t testing.TB, ptr string) *jsonschema.Schema {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sch, ok := s.schemas[ptr]; ok {
+		return sch
+	}
+	sch, err := s.compiler.Compile(docURL + "#" + ptr)
+	require.NoError(t, err, "compile %s", ptr)
+	s.schemas[ptr] = sch
+	return sch
+}
+
+// check validates a real reply against the document: the request must
+// match an operation, the status must be one of its documented responses,
+// the Content-Type one of that response's, and the body must satisfy the
+// schema.
+func (s *spec) check(t testing.TB, method, target string, r reply) {
+	t.Helper()
+	_, pattern := s.mux.Handler(httptest.NewRequest(method, target, nil))
+	require.NotEmpty(t, pattern, "%s %s matches no operation of the document", method, target)
+	op, ptr := s.operation(t, pattern)
+	status := strconv.Itoa(r.status)
+	resp, ok := obj(t, op["responses"], pattern+" responses")[status]
+	require.True(t, ok, "%s answered %s, which the document does not list: %s", pattern, status, r.raw)
+	res, ptr := s.resolve(t, obj(t, resp, status), ptr+"/responses/"+status)
+	// The headers the document lists that every such reply carries.
+	headers, _ := res["headers"].(map[string]any)
+	for name := range headers {
+		if name == "WWW-Authenticate" || name == "Retry-After" || name == "Location" {
+			require.NotEmpty(t, r.header.Get(name), "%s %s: header %s", pattern, status, name)
+		}
+	}
+	mt, _, err := mime.ParseMediaType(r.header.Get("Content-Type"))
+	require.NoError(t, err)
+	content := obj(t, res["content"], pattern+" "+status+" content")
+	_, ok = content[mt]
+	require.True(t, ok, "%s %s: Content-Type %s is not documented", pattern, status, mt)
+	sch := s.schema(t, ptr+"/content/"+pointerToken(mt)+"/schema")
+	var inst any = r.raw
+	if mt == "application/json" {
+		inst, err = jsonschema.UnmarshalJSON(strings.NewReader(r.raw))
+		require.NoError(t, err)
+	}
+	require.NoError(t, sch.Validate(inst), "%s %s: the reply does not match the schema: %s", pattern, status, r.raw)
+	s.mu.Lock()
+	s.seen[op["operationId"].(string)+" "+status] = true
+	s.mu.Unlock()
+}
+
+// The document and the router agree: every registered route is an
+// operation of the document and every operation is registered (with every
+// optional part configured); GET routes also answer HEAD, as ServeMux does.
+// The operations marked "security: []" are exactly those open without the
+// token.
+func TestOpenAPIMatchesRouter(t *testing.T) {
+	t.Parallel()
+	s := loadSpec(t)
+	st := setup(t, api.Config{}).store
+	const token = "t0ken"
+	a, err := api.New(st, api.Config{
+		Token:       token,
+		Metrics:     promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
+		DeadLetters: deadletter.New(st, nil),
+	})
+	require.NoError(t, err)
+	require.Equal(t, s.operations(t), a.Routes(), "the router serves exactly the document's operations")
+
+	bare, err := api.New(st, api.Config{})
+	require.NoError(t, err)
+	require.NotContains(t, bare.Routes(), "GET /metrics", "an optional route is served only when configured")
+	require.NotContains(t, bare.Routes(), "GET /dead-letters")
+
+	for _, pattern := range a.Routes() {
+		method, path, _ := strings.Cut(pattern, " ")
+		op, _ := s.operation(t, pattern)
+		sec, hasSec := op["security"].([]any)
+		open := hasSec && len(sec) == 0
+		target := strings.ReplaceAll(path, "{id}", "1")
+		w := httptest.NewRecorder()
+		a.Handler().ServeHTTP(w, httptest.NewRequest(method, target, strings.NewReader("{}")))
+		if open {
+			require.NotEqual(t, http.StatusUnauthorized, w.Code, "%s is open in the document", pattern)
+		} else {
+			require.Equal(t, http.StatusUnauthorized, w.Code, "%s needs the token in the document", pattern)
+		}
+		require.NotEqual(t, http.StatusMethodNotAllowed, w.Code, pattern)
+		if !strings.Contains(path, "{") {
+			require.NotEqual(t, http.StatusNotFound, w.Code, pattern)
+		}
+	}
+
+	// The document is served as it is embedded.
+	w := httptest.NewRecorder()
+	a.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, "application/json", w.Header().Get("Content-Type"))
+	require.JSONEq(t, string(api.OpenAPIDocument), w.Body.String())
+
+	// Every schema and response the document names compiles: no dangling
+	// reference.
+	for name := range obj(t, obj(t, s.doc["components"], "components")["schemas"], "schemas") {
+		s.schema(t, "/components/schemas/"+name)
+	}
+}
+
+// Real replies of every operation, successes and errors, match the
+// document's schemas.
+func TestOpenAPIResponses(t *testing.T) {
+	t.Parallel()
+	s := loadSpec(t)
+	var shed bool
+	var shedMu sync.Mutex
+	failing := pingFunc(func(context.Context) error { return errors.New("down") })
+	e := setup(t, api.Config{})
+	a, err := api.New(e.store, api.Config{
+		Metrics:     promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
+		DeadLetters: deadletter.New(e.store, nil),
+		Ready:       []api.Check{{Name: "store", Pinger: e.store}},
+		Admission: func(context.Context) error {
+			shedMu.Lock()
+			defer shedMu.Unlock()
+			if shed {
+				return &api.RetryAfterError{After: 2 * time.Second}
+			}
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	call := func(method, target string, headers map[string][]string, body string) reply {
+		t.Helper()
+		r := do(t, method, srv.URL+target, headers, body)
+		s.check(t, method, target, r)
+		return r
+	}
+
+	// Creates: 201, replay, 409, 400, 413, 415, 429.
+	created := call("POST", "/notifications", jsonHeaders("Idempotency-Key", "k1"), body(t, nil))
+	require.Equal(t, 201, created.status)
+	id := created.json["id"].(string)
+	require.Equal(t, 201, call("POST", "/notifications", jsonHeaders("Idempotency-Key", "k1"), body(t, nil)).status)
+	require.Equal(t, 409, call("POST", "/notifications", jsonHeaders("Idempotency-Key", "k1"), body(t, map[string]any{"subject": "other"})).status)
+	require.Equal(t, 400, call("POST", "/notifications", jsonHeaders(), body(t, map[string]any{"to": "nobody"})).status)
+	require.Equal(t, 413, call("POST", "/notifications", jsonHeaders(), strings.Repeat("x", api.DefaultMaxBodyBytes+1)).status)
+	require.Equal(t, 415, call("POST", "/notifications", map[string][]string{"Content-Type": {"text/plain"}}, body(t, nil)).status)
+	shedMu.Lock()
+	shed = true
+	shedMu.Unlock()
+	require.Equal(t, 429, call("POST", "/notifications", jsonHeaders(), body(t, nil)).status)
+	shedMu.Lock()
+	shed = false
+	shedMu.Unlock()
+	for i := range 3 {
+		require.Equal(t, 201, call("POST", "/notifications", jsonHeaders(), body(t, map[string]any{"user_id": "u-" + strconv.Itoa(i)})).status)
+	}
+
+	// Reads and listings.
+	require.Equal(t, 200, call("GET", "/notifications/"+id, nil, "").status)
+	require.Equal(t, 404, call("GET", "/notifications/999", nil, "").status)
+	page := call("GET", "/notifications?limit=2", nil, "")
+	require.Equal(t, 200, page.status)
+	next := page.json["next_cursor"].(string)
+	require.Equal(t, 200, call("GET", "/notifications?limit=2&cursor="+url.QueryEscape(next), nil, "").status)
+	require.Equal(t, 400, call("GET", "/notifications?limit=501", nil, "").status)
+	require.Equal(t, 400, call("GET", "/notifications?status=lost", nil, "").status)
+
+	// Attempts: none yet, then some (written as the worker does), and an
+	// unknown notification.
+	require.Equal(t, 200, call("GET", "/notifications/"+id+"/attempts", nil, "").status)
+	nid, _ := strconv.ParseInt(id, 10, 64)
+	e.addAttempt(t, nid, 1, 7, "retry", "451 later", true)
+	e.addAttempt(t, nid, 2, 8, "", "", false)
+	att := call("GET", "/notifications/"+id+"/attempts", nil, "")
+	require.Len(t, att.json["items"], 2)
+	require.Equal(t, 404, call("GET", "/notifications/999/attempts", nil, "").status)
+
+	// Dead letters.
+	e.fail(t, nid, "550 no such user")
+	require.Equal(t, 200, call("GET", "/dead-letters", nil, "").status)
+	require.Equal(t, 400, call("GET", "/dead-letters?limit=0", nil, "").status)
+	rd := call("POST", "/dead-letters/redrive", jsonHeaders(), `{"ids":["`+id+`","999","2"],"dry_run":true}`)
+	require.Equal(t, 200, rd.status)
+	require.Equal(t, 400, call("POST", "/dead-letters/redrive", jsonHeaders(), `{"ids":["`+id+`"],"all":true}`).status)
+	require.Equal(t, 415, call("POST", "/dead-letters/redrive", nil, `{}`).status)
+
+	// Probes, metrics, the document.
+	require.Equal(t, 200, call("GET", "/healthz", nil, "").status)
+	require.Equal(t, 200, call("GET", "/readyz", nil, "").status)
+	require.Equal(t, 200, call("GET", "/metrics", nil, "").status)
+	require.Equal(t, 200, call("GET", "/openapi.json", nil, "").status)
+	notReady, err := api.New(e.store, api.Config{Ready: []api.Check{{Name: "broker", Pinger: failing}}})
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	notReady.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+	s.check(t, "GET", "/readyz", reply{status: w.Code, header: w.Header(), raw: w.Body.String()})
+
+	// 401 with a token; 503 once the store is closed.
+	tok, err := api.New(e.store, api.Config{Token: "t"})
+	require.NoError(t, err)
+	for _, target := range []string{"/notifications", "/notifications/1", "/notifications/1/attempts"} {
+		w := httptest.NewRecorder()
+		tok.Handler().ServeHTTP(w, httptest.NewRequest("GET", target, nil))
+		s.check(t, "GET", target, reply{status: w.Code, header: w.Header(), raw: w.Body.String()})
+	}
+	require.NoError(t, e.store.Close())
+	for _, target := range []string{"/notifications", "/notifications/1", "/notifications/1/attempts"} {
+		require.Equal(t, 503, call("GET", target, nil, "").status, target)
+	}
+
+	// Every operation was seen answering a success.
+	for _, pattern := range s.operations(t) {
+		op, _ := s.operation(t, pattern)
+		id := op["operationId"].(string)
+		ok := false
+		for st := range obj(t, op["responses"], id) {
+			if strings.HasPrefix(st, "2") && s.seen[id+" "+st] {
+				ok = true
+			}
+			if !s.seen[id+" "+st] {
+				t.Logf("not exercised here: %s %s", id, st)
+			}
+		}
+		require.True(t, ok, "no success of %s was checked", id)
+	}
+}
+
+// writer opens a writable connection on the env's file, for rows the API
+// cannot write: attempts (the worker writes them) and dead letters.
+func (e *env) writer(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", e.path+"?_pragma=busy_timeout(5000)")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// sqliteTime is the store's time format.
+const sqliteTime = "2006-01-02T15:04:05.000000Z"
+
+// addAttempt writes a delivery_attempts row as the worker does.
+func (e *env) addAttempt(t testing.TB, id int64, attempt int, msgID int64, outcome, errText string, finished bool) {
+	t.Helper()
+	now := time.Now().UTC()
+	var fin any
+	if finished {
+		fin = now.Add(time.Second).Format(sqliteTime)
+	}
+	_, err := e.writer(t).Exec(`INSERT INTO delivery_attempts
+		(notification_id, message_id, attempt, started_at, finished_at, outcome, error)
+		VALUES (?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''))`, id, msgID, attempt, now.Format(sqliteTime), fin, outcome, errText)
+	require.NoError(t, err)
+}
+
+// fail dead-letters a notification as the worker does after its last retry.
+func (e *env) fail(t testing.TB, id int64, reason string) {
+	t.Helper()
+	now := time.Now().UTC().Format(sqliteTime)
+	res, err := e.writer(t).Exec(`UPDATE notifications SET status = 'failed', attempts = attempts + 1,
+		last_error = ?, failed_at = ?, updated_at = ? WHERE id = ?`, reason, now, now, id)
+	require.NoError(t, err)
+	n, err := res.RowsAffected()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}
+
+// The schemas refuse what the API must not answer, so that the response
+// checks above can fail: unknown fields, a body in a listing, a time that is
+// not RFC 3339, an unknown status or skip reason.
+func TestOpenAPISchemasAreStrict(t *testing.T) {
+	t.Parallel()
+	s := loadSpec(t)
+	valid := map[string]any{
+		"id": "1", "user_id": "u", "channel": "email", "to": "a@example.com", "subject": "s",
+		"status": "pending", "attempts": float64(0), "last_error": nil,
+		"created_at": "2026-05-01T12:00:00.123456Z", "updated_at": "2026-05-01T12:00:00Z", "sent_at": nil,
+	}
+	with := func(k string, v any) map[string]any {
+		m := map[string]any{}
+		for kk, vv := range valid {
+			m[kk] = vv
+		}
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return m
+	}
+	n := s.schema(t, "/components/schemas/Notification")
+	require.NoError(t, n.Validate(valid))
+	require.Error(t, n.Validate(with("body", "b")), "a listing item has no body")
+	require.Error(t, n.Validate(with("created_at", "yesterday")))
+	require.Error(t, n.Validate(with("status", "lost")))
+	require.Error(t, n.Validate(with("id", float64(1))), "ids are strings")
+	require.Error(t, n.Validate(with("subject", nil)), "every field is present")
+	d := s.schema(t, "/components/schemas/NotificationDetail")
+	require.NoError(t, d.Validate(with("body", "b")))
+	require.Error(t, d.Validate(valid), "the detail has the body")
+	require.Error(t, d.Validate(with("extra", "x")))
+	page := s.schema(t, "/components/schemas/NotificationPage")
+	require.NoError(t, page.Validate(map[string]any{"items": []any{valid}, "next_cursor": "abc"}))
+	require.Error(t, page.Validate(map[string]any{"items": []any{valid}, "cursor": "abc"}))
+	skip := s.schema(t, "/components/schemas/Skipped")
+	require.NoError(t, skip.Validate(map[string]any{"id": "3", "reason": "not_found"}))
+	require.Error(t, skip.Validate(map[string]any{"id": "3", "reason": "gone"}))
+}

@@ -1,0 +1,151 @@
+package notify
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// ListFilter selects notifications for a listing, newest first: by
+// created_at descending, then id descending, a total order (ids are unique)
+// that keyset pagination can resume from.
+type ListFilter struct {
+	// UserID, when not empty, keeps one user's notifications.
+	UserID string
+	// Status, when not empty, keeps the notifications in that status.
+	Status Status
+	// CreatedAfter, when not zero, keeps those created at or after it.
+	CreatedAfter time.Time
+	// CreatedBefore, when not zero, keeps those created strictly before it;
+	// with CreatedAfter it makes a half-open window [after, before), so
+	// that consecutive windows tile without overlap.
+	CreatedBefore time.Time
+	// Limit is the most a page holds; it must be at least 1 (the API and
+	// the command line apply their default).
+	Limit int
+	// After, when set, resumes a listing: only notifications strictly
+	// after this position in the order (that is, older) are listed.
+	After *ListPosition
+}
+
+// ListPosition is a notification's place in a listing's order: where the
+// next page starts.
+type ListPosition struct {
+	CreatedAt time.Time
+	ID        int64
+}
+
+// ListPage is one page of a listing.
+type ListPage struct {
+	// Items are the notifications of the page, newest first, without their
+	// Body (a listing never needs it, and bodies can be large).
+	Items []Notification
+	// Next is the position to resume from, nil when the listing is done.
+	Next *ListPosition
+}
+
+// Position returns n's place in a listing's order.
+func (n Notification) Position() ListPosition {
+	return ListPosition{CreatedAt: n.CreatedAt, ID: n.ID}
+}
+
+// ErrBadCursor is returned by DecodeCursor for a cursor that herald did not
+// write as it is: malformed, truncated, edited, or of an unknown version.
+var ErrBadCursor = errors.New("the cursor is not one herald issued")
+
+// ErrForeignCursor is returned by DecodeCursor for a valid cursor issued for
+// other filters: resuming from it would silently list something else.
+var ErrForeignCursor = errors.New("the cursor belongs to a listing with other filters")
+
+// MaxCursorLen bounds the length of a cursor DecodeCursor accepts; a cursor
+// herald writes is about 130 characters.
+const MaxCursorLen = 512
+
+const cursorVersion = 1
+
+// cursorSumLen is the length of the checksum closing a decoded cursor.
+const cursorSumLen = 12
+
+// cursorBody is the JSON inside a cursor. Field names are short: the
+// cursor travels in URLs.
+type cursorBody struct {
+	V  int    `json:"v"`
+	At string `json:"at"`
+	ID int64  `json:"id"`
+	// F fingerprints the filters the cursor belongs to.
+	F string `json:"f"`
+}
+
+// fingerprint digests the filters that define a listing (not Limit: a
+// client may change its page size between pages, nor After).
+func (f ListFilter) fingerprint() string {
+	var b bytes.Buffer
+	for _, s := range []string{f.UserID, string(f.Status), stamp(f.CreatedAfter), stamp(f.CreatedBefore)} {
+		// Length-prefixed, so that no two filter sets share an encoding.
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	sum := sha256.Sum256(b.Bytes())
+	return base64.RawURLEncoding.EncodeToString(sum[:9])
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func cursorSum(body []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte("herald list cursor\x00"))
+	h.Write(body)
+	return h.Sum(nil)[:cursorSumLen]
+}
+
+// EncodeCursor writes p as an opaque cursor bound to f's filters:
+// URL-safe base64 of a versioned JSON body followed by a checksum. The
+// cursor holds no secret and grants nothing (it only names a place in a
+// listing the client may read anyway), so the checksum is keyless: it makes
+// an edited or truncated cursor fail loudly, without a key that every API
+// replica would have to share.
+func (f ListFilter) EncodeCursor(p ListPosition) string {
+	body, _ := json.Marshal(cursorBody{V: cursorVersion, At: p.CreatedAt.UTC().Format(time.RFC3339Nano), ID: p.ID, F: f.fingerprint()})
+	return base64.RawURLEncoding.EncodeToString(append(body, cursorSum(body)...))
+}
+
+// DecodeCursor reads a cursor written by EncodeCursor for the same filters.
+// It fails with ErrBadCursor for anything else, and with ErrForeignCursor
+// for a cursor of another listing.
+func (f ListFilter) DecodeCursor(s string) (ListPosition, error) {
+	if len(s) > MaxCursorLen {
+		return ListPosition{}, ErrBadCursor
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(raw) <= cursorSumLen {
+		return ListPosition{}, ErrBadCursor
+	}
+	body, sum := raw[:len(raw)-cursorSumLen], raw[len(raw)-cursorSumLen:]
+	if !bytes.Equal(sum, cursorSum(body)) {
+		return ListPosition{}, ErrBadCursor
+	}
+	var c cursorBody
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil || dec.More() || c.V != cursorVersion || c.ID <= 0 {
+		return ListPosition{}, ErrBadCursor
+	}
+	at, err := time.Parse(time.RFC3339Nano, c.At)
+	if err != nil {
+		return ListPosition{}, ErrBadCursor
+	}
+	if c.F != f.fingerprint() {
+		return ListPosition{}, ErrForeignCursor
+	}
+	return ListPosition{CreatedAt: at, ID: c.ID}, nil
+}

@@ -1,0 +1,157 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// The listing's SQL is put together from these fragments, one per filter the
+// request names, so that each shape gets a plan of its own from an index of
+// migration 0005 (a single statement with "$1 IS NULL OR ..." for every
+// filter would get one generic plan that fits none of them).
+const (
+	// listColumns are notificationColumns without the body: a page of 500
+	// must not drag 500 bodies out of the table.
+	listColumns = `id, user_id, channel, recipient, subject, '', status, attempts,
+	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at`
+
+	listSelect        = `SELECT ` + listColumns + ` FROM notifications`
+	listByUser        = `user_id = $%d`
+	listByStatus      = `status = $%d`
+	listCreatedAfter  = `created_at >= $%d`
+	listCreatedBefore = `created_at < $%d`
+	// listAfterPosition is a row comparison: the index scan starts right
+	// past the cursor instead of filtering its way there.
+	listAfterPosition = `(created_at, id) < ($%d, $%d)`
+	listOrder         = ` ORDER BY created_at DESC, id DESC LIMIT $%d`
+
+	// selectAttempts answers one row per attempt, in the order they were
+	// made, or one row of NULLs when the notification has none, or no row
+	// when it does not exist: one statement, one snapshot.
+	selectAttempts = `
+SELECT a.attempt, a.message_id, a.started_at, a.finished_at, a.outcome, a.error
+FROM notifications n
+LEFT JOIN delivery_attempts a ON a.notification_id = n.id
+WHERE n.id = $1
+ORDER BY a.id`
+)
+
+// listQuery returns the listing's statement and arguments for f. It reads
+// one row past the limit to learn whether there is a next page.
+func listQuery(f notify.ListFilter) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	add := func(fragment string, vals ...any) {
+		nums := make([]any, len(vals))
+		for i, v := range vals {
+			args = append(args, v)
+			nums[i] = len(args)
+		}
+		where = append(where, fmt.Sprintf(fragment, nums...))
+	}
+	if f.UserID != "" {
+		add(listByUser, f.UserID)
+	}
+	if f.Status != "" {
+		add(listByStatus, string(f.Status))
+	}
+	if !f.CreatedAfter.IsZero() {
+		add(listCreatedAfter, f.CreatedAfter)
+	}
+	if !f.CreatedBefore.IsZero() {
+		add(listCreatedBefore, f.CreatedBefore)
+	}
+	if f.After != nil {
+		add(listAfterPosition, f.After.CreatedAt, f.After.ID)
+	}
+	q := listSelect
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, f.Limit+1)
+	return q + fmt.Sprintf(listOrder, len(args)), args
+}
+
+// List returns a page of the notifications f selects, newest first, without
+// their bodies, and where the next page starts.
+func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage, error) {
+	if f.Limit < 1 {
+		return notify.ListPage{}, fmt.Errorf("list notifications: limit must be at least 1, got %d", f.Limit)
+	}
+	q, args := listQuery(f)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return notify.ListPage{}, wrap("list notifications", err)
+	}
+	items := make([]notify.Notification, 0, min(f.Limit+1, 64))
+	for rows.Next() {
+		n, err := scanNotification(rows)
+		if err != nil {
+			rows.Close()
+			return notify.ListPage{}, wrap("list notifications: scan", err)
+		}
+		items = append(items, n)
+	}
+	if err := rows.Err(); err != nil {
+		return notify.ListPage{}, wrap("list notifications", err)
+	}
+	page := notify.ListPage{Items: items}
+	if len(items) > f.Limit {
+		page.Items = items[:f.Limit]
+		next := page.Items[f.Limit-1].Position()
+		page.Next = &next
+	}
+	return page, nil
+}
+
+// Attempts returns every delivery attempt of a notification in the order
+// they were made, or notify.ErrNotFound when there is no such notification.
+func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error) {
+	op := "attempts of notification " + strconv.FormatInt(id, 10)
+	rows, err := s.pool.Query(ctx, selectAttempts, id)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	defer rows.Close()
+	found := false
+	out := []notify.Attempt{}
+	for rows.Next() {
+		found = true
+		var (
+			attempt    *int32
+			messageID  *int64
+			startedAt  *time.Time
+			finishedAt *time.Time
+			outcome    *string
+			errText    *string
+		)
+		if err := rows.Scan(&attempt, &messageID, &startedAt, &finishedAt, &outcome, &errText); err != nil {
+			return nil, wrap(op+": scan", err)
+		}
+		if attempt == nil {
+			continue // the notification exists and has no attempt
+		}
+		a := notify.Attempt{Attempt: int(*attempt), MessageID: *messageID, StartedAt: *startedAt, FinishedAt: finishedAt}
+		if outcome != nil {
+			a.Outcome = *outcome
+		}
+		if errText != nil {
+			a.Error = *errText
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(op, err)
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: %w", op, notify.ErrNotFound)
+	}
+	return out, nil
+}

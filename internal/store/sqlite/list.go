@@ -1,0 +1,151 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// The listing's SQL is put together from these fragments, one per filter the
+// request names, so that each shape is planned on its own onto an index of
+// migration 0005. Times are the store's fixed-width text, so comparing text
+// is comparing times.
+const (
+	// listColumns are notificationColumns without the body: a page of 500
+	// must not drag 500 bodies out of the file.
+	listColumns = `id, user_id, channel, recipient, subject, '', status, attempts,
+	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at`
+
+	listSelect        = `SELECT ` + listColumns + ` FROM notifications`
+	listByUser        = `user_id = ?`
+	listByStatus      = `status = ?`
+	listCreatedAfter  = `created_at >= ?`
+	listCreatedBefore = `created_at < ?`
+	// listAfterPosition is a row-value comparison, which SQLite turns into
+	// an index range starting right past the cursor.
+	listAfterPosition = `(created_at, id) < (?, ?)`
+	listOrder         = ` ORDER BY created_at DESC, id DESC LIMIT ?`
+
+	// selectAttempts answers one row per attempt, in the order they were
+	// made, or one row of NULLs when the notification has none, or no row
+	// when it does not exist: one statement, one snapshot.
+	selectAttempts = `
+SELECT a.attempt, a.message_id, a.started_at, a.finished_at, a.outcome, a.error
+FROM notifications n
+LEFT JOIN delivery_attempts a ON a.notification_id = n.id
+WHERE n.id = ?
+ORDER BY a.id`
+)
+
+// listQuery returns the listing's statement and arguments for f. It reads
+// one row past the limit to learn whether there is a next page.
+func listQuery(f notify.ListFilter) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.UserID != "" {
+		where, args = append(where, listByUser), append(args, f.UserID)
+	}
+	if f.Status != "" {
+		where, args = append(where, listByStatus), append(args, string(f.Status))
+	}
+	if !f.CreatedAfter.IsZero() {
+		where, args = append(where, listCreatedAfter), append(args, formatTime(f.CreatedAfter))
+	}
+	if !f.CreatedBefore.IsZero() {
+		where, args = append(where, listCreatedBefore), append(args, formatTime(f.CreatedBefore))
+	}
+	if f.After != nil {
+		where, args = append(where, listAfterPosition), append(args, formatTime(f.After.CreatedAt), f.After.ID)
+	}
+	q := listSelect
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	return q + listOrder, append(args, f.Limit+1)
+}
+
+// List returns a page of the notifications f selects, newest first, without
+// their bodies, and where the next page starts.
+//
+// Bounds finer than the store's microseconds are truncated; a cursor always
+// holds a stored time, so resuming is exact.
+func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage, error) {
+	if f.Limit < 1 {
+		return notify.ListPage{}, fmt.Errorf("list notifications: limit must be at least 1, got %d", f.Limit)
+	}
+	q, args := listQuery(f)
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return notify.ListPage{}, fmt.Errorf("list notifications: %w", classify(err))
+	}
+	defer rows.Close()
+	items := make([]notify.Notification, 0, min(f.Limit+1, 64))
+	for rows.Next() {
+		n, err := scanNotification(rows)
+		if err != nil {
+			return notify.ListPage{}, fmt.Errorf("list notifications: scan: %w", classify(err))
+		}
+		items = append(items, n)
+	}
+	if err := rows.Err(); err != nil {
+		return notify.ListPage{}, fmt.Errorf("list notifications: %w", classify(err))
+	}
+	page := notify.ListPage{Items: items}
+	if len(items) > f.Limit {
+		page.Items = items[:f.Limit]
+		next := page.Items[f.Limit-1].Position()
+		page.Next = &next
+	}
+	return page, nil
+}
+
+// Attempts returns every delivery attempt of a notification in the order
+// they were made, or notify.ErrNotFound when there is no such notification.
+func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error) {
+	op := "attempts of notification " + strconv.FormatInt(id, 10)
+	rows, err := s.read.QueryContext(ctx, selectAttempts, id)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, classify(err))
+	}
+	defer rows.Close()
+	found := false
+	out := []notify.Attempt{}
+	for rows.Next() {
+		found = true
+		var (
+			attempt, messageID                  sql.NullInt64
+			startedAt, finishedAt, outcome, msg sql.NullString
+		)
+		if err := rows.Scan(&attempt, &messageID, &startedAt, &finishedAt, &outcome, &msg); err != nil {
+			return nil, fmt.Errorf("%s: scan: %w", op, classify(err))
+		}
+		if !attempt.Valid {
+			continue // the notification exists and has no attempt
+		}
+		a := notify.Attempt{Attempt: int(attempt.Int64), MessageID: messageID.Int64, Outcome: outcome.String, Error: msg.String}
+		if a.StartedAt, err = parseTime(startedAt.String); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		if finishedAt.Valid {
+			t, err := parseTime(finishedAt.String)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", op, err)
+			}
+			a.FinishedAt = &t
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, classify(err))
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: %w", op, notify.ErrNotFound)
+	}
+	return out, nil
+}
