@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -44,6 +45,12 @@ func StartNATS(t testing.TB, o NATSOptions) *NATS {
 		t.Skip("nats-server is not on PATH; install it to run this integration test")
 	}
 	s := &NATS{t: t, opts: o, Port: FreePort(t), Dir: t.TempDir()}
+	// nats-server 2.9 creates an account's stream directory on the first
+	// stream create, and several creates at once on a fresh store race for
+	// it ("could not create storage directory"): have it ready.
+	if err := os.MkdirAll(filepath.Join(s.Dir, "jetstream", "$G", "streams"), 0o750); err != nil {
+		t.Fatalf("nats store directory: %v", err)
+	}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
