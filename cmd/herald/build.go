@@ -32,6 +32,7 @@ import (
 	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/worker"
@@ -163,8 +164,10 @@ func newTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 		return tableTransport(cfg, log), nil
 	case "rabbitmq":
 		return rabbitTransport(cfg, log, prefix), nil
+	case "nats":
+		return natsTransport(cfg, log, prefix), nil
 	default:
-		return transport{}, fmt.Errorf("HERALD_BROKER_URL must start with amqp:// or amqps:// (or be unset for the outbox table), got %q", redact(cfg.BrokerURL))
+		return transport{}, fmt.Errorf("HERALD_BROKER_URL must start with amqp://, amqps:// or nats:// (or be unset for the outbox table), got %q", redact(cfg.BrokerURL))
 	}
 }
 
@@ -175,6 +178,9 @@ func brokerKind(url string) string {
 		return "table"
 	case strings.HasPrefix(url, "amqp://"), strings.HasPrefix(url, "amqps://"):
 		return "rabbitmq"
+	case strings.HasPrefix(url, "nats://"):
+		// nats://host:4222[,nats://host2:4222...]: the seeds of a cluster.
+		return "nats"
 	}
 	return ""
 }
@@ -236,6 +242,53 @@ type rabbitDeadLetters struct{ cfg rabbitmq.Config }
 
 func (d rabbitDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
 	return rabbitmq.RemoveDeadLetters(ctx, d.cfg, ids)
+}
+
+// natsTransport is NATS JetStream: stream NOTIFICATIONS, the relay
+// publishing with acknowledgements, workers on the durable pull consumer.
+func natsTransport(cfg Config, log *slog.Logger, prefix string) transport {
+	conf := func(role string) nats.Config {
+		return nats.Config{
+			URL:            cfg.BrokerURL,
+			Prefix:         prefix,
+			RetryDelays:    []time.Duration{cfg.RetryDelay},
+			Prefetch:       cfg.Prefetch,
+			ConnectionName: "herald " + role,
+			Logger:         log.With("component", role),
+		}
+	}
+	return transport{
+		name: "nats",
+		publisher: func(role string) (relay.Publisher, func(), error) {
+			p, err := nats.NewPublisher(conf(role))
+			if err != nil {
+				return nil, nil, err
+			}
+			return p, func() { _ = p.Close() }, nil
+		},
+		source: func(_ store, role string) (worker.Source, error) {
+			return nats.NewConsumer(conf(role))
+		},
+		deadLetters: natsDeadLetters{cfg: conf("dlq")},
+		probe:       nats.Pinger{URL: cfg.BrokerURL},
+		remove: func(ctx context.Context) error {
+			if err := nats.Delete(ctx, conf("bench")); err != nil {
+				return fmt.Errorf("delete broker stream %s*: %w", prefix, err)
+			}
+			return nil
+		},
+		rawPublish: func(ctx context.Context, n int) (float64, error) {
+			topo := nats.NewTopology(prefix + "raw.")
+			return raw.PublishNATS(ctx, cfg.BrokerURL, raw.NATSPublishOptions{Stream: topo.Stream, Subject: topo.Requested, N: n})
+		},
+	}
+}
+
+// natsDeadLetters removes redriven messages from notifications.dlq.
+type natsDeadLetters struct{ cfg nats.Config }
+
+func (d natsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
+	return nats.RemoveDeadLetters(ctx, d.cfg, ids)
 }
 
 // newSender builds the sender HERALD_SMTP_URL names (an mbox file when it is

@@ -1,0 +1,247 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+)
+
+// Config configures a Publisher or a Consumer. Every field whose zero is
+// meaningless (the server cannot hold it, or it would spin) gets a default;
+// the others are honoured as given.
+type Config struct {
+	// URL is the server URL, nats://[user:pass@]host:port; several
+	// comma-separated URLs are the seeds of a cluster. Required.
+	URL string
+	// Prefix is prepended to every subject, and (with characters a name
+	// cannot hold replaced by "_") to the stream and consumer names, so that
+	// tests and benchmarks get a topology of their own. Default "".
+	Prefix string
+	// RetryDelays is the retry schedule: retry n waits RetryDelays[n-1],
+	// the last one repeating for every later retry. A zero delay is legal
+	// (the retry is due at once). Nil or empty means the default. Default
+	// [30s].
+	RetryDelays []time.Duration
+	// Prefetch is the number of deliveries a Consumer holds and the number
+	// of handler goroutines it runs. Zero would take nothing, so it means
+	// the default. Default 10.
+	Prefetch int
+	// MaxAckPending is the worker consumer's MaxAckPending: the most
+	// deliveries handed out and not yet settled, across every worker that
+	// shares the consumer. Zero means Prefetch (one worker may hold a full
+	// prefetch); give several workers room with a larger value.
+	MaxAckPending int
+	// AckWait is how long the server waits for the settlement of a delivery
+	// before it hands it out again. It must be longer than a send, or a slow
+	// send is delivered twice (the worker's deduplication absorbs that);
+	// it is also how late a delivery whose settlement was lost in an outage
+	// comes back. Zero would redeliver at once, so it means the default.
+	// Default 5m.
+	AckWait time.Duration
+	// DuplicateWindow is the stream's duplicate window: a message whose
+	// Nats-Msg-Id the stream stored this recently is acknowledged and not
+	// stored again. Zero means the default. Default 2m.
+	DuplicateWindow time.Duration
+	// Replicas is the number of servers the stream is stored on (1 to 5;
+	// 3 on a cluster keeps it through the loss of one server). Zero means
+	// the default. Default 1.
+	Replicas int
+	// ConfirmTimeout bounds the wait for the stream's acknowledgement of a
+	// publish. Zero would give up on every publish, so it means the
+	// default. Default 15s.
+	ConfirmTimeout time.Duration
+	// ConnectionName is shown by the server's monitoring. Default
+	// "herald publisher" / "herald consumer".
+	ConnectionName string
+	// Logger receives the Consumer's connection failures and settlement
+	// failures it cannot return to anybody. Default: discard.
+	Logger *slog.Logger
+	// ReconnectMin is the first wait after a failed connection; it doubles
+	// on each further failure. Zero would reconnect in a busy loop, so it
+	// means the default. Default 100ms.
+	ReconnectMin time.Duration
+	// ReconnectMax caps the wait between reconnection attempts. Zero means
+	// the default. Default 5s.
+	ReconnectMax time.Duration
+	// ShutdownGrace bounds how long handlers in flight when Consume's
+	// context ends may still run. Zero would cancel them mid-settlement, so
+	// it means the default. Default 30s.
+	ShutdownGrace time.Duration
+	// CheckInterval is how often a Consumer checks that its consumers still
+	// exist (a stream deleted by hand deletes them), so that it declares
+	// them again instead of waiting for messages that cannot come. Zero
+	// means the default. Default 10s.
+	CheckInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if len(c.RetryDelays) == 0 {
+		c.RetryDelays = []time.Duration{30 * time.Second}
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 10
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = c.Prefetch
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 5 * time.Minute
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = 15 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = 100 * time.Millisecond
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = 5 * time.Second
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = 10 * time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	for _, d := range c.RetryDelays {
+		if d < 0 {
+			return fmt.Errorf("nats: retry delays must not be negative, got %s", d)
+		}
+	}
+	switch {
+	case strings.TrimSpace(c.URL) == "":
+		return errors.New("nats: server URL is required")
+	case c.Prefetch < 1:
+		return fmt.Errorf("nats: prefetch must be at least 1, got %d", c.Prefetch)
+	case c.MaxAckPending < 1:
+		return fmt.Errorf("nats: max ack pending must be at least 1, got %d", c.MaxAckPending)
+	case c.AckWait <= 0:
+		return fmt.Errorf("nats: ack wait must be positive, got %s", c.AckWait)
+	case c.DuplicateWindow <= 0:
+		return fmt.Errorf("nats: duplicate window must be positive, got %s", c.DuplicateWindow)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("nats: replicas must be between 1 and 5, got %d", c.Replicas)
+	case c.ConfirmTimeout <= 0:
+		return fmt.Errorf("nats: confirm timeout must be positive, got %s", c.ConfirmTimeout)
+	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
+		return fmt.Errorf("nats: reconnect backoff must satisfy 0 < min <= max, got %s / %s", c.ReconnectMin, c.ReconnectMax)
+	case c.ShutdownGrace <= 0:
+		return fmt.Errorf("nats: shutdown grace must be positive, got %s", c.ShutdownGrace)
+	case c.CheckInterval <= 0:
+		return fmt.Errorf("nats: check interval must be positive, got %s", c.CheckInterval)
+	}
+	for _, u := range strings.Split(c.URL, ",") {
+		u = strings.TrimSpace(u)
+		if u != "" && !strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://") {
+			// Never quote the URL: it may hold a password.
+			return errors.New("nats: every server URL must start with nats:// or tls://")
+		}
+	}
+	return nil
+}
+
+// Topology returns the names the configuration uses.
+func (c Config) Topology() Topology { return NewTopology(c.Prefix) }
+
+// retryDelay is the wait before retry n (n >= 1).
+func (c Config) retryDelay(n int) time.Duration {
+	return c.RetryDelays[min(max(n, 1), len(c.RetryDelays))-1]
+}
+
+// connectTimeout bounds the TCP connect and handshake with one server.
+const connectTimeout = 10 * time.Second
+
+// ctxDialer makes the client's connection attempts end with a context:
+// life for every attempt, and first as well while the first connection is
+// being made.
+type ctxDialer struct {
+	life  context.Context
+	first atomic.Pointer[context.Context]
+}
+
+func (d *ctxDialer) Dial(network, address string) (net.Conn, error) {
+	dctx, cancel := context.WithTimeout(d.life, connectTimeout)
+	defer cancel()
+	if first := d.first.Load(); first != nil {
+		stop := context.AfterFunc(*first, cancel)
+		defer stop()
+	}
+	var nd net.Dialer
+	return nd.DialContext(dctx, network, address)
+}
+
+// connect opens a connection named after the configuration. ctx bounds
+// the first connection; life bounds every reconnection the client makes on
+// its own afterwards (it keeps trying for as long as life lasts, backing
+// off from ReconnectMin to ReconnectMax). closed, when not nil, is called
+// once the client closed the connection for good on its own (never after
+// a Close of ours).
+func (c Config) connect(ctx, life context.Context, role string, closed func()) (*natsgo.Conn, error) {
+	name := c.ConnectionName
+	if name == "" {
+		name = "herald " + role
+	}
+	log := c.Logger
+	dialer := &ctxDialer{life: life}
+	dialer.first.Store(&ctx)
+	opts := []natsgo.Option{
+		natsgo.Name(name),
+		natsgo.Timeout(connectTimeout),
+		natsgo.SetCustomDialer(dialer),
+		natsgo.MaxReconnects(-1),
+		natsgo.CustomReconnectDelay(func(attempts int) time.Duration {
+			d := c.ReconnectMin
+			for i := 1; i < attempts && d < c.ReconnectMax; i++ {
+				d *= 2
+			}
+			return min(d, c.ReconnectMax)
+		}),
+		natsgo.NoCallbacksAfterClientClose(),
+		natsgo.DisconnectErrHandler(func(_ *natsgo.Conn, err error) {
+			if err != nil {
+				log.Warn("nats connection lost; reconnecting", "role", role, "err", err)
+			}
+		}),
+		natsgo.ReconnectHandler(func(nc *natsgo.Conn) {
+			log.Info("nats connection restored", "role", role, "server", nc.ConnectedAddr())
+		}),
+		natsgo.ErrorHandler(func(_ *natsgo.Conn, _ *natsgo.Subscription, err error) {
+			log.Warn("nats asynchronous error", "role", role, "err", err)
+		}),
+	}
+	if closed != nil {
+		opts = append(opts, natsgo.ClosedHandler(func(*natsgo.Conn) { closed() }))
+	}
+	nc, err := natsgo.Connect(c.URL, opts...)
+	dialer.first.Store(nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("connect to nats: %w", ctx.Err())
+		}
+		if errors.Is(err, natsgo.ErrAuthorization) || errors.Is(err, natsgo.ErrAuthExpired) {
+			return nil, fmt.Errorf("connect to nats: the server rejected the credentials of the broker URL: %w", err)
+		}
+		return nil, fmt.Errorf("connect to nats: %w", err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,516 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Consumer delivers the messages of notifications.requested to a handler,
+// with explicit acknowledgement, and moves due retries back to that
+// subject. It reconnects after outages on its own.
+type Consumer struct {
+	cfg  Config
+	topo Topology
+	log  *slog.Logger
+}
+
+// NewConsumer returns a Consumer. It does not connect: Consume does.
+func NewConsumer(cfg Config) (*Consumer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, topo: cfg.Topology(), log: cfg.Logger}, nil
+}
+
+// Consume calls handle for each delivery, from Prefetch goroutines, until
+// ctx ends. A server outage never ends it: the client reconnects on its
+// own, and when the connection is lost for good (or the stream or a
+// consumer is gone) Consume logs why, backs off, connects again and
+// declares what is missing. When ctx ends it stops taking deliveries, lets
+// the handlers in flight finish (their context outlives ctx by up to
+// ShutdownGrace), hands every delivery it holds unsettled back to the
+// stream (a negative acknowledgement: the next consumer gets it at once)
+// and returns nil. It returns an error only when the server holds a stream
+// it cannot use (ErrTopologyMismatch).
+func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	stopGrace := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(c.cfg.ShutdownGrace, hcancel)
+		context.AfterFunc(hctx, func() { t.Stop() })
+	})
+	defer stopGrace()
+
+	backoff := c.cfg.ReconnectMin
+	for {
+		consumed, err := c.session(ctx, hctx, handle)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrTopologyMismatch) {
+			return fmt.Errorf("consume: %w", err)
+		}
+		if consumed {
+			backoff = c.cfg.ReconnectMin
+		}
+		if errors.Is(err, natsgo.ErrAuthorization) {
+			c.log.Error("nats consumer cannot connect: credentials rejected; retrying", "err", err, "backoff", backoff)
+		} else {
+			c.log.Warn("nats consumer disconnected; reconnecting", "err", err, "backoff", backoff)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, c.cfg.ReconnectMax)
+	}
+}
+
+// session runs one connection until it is closed for good, the stream or
+// a consumer is gone, or ctx ends. consumed reports whether it got as far
+// as consuming, which resets the backoff.
+func (c *Consumer) session(ctx, hctx context.Context, handle notify.Handler) (consumed bool, err error) {
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	nc, err := c.cfg.connect(ctx, sctx, "consumer", func() { stop(errors.New("connection closed")) })
+	if err != nil {
+		return false, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return false, fmt.Errorf("open jetstream: %w", err)
+	}
+	stream, err := c.topo.declareStream(ctx, js, c.cfg)
+	if err != nil {
+		return false, err
+	}
+	workCons, retryCons, err := c.topo.declareConsumers(ctx, stream, c.cfg)
+	if err != nil {
+		return false, err
+	}
+	s := &session{cfg: c.cfg, topo: c.topo, log: c.log, js: js}
+	var bg, handlers sync.WaitGroup
+	bg.Go(func() { s.receive(sctx, hctx, workCons, handle, &handlers, stop) })
+	bg.Go(func() { s.moveRetries(sctx, retryCons, stop) })
+	bg.Go(func() { s.check(sctx, stop, workCons, retryCons) })
+
+	<-sctx.Done()
+	bg.Wait()
+	handlers.Wait()
+	s.handBackHeld()
+	// Negative acknowledgements are not answered: flush them out before
+	// the connection closes.
+	_ = nc.FlushTimeout(5 * time.Second)
+	if ctx.Err() != nil {
+		return true, nil
+	}
+	return true, context.Cause(sctx)
+}
+
+// session is what the deliveries of one connection share.
+type session struct {
+	cfg  Config
+	topo Topology
+	log  *slog.Logger
+	js   jetstream.JetStream
+
+	// held are the deliveries whose handler returned without settling
+	// them: the server keeps them pending until they are handed back when
+	// the session ends (or AckWait passes).
+	mu   sync.Mutex
+	held []jetstream.Msg
+}
+
+// pullWait is how long one pull request of the worker consumer waits for
+// messages. Every message a pull brings is either handed to a handler or
+// handed back, and a pull ends before the session does, so no message can
+// arrive for a session that is no longer there; the price is that a
+// shutdown waits for the pull in progress to expire.
+const pullWait = time.Second
+
+// receive pulls the worker consumer's messages, as many at a time as there
+// are idle handlers, and runs a handler goroutine for each, until ctx ends
+// (or pulling fails for good, which ends the session). A message that
+// arrives after ctx ended is handed back.
+func (s *session) receive(ctx, hctx context.Context, cons jetstream.Consumer, handle notify.Handler,
+	handlers *sync.WaitGroup, stop context.CancelCauseFunc) {
+	idle := make(chan struct{}, s.cfg.Prefetch)
+	for range s.cfg.Prefetch {
+		idle <- struct{}{}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-idle:
+		}
+		n := 1
+	more:
+		for n < s.cfg.Prefetch {
+			select {
+			case <-idle:
+				n++
+			default:
+				break more
+			}
+		}
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(pullWait))
+		got := 0
+		if err == nil {
+			for m := range batch.Messages() {
+				got++
+				if ctx.Err() != nil {
+					s.handBack(m, "shutting down")
+					idle <- struct{}{}
+					continue
+				}
+				handlers.Go(func() {
+					defer func() { idle <- struct{}{} }()
+					s.dispatch(hctx, m, handle)
+				})
+			}
+			err = batch.Error()
+		}
+		for range n - got {
+			idle <- struct{}{}
+		}
+		switch {
+		case err == nil, errors.Is(err, natsgo.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
+		case gone(err):
+			stop(fmt.Errorf("pull from consumer %q: %w", s.topo.WorkerConsumer, err))
+			return
+		default:
+			// Reconnecting, most likely: the client recovers on its own.
+			s.log.Debug("pull deliveries", "err", err)
+			sleep(ctx, s.cfg.ReconnectMin)
+		}
+	}
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// check ends the session when the stream or a consumer is gone: a pull on
+// a consumer that no longer exists is not answered, and would wait for
+// ever.
+func (s *session) check(ctx context.Context, stop context.CancelCauseFunc, cons ...jetstream.Consumer) {
+	t := time.NewTicker(s.cfg.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range cons {
+			ictx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
+			_, err := c.Info(ictx)
+			cancel()
+			if gone(err) {
+				stop(fmt.Errorf("consumer %q is gone (stream deleted?): %w", c.CachedInfo().Name, err))
+				return
+			}
+		}
+	}
+}
+
+// handBack returns a message to the stream for immediate redelivery.
+func (s *session) handBack(m jetstream.Msg, why string) {
+	if err := m.Nak(); err != nil {
+		s.log.Warn("hand back delivery; it comes back after the ack wait", "why", why, "err", err)
+	}
+}
+
+// handBackHeld hands back every delivery a handler left unsettled.
+func (s *session) handBackHeld() {
+	s.mu.Lock()
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	for _, m := range held {
+		s.handBack(m, "left unsettled by its handler")
+	}
+}
+
+// dispatch hands one delivery to handle, unless it carries no usable
+// message id (it is not herald's): then it dead-letters it itself.
+func (s *session) dispatch(ctx context.Context, m jetstream.Msg, handle notify.Handler) {
+	h := m.Headers()
+	raw := h.Get(HeaderMessageID)
+	id, ok := notify.ParseID(raw)
+	d := &delivery{s: s, m: m, msg: notify.Message{
+		ID:         id,
+		Type:       h.Get(HeaderType),
+		Payload:    m.Data(),
+		RetryCount: retryCount(h),
+		OccurredAt: occurredAt(m),
+	}}
+	if !ok {
+		reason := fmt.Sprintf("not a herald message: invalid %s %q", HeaderMessageID, truncate(raw, 64))
+		if err := d.DeadLetter(ctx, reason); err != nil {
+			s.log.Warn("dead-letter a message that is not herald's", "subject", m.Subject(), "err", err)
+		}
+	} else {
+		handle(ctx, d)
+	}
+	if !d.isSettled() {
+		s.mu.Lock()
+		s.held = append(s.held, m)
+		s.mu.Unlock()
+	}
+}
+
+// retryPoll is how long one fetch of the retry consumer waits for copies;
+// retryBatch how many it takes at most.
+const (
+	retryPoll  = time.Second
+	retryBatch = 256
+)
+
+// moveRetries runs the retry scheduler until ctx ends: a copy that is not
+// due yet goes back to the server with the delay it still has to wait; a
+// due one is published to notifications.requested and then acknowledged.
+func (s *session) moveRetries(ctx context.Context, cons jetstream.Consumer, stop context.CancelCauseFunc) {
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(retryBatch, jetstream.FetchMaxWait(retryPoll))
+		if err == nil {
+			for m := range batch.Messages() {
+				s.moveRetry(ctx, m)
+			}
+			err = batch.Error()
+		}
+		switch {
+		case err == nil, errors.Is(err, natsgo.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
+		case gone(err):
+			stop(fmt.Errorf("fetch from consumer %q: %w", s.topo.RetryConsumer, err))
+			return
+		default:
+			// Reconnecting, most likely: the client recovers on its own.
+			s.log.Debug("fetch retry copies", "err", err)
+			sleep(ctx, s.cfg.ReconnectMin)
+		}
+	}
+}
+
+// moveRetry moves one retry copy back to notifications.requested when it
+// is due.
+func (s *session) moveRetry(ctx context.Context, m jetstream.Msg) {
+	h := m.Headers()
+	if wait := time.Until(dueAt(h)); wait > 0 {
+		if err := m.NakWithDelay(wait); err != nil {
+			s.log.Warn("hold back a retry copy; it comes back after the ack wait", "err", err)
+		}
+		return
+	}
+	if ctx.Err() != nil {
+		s.handBack(m, "shutting down")
+		return
+	}
+	id := h.Get(HeaderMessageID)
+	msgID := id + "." + strconv.Itoa(retryCount(h))
+	if _, ok := notify.ParseID(id); !ok {
+		msgID = "seq." + strconv.FormatUint(streamSeq(m), 10) + ".moved"
+	}
+	out := copyMsg(m, s.topo.Requested)
+	out.Header.Del(HeaderDueAt)
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
+	defer cancel()
+	if _, err := s.js.PublishMsg(pctx, out, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(s.topo.Stream)); err != nil {
+		s.log.Warn("move a due retry back to the send subject; trying again", "message_id", id, "err", err)
+		_ = m.NakWithDelay(s.cfg.ReconnectMax)
+		return
+	}
+	// Should this acknowledgement be lost, the copy is moved again and the
+	// stream's duplicate window absorbs it.
+	if err := m.DoubleAck(pctx); err != nil {
+		s.log.Warn("acknowledge a moved retry copy", "message_id", id, "err", err)
+	}
+}
+
+// copyMsg returns a copy of m for subject, with herald's headers but none
+// of the server's (Nats-*), which belong to the original.
+func copyMsg(m jetstream.Msg, subject string) *natsgo.Msg {
+	out := natsgo.NewMsg(subject)
+	for k, v := range m.Headers() {
+		if strings.HasPrefix(k, "Nats-") {
+			continue
+		}
+		out.Header[k] = append([]string(nil), v...)
+	}
+	out.Data = m.Data()
+	return out
+}
+
+func streamSeq(m jetstream.Msg) uint64 {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
+}
+
+// dueAt reads x-due-at (Unix milliseconds); a copy without one is due.
+func dueAt(h natsgo.Header) time.Time {
+	ms, err := strconv.ParseInt(h.Get(HeaderDueAt), 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// occurredAt reads the event's time from x-occurred-at (microseconds),
+// falling back to when the stream stored the message.
+func occurredAt(m jetstream.Msg) time.Time {
+	if v, err := strconv.ParseInt(m.Headers().Get(HeaderOccurredAt), 10, 64); err == nil && v > 0 {
+		return time.UnixMicro(v)
+	}
+	if md, err := m.Metadata(); err == nil {
+		return md.Timestamp
+	}
+	return time.Time{}
+}
+
+// retryCount reads x-retry-count; absent or unreadable means 0.
+func retryCount(h natsgo.Header) int {
+	n, err := strconv.ParseInt(h.Get(HeaderRetryCount), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return int(max(0, min(n, 1<<31-1)))
+}
+
+// maxReason bounds the x-last-error header.
+const maxReason = 1024
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// delivery implements notify.Delivery.
+type delivery struct {
+	s   *session
+	m   jetstream.Msg
+	msg notify.Message
+
+	mu      sync.Mutex
+	settled bool
+}
+
+// Message returns the delivered message.
+func (d *delivery) Message() notify.Message { return d.msg }
+
+// Ack settles the message as done, and waits for the server to confirm it.
+func (d *delivery) Ack(ctx context.Context) error {
+	return d.settle("ack", func() error { return d.m.DoubleAck(ctx) })
+}
+
+// Release hands the message back for immediate redelivery, unchanged.
+// JetStream counts the delivery (its own redelivery count); x-retry-count,
+// the count herald goes by, stays as it was.
+func (d *delivery) Release(ctx context.Context) error {
+	return d.settle("release", func() error { return d.m.Nak() })
+}
+
+// Retry publishes a copy with the retry count incremented and the time it
+// is due (the retry schedule's delay for that retry) to
+// notifications.retry, waits for the stream to store it, and only then
+// acknowledges the original. If the copy is not stored the original stays
+// unsettled.
+func (d *delivery) Retry(ctx context.Context, reason string) error {
+	return d.settle("retry", func() error {
+		n := d.msg.RetryCount + 1
+		due := time.Now().Add(d.s.cfg.retryDelay(n))
+		return d.forward(ctx, d.s.topo.Retry, n, reason, due, d.copyID("retry."+strconv.Itoa(n)))
+	})
+}
+
+// DeadLetter publishes a copy with its reason to notifications.dlq, waits
+// for the stream to store it, and only then acknowledges the original.
+func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	return d.settle("dead-letter", func() error {
+		return d.forward(ctx, d.s.topo.DeadLetter, d.msg.RetryCount, reason, time.Time{}, d.copyID("dlq"))
+	})
+}
+
+// copyID is the Nats-Msg-Id of a copy: derived from the outbox id, so that
+// the same copy published twice is stored once; from the stream sequence
+// for a message that has no id.
+func (d *delivery) copyID(what string) string {
+	if d.msg.ID > 0 {
+		return notify.FormatID(d.msg.ID) + "." + what
+	}
+	return "seq." + strconv.FormatUint(streamSeq(d.m), 10) + "." + what
+}
+
+func (d *delivery) isSettled() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.settled
+}
+
+func (d *delivery) settle(what string, op func() error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return fmt.Errorf("%s message %d: already settled", what, d.msg.ID)
+	}
+	// A failed settlement leaves the message unsettled, so that the caller
+	// may still fall back to another (say Release after a failed Retry).
+	if err := op(); err != nil {
+		return fmt.Errorf("%s message %d: %w", what, d.msg.ID, err)
+	}
+	d.settled = true
+	return nil
+}
+
+// forward publishes a copy of the message to subject and acknowledges the
+// original once the stream stored the copy.
+func (d *delivery) forward(ctx context.Context, subject string, retries int, reason string, due time.Time, msgID string) error {
+	out := copyMsg(d.m, subject)
+	out.Header.Set(HeaderRetryCount, strconv.Itoa(retries))
+	out.Header.Set(HeaderLastError, truncate(reason, maxReason))
+	out.Header.Del(HeaderDueAt)
+	if !due.IsZero() {
+		out.Header.Set(HeaderDueAt, strconv.FormatInt(due.UnixMilli(), 10))
+	}
+	pctx, cancel := context.WithTimeout(ctx, d.s.cfg.ConfirmTimeout)
+	defer cancel()
+	if _, err := d.s.js.PublishMsg(pctx, out, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(d.s.topo.Stream)); err != nil {
+		return fmt.Errorf("copy not stored, original left unsettled: %w", err)
+	}
+	if err := d.m.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("acknowledge original after its copy was stored: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// deadLetterRole names the connection of the dead-letter operations
+// ("herald dead letters" unless Config.ConnectionName says otherwise).
+const deadLetterRole = "dead letters"
+
+// DeadLetterCount returns the number of messages on notifications.dlq. A
+// stream that was never declared holds no dead letters: 0.
+func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return 0, err
+	}
+	nc, js, err := dialDeadLetters(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	defer nc.Close()
+	t := cfg.Topology()
+	s, err := js.Stream(ctx, t.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(t.DeadLetter))
+	if err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	return int(info.State.Subjects[t.DeadLetter]), nil
+}
+
+// RemoveDeadLetters deletes from notifications.dlq every message whose
+// payload names one of notificationIDs (all copies), and returns how many it
+// deleted. It is what a redrive does once the notifications have fresh
+// events: the dead messages would otherwise stay as if still unresolved.
+//
+// It reads the dead letters in stream order without consuming them and
+// deletes the ones asked for by sequence number, up to the last message the
+// stream held when it began, so it ends even while new dead letters arrive.
+// A message whose payload cannot be read names no notification and stays.
+func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64) (removed int, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return 0, err
+	}
+	if len(notificationIDs) == 0 {
+		return 0, nil
+	}
+	remove := make(map[int64]bool, len(notificationIDs))
+	for _, id := range notificationIDs {
+		remove[id] = true
+	}
+	nc, js, err := dialDeadLetters(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("remove dead letters: %w", err)
+	}
+	defer nc.Close()
+	err = eachDeadLetter(ctx, js, cfg.Topology(), func(s jetstream.Stream, m *jetstream.RawStreamMsg) error {
+		if id, ok := deadLetterNotification(m.Data); !ok || !remove[id] {
+			return nil
+		}
+		if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("delete message %d: %w", m.Sequence, err)
+		}
+		removed++
+		return nil
+	})
+	if err != nil {
+		return removed, fmt.Errorf("remove dead letters: %w", err)
+	}
+	return removed, nil
+}
+
+// eachDeadLetter calls fn for every message on the dead-letter subject, in
+// stream order, up to the stream's last sequence when it began.
+func eachDeadLetter(ctx context.Context, js jetstream.JetStream, t Topology, fn func(jetstream.Stream, *jetstream.RawStreamMsg) error) error {
+	s, err := js.Stream(ctx, t.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	last := s.CachedInfo().State.LastSeq
+	for seq := uint64(1); seq <= last; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(t.DeadLetter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read dead letter at or after sequence %d: %w", seq, err)
+		}
+		if m.Sequence > last {
+			return nil
+		}
+		if err := fn(s, m); err != nil {
+			return err
+		}
+		seq = m.Sequence + 1
+	}
+	return nil
+}
+
+// dialDeadLetters connects for one dead-letter operation.
+func dialDeadLetters(ctx context.Context, cfg Config) (*natsgo.Conn, jetstream.JetStream, error) {
+	nc, err := cfg.connect(ctx, ctx, deadLetterRole, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("open jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// deadLetterNotification reads the notification id from a dead letter's
+// payload. It is lenient where Message.Decode is strict: a dead letter is
+// often a message that could not be processed, and only its id matters here.
+func deadLetterNotification(body []byte) (int64, bool) {
+	var p struct {
+		NotificationID string `json:"notification_id"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return 0, false
+	}
+	return notify.ParseID(p.NotificationID)
+}

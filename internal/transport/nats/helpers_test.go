@@ -1,0 +1,61 @@
+package nats_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testenv"
+	natstr "github.com/heraldhq/herald/internal/transport/nats"
+)
+
+// config returns a configuration on srv with a name prefix of the test's
+// own and short timings; the stream is deleted when the test ends.
+func config(t *testing.T, srv *testenv.NATS) natstr.Config {
+	t.Helper()
+	cfg := natstr.Config{
+		URL:            srv.URL(),
+		Prefix:         "t" + testenv.Suffix() + ".",
+		ConfirmTimeout: 5 * time.Second,
+		ReconnectMin:   20 * time.Millisecond,
+		ReconnectMax:   200 * time.Millisecond,
+		ShutdownGrace:  10 * time.Second,
+		CheckInterval:  500 * time.Millisecond,
+		ConnectionName: "herald-test",
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, natstr.Delete(ctx, cfg), "delete stream")
+	})
+	return cfg
+}
+
+func newPublisher(t *testing.T, cfg natstr.Config) *natstr.Publisher {
+	t.Helper()
+	p, err := natstr.NewPublisher(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, p.Close()) })
+	return p
+}
+
+func ids(evs []notify.Event) []int64 {
+	out := make([]int64, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.ID
+	}
+	return out
+}
+
+func peek(t *testing.T, cfg natstr.Config) []natstr.PeekedDeadLetter {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	dls, err := natstr.PeekDeadLetters(ctx, cfg)
+	require.NoError(t, err)
+	return dls
+}

@@ -1,0 +1,207 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Headers herald sets on its messages. NATS header names are
+// case-sensitive; herald writes and reads them exactly as spelled here.
+const (
+	// HeaderMessageID holds the outbox id in decimal: the message id the
+	// worker deduplicates on. The first publish also carries it as
+	// Nats-Msg-Id; copies carry a Nats-Msg-Id of their own (see msgID).
+	HeaderMessageID = "x-message-id"
+	// HeaderType holds the event type (notification.requested).
+	HeaderType = "x-type"
+	// HeaderContentType holds the payload's content type,
+	// application/json.
+	HeaderContentType = "Content-Type"
+	// HeaderRetryCount holds the number of retries before this delivery;
+	// absent or 0 on the first.
+	HeaderRetryCount = "x-retry-count"
+	// HeaderLastError holds the reason of the last failure, on retries and
+	// dead letters.
+	HeaderLastError = "x-last-error"
+	// HeaderOccurredAt holds when the event was written, in Unix
+	// microseconds.
+	HeaderOccurredAt = "x-occurred-at"
+	// HeaderDueAt holds when a retry copy is due, in Unix milliseconds.
+	HeaderDueAt = "x-due-at"
+)
+
+// contentType is the content type of every payload herald publishes.
+const contentType = "application/json"
+
+// ErrTopologyMismatch means the stream exists with settings that cannot be
+// updated to the declared ones (its retention, say), or its subjects belong
+// to another stream. Retrying cannot cure it; an operator has to delete the
+// stream or restore the setting.
+var ErrTopologyMismatch = errors.New("nats stream exists with other settings")
+
+// Topology names the stream, subjects and consumers of one herald
+// installation.
+type Topology struct {
+	// Stream holds every subject below (work-queue retention).
+	Stream string
+	// Requested is the subject the relay publishes to and workers consume.
+	Requested string
+	// Retry holds retry copies until they are due.
+	Retry string
+	// DeadLetter keeps dead letters; nothing consumes it.
+	DeadLetter string
+	// WorkerConsumer is the durable pull consumer of Requested.
+	WorkerConsumer string
+	// RetryConsumer is the durable pull consumer of Retry that moves each
+	// copy back to Requested when it is due.
+	RetryConsumer string
+}
+
+// NewTopology returns the contract's names with prefix prepended to each
+// (in stream and consumer names, with characters that a name cannot hold
+// replaced by "_").
+func NewTopology(prefix string) Topology {
+	name := nameSafe(prefix)
+	return Topology{
+		Stream:         name + "NOTIFICATIONS",
+		Requested:      prefix + "notifications.requested",
+		Retry:          prefix + "notifications.retry",
+		DeadLetter:     prefix + "notifications.dlq",
+		WorkerConsumer: name + "herald-worker",
+		RetryConsumer:  name + "herald-retry",
+	}
+}
+
+// nameSafe replaces what a stream or consumer name cannot hold (".", "*",
+// ">", path separators, white space) with "_".
+func nameSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// subject is the subject events of type typ are published to.
+func (t Topology) subject(typ string) (string, bool) {
+	if typ == notify.EventRequested {
+		return t.Requested, true
+	}
+	return "", false
+}
+
+// streamConfig is the stream as cfg declares it.
+func (t Topology) streamConfig(cfg Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        t.Stream,
+		Description: "herald notifications: requested, retries and dead letters",
+		Subjects:    []string{t.Requested, t.Retry, t.DeadLetter},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		Discard:     jetstream.DiscardOld,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxAge:      0,
+	}
+}
+
+// retryMaxAckPending bounds the retry copies the retry consumer holds back
+// at once: each waiting copy is one pending delivery.
+const retryMaxAckPending = 1 << 20
+
+// retryAckWait bounds the move of one due retry copy (a publish and an
+// acknowledgement).
+const retryAckWait = 30 * time.Second
+
+// declareStream creates the stream, or updates it to cfg's settings.
+func (t Topology) declareStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, t.streamConfig(cfg))
+	if err != nil {
+		return nil, declareError("stream", t.Stream, err)
+	}
+	return s, nil
+}
+
+// declareConsumers creates the worker and retry consumers, or updates them
+// to cfg's settings.
+func (t Topology) declareConsumers(ctx context.Context, s jetstream.Stream, cfg Config) (worker, retry jetstream.Consumer, err error) {
+	worker, err = s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       t.WorkerConsumer,
+		Description:   "herald workers",
+		FilterSubject: t.Requested,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxAckPending: cfg.MaxAckPending,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, nil, declareError("consumer", t.WorkerConsumer, err)
+	}
+	retry, err = s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       t.RetryConsumer,
+		Description:   "herald retry scheduler",
+		FilterSubject: t.Retry,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       retryAckWait,
+		MaxAckPending: retryMaxAckPending,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, nil, declareError("consumer", t.RetryConsumer, err)
+	}
+	return worker, retry, nil
+}
+
+// declareError marks the server's refusals of a configuration (HTTP-like
+// code 400) as ErrTopologyMismatch; anything else (a timeout, JetStream
+// unavailable for a moment) may pass.
+func declareError(kind, name string, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 400 {
+		return fmt.Errorf("declare %s %q: %w: %s (delete it or restore the settings it was declared with)",
+			kind, name, ErrTopologyMismatch, apiErr.Description)
+	}
+	return fmt.Errorf("declare %s %q: %w", kind, name, err)
+}
+
+// gone reports whether err says the stream or a consumer no longer exists.
+func gone(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerDoesNotExist)
+}
+
+// Delete removes the stream of cfg, with its messages and consumers. A
+// missing stream is not an error. Tests and herald bench clean up with it.
+func Delete(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	nc, err := cfg.connect(ctx, ctx, "admin", nil)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("open jetstream: %w", err)
+	}
+	name := cfg.Topology().Stream
+	if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("delete stream %q: %w", name, err)
+	}
+	return nil
+}
