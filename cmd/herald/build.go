@@ -146,6 +146,9 @@ type transport struct {
 	// deadLetters removes redriven messages from the broker's dead letters;
 	// nil when the database is the only record of them.
 	deadLetters deadletter.Queue
+	// deadLetterName names where the broker keeps dead letters, for
+	// messages to operators.
+	deadLetterName string
 	// probe reports the broker's reachability; nil without a broker.
 	probe api.Pinger
 	// remove deletes the transport's own objects (bench's scratch names);
@@ -222,8 +225,9 @@ func rabbitTransport(cfg Config, log *slog.Logger, prefix string) transport {
 		source: func(_ store, role string) (worker.Source, error) {
 			return rabbitmq.NewConsumer(conf(role))
 		},
-		deadLetters: rabbitDeadLetters{cfg: conf("dlq")},
-		probe:       rabbitmq.Pinger{URL: cfg.BrokerURL},
+		deadLetters:    rabbitDeadLetters{cfg: conf("dlq")},
+		deadLetterName: prefix + "notifications.send.dlq",
+		probe:          rabbitmq.Pinger{URL: cfg.BrokerURL},
 		remove: func(ctx context.Context) error {
 			if err := rabbitmq.Delete(ctx, conf("bench")); err != nil {
 				return fmt.Errorf("delete broker topology %s*: %w", prefix, err)
@@ -269,8 +273,9 @@ func natsTransport(cfg Config, log *slog.Logger, prefix string) transport {
 		source: func(_ store, role string) (worker.Source, error) {
 			return nats.NewConsumer(conf(role))
 		},
-		deadLetters: natsDeadLetters{cfg: conf("dlq")},
-		probe:       nats.Pinger{URL: cfg.BrokerURL},
+		deadLetters:    natsDeadLetters{cfg: conf("dlq")},
+		deadLetterName: nats.NewTopology(prefix).DeadLetter,
+		probe:          nats.Pinger{URL: cfg.BrokerURL},
 		remove: func(ctx context.Context) error {
 			if err := nats.Delete(ctx, conf("bench")); err != nil {
 				return fmt.Errorf("delete broker stream %s*: %w", prefix, err)

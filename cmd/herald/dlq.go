@@ -165,7 +165,7 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 	var ff filterFlags
 	var ids idList
 	var all, dryRun bool
-	cfg, err := parseFlags("dlq redrive", "Moves dead letters back to pending with a fresh outbox event (one transaction each), so they are delivered again under the normal rules, and removes their messages from notifications.send.dlq. A notification that was in fact sent is never sent again.",
+	cfg, err := parseFlags("dlq redrive", "Moves dead letters back to pending with a fresh outbox event (one transaction each), so they are delivered again under the normal rules, and removes their messages from the broker's dead letters (RabbitMQ notifications.send.dlq, NATS notifications.dlq). A notification that was in fact sent is never sent again.",
 		args, e, func(fs *flag.FlagSet) {
 			ff.register(fs, 0)
 			fs.Var(&ids, "id", "a notification id to redrive (repeatable, or comma-separated)")
@@ -222,7 +222,7 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(e.stdout, "; skipped %d: %s", len(skipped), strings.Join(skipped, ", "))
 	}
 	if queue != nil {
-		fmt.Fprintf(e.stdout, "; removed %d message(s) from notifications.send.dlq", res.RemovedFromQueue)
+		fmt.Fprintf(e.stdout, "; removed %d message(s) from %s", res.RemovedFromQueue, tr.deadLetterName)
 	}
 	fmt.Fprintln(e.stdout)
 	return nil
