@@ -97,7 +97,7 @@ func TestMigrateSchema(t *testing.T) {
 		return out
 	}
 	require.Equal(t, []string{"id", "user_id", "channel", "recipient", "subject", "body", "status", "attempts",
-		"last_error", "idempotency_key", "created_at", "updated_at", "sent_at", "failed_at"}, columns("notifications"))
+		"last_error", "idempotency_key", "created_at", "updated_at", "sent_at", "failed_at", "retry_due_at"}, columns("notifications"))
 	require.Equal(t, []string{"id", "event_type", "payload", "occurred_at", "processed_at", "attempts",
 		"available_at", "locked_until", "locked_by", "last_error"}, columns("outbox"))
 	require.Equal(t, []string{"message_id", "processed_at"}, columns("processed_messages"))
