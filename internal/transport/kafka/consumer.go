@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/notify"
@@ -84,7 +86,24 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 		backoff = min(backoff*2, c.cfg.ReconnectMax)
 	}
 
+	for {
+		recreated := c.session(ctx, hctx, adm, handle)
+		if ctx.Err() != nil || !recreated {
+			return nil
+		}
+		// The client never adopts a recreated topic (its records could not
+		// be told from the old ones'): a fresh one does.
+		c.log.Error("kafka: a topic was deleted and recreated; restarting the consumer on it")
+	}
+}
+
+// session runs one client until ctx ends (false) or a topic it consumes
+// was recreated (true).
+func (c *Consumer) session(ctx, hctx context.Context, adm *kadm.Client, handle notify.Handler) bool {
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
 	s := newSession(c.cfg, c.topics, hctx, handle)
+	s.restart = stop
 	opts := append(c.cfg.ConnOpts(), c.cfg.producerOpts()...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.topics.Group),
@@ -102,32 +121,39 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return fmt.Errorf("consume: kafka client: %w", err)
+		// Only a bad option fails here, and the options are ours.
+		c.log.Error("kafka: consumer client", "err", err)
+		return false
 	}
 	s.cl = cl
 
 	var handlers, helpers sync.WaitGroup
 	for range c.cfg.Prefetch {
-		handlers.Go(func() { s.work(ctx) })
+		handlers.Go(func() { s.work(sctx) })
 	}
-	helpers.Go(func() { s.forward(ctx) })
-	helpers.Go(func() { s.commitLoop(ctx) })
-	helpers.Go(func() { s.watchTopics(ctx, adm) })
+	helpers.Go(func() { s.forward(sctx) })
+	helpers.Go(func() { s.commitLoop(sctx) })
+	helpers.Go(func() { s.watchTopics(sctx, adm) })
 
-	s.poll(ctx)
+	s.poll(sctx)
 
 	handlers.Wait()
 	helpers.Wait()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ConfirmTimeout)
-	defer cancel()
-	if err := s.commit(cctx, nil); err != nil {
-		c.log.Warn("kafka: final offset commit failed; settled records will be delivered again", "err", err)
+	s.mu.Lock()
+	recreated := s.recreated
+	s.mu.Unlock()
+	if !recreated {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ConfirmTimeout)
+		defer cancel()
+		if err := s.commit(cctx, nil); err != nil {
+			c.log.Warn("kafka: final offset commit failed; settled records will be delivered again", "err", err)
+		}
 	}
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
 	cl.CloseAllowingRebalance()
-	return nil
+	return recreated
 }
 
 // poll feeds the session until ctx ends.
@@ -139,13 +165,20 @@ func (s *session) poll(ctx context.Context) {
 			return
 		}
 		var errs []error
+		recreated := false
 		fs.EachError(func(topic string, partition int32, err error) {
 			errs = append(errs, fmt.Errorf("%s/%d: %w", topic, partition, err))
+			// The client reports a topic it holds under another id.
+			recreated = recreated || errors.Is(err, kerr.UnknownTopicID)
 		})
 		recs := fs.Records()
 		s.ingest(recs)
 		s.cl.AllowRebalance()
 		if len(errs) > 0 {
+			if recreated {
+				s.topicRecreated()
+				continue
+			}
 			s.warn("kafka fetch failed; the client retries", errors.Join(errs...))
 			select {
 			case s.checkTopics <- struct{}{}:

@@ -69,6 +69,9 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		}
 		if p.everEnsured {
 			logRecreated(p.cfg.Logger, created)
+			// The client never adopts a recreated topic's new id: forget
+			// the old one.
+			p.cl.PurgeTopicsFromProducing(p.topics.Requested)
 		}
 		p.ensured, p.everEnsured = true, true
 	}
@@ -85,7 +88,7 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 			confirmed = append(confirmed, events[i].ID)
 			continue
 		}
-		if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
 			p.ensured = false
 		}
 		failed = append(failed, fmt.Errorf("event %d: %w", events[i].ID, err))

@@ -75,6 +75,10 @@ type session struct {
 	heldUp  chan struct{} // the earliest due time changed
 	paused  map[string]bool
 	closing bool
+	// recreated is set when a topic was recreated under the session: its
+	// books are of the old topic and must not be committed to the new one.
+	recreated bool
+	restart   func()
 
 	// commitMu orders commits: the committer's and a revoke's never
 	// interleave, so a stale offset is never committed after a newer one.
@@ -310,6 +314,12 @@ func (s *session) requeue(e *entry) error {
 func (s *session) commit(ctx context.Context, only []*partition) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	s.mu.Lock()
+	stale := s.recreated
+	s.mu.Unlock()
+	if stale {
+		return nil
+	}
 	type pending struct {
 		p      *partition
 		offset int64
@@ -502,7 +512,20 @@ func (s *session) watchTopics(ctx context.Context, adm *kadm.Client) {
 			s.warn("kafka: checking the topics failed", err)
 		}
 		logRecreated(s.log, created)
+		if len(created) > 0 {
+			s.topicRecreated()
+		}
 	}
+}
+
+// topicRecreated ends the session without committing: its offsets belong
+// to the deleted topic. What it settled meanwhile is delivered again and
+// absorbed by the store.
+func (s *session) topicRecreated() {
+	s.mu.Lock()
+	s.recreated = true
+	s.mu.Unlock()
+	s.restart()
 }
 
 // heldHeap orders retry records by due time.
