@@ -2,8 +2,11 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -28,7 +31,17 @@ func (p Pinger) Ping(ctx context.Context) error {
 	}
 	defer cl.Close()
 	if err := cl.Ping(ctx); err != nil {
-		return fmt.Errorf("ping kafka: %w", err)
+		return fmt.Errorf("ping kafka: %w", authHint(cfg, err))
 	}
 	return nil
+}
+
+// authHint names the credentials in an error that may come from their
+// refusal: brokers refuse with SASL_AUTHENTICATION_FAILED, or (some) by
+// closing the connection mid-handshake.
+func authHint(cfg Config, err error) error {
+	if cfg.User != "" && (errors.Is(err, io.EOF) || errors.Is(err, kerr.SaslAuthenticationFailed)) {
+		return fmt.Errorf("as %q with SASL %s: %w (check the user, password and mechanism)", cfg.User, cfg.Mechanism, err)
+	}
+	return err
 }

@@ -19,7 +19,7 @@ func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, t Topics) (
 	names := t.all()
 	details, err := adm.ListTopics(ctx, names...)
 	if err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
+		return nil, fmt.Errorf("list topics: %w", authHint(cfg, err))
 	}
 	var missing []string
 	for _, name := range names {
