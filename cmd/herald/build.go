@@ -33,6 +33,7 @@ import (
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/transport/nats"
+	"github.com/heraldhq/herald/internal/transport/kafka"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/worker"
@@ -169,8 +170,10 @@ func newTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 		return rabbitTransport(cfg, log, prefix), nil
 	case "nats":
 		return natsTransport(cfg, log, prefix), nil
+	case "kafka":
+		return kafkaTransport(cfg, log, prefix)
 	default:
-		return transport{}, fmt.Errorf("HERALD_BROKER_URL must start with amqp://, amqps:// or nats:// (or be unset for the outbox table), got %q", redact(cfg.BrokerURL))
+		return transport{}, fmt.Errorf("HERALD_BROKER_URL must start with amqp://, amqps://, nats:// or kafka:// (or be unset for the outbox table), got %q", redact(cfg.BrokerURL))
 	}
 }
 
@@ -184,6 +187,8 @@ func brokerKind(url string) string {
 	case strings.HasPrefix(url, "nats://"):
 		// nats://host:4222[,nats://host2:4222...]: the seeds of a cluster.
 		return "nats"
+	case strings.HasPrefix(url, "kafka://"), strings.HasPrefix(url, "kafkas://"):
+		return "kafka"
 	}
 	return ""
 }
@@ -238,6 +243,49 @@ func rabbitTransport(cfg Config, log *slog.Logger, prefix string) transport {
 			return raw.Publish(ctx, cfg.BrokerURL, raw.PublishOptions{Queue: prefix + "raw", N: n})
 		},
 	}
+}
+
+// kafkaTransport is the Kafka transport on kafka://[user:pass@]host:port[,...]
+// (options in kafka.ParseURL). It has no deadLetters: a Kafka topic cannot
+// delete single records, so a redrive leaves notifications.dlq as it is (an
+// append-only log of what died) and the database stays the record.
+func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
+	base, err := kafka.ParseURL(cfg.BrokerURL)
+	if err != nil {
+		return transport{}, fmt.Errorf("HERALD_BROKER_URL: %w", err)
+	}
+	conf := func(role string) kafka.Config {
+		c := base
+		c.Prefix = prefix
+		c.RetryDelays = []time.Duration{cfg.RetryDelay}
+		c.Prefetch = cfg.Prefetch
+		c.ClientID = "herald-" + role
+		c.Logger = log.With("component", role)
+		return c
+	}
+	return transport{
+		name: "kafka",
+		publisher: func(role string) (relay.Publisher, func(), error) {
+			p, err := kafka.NewPublisher(conf(role))
+			if err != nil {
+				return nil, nil, err
+			}
+			return p, func() { _ = p.Close() }, nil
+		},
+		source: func(_ store, role string) (worker.Source, error) {
+			return kafka.NewConsumer(conf(role))
+		},
+		probe: kafka.Pinger{Config: base},
+		remove: func(ctx context.Context) error {
+			if err := kafka.Delete(ctx, conf("bench")); err != nil {
+				return fmt.Errorf("delete broker topics %s*: %w", prefix, err)
+			}
+			return nil
+		},
+		rawPublish: func(ctx context.Context, n int) (float64, error) {
+			return raw.KafkaPublish(ctx, conf("bench").ConnOpts(), raw.KafkaPublishOptions{Topic: prefix + "raw", N: n})
+		},
+	}, nil
 }
 
 // rabbitDeadLetters removes redriven messages from the RabbitMQ dead-letter

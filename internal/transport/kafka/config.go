@@ -1,0 +1,360 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// Topic names of the public contract, before Config.Prefix.
+const (
+	// TopicRequested carries the relay's notification.requested events and
+	// the retries that came due.
+	TopicRequested = "notifications.requested"
+	// TopicRetry holds retry copies until they are due.
+	TopicRetry = "notifications.retry"
+	// TopicDeadLetters keeps dead letters, each with its last error.
+	TopicDeadLetters = "notifications.dlq"
+	// DefaultGroup is the workers' consumer group, before Config.Prefix.
+	DefaultGroup = "herald-worker"
+)
+
+// Record headers. The message is the one RabbitMQ carries: the outbox id,
+// the content type and event type, the retry count and the last error.
+const (
+	// HeaderMessageID holds the outbox id in decimal.
+	HeaderMessageID = "message_id"
+	// HeaderContentType holds the payload's media type, application/json.
+	HeaderContentType = "content_type"
+	// HeaderType holds the event type.
+	HeaderType = "type"
+	// HeaderRetryCount holds the number of retries before this delivery
+	// (absent on the first).
+	HeaderRetryCount = "x-retry-count"
+	// HeaderLastError holds the reason of the last failure, on retries and
+	// dead letters.
+	HeaderLastError = "x-last-error"
+	// HeaderOccurredAt holds when the event was written, in Unix
+	// microseconds.
+	HeaderOccurredAt = "x-occurred-at"
+	// HeaderDueAt holds when a retry copy is due, in Unix milliseconds.
+	HeaderDueAt = "x-due-at"
+	// HeaderSource names where a dead letter was read from
+	// (topic/partition@offset): the only trace of a record that is not
+	// herald's.
+	HeaderSource = "x-source"
+)
+
+// Config configures a Publisher or a Consumer. Fields whose zero cannot
+// work (no topic has zero partitions, a zero timeout gives up at once) get
+// a default; the others are honoured as given.
+type Config struct {
+	// Brokers are the seed brokers, host:port each. Required.
+	Brokers []string
+	// User and Password authenticate with SASL when User is set. Default:
+	// no authentication.
+	User, Password string
+	// Mechanism is the SASL mechanism: PLAIN, SCRAM-SHA-256 or
+	// SCRAM-SHA-512. Default SCRAM-SHA-512 when User is set (PLAIN sends
+	// the password as it is: use it over TLS only).
+	Mechanism string
+	// TLS, when set, connects with TLS. Default: plain TCP.
+	TLS *tls.Config
+	// Prefix is prepended to every topic and consumer group name, so that
+	// tests and benchmarks get names of their own. Default "".
+	Prefix string
+	// Group is the consumer group of the Consumers, before Prefix. Default
+	// "herald-worker".
+	Group string
+	// RetryDelays is the retry schedule: the i-th retry waits
+	// RetryDelays[i-1], the last one repeating. A zero delay retries at
+	// once. Default [30s].
+	RetryDelays []time.Duration
+	// Prefetch is the number of deliveries a Consumer hands its handler at
+	// once (handler goroutines). Zero would take nothing, so it means the
+	// default. Default 10.
+	Prefetch int
+	// MaxBuffered bounds the records of one topic a Consumer holds, waiting
+	// for their key or their due time: past it, fetching that topic pauses.
+	// Zero means the default. Default 1000.
+	MaxBuffered int
+	// Partitions is the partition count of the topics created when missing.
+	// A topic needs one at least, so zero means the default. Default 12.
+	Partitions int32
+	// ReplicationFactor is the replication factor of the topics created
+	// when missing. Zero means the default: 3, or the number of brokers
+	// when the cluster has fewer.
+	ReplicationFactor int16
+	// ConfirmTimeout bounds the wait for the brokers' acknowledgement of a
+	// produce (the relay's batch, a retry copy, a dead letter). Zero means
+	// the default. Default 15s.
+	ConfirmTimeout time.Duration
+	// CommitInterval is how often a Consumer commits the offsets whose
+	// effect is recorded. Zero means the default. Default 1s.
+	CommitInterval time.Duration
+	// TopicCheckInterval is how often a Consumer checks that its topics
+	// still exist (and recreates a deleted one, with an ERROR log). Zero
+	// means the default. Default 30s.
+	TopicCheckInterval time.Duration
+	// RedeliverDelay is how long a delivery its handler returned without
+	// settling waits before it is handed out again, and the backoff of a
+	// due retry that could not be republished. Zero means the default.
+	// Default 1s.
+	RedeliverDelay time.Duration
+	// ShutdownGrace bounds how long handlers in flight when Consume's
+	// context ends (or when their partitions are revoked) may still run:
+	// their context is cancelled only this long after. Zero means the
+	// default. Default 30s.
+	ShutdownGrace time.Duration
+	// ReconnectMin and ReconnectMax bound the backoff of a Consumer that
+	// cannot reach the cluster at start. Zero means the defaults, 100ms and
+	// 5s.
+	ReconnectMin, ReconnectMax time.Duration
+	// ClientID is the client id the brokers see (in their logs and
+	// quotas). Default "herald".
+	ClientID string
+	// Logger receives what the transport cannot return to anybody: fetch
+	// and commit failures, recreated topics, records it dead-letters
+	// itself. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.RetryDelays == nil {
+		c.RetryDelays = []time.Duration{30 * time.Second}
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 10
+	}
+	if c.MaxBuffered == 0 {
+		c.MaxBuffered = 1000
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 12
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = 15 * time.Second
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = time.Second
+	}
+	if c.TopicCheckInterval == 0 {
+		c.TopicCheckInterval = 30 * time.Second
+	}
+	if c.RedeliverDelay == 0 {
+		c.RedeliverDelay = time.Second
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = 100 * time.Millisecond
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = 5 * time.Second
+	}
+	if c.ClientID == "" {
+		c.ClientID = "herald"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.User != "" && c.Mechanism == "" {
+		c.Mechanism = "SCRAM-SHA-512"
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("kafka: at least one broker address is required")
+	}
+	for _, b := range c.Brokers {
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+			return fmt.Errorf("kafka: broker address %q is not host:port", b)
+		}
+	}
+	if len(c.RetryDelays) == 0 {
+		return errors.New("kafka: the retry schedule needs one delay at least")
+	}
+	for _, d := range c.RetryDelays {
+		if d < 0 {
+			return fmt.Errorf("kafka: retry delay must not be negative, got %s", d)
+		}
+	}
+	switch {
+	case c.Prefetch < 1:
+		return fmt.Errorf("kafka: prefetch must be at least 1, got %d", c.Prefetch)
+	case c.MaxBuffered < c.Prefetch:
+		return fmt.Errorf("kafka: max buffered (%d) must be at least the prefetch (%d)", c.MaxBuffered, c.Prefetch)
+	case c.Partitions < 1:
+		return fmt.Errorf("kafka: partitions must be at least 1, got %d", c.Partitions)
+	case c.ReplicationFactor < 0:
+		return fmt.Errorf("kafka: replication factor must not be negative, got %d", c.ReplicationFactor)
+	case c.ConfirmTimeout <= 0, c.CommitInterval <= 0, c.TopicCheckInterval <= 0, c.RedeliverDelay <= 0, c.ShutdownGrace <= 0:
+		return errors.New("kafka: timeouts and intervals must be positive")
+	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
+		return fmt.Errorf("kafka: reconnect backoff must satisfy 0 < min <= max, got %s / %s", c.ReconnectMin, c.ReconnectMax)
+	}
+	if _, err := c.mechanism(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// retryDelay is the wait before the retry-th retry (1 for the first).
+func (c Config) retryDelay(retry int) time.Duration {
+	i := min(max(retry-1, 0), len(c.RetryDelays)-1)
+	return c.RetryDelays[i]
+}
+
+// Topics are the names of one installation's topics and group.
+type Topics struct {
+	Requested, Retry, DeadLetters, Group string
+}
+
+// Topics returns the names the configuration uses, Prefix applied.
+func (c Config) Topics() Topics {
+	c = c.withDefaults()
+	return Topics{
+		Requested:   c.Prefix + TopicRequested,
+		Retry:       c.Prefix + TopicRetry,
+		DeadLetters: c.Prefix + TopicDeadLetters,
+		Group:       c.Prefix + c.Group,
+	}
+}
+
+func (t Topics) all() []string { return []string{t.Requested, t.Retry, t.DeadLetters} }
+
+func (c Config) mechanism() (sasl.Mechanism, error) {
+	if c.User == "" {
+		return nil, nil
+	}
+	auth := scram.Auth{User: c.User, Pass: c.Password}
+	switch strings.ToUpper(c.Mechanism) {
+	case "PLAIN":
+		return plain.Auth{User: c.User, Pass: c.Password}.AsMechanism(), nil
+	case "SCRAM-SHA-256":
+		return auth.AsSha256Mechanism(), nil
+	case "SCRAM-SHA-512":
+		return auth.AsSha512Mechanism(), nil
+	}
+	return nil, fmt.Errorf("kafka: unknown SASL mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", c.Mechanism)
+}
+
+// ConnOpts returns the client options that reach the cluster: seeds,
+// client id, TLS and SASL. herald bench's raw ceiling connects with them.
+func (c Config) ConnOpts() []kgo.Opt {
+	c = c.withDefaults()
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.ClientID(c.ClientID),
+		kgo.WithLogger(nil),
+	}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
+	}
+	if m, _ := c.mechanism(); m != nil {
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts
+}
+
+// producerOpts are the options of every client that produces: acks from
+// every in-sync replica, idempotent (kgo's default, stated here because
+// herald relies on it: a retried produce never duplicates nor reorders a
+// record within its partition), no linger (herald waits for every batch).
+func (c Config) producerOpts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+		kgo.ProduceRequestTimeout(c.ConfirmTimeout),
+	}
+}
+
+// ParseURL reads a HERALD_BROKER_URL of the form
+// kafka://[user:password@]host:port[,host:port...][?options] into a Config
+// holding the brokers and connection settings. Options: mechanism (PLAIN,
+// SCRAM-SHA-256, SCRAM-SHA-512), tls (true: TLS with the system's roots),
+// partitions and replication (of the topics herald creates). kafkas:// is
+// kafka:// with tls=true. Errors never quote the password.
+func ParseURL(raw string) (Config, error) {
+	var c Config
+	rest, ok := strings.CutPrefix(raw, "kafka://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(raw, "kafkas://"); !ok {
+			return c, errors.New("kafka: broker URL must start with kafka:// or kafkas://")
+		}
+		c.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	rest, query, _ := strings.Cut(rest, "?")
+	rest = strings.TrimSuffix(rest, "/")
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		userinfo := rest[:at]
+		rest = rest[at+1:]
+		user, pass, _ := strings.Cut(userinfo, ":")
+		var err error
+		if c.User, err = url.PathUnescape(user); err != nil {
+			return c, errors.New("kafka: broker URL has a malformed user name")
+		}
+		if c.Password, err = url.PathUnescape(pass); err != nil {
+			return c, errors.New("kafka: broker URL has a malformed password")
+		}
+	}
+	for _, b := range strings.Split(rest, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.Brokers = append(c.Brokers, b)
+		}
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return c, fmt.Errorf("kafka: broker URL options: %w", err)
+	}
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "mechanism":
+			c.Mechanism = v
+		case "tls":
+			on, err := strconv.ParseBool(v)
+			if err != nil {
+				return c, fmt.Errorf("kafka: broker URL option tls=%q is not a boolean", v)
+			}
+			if on && c.TLS == nil {
+				c.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+			} else if !on {
+				c.TLS = nil
+			}
+		case "partitions":
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n < 1 {
+				return c, fmt.Errorf("kafka: broker URL option partitions=%q: want a number >= 1", v)
+			}
+			c.Partitions = int32(n)
+		case "replication":
+			n, err := strconv.ParseInt(v, 10, 16)
+			if err != nil || n < 1 {
+				return c, fmt.Errorf("kafka: broker URL option replication=%q: want a number >= 1", v)
+			}
+			c.ReplicationFactor = int16(n)
+		default:
+			return c, fmt.Errorf("kafka: unknown broker URL option %q", k)
+		}
+	}
+	return c, c.withDefaults().validate()
+}

@@ -1,0 +1,185 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// delivery implements notify.Delivery for one record of the requested
+// topic.
+type delivery struct {
+	s   *session
+	e   *entry
+	msg notify.Message
+
+	// mu makes settling once hold even against a confused caller; done is
+	// set by a settlement, and by the handler returning (returned): a
+	// delivery its handler gave up is redelivered, not settled late.
+	mu             sync.Mutex
+	done, returned bool
+}
+
+// Message returns the delivered message.
+func (d *delivery) Message() notify.Message { return d.msg }
+
+// Ack settles the record as done: its offset may be committed.
+func (d *delivery) Ack(ctx context.Context) error {
+	return d.settle("ack", func() error { return d.s.settle(d.e) })
+}
+
+// Release hands the record back unchanged: it goes out again at once,
+// still first of its key, without counting a retry.
+func (d *delivery) Release(ctx context.Context) error {
+	return d.settle("release", func() error { return d.s.requeue(d.e) })
+}
+
+// Retry produces a copy with the retry count incremented and its due time
+// to the retry topic, waits for the cluster's acknowledgement, and only
+// then settles the original. The copy is forwarded to the requested topic
+// when due, behind whatever its key received meanwhile.
+func (d *delivery) Retry(ctx context.Context, reason string) error {
+	return d.settle("retry", func() error {
+		n := d.msg.RetryCount + 1
+		due := time.Now().Add(d.s.cfg.retryDelay(n))
+		r := copyRecord(d.e.rec, d.s.topics.Retry, HeaderRetryCount, HeaderLastError, HeaderDueAt)
+		r.Headers = append(r.Headers,
+			kgo.RecordHeader{Key: HeaderRetryCount, Value: strconv.AppendInt(nil, int64(n), 10)},
+			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(truncate(reason, maxReason))},
+			kgo.RecordHeader{Key: HeaderDueAt, Value: strconv.AppendInt(nil, due.UnixMilli(), 10)},
+		)
+		return d.produceThenSettle(ctx, r)
+	})
+}
+
+// DeadLetter produces a copy with its reason to the dead-letter topic,
+// waits for the cluster's acknowledgement, and only then settles the
+// original.
+func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	return d.settle("dead-letter", func() error {
+		r := copyRecord(d.e.rec, d.s.topics.DeadLetters, HeaderLastError, HeaderDueAt, HeaderSource)
+		r.Headers = append(r.Headers,
+			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(truncate(reason, maxReason))},
+			kgo.RecordHeader{Key: HeaderSource, Value: []byte(source(d.e.rec))},
+		)
+		return d.produceThenSettle(ctx, r)
+	})
+}
+
+func (d *delivery) produceThenSettle(ctx context.Context, r *kgo.Record) error {
+	if err := produceAll(ctx, d.s.cl, d.s.cfg.ConfirmTimeout, []*kgo.Record{r})[0]; err != nil {
+		return fmt.Errorf("copy to %s not acknowledged, original left unsettled: %w", r.Topic, err)
+	}
+	return d.s.settle(d.e)
+}
+
+func (d *delivery) settle(what string, op func() error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.returned:
+		return fmt.Errorf("%s message %d: its handler returned without settling it; it is delivered again", what, d.msg.ID)
+	case d.done:
+		return fmt.Errorf("%s message %d: already settled", what, d.msg.ID)
+	}
+	// A failed settlement leaves the record unsettled, so that the caller
+	// may still fall back to another (say Release after a failed Retry).
+	if err := op(); err != nil {
+		return fmt.Errorf("%s message %d: %w", what, d.msg.ID, err)
+	}
+	d.done = true
+	return nil
+}
+
+// message reads a record as herald's message. bad, when not empty, says
+// why the record cannot be herald's (it has no usable message id) and is
+// dead-lettered by the transport itself; a record with an id but a payload
+// or type that is not herald's goes to the handler, which dead-letters it
+// with the decoding error.
+func message(r *kgo.Record) (m notify.Message, bad string) {
+	m = notify.Message{
+		Type:       header(r, HeaderType),
+		Payload:    r.Value,
+		RetryCount: retryCount(header(r, HeaderRetryCount)),
+		OccurredAt: r.Timestamp,
+	}
+	if v, err := strconv.ParseInt(header(r, HeaderOccurredAt), 10, 64); err == nil && v > 0 {
+		m.OccurredAt = time.UnixMicro(v)
+	}
+	raw := header(r, HeaderMessageID)
+	id, ok := notify.ParseID(raw)
+	if !ok {
+		return m, fmt.Sprintf("not a herald message: header %s is %q, want an outbox id", HeaderMessageID, truncate(raw, 64))
+	}
+	m.ID = id
+	return m, ""
+}
+
+// header returns the last value of a record header, "" when absent.
+func header(r *kgo.Record, key string) string {
+	v := ""
+	for _, h := range r.Headers {
+		if h.Key == key {
+			v = string(h.Value)
+		}
+	}
+	return v
+}
+
+func retryCount(s string) int {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return int(max(0, min(n, 1<<31-1)))
+}
+
+// dueAt reads a retry record's due time; one without is due at once.
+func dueAt(r *kgo.Record) time.Time {
+	if v, err := strconv.ParseInt(header(r, HeaderDueAt), 10, 64); err == nil {
+		return time.UnixMilli(v)
+	}
+	return time.Time{}
+}
+
+// copyRecord returns a copy of r for topic (same key, value, timestamp),
+// with its headers less those named in drop.
+func copyRecord(r *kgo.Record, topic string, drop ...string) *kgo.Record {
+	c := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+next:
+	for _, h := range r.Headers {
+		for _, k := range drop {
+			if h.Key == k {
+				continue next
+			}
+		}
+		c.Headers = append(c.Headers, h)
+	}
+	return c
+}
+
+// source names where a record was read: topic/partition@offset.
+func source(r *kgo.Record) string {
+	return fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
+}
+
+// maxReason bounds the x-last-error header.
+const maxReason = 1024
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

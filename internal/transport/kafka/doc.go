@@ -1,0 +1,56 @@
+// Package kafka is herald's Kafka transport: a Publisher the relay hands
+// outbox events to, and a Consumer the worker receives them from.
+//
+// # Topics and records
+//
+// Three topics, named by the public contract and created by every process
+// at start when missing (start order does not matter):
+// notifications.requested carries the relay's events, notifications.retry
+// holds retry copies until due, notifications.dlq keeps dead letters. A
+// record is keyed by the notification's user id, so one user's
+// notifications share a partition; its value is the event payload and its
+// headers carry what RabbitMQ's properties do: message_id (the outbox id),
+// content_type, type, x-retry-count, x-occurred-at, and x-last-error on
+// retries and dead letters.
+//
+// # Nothing settled on trust
+//
+// Every produce (the relay's batch, a retry copy, a dead letter) waits for
+// acks from all in-sync replicas, with the idempotent producer, so a retry
+// inside the client neither duplicates nor reorders a record. Workers form
+// the consumer group herald-worker and commit an offset only when every
+// record before it is settled: acknowledged after its effect was recorded,
+// or moved (its retry copy or dead letter acknowledged first). Deliveries
+// settle out of order across keys, so the commit is the end of the settled
+// prefix of each partition; a crash redelivers the rest, and the store's
+// deduplication absorbs what was applied already.
+//
+// # Order
+//
+// Deliveries of one key reach the handler one at a time, in offset order
+// (which is create order, as the relay publishes in outbox order); other
+// keys run side by side up to Prefetch, whatever partition they are on. A
+// retry does not hold the key: the failed notification leaves for the
+// retry topic and the user's next one goes out, so a retried notification
+// may be sent after later ones of the same user. Holding the key for the
+// retry delay (30s to hours) would stall every later notification of that
+// user behind one bad address; herald prefers the reorder.
+//
+// # Retries
+//
+// A retry copy carries its due time (x-due-at). The Consumer also reads
+// the retry topic and holds its records in memory until due, then
+// republishes them to the requested topic and only then commits them.
+// Holding (rather than pausing a partition until its head is due) keeps a
+// short delay from waiting behind a long one when the schedule has several
+// delays. A Consumer holds at most MaxBuffered records of each topic; past
+// that it pauses fetching the topic.
+//
+// # Dead letters
+//
+// A Kafka topic cannot delete single records, so herald dlq redrive does
+// not remove anything from notifications.dlq: the database is the record
+// of dead letters (status failed), a redrive gives the notification a fresh
+// event, and the topic stays an append-only log of what died and why,
+// pruned by its retention.
+package kafka
