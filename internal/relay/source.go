@@ -37,8 +37,9 @@ type Publisher interface {
 	// events the broker confirmed; an event that was returned as
 	// unroutable, nacked or not confirmed in time is left out, and err
 	// says why. An error marked notify.Permanent says that retrying cannot
-	// help (the broker refuses the topology the publisher declares, or
-	// its credentials): the relay stops on it.
+	// help (the broker refuses the topology the publisher declares: 406
+	// PRECONDITION_FAILED): the relay stops on it. Outages (dial refused,
+	// connection lost, confirm timeout) must not be marked.
 	Publish(ctx context.Context, events []notify.Event) (confirmed []int64, err error)
 }
 
