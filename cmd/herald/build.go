@@ -199,7 +199,7 @@ func tableTransport(cfg Config, log *slog.Logger) transport {
 		source: func(st store, role string) (worker.Source, error) {
 			return table.New(st, st, table.Config{
 				Prefetch:     cfg.Prefetch,
-				RetryDelay:   cfg.RetryDelay,
+				RetryDelays:  cfg.RetryDelays,
 				PollInterval: cfg.RelayInterval,
 				Logger:       log.With("component", role),
 			})
@@ -209,10 +209,13 @@ func tableTransport(cfg Config, log *slog.Logger) transport {
 
 func rabbitTransport(cfg Config, log *slog.Logger, prefix string) transport {
 	conf := func(role string) rabbitmq.Config {
+		// RetryDelay is the list's first delay only, until the RabbitMQ
+		// transport takes the list (one retry queue per distinct delay).
+		// The settings table never yields an empty list.
 		return rabbitmq.Config{
 			URL:            cfg.BrokerURL,
 			Prefix:         prefix,
-			RetryDelay:     cfg.RetryDelay,
+			RetryDelay:     cfg.RetryDelays[0],
 			Prefetch:       cfg.Prefetch,
 			ConnectionName: "herald " + role,
 			Logger:         log.With("component", role),

@@ -24,7 +24,7 @@ type Config struct {
 	SMTPRate        int
 	SMTPFrom        string
 	MaxRetries      int
-	RetryDelay      time.Duration
+	RetryDelays     []time.Duration
 	RelayBatch      int
 	RelayInterval   time.Duration
 	Prefetch        int
@@ -49,8 +49,9 @@ type Config struct {
 // take it. Adding a setting is one row here and one Config field.
 type setting struct {
 	env, flag, def, usage string
-	// field points at the Config field: *string, *int, *time.Duration or
-	// *bool; its type is the flag's type.
+	// field points at the Config field: *string, *int, *time.Duration,
+	// *[]time.Duration (a comma-separated list, at least one) or *bool; its
+	// type is the flag's type.
 	field func(*Config) any
 	// cmds are the commands that take the setting, space-separated.
 	cmds string
@@ -95,8 +96,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SMTPFrom }, cmds: cmdsWorker},
 	{env: "HERALD_MAX_RETRIES", flag: "max-retries", def: "5", usage: "retries after the first attempt; then dead-letter (0: dead-letter on the first failure)",
 		field: func(c *Config) any { return &c.MaxRetries }, cmds: cmdsWorker, min: 0},
-	{env: "HERALD_RETRY_DELAY", flag: "retry-delay", def: "30s", usage: "delay before each retry",
-		field: func(c *Config) any { return &c.RetryDelay }, cmds: cmdsWorker + " relay dlq-redrive"},
+	{env: "HERALD_RETRY_DELAY", flag: "retry-delay", def: "30s", usage: "delay before each retry; a list (30s,5m,30m,2h) sets the delay of each retry in turn, the last one repeating",
+		field: func(c *Config) any { return &c.RetryDelays }, cmds: cmdsWorker + " relay dlq-redrive"},
 	{env: "HERALD_RELAY_BATCH", flag: "relay-batch", def: "100", usage: "outbox rows claimed per relay transaction",
 		field: func(c *Config) any { return &c.RelayBatch }, cmds: cmdsRelay, min: 1},
 	{env: "HERALD_RELAY_INTERVAL", flag: "relay-interval", def: "500ms", usage: "longest idle wait between outbox polls",
@@ -146,6 +147,8 @@ func (s setting) typeName() string {
 		return "int"
 	case *time.Duration:
 		return "duration"
+	case *[]time.Duration:
+		return "durations"
 	case *bool:
 		return "bool"
 	}
@@ -176,11 +179,21 @@ func (s setting) set(c *Config, v string) error {
 		}
 		*p = n
 	case *time.Duration:
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d == 0 && !s.zero {
-			return fmt.Errorf("want a positive duration like 30s, got %q", v)
+		d, err := s.duration(v)
+		if err != nil {
+			return err
 		}
 		*p = d
+	case *[]time.Duration:
+		var list []time.Duration
+		for item := range strings.SplitSeq(v, ",") {
+			d, err := s.duration(strings.TrimSpace(item))
+			if err != nil {
+				return fmt.Errorf("want a comma-separated list of positive durations like 30s,5m,30m: %w", err)
+			}
+			list = append(list, d)
+		}
+		*p = list
 	case *bool:
 		switch v {
 		case "1", "true":
@@ -192,6 +205,16 @@ func (s setting) set(c *Config, v string) error {
 		}
 	}
 	return nil
+}
+
+// duration parses one duration of the setting: positive, or zero where the
+// setting allows it.
+func (s setting) duration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d == 0 && !s.zero {
+		return 0, fmt.Errorf("want a positive duration like 30s, got %q", v)
+	}
+	return d, nil
 }
 
 // errHelp is returned when the user asked for --help; the usage is printed

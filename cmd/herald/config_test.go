@@ -26,12 +26,12 @@ func TestParseConfigPrecedence(t *testing.T) {
 		}},
 		{"environment over default", nil, func(t *testing.T, c Config) {
 			require.Equal(t, 7, c.RelayBatch)
-			require.Equal(t, 2*time.Second, c.RetryDelay)
+			require.Equal(t, []time.Duration{2 * time.Second}, c.RetryDelays)
 			require.Equal(t, "sekrit", c.APIToken)
 		}},
 		{"flag over environment", []string{"--relay-batch", "9", "--retry-delay=3s"}, func(t *testing.T, c Config) {
 			require.Equal(t, 9, c.RelayBatch)
-			require.Equal(t, 3*time.Second, c.RetryDelay)
+			require.Equal(t, []time.Duration{3 * time.Second}, c.RetryDelays)
 		}},
 	}
 	for _, tt := range tests {
@@ -43,6 +43,34 @@ func TestParseConfigPrecedence(t *testing.T) {
 	}
 }
 
+// HERALD_RETRY_DELAY takes a list, each delay positive, spaces allowed
+// around the commas; one value is the one-delay schedule of old.
+func TestParseConfigRetryDelays(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string][]time.Duration{
+		"":                {30 * time.Second},
+		"30s":             {30 * time.Second},
+		"30s,5m,30m,2h":   {30 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour},
+		" 1s , 2s,4s ":    {time.Second, 2 * time.Second, 4 * time.Second},
+		"500ms,500ms,10s": {500 * time.Millisecond, 500 * time.Millisecond, 10 * time.Second},
+	} {
+		getenv := func(k string) string {
+			if k == "HERALD_RETRY_DELAY" {
+				return in
+			}
+			return ""
+		}
+		c, _, err := parseConfig("worker", "", nil, env{getenv: getenv, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}, nil)
+		require.NoError(t, err, "%q", in)
+		require.Equal(t, want, c.RetryDelays, "%q", in)
+	}
+	var help bytes.Buffer
+	_, _, err := parseConfig("worker", "", []string{"--help"}, env{getenv: func(string) string { return "" }, stdout: &help, stderr: &bytes.Buffer{}}, nil)
+	require.ErrorIs(t, err, errHelp)
+	require.Contains(t, help.String(), "--retry-delay durations")
+	require.Contains(t, help.String(), "the last one repeating")
+}
+
 func TestParseConfigErrors(t *testing.T) {
 	t.Parallel()
 	none := func(string) string { return "" }
@@ -50,6 +78,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"--relay-batch", "0"},
 		{"--relay-batch", "x"},
 		{"--retry-delay", "soon"},
+		{"--retry-delay", "30s,,5m"},
+		{"--retry-delay", "30s,0s"},
+		{"--retry-delay", "30s,-5m"},
+		{"--retry-delay", "30s,soon"},
 		{"--debug-faults=yes"},
 		{"--no-such-flag"},
 	} {

@@ -5,9 +5,11 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +30,14 @@ type Config struct {
 	// MaxBackoff caps the wait after consecutive failures (store or broker
 	// down). Zero means the default, 5s; it must not be negative.
 	MaxBackoff time.Duration
+	// BatchTimeout bounds one batch: the claim and the publish (a broker
+	// that accepts the connection and never answers is given up on after
+	// it). The store leases the claimed rows until then, plus a margin to
+	// record the confirms, so another relay takes them over only once this
+	// one has given up on them. Keep it above the publisher's own bounds
+	// (RabbitMQ: 30s handshake, 15s confirms) so that those fire first.
+	// Zero means the default, 1m; it must not be negative.
+	BatchTimeout time.Duration
 	// Logger receives one record per failure streak. Default: discard.
 	Logger *slog.Logger
 	// Registerer, when set, receives the relay's metrics.
@@ -44,6 +54,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = 5 * time.Second
 	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -58,6 +71,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("relay interval must be positive, got %s", c.Interval)
 	case c.MaxBackoff <= 0:
 		return fmt.Errorf("relay max backoff must be positive, got %s", c.MaxBackoff)
+	case c.BatchTimeout <= 0:
+		return fmt.Errorf("relay batch timeout must be positive, got %s", c.BatchTimeout)
 	}
 	return nil
 }
@@ -70,6 +85,8 @@ type Relay struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics metrics
+	// stopped holds the error Run stopped on, for Ping.
+	stopped atomic.Pointer[error]
 }
 
 type metrics struct {
@@ -105,8 +122,18 @@ func New(src Source, pub Publisher, waker Waker, cfg Config) (*Relay, error) {
 	return r, nil
 }
 
+// ErrStopped wraps the error a Relay stopped on: the publisher reported a
+// failure that retrying cannot cure (notify.IsPermanent), such as a broker
+// topology declared with other arguments. The relay gives up rather than
+// retry for ever while publishing nothing.
+var ErrStopped = errors.New("relay stopped")
+
 // Run relays until ctx ends. It never returns because the store or the
-// broker is down: it backs off and tries again. It returns nil when ctx ends.
+// broker is down: it backs off and tries again, and wake-ups do not cut a
+// backoff short. It returns nil when ctx ends, and an error wrapping
+// ErrStopped (after an ERROR log) when the publisher returns an error
+// marked notify.Permanent: a relay that cannot publish must stop the
+// process, not stall in silence.
 func (r *Relay) Run(ctx context.Context) error {
 	var wake <-chan struct{}
 	if r.waker != nil {
@@ -116,11 +143,20 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer timer.Stop()
 	failures := 0
 	for {
+		// While backing off, wake-ups are not taken: a commit says
+		// nothing about the failing store or broker, and with creates
+		// arriving every one of them would cost a claim and a dial. The
+		// waker keeps at most one wake-up pending, so none piles up; the
+		// next batch looks at the whole outbox anyway.
+		woken := wake
+		if failures > 0 {
+			woken = nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
-		case _, ok := <-wake:
+		case _, ok := <-woken:
 			if !ok {
 				wake = nil
 			}
@@ -131,6 +167,15 @@ func (r *Relay) Run(ctx context.Context) error {
 			n, err := r.RunOnce(ctx)
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(err, ErrStopped) {
+				r.stopped.Store(&err)
+				// Logged as well as returned: the process prints the
+				// returned error on stderr as plain text, the log is
+				// what log shippers and alerts see.
+				r.log.Error("relay stopped: the broker refuses what it is given, retrying cannot help; fix the configuration and restart",
+					"err", err)
+				return err
 			}
 			if err != nil {
 				failures++
@@ -151,6 +196,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// Ping reports the relay's own readiness: nil while it runs, the error it
+// stopped on once Run gave up (ErrStopped). It implements the API's Pinger,
+// for the /readyz of a relay process; the broker's reachability is a check
+// of its own.
+func (r *Relay) Ping(context.Context) error {
+	if err := r.stopped.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
 // wait is the next idle wait: the poll interval, or a capped exponential
 // backoff after consecutive failures.
 func (r *Relay) wait(failures int) time.Duration {
@@ -164,12 +220,19 @@ func (r *Relay) wait(failures int) time.Duration {
 	return min(d, r.cfg.MaxBackoff)
 }
 
-// RunOnce relays one batch and returns the number of rows it claimed.
+// RunOnce relays one batch, within BatchTimeout, and returns the number of
+// rows it claimed. An error the publisher marked notify.Permanent is
+// returned wrapped in ErrStopped.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	// The deadline is also the store's lease on the claimed rows (Source).
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
+	defer cancel()
 	confirmedTotal := 0
+	var pubErr error
 	n, err := r.src.RelayBatch(ctx, r.cfg.Batch, func(ctx context.Context, events []notify.Event) ([]int64, error) {
 		confirmed, err := r.pub.Publish(ctx, events)
 		confirmedTotal = len(confirmed)
+		pubErr = err
 		if err == nil && len(confirmed) < len(events) {
 			err = fmt.Errorf("broker confirmed %d of %d events", len(confirmed), len(events))
 		}
@@ -178,6 +241,11 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	r.metrics.published.Add(float64(confirmedTotal))
 	if err != nil {
 		r.metrics.failures.Inc()
+		// Only the publisher's own verdict stops the relay: the store's
+		// errors are outages to wait out.
+		if notify.IsPermanent(pubErr) {
+			return n, fmt.Errorf("%w: %w", ErrStopped, err)
+		}
 		return n, fmt.Errorf("relay batch: %w", err)
 	}
 	return n, nil

@@ -1,26 +1,52 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
 
 const (
-	// claimRelayBatch is answered from outbox_unprocessed_idx: it walks the
+	// claimRelayBatch picks the rows a relay may take: unprocessed, with no
+	// live lease, in id order, skipping rows another relay is claiming at
+	// this instant. It is answered from outbox_unprocessed_idx: it walks the
 	// partial index in id order and stops after limit rows it could lock.
 	claimRelayBatch = `
-SELECT id, event_type, payload, occurred_at
-FROM outbox
+SELECT id FROM outbox
 WHERE processed_at IS NULL
+  AND (locked_until IS NULL OR locked_until < now())
 ORDER BY id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
 
-	markRelayed = `UPDATE outbox SET processed_at = now() WHERE id = ANY($1) AND processed_at IS NULL`
+	// leaseRelayBatch leases the claimed rows to one batch, in one
+	// autocommitted statement: the row locks last only as long as it runs,
+	// the lease keeps other relays off while the batch publishes. The CTE is
+	// materialized so the locking subquery runs exactly once.
+	leaseRelayBatch = `
+WITH claimed AS MATERIALIZED (` + claimRelayBatch + `
+)
+UPDATE outbox o
+SET locked_by = $2, locked_until = now() + $3::bigint * interval '1 microsecond'
+FROM claimed
+WHERE o.id = claimed.id
+RETURNING o.id, o.event_type, o.payload, o.occurred_at`
+
+	// markRelayed records the confirmed rows; any relay's confirm counts,
+	// so it does not check the lease: the broker has the event either way.
+	// releaseRelayed ends the lease of the rows this batch could not
+	// publish, so that they are due again at once.
+	markRelayed    = `UPDATE outbox SET processed_at = now(), locked_until = NULL WHERE id = ANY($1) AND processed_at IS NULL`
+	releaseRelayed = `UPDATE outbox SET locked_by = NULL, locked_until = NULL WHERE id = ANY($1) AND locked_by = $2 AND processed_at IS NULL`
 
 	// selectOutboxStats reads the backlog from outbox_unprocessed_idx and
 	// counts the dead letters from notifications_failed_idx, in one round
@@ -41,35 +67,28 @@ FROM (
 // effect.
 const markTimeout = 10 * time.Second
 
-// RelayBatch claims up to limit unprocessed outbox rows in id order, skipping
-// rows another relay holds, calls publish with them, and in the same
-// transaction marks processed exactly the claimed rows whose ids publish
-// returned, even when publish also failed (its error is returned, wrapped).
-// It returns the number of rows claimed; 0 means publish was not called.
+// relayLease is how long rows stay leased to a batch whose context has no
+// deadline; with one, the lease runs until it, plus markTimeout.
+const relayLease = time.Minute
+
+// RelayBatch leases up to limit unprocessed outbox rows in id order,
+// skipping rows another relay holds, and commits; calls publish with them,
+// holding nothing; then, in a second transaction, marks processed exactly
+// the leased rows whose ids publish returned, even when publish also failed
+// (its error is returned, wrapped), and ends the lease of the others. It
+// returns the number of rows leased; 0 means publish was not called. It
+// implements relay.Source.
 func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
 	}
-	tx, err := s.pool.Begin(ctx)
+	lease := relayLease
+	if deadline, ok := ctx.Deadline(); ok {
+		lease = time.Until(deadline) + markTimeout
+	}
+	token := relayToken()
+	events, err := s.leaseRelayEvents(ctx, limit, token, lease)
 	if err != nil {
-		return 0, wrap("relay batch: begin", err)
-	}
-	defer rollback(tx)
-
-	rows, err := tx.Query(ctx, claimRelayBatch, limit)
-	if err != nil {
-		return 0, wrap("relay batch: claim", err)
-	}
-	var events []notify.Event
-	for rows.Next() {
-		var e notify.Event
-		if err := rows.Scan(&e.ID, &e.Type, &e.Payload, &e.OccurredAt); err != nil {
-			rows.Close()
-			return 0, wrap("relay batch: claim", err)
-		}
-		events = append(events, e)
-	}
-	if err := rows.Err(); err != nil {
 		return 0, wrap("relay batch: claim", err)
 	}
 	if len(events) == 0 {
@@ -77,28 +96,92 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.
 	}
 
 	confirmed, pubErr := publish(ctx, events)
-	// Only rows this transaction holds may be marked: an id from elsewhere
-	// could belong to another relay's batch.
-	var mark []int64
-	for _, id := range confirmed {
-		if slices.ContainsFunc(events, func(e notify.Event) bool { return e.ID == id }) {
-			mark = append(mark, id)
+	// Only rows of this batch may be marked: an id from elsewhere could
+	// belong to another relay's batch.
+	var mark, release []int64
+	for _, e := range events {
+		if slices.Contains(confirmed, e.ID) {
+			mark = append(mark, e.ID)
+		} else {
+			release = append(release, e.ID)
 		}
 	}
-	if len(mark) > 0 {
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-		defer cancel()
-		if _, err := tx.Exec(mctx, markRelayed, mark); err != nil {
-			return len(events), wrap("relay batch: mark processed", err)
-		}
-		if err := tx.Commit(mctx); err != nil {
-			return len(events), wrap("relay batch: commit", err)
-		}
+	// The broker has the confirmed events: record that even if ctx ended
+	// meanwhile, or they would be published again.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	if err := s.settleRelayed(mctx, mark, release, token); err != nil {
+		return len(events), errors.Join(err, pubErr)
 	}
 	if pubErr != nil {
 		return len(events), fmt.Errorf("relay batch: publish: %w", pubErr)
 	}
 	return len(events), nil
+}
+
+// leaseRelayEvents leases up to limit rows to token, in id order. The lease
+// commits without waiting for its WAL flush (synchronous_commit off, for
+// this transaction only): a lease lost in a database crash only frees rows
+// that are unprocessed anyway, and the flush would double the fsyncs of a
+// batch.
+func (s *Store) leaseRelayEvents(ctx context.Context, limit int, token string, lease time.Duration) ([]notify.Event, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rollback(tx)
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, leaseRelayBatch, limit, token, lease.Microseconds())
+	if err != nil {
+		return nil, err
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (notify.Event, error) {
+		var e notify.Event
+		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.OccurredAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	// RETURNING gives no order guarantee.
+	slices.SortFunc(events, func(a, b notify.Event) int { return cmp.Compare(a.ID, b.ID) })
+	return events, nil
+}
+
+// settleRelayed marks the confirmed rows and releases the others, in one
+// transaction.
+func (s *Store) settleRelayed(ctx context.Context, mark, release []int64, token string) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return wrap("relay batch: begin", err)
+	}
+	defer rollback(tx)
+	if len(mark) > 0 {
+		if _, err := tx.Exec(ctx, markRelayed, mark); err != nil {
+			return wrap("relay batch: mark processed", err)
+		}
+	}
+	if len(release) > 0 {
+		if _, err := tx.Exec(ctx, releaseRelayed, release, token); err != nil {
+			return wrap("relay batch: release unconfirmed", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrap("relay batch: commit", err)
+	}
+	return nil
+}
+
+// relayToken names one relay batch in locked_by.
+func relayToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "relay-" + hex.EncodeToString(b)
 }
 
 // OutboxStats reports the backlog (the unprocessed rows and the age of the

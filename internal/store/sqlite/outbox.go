@@ -1,74 +1,102 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-const selectRelayBatch = `
-SELECT id, event_type, payload, occurred_at FROM outbox
-WHERE processed_at IS NULL
-ORDER BY id
-LIMIT ?`
+// leaseRelayBatch leases the rows a relay may take (unprocessed, no live
+// lease) in id order to one batch, in one statement: SQLite's single writer
+// serializes it against every other claim, so two relays never lease the
+// same row.
+const leaseRelayBatch = `
+UPDATE outbox SET locked_by = ?, locked_until = ?
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE processed_at IS NULL
+      AND (locked_until IS NULL OR locked_until < ?)
+    ORDER BY id
+    LIMIT ?)
+RETURNING id, event_type, payload, occurred_at`
 
-const markRelayed = `UPDATE outbox SET processed_at = ? WHERE id = ? AND processed_at IS NULL`
+// markRelayed records the confirmed rows; any relay's confirm counts, so it
+// does not check the lease: the broker has the event either way.
+// releaseRelayed ends the lease of the rows a batch could not publish, so
+// that they are due again at once.
+const (
+	markRelayed = `
+UPDATE outbox SET processed_at = ?, locked_until = NULL
+WHERE id IN (SELECT value FROM json_each(?)) AND processed_at IS NULL`
+	releaseRelayed = `
+UPDATE outbox SET locked_by = NULL, locked_until = NULL
+WHERE id IN (SELECT value FROM json_each(?)) AND locked_by = ? AND processed_at IS NULL`
+)
 
-// RelayBatch hands up to limit unprocessed outbox rows, in id order, to
-// publish, and marks processed the ones publish confirmed, in one write
-// transaction, committed even when publish also failed. It implements
-// relay.Source. The transaction holds the write lock while publish runs, so
-// relays (and every other writer) take turns: SQLite has one writer anyway,
-// and no row can be handed to two relays at once.
+// relayLease is how long rows stay leased to a batch whose context has no
+// deadline; with one, the lease runs until it, plus markTimeout.
+const relayLease = time.Minute
+
+// RelayBatch leases up to limit unprocessed outbox rows, in id order, to
+// this batch and commits; calls publish with them, holding no transaction
+// (a broker that hangs must not hold the only writer, which every create
+// needs); then, in a second write transaction, marks processed the rows
+// publish confirmed, even when publish also failed, and ends the lease of
+// the others. It implements relay.Source.
 func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
 	}
-	tx, err := s.beginDetachable(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("relay batch: %w", err)
+	t := now()
+	until := t.Add(relayLease)
+	if deadline, ok := ctx.Deadline(); ok {
+		until = deadline.Add(markTimeout)
 	}
-	defer tx.end()
-	events, err := relayEvents(ctx, tx.Tx, limit)
+	token := relayToken()
+	var events []notify.Event
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		events, err = leaseRelayEvents(ctx, tx, token, until, t, limit)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("relay batch: %w", err)
 	}
 	if len(events) == 0 {
 		return 0, nil
 	}
-	if !tx.detach() {
-		return 0, fmt.Errorf("relay batch: %w", ctx.Err())
-	}
 	confirmed, pubErr := publish(ctx, events)
 
 	// Only rows of this batch: a confused publisher must not mark rows
 	// nobody published.
-	claimed := make(map[int64]bool, len(events))
-	for _, e := range events {
-		claimed[e.ID] = true
+	ok := make(map[int64]bool, len(confirmed))
+	for _, id := range confirmed {
+		ok[id] = true
 	}
-	// The broker has the events: record that even if ctx ended meanwhile,
-	// or they would be published again.
+	mark, release := []int64{}, []int64{}
+	for _, e := range events {
+		if ok[e.ID] {
+			mark = append(mark, e.ID)
+		} else {
+			release = append(release, e.ID)
+		}
+	}
+	// The broker has the confirmed events: record that even if ctx ended
+	// meanwhile, or they would be published again.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
-	at := formatTime(now())
-	for _, id := range confirmed {
-		if !claimed[id] {
-			continue
-		}
-		if _, err := tx.ExecContext(mctx, markRelayed, at, id); err != nil {
-			return len(events), errors.Join(
-				fmt.Errorf("relay batch: mark outbox row %d processed: %w", id, classify(err)), pubErr)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return len(events), errors.Join(fmt.Errorf("relay batch: commit: %w", classify(err)), pubErr)
+	if err := s.settleRelayed(mctx, mark, release, token); err != nil {
+		return len(events), errors.Join(fmt.Errorf("relay batch: %w", err), pubErr)
 	}
 	if pubErr != nil {
 		return len(events), fmt.Errorf("relay batch: publish: %w", pubErr)
@@ -76,10 +104,36 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.
 	return len(events), nil
 }
 
-func relayEvents(ctx context.Context, tx *sql.Tx, limit int) ([]notify.Event, error) {
-	rows, err := tx.QueryContext(ctx, selectRelayBatch, limit)
+// settleRelayed marks the confirmed rows and releases the others, in one
+// write transaction.
+func (s *Store) settleRelayed(ctx context.Context, mark, release []int64, token string) error {
+	markList, err := json.Marshal(mark)
 	if err != nil {
-		return nil, fmt.Errorf("select outbox rows: %w", classify(err))
+		return err
+	}
+	releaseList, err := json.Marshal(release)
+	if err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if len(mark) > 0 {
+			if _, err := tx.ExecContext(ctx, markRelayed, formatTime(now()), string(markList)); err != nil {
+				return fmt.Errorf("mark %d outbox rows processed: %w", len(mark), classify(err))
+			}
+		}
+		if len(release) > 0 {
+			if _, err := tx.ExecContext(ctx, releaseRelayed, string(releaseList), token); err != nil {
+				return fmt.Errorf("release %d unconfirmed outbox rows: %w", len(release), classify(err))
+			}
+		}
+		return nil
+	})
+}
+
+func leaseRelayEvents(ctx context.Context, tx *sql.Tx, token string, until, at time.Time, limit int) ([]notify.Event, error) {
+	rows, err := tx.QueryContext(ctx, leaseRelayBatch, token, formatTime(until), formatTime(at), limit)
+	if err != nil {
+		return nil, fmt.Errorf("lease outbox rows: %w", classify(err))
 	}
 	defer rows.Close()
 	var events []notify.Event
@@ -99,9 +153,18 @@ func relayEvents(ctx context.Context, tx *sql.Tx, limit int) ([]notify.Event, er
 		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("select outbox rows: %w", classify(err))
+		return nil, fmt.Errorf("lease outbox rows: %w", classify(err))
 	}
+	// RETURNING gives no order guarantee.
+	slices.SortFunc(events, func(a, b notify.Event) int { return cmp.Compare(a.ID, b.ID) })
 	return events, nil
+}
+
+// relayToken names one relay batch in locked_by.
+func relayToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "relay-" + hex.EncodeToString(b)
 }
 
 // selectOutboxStats reads the backlog from outbox_unprocessed_idx and counts

@@ -79,6 +79,8 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"RelayBatchPartial", testRelayBatchPartial},
 		{"RelayBatchPublishError", testRelayBatchPublishError},
 		{"RelayBatchConcurrent", testRelayBatchConcurrent},
+		{"RelayBatchHoldsNothing", testRelayBatchHoldsNothing},
+		{"RelayBatchLeaseExpires", testRelayBatchLeaseExpires},
 		{"Subscribe", testSubscribe},
 		{"DeliverOnce", testDeliverOnce},
 		{"DeliverSendError", testDeliverSendError},

@@ -76,7 +76,7 @@ func conformanceHarness(s outboxStore, q outboxSQL) transporttest.Harness {
 			t.Helper()
 			tr, err := table.New(s, s, table.Config{
 				Prefetch:     cfg.Prefetch,
-				RetryDelay:   cfg.RetryDelay,
+				RetryDelays:  []time.Duration{cfg.RetryDelay},
 				Lease:        cfg.Lease,
 				PollInterval: 50 * time.Millisecond,
 				Grace:        10 * time.Second,

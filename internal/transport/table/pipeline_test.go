@@ -47,7 +47,7 @@ func pipelineHarness(s queueStore, rewind func(ctx context.Context, notification
 			t.Helper()
 			tr, err := table.New(s, s, table.Config{
 				Prefetch:     cfg.Prefetch,
-				RetryDelay:   cfg.RetryDelay,
+				RetryDelays:  []time.Duration{cfg.RetryDelay},
 				Lease:        cfg.Lease,
 				PollInterval: 50 * time.Millisecond,
 				Grace:        10 * time.Second,

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,10 +31,13 @@ type Config struct {
 	// Prefetch is the number of rows a worker holds at once. Zero would
 	// hold nothing, so it means the default. Default 10.
 	Prefetch int
-	// RetryDelay is the wait before a failed delivery is tried again. Zero
-	// makes a retried row due at once. Default 0 (herald's own default,
-	// HERALD_RETRY_DELAY, is 30s).
-	RetryDelay time.Duration
+	// RetryDelays are the waits before each retry in turn: a row's i-th
+	// retry is due RetryDelays[i-1] after the failure, the last delay
+	// repeating for the retries beyond the list. The row keeps the schedule
+	// (available_at), so no delay holds anything. A zero delay makes the
+	// retried row due at once, and so does an empty list. Default: empty
+	// (herald's own default, HERALD_RETRY_DELAY, is 30s).
+	RetryDelays []time.Duration
 	// Lease is how long a claimed row stays invisible to other workers: a
 	// worker that dies leaves its rows to be claimed again after it. A lease
 	// that runs out during a slow send costs no double send: the store's
@@ -78,8 +82,8 @@ func (c Config) validate() error {
 	switch {
 	case c.Prefetch < 1:
 		return fmt.Errorf("prefetch must be at least 1, got %d", c.Prefetch)
-	case c.RetryDelay < 0:
-		return fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay)
+	case slices.ContainsFunc(c.RetryDelays, func(d time.Duration) bool { return d < 0 }):
+		return fmt.Errorf("retry delays must not be negative, got %v", c.RetryDelays)
 	case c.Lease <= 0 || c.PollInterval <= 0 || c.Grace <= 0:
 		return fmt.Errorf("lease, poll interval and grace must be positive")
 	}
@@ -100,6 +104,7 @@ func New(q Queue, waker Waker, cfg Config) (*Transport, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg.RetryDelays = slices.Clone(cfg.RetryDelays)
 	return &Transport{q: q, waker: waker, cfg: cfg, log: cfg.Logger}, nil
 }
 
@@ -221,7 +226,16 @@ func (d *delivery) Ack(ctx context.Context) error {
 }
 
 func (d *delivery) Retry(ctx context.Context, reason string) error {
-	return d.t.q.Reschedule(ctx, d.msg.ID, d.token, d.t.cfg.RetryDelay, reason, true)
+	return d.t.q.Reschedule(ctx, d.msg.ID, d.token, d.t.retryDelay(d.msg.RetryCount), reason, true)
+}
+
+// retryDelay is the wait before the retry that follows retries earlier ones:
+// the (retries+1)-th delay of the list, or its last.
+func (t *Transport) retryDelay(retries int) time.Duration {
+	if len(t.cfg.RetryDelays) == 0 {
+		return 0
+	}
+	return t.cfg.RetryDelays[min(max(retries, 0), len(t.cfg.RetryDelays)-1)]
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {

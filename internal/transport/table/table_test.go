@@ -77,7 +77,7 @@ func TestZeroRetryDelayRetriesAtOnce(t *testing.T) {
 	}})
 	require.NoError(t, err)
 
-	tr, err := table.New(s, s, table.Config{RetryDelay: 0, PollInterval: 10 * time.Millisecond})
+	tr, err := table.New(s, s, table.Config{RetryDelays: []time.Duration{0}, PollInterval: 10 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
