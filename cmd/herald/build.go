@@ -32,8 +32,8 @@ import (
 	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
-	"github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/transport/kafka"
+	"github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/worker"
@@ -260,7 +260,7 @@ func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, err
 	conf := func(role string) kafka.Config {
 		c := base
 		c.Prefix = prefix
-		c.RetryDelays = []time.Duration{cfg.RetryDelay}
+		c.RetryDelays = cfg.RetryDelays
 		c.Prefetch = cfg.Prefetch
 		c.ClientID = "herald-" + role
 		c.Logger = log.With("component", role)
@@ -306,7 +306,7 @@ func natsTransport(cfg Config, log *slog.Logger, prefix string) transport {
 		return nats.Config{
 			URL:            cfg.BrokerURL,
 			Prefix:         prefix,
-			RetryDelays:    []time.Duration{cfg.RetryDelay},
+			RetryDelays:    cfg.RetryDelays,
 			Prefetch:       cfg.Prefetch,
 			ConnectionName: "herald " + role,
 			Logger:         log.With("component", role),
