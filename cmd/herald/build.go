@@ -399,6 +399,9 @@ type app struct {
 	tr    transport
 	hooks hooks
 	close []func()
+	// checks are the readiness checks of the parts built so far (a relay
+	// that stopped on a permanent error says so).
+	checks []api.Check
 }
 
 // build opens the store and the transport cfg names; with migrate it also
@@ -558,12 +561,17 @@ func (a *app) newRelay() (*relay.Relay, error) {
 	if a.hooks.wrapPublisher != nil {
 		pub = a.hooks.wrapPublisher(pub)
 	}
-	return relay.New(a.st, pub, a.st, relay.Config{
+	rl, err := relay.New(a.st, pub, a.st, relay.Config{
 		Batch:      a.cfg.RelayBatch,
 		Interval:   a.cfg.RelayInterval,
 		Logger:     a.log.With("component", "relay"),
 		Registerer: a.reg,
 	})
+	if err != nil {
+		return nil, err
+	}
+	a.checks = append(a.checks, api.Check{Name: "relay", Pinger: rl})
+	return rl, nil
 }
 
 // newWorker builds the worker on the transport's source and the sender.
@@ -617,6 +625,7 @@ func (a *app) opsHandler() http.Handler {
 	if a.tr.probe != nil {
 		checks = append(checks, api.Check{Name: "broker", Pinger: a.tr.probe})
 	}
+	checks = append(checks, a.checks...)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.metricsHandler())
 	mux.Handle("GET /readyz", api.Ready(checks, a.log))
