@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/monitor"
+	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
 	"github.com/heraldhq/herald/internal/transport/table"
@@ -36,6 +37,10 @@ type Store interface {
 	retention.Pruner
 	monitor.Stats
 	api.BacklogStats
+
+	// Deliver runs one delivery's claim, send and record without grouping:
+	// the worker's cycle for one message, for tests and benchmarks.
+	Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error)
 
 	// Migrate applies the embedded migrations not yet applied; running it
 	// again changes nothing. Only the commands call it.
