@@ -87,12 +87,16 @@ func sqlitePath(url string) string {
 	return strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//")
 }
 
-// poolSize is the PostgreSQL pool of a long-running process: a worker's
-// deliveries each hold a connection across their send, so the pool follows
-// HERALD_PREFETCH, with room for the relay, the API and claims beside them.
-func poolSize(cfg Config) int {
-	return max(10, cfg.Prefetch+4)
+// poolSize is the PostgreSQL pool of a long-running process. Every
+// transaction herald runs is short: no connection is held across a send (a
+// worker claims, commits, sends, then records), and a worker's concurrent
+// deliveries share one claim and one record transaction at a time. So the
+// pool does not follow HERALD_PREFETCH: it serves the API's concurrent
+// creates, the relay, and the worker's two grouped statements.
+func poolSize(Config) int {
+	return 10
 }
+
 
 // transport is the broker (or the outbox table) as herald's processes use
 // it. A new transport is one package plus one case in newTransport.
@@ -210,7 +214,7 @@ func newSender(cfg Config) (worker.Sender, func(), error) {
 		}
 		return s, func() {}, nil
 	}
-	s, err := smtp.New(smtp.Config{URL: cfg.SMTPURL, From: cfg.SMTPFrom, MaxIdle: cfg.Prefetch})
+	s, err := smtp.New(smtp.Config{URL: cfg.SMTPURL, From: cfg.SMTPFrom, MaxIdle: cfg.Prefetch, Timeout: cfg.SMTPTimeout})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -423,11 +427,14 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		return nil, err
 	}
 	return worker.New(src, a.st, snd, worker.Config{
-		From:       a.cfg.SMTPFrom,
-		MaxRetries: a.cfg.MaxRetries,
-		Logger:     a.log.With("component", "worker"),
-		Registerer: a.reg,
-		Crash:      crash,
+		From:        a.cfg.SMTPFrom,
+		MaxRetries:  a.cfg.MaxRetries,
+		// HERALD_SMTP_TIMEOUT bounds the SMTP sender's sends; the worker
+		// bounds every send with it too, and its claim lease follows.
+		SendTimeout: a.cfg.SMTPTimeout,
+		Logger:      a.log.With("component", "worker"),
+		Registerer:  a.reg,
+		Crash:       crash,
 	})
 }
 
