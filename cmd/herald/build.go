@@ -97,7 +97,6 @@ func poolSize(Config) int {
 	return 10
 }
 
-
 // transport is the broker (or the outbox table) as herald's processes use
 // it. A new transport is one package plus one case in newTransport.
 type transport struct {
@@ -427,8 +426,8 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		return nil, err
 	}
 	return worker.New(src, a.st, snd, worker.Config{
-		From:        a.cfg.SMTPFrom,
-		MaxRetries:  a.cfg.MaxRetries,
+		From:       a.cfg.SMTPFrom,
+		MaxRetries: a.cfg.MaxRetries,
 		// HERALD_SMTP_TIMEOUT bounds the SMTP sender's sends; the worker
 		// bounds every send with it too, and its claim lease follows.
 		SendTimeout: a.cfg.SMTPTimeout,
