@@ -11,6 +11,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
@@ -37,6 +38,11 @@ type Store interface {
 	retention.Pruner
 	monitor.Stats
 	api.BacklogStats
+
+	// ClaimDeliveries and RecordDeliveries are the two halves of
+	// worker.Store's ClaimAndRecord, each alone in its transaction.
+	ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error)
+	RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error)
 
 	// Deliver runs one delivery's claim, send and record without grouping:
 	// the worker's cycle for one message, for tests and benchmarks.

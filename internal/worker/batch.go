@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // batcher groups the calls of concurrent deliveries into one store call
@@ -87,4 +89,72 @@ func (b *batcher[Q, R]) flush() bool {
 	}
 	b.running = false
 	return false
+}
+
+// bookOp is one delivery's bookkeeping: a claim to take or a result to
+// record. Claims and records share one group, so that a busy worker spends
+// one transaction on every delivery that started or finished while the
+// previous one ran.
+type bookOp struct {
+	claim  *notify.ClaimRequest
+	result *notify.DeliveryResult
+}
+
+type bookResult struct {
+	claim    notify.Claim
+	recorded bool
+}
+
+// bookkeeping runs a group of bookOps as one ClaimAndRecord.
+func bookkeeping(store Store, lease time.Duration) func(context.Context, []bookOp) ([]bookResult, error) {
+	return func(ctx context.Context, ops []bookOp) ([]bookResult, error) {
+		var (
+			reqs    []notify.ClaimRequest
+			results []notify.DeliveryResult
+			where   = make([]int, len(ops)) // index in reqs or results
+		)
+		for i, op := range ops {
+			if op.claim != nil {
+				where[i] = len(reqs)
+				reqs = append(reqs, *op.claim)
+			} else {
+				where[i] = len(results)
+				results = append(results, *op.result)
+			}
+		}
+		claims, recorded, err := store.ClaimAndRecord(ctx, reqs, lease, results)
+		if err != nil {
+			return nil, err
+		}
+		if len(claims) != len(reqs) || len(recorded) != len(results) {
+			return nil, fmt.Errorf("store answered %d of %d claims and %d of %d records", len(claims), len(reqs), len(recorded), len(results))
+		}
+		out := make([]bookResult, len(ops))
+		for i, op := range ops {
+			if op.claim != nil {
+				out[i].claim = claims[where[i]]
+			} else {
+				out[i].recorded = recorded[where[i]]
+			}
+		}
+		return out, nil
+	}
+}
+
+// claim takes a delivery's claim, in the next group.
+func (w *Worker) claim(msgID, nid int64) (notify.Claim, error) {
+	r, err := w.books.do(bookOp{claim: &notify.ClaimRequest{MessageID: msgID, NotificationID: nid}})
+	if err != nil {
+		return notify.Claim{}, fmt.Errorf("claim: %w", err)
+	}
+	return r.claim, nil
+}
+
+// record records a send's result, in the next group.
+func (w *Worker) record(res notify.DeliveryResult) (bool, error) {
+	r, err := w.books.do(bookOp{result: &res})
+	if err != nil {
+		return false, fmt.Errorf("record %s: %w", res.Outcome, err)
+	}
+	return r.recorded, nil
 }

@@ -19,27 +19,27 @@ type Source interface {
 }
 
 // Store keeps the effect's bookkeeping: a claim before each send and a
-// record after it, each a short transaction of its own, so that no
-// database connection or lock is held across a send. The worker groups the
-// claims (and the records) of concurrent deliveries into one call. The
-// stores implement it.
+// record after it, so that no database connection or lock is held across a
+// send. The worker groups the records and the claims of concurrent
+// deliveries into one call, one short transaction. The stores implement it.
 type Store interface {
-	// ClaimDeliveries answers every request, in order, in one transaction
-	// (see notify.ClaimStatus). A taken claim leases the message id
-	// (processed_messages, processed_at NULL) and the notification until
-	// now+lease, and starts a delivery_attempts row; an expired lease is
-	// taken over. Requests naming a message id or a notification already
-	// named earlier in reqs are answered ClaimBusy.
-	ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error)
-	// RecordDeliveries records the results of taken claims, in one
-	// transaction, and reports in order which were applied: sent (message
-	// done, notification sent, attempts+1), retry (attempts+1, last_error,
-	// claim released), dead (notification failed, message done) or
-	// deferred (claim released, no attempt spent). Each is a compare-and-
-	// set on the claim: a result whose claim was taken over, or whose
-	// notification was settled meanwhile, changes nothing and reports
-	// false.
-	RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error)
+	// ClaimAndRecord records results, then answers claims, in one
+	// transaction.
+	//
+	// Each result of a taken claim is applied as a compare-and-set on the
+	// claim (a result whose claim was taken over, or whose notification was
+	// settled meanwhile, changes nothing and is reported false): sent
+	// (message done, notification sent, attempts+1), retry (attempts+1,
+	// last_error, claim released), dead (notification failed, message done)
+	// or deferred (claim released, no attempt spent).
+	//
+	// Each claim request is answered in order (see notify.ClaimStatus). A
+	// taken claim leases the message id (processed_messages, processed_at
+	// NULL) and the notification until now+lease, and starts a
+	// delivery_attempts row; an expired lease is taken over. A request
+	// naming a message id or a notification named earlier in reqs is
+	// answered ClaimBusy.
+	ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error)
 }
 
 // Sender delivers one email. A notify.Permanent error (an SMTP 5xx to this

@@ -136,8 +136,7 @@ type Worker struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics metrics
-	claims  *batcher[notify.ClaimRequest, notify.Claim]
-	records *batcher[notify.DeliveryResult, bool]
+	books   *batcher[bookOp, bookResult]
 	gate    *gate
 }
 
@@ -178,14 +177,7 @@ func New(src Source, store Store, sender Sender, cfg Config) (*Worker, error) {
 			}
 		}
 	}
-	lease := cfg.Lease
-	w.claims = &batcher[notify.ClaimRequest, notify.Claim]{
-		run: func(ctx context.Context, reqs []notify.ClaimRequest) ([]notify.Claim, error) {
-			return store.ClaimDeliveries(ctx, reqs, lease)
-		},
-		max: maxGroup, timeout: storeTimeout,
-	}
-	w.records = &batcher[notify.DeliveryResult, bool]{run: store.RecordDeliveries, max: maxGroup, timeout: storeTimeout}
+	w.books = &batcher[bookOp, bookResult]{run: bookkeeping(store, cfg.Lease), max: maxGroup, timeout: storeTimeout}
 	prober, _ := sender.(Prober)
 	w.gate = newGate(prober, cfg, w.metrics.senderUp)
 	return w, nil
@@ -244,9 +236,9 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		}
 	}()
 
-	c, err := w.claims.do(notify.ClaimRequest{MessageID: msg.ID, NotificationID: nid})
+	c, err := w.claim(msg.ID, nid)
 	if err != nil {
-		return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("claim: %w", err))
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
 	switch c.Status {
 	case notify.ClaimDuplicate:
@@ -280,12 +272,12 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 			res.Outcome = notify.AttemptRetry
 		}
 	}
-	recorded, err := w.records.do(res)
+	recorded, err := w.record(res)
 	if err != nil {
 		// The claim stays until its lease runs out; the redelivery waits
 		// for it and then repeats the send (for a sent mail, the one
 		// accepted duplicate, with the same Message-ID).
-		return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("record %s: %w", res.Outcome, err))
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
 	if !recorded {
 		// The lease ran out during the send and another delivery took the
@@ -329,9 +321,9 @@ func (w *Worker) deadLetter(ctx context.Context, d notify.Delivery, msg notify.M
 	if nid == 0 {
 		return w.settleDead(ctx, d, msg, 0, cause)
 	}
-	c, err := w.claims.do(notify.ClaimRequest{MessageID: msg.ID, NotificationID: nid})
+	c, err := w.claim(msg.ID, nid)
 	if err != nil {
-		return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("claim: %w", err))
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
 	switch c.Status {
 	case notify.ClaimDuplicate:
@@ -343,9 +335,9 @@ func (w *Worker) deadLetter(ctx context.Context, d notify.Delivery, msg notify.M
 	case notify.ClaimBusy:
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, errBusy)
 	}
-	recorded, err := w.records.do(notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDead, Error: cause.Error()})
+	recorded, err := w.record(notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDead, Error: cause.Error()})
 	if err != nil {
-		return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("record dead: %w", err))
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
 	if !recorded {
 		return w.ack(ctx, d, notify.OutcomeDuplicate)

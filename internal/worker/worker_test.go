@@ -461,3 +461,22 @@ func TestSenderDownPausesProbesAndResumes(t *testing.T) {
 		})
 	}
 }
+
+func (s *fakeStore) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, rs []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
+	var (
+		ok  []bool
+		cs  []notify.Claim
+		err error
+	)
+	if len(rs) > 0 {
+		if ok, err = s.RecordDeliveries(ctx, rs); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(reqs) > 0 {
+		if cs, err = s.ClaimDeliveries(ctx, reqs, lease); err != nil {
+			return nil, nil, err
+		}
+	}
+	return cs, ok, nil
+}

@@ -133,18 +133,51 @@ SELECT aid FROM applied`
 // ClaimDeliveries claims every request in one short transaction and
 // returns the answers in request order (see notify.ClaimStatus). A request
 // whose message id or notification id came earlier in reqs is answered
-// ClaimBusy: one send in flight per notification. It implements
-// worker.Store.
+// ClaimBusy: one send in flight per notification.
 func (s *Store) ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
-	if lease <= 0 {
-		return nil, fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
+	cs, _, err := s.ClaimAndRecord(ctx, reqs, lease, nil)
+	return cs, err
+}
+
+// RecordDeliveries records the results of taken claims in one short
+// transaction and reports, in order, which were applied. A result whose
+// claim was lost (its lease taken over by another delivery, or the
+// notification settled meanwhile) changes nothing but its own attempt row,
+// and is reported false.
+func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
+	_, ok, err := s.ClaimAndRecord(ctx, nil, 0, results)
+	return ok, err
+}
+
+// ClaimAndRecord records results, then answers claims, in one short
+// transaction and one round trip (a pipelined batch: the lock of every
+// notification named, in id order, then the record, then the claim): the
+// worker's grouped bookkeeping. It implements worker.Store.
+func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
+	if len(reqs) > 0 && lease <= 0 {
+		return nil, nil, fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
 	}
-	out := make([]notify.Claim, len(reqs))
+	claims := make([]notify.Claim, len(reqs))
+	recorded := make([]bool, len(results))
+
+	var lockIDs []int64
+	n := len(results)
+	aids, rnids, rmsgs := make([]int64, n), make([]int64, n), make([]int64, n)
+	outcomes, errs := make([]string, n), make([]string, n)
+	for i, r := range results {
+		if err := checkOutcome(r.Outcome); err != nil {
+			return nil, nil, err
+		}
+		aids[i], rnids[i], rmsgs[i] = r.Claim.AttemptID, r.Claim.NotificationID, r.Claim.MessageID
+		outcomes[i], errs[i] = r.Outcome, r.Error
+		lockIDs = append(lockIDs, r.Claim.NotificationID)
+	}
+
 	var msgs, nids []int64
-	at := make(map[int64]int, len(reqs)) // message id -> index in out
+	at := make(map[int64]int, len(reqs)) // message id -> index in claims
 	seenN := make(map[int64]bool, len(reqs))
 	for i, r := range reqs {
-		out[i] = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy}
+		claims[i] = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy}
 		if _, dup := at[r.MessageID]; dup || seenN[r.NotificationID] {
 			continue
 		}
@@ -152,112 +185,87 @@ func (s *Store) ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest,
 		seenN[r.NotificationID] = true
 		msgs = append(msgs, r.MessageID)
 		nids = append(nids, r.NotificationID)
+		lockIDs = append(lockIDs, r.NotificationID)
 	}
-	if len(msgs) == 0 {
-		return out, nil
+	if len(lockIDs) == 0 {
+		return claims, recorded, nil
 	}
-	b := &pgx.Batch{}
-	b.Queue(lockNotifications, nids)
-	b.Queue(claimDeliveries, msgs, nids, lease.Microseconds())
-	br := s.pool.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, wrap("claim deliveries: lock notifications", err)
-	}
-	rows, err := br.Query()
-	if err != nil {
-		_ = br.Close()
-		return nil, wrap("claim deliveries", err)
-	}
-	n := 0
-	for rows.Next() {
-		var (
-			msg    int64
-			status string
-			c      notify.Claim
-		)
-		if err := rows.Scan(&msg, &status, &c.AttemptID, &c.Attempt, &c.Until); err != nil {
-			rows.Close()
-			_ = br.Close()
-			return nil, wrap("claim deliveries", err)
-		}
-		i := at[msg]
-		c.MessageID, c.NotificationID, c.Status = msg, out[i].NotificationID, notify.ClaimStatus(status)
-		if c.Status != notify.ClaimTaken {
-			c.AttemptID, c.Attempt, c.Until = 0, 0, time.Time{}
-		}
-		out[i] = c
-		n++
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		_ = br.Close()
-		return nil, wrap("claim deliveries", err)
-	}
-	if err := br.Close(); err != nil {
-		return nil, wrap("claim deliveries: commit", err)
-	}
-	if n != len(msgs) {
-		return nil, fmt.Errorf("claim deliveries: %d answers to %d requests", n, len(msgs))
-	}
-	return out, nil
-}
 
-// RecordDeliveries records the results of taken claims in one short
-// transaction and reports, in order, which were applied. A result whose
-// claim was lost (its lease taken over by another delivery, or the
-// notification settled meanwhile) changes nothing but its own attempt row,
-// and is reported false. It implements worker.Store.
-func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
-	out := make([]bool, len(results))
-	if len(results) == 0 {
-		return out, nil
-	}
-	n := len(results)
-	aids, nids, msgs := make([]int64, n), make([]int64, n), make([]int64, n)
-	outcomes, errs := make([]string, n), make([]string, n)
-	for i, r := range results {
-		if err := checkOutcome(r.Outcome); err != nil {
-			return nil, err
-		}
-		aids[i], nids[i], msgs[i] = r.Claim.AttemptID, r.Claim.NotificationID, r.Claim.MessageID
-		outcomes[i], errs[i] = r.Outcome, r.Error
-	}
 	b := &pgx.Batch{}
-	b.Queue(lockNotifications, nids)
-	b.Queue(recordDeliveries, aids, nids, msgs, outcomes, errs)
+	b.Queue(lockNotifications, lockIDs)
+	if n > 0 {
+		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs)
+	}
+	if len(msgs) > 0 {
+		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds())
+	}
 	br := s.pool.SendBatch(ctx, b)
+	fail := func(op string, err error) ([]notify.Claim, []bool, error) {
+		_ = br.Close()
+		return nil, nil, wrap(op, err)
+	}
 	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, wrap("record deliveries: lock notifications", err)
+		return fail("claim and record deliveries: lock notifications", err)
 	}
-	rows, err := br.Query()
-	if err != nil {
-		_ = br.Close()
-		return nil, wrap("record deliveries", err)
-	}
-	applied := make(map[int64]bool, n)
-	for rows.Next() {
-		var aid int64
-		if err := rows.Scan(&aid); err != nil {
-			rows.Close()
-			_ = br.Close()
-			return nil, wrap("record deliveries", err)
+	if n > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return fail("record deliveries", err)
 		}
-		applied[aid] = true
+		applied := make(map[int64]bool, n)
+		for rows.Next() {
+			var aid int64
+			if err := rows.Scan(&aid); err != nil {
+				rows.Close()
+				return fail("record deliveries", err)
+			}
+			applied[aid] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fail("record deliveries", err)
+		}
+		for i, aid := range aids {
+			recorded[i] = applied[aid]
+		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		_ = br.Close()
-		return nil, wrap("record deliveries", err)
+	if len(msgs) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return fail("claim deliveries", err)
+		}
+		got := 0
+		for rows.Next() {
+			var (
+				msg    int64
+				status string
+				c      notify.Claim
+			)
+			if err := rows.Scan(&msg, &status, &c.AttemptID, &c.Attempt, &c.Until); err != nil {
+				rows.Close()
+				return fail("claim deliveries", err)
+			}
+			i := at[msg]
+			c.MessageID, c.NotificationID, c.Status = msg, claims[i].NotificationID, notify.ClaimStatus(status)
+			if c.Status != notify.ClaimTaken {
+				c.AttemptID, c.Attempt, c.Until = 0, 0, time.Time{}
+			}
+			claims[i] = c
+			got++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fail("claim deliveries", err)
+		}
+		if got != len(msgs) {
+			_ = br.Close()
+			return nil, nil, fmt.Errorf("claim deliveries: %d answers to %d requests", got, len(msgs))
+		}
 	}
 	if err := br.Close(); err != nil {
-		return nil, wrap("record deliveries: commit", err)
+		return nil, nil, wrap("claim and record deliveries: commit", err)
 	}
-	for i, aid := range aids {
-		out[i] = applied[aid]
-	}
-	return out, nil
+	return claims, recorded, nil
 }
 
 func checkOutcome(o string) error {

@@ -49,35 +49,77 @@ WHERE processed_messages.processed_at IS NULL`
 // ClaimDeliveries claims every request in one write transaction and returns
 // the answers in request order (see notify.ClaimStatus). A request whose
 // message id or notification id came earlier in reqs is answered ClaimBusy:
-// one send in flight per notification. It implements worker.Store.
+// one send in flight per notification.
 func (s *Store) ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
-	if lease <= 0 {
-		return nil, fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
+	cs, _, err := s.ClaimAndRecord(ctx, reqs, lease, nil)
+	return cs, err
+}
+
+// RecordDeliveries records the results of taken claims in one write
+// transaction and reports, in order, which were applied: sent and dead
+// settle the notification and the message id; retry and deferred release
+// the claim (the retried copy has the same message id and must be able to
+// claim it); deferred spends no attempt. A result whose claim was lost (its
+// lease taken over, or the notification settled meanwhile) changes nothing
+// but its own attempt row, and is reported false.
+func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
+	_, ok, err := s.ClaimAndRecord(ctx, nil, 0, results)
+	return ok, err
+}
+
+// ClaimAndRecord records results, then answers claims, in one write
+// transaction (see RecordDeliveries and ClaimDeliveries): the worker's
+// grouped bookkeeping, one write lock for every delivery that finished or
+// started while the previous group ran. It implements worker.Store.
+func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
+	if len(reqs) > 0 && lease <= 0 {
+		return nil, nil, fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
 	}
-	out := make([]notify.Claim, len(reqs))
+	for _, r := range results {
+		switch r.Outcome {
+		case notify.AttemptSent, notify.AttemptRetry, notify.AttemptDead, notify.AttemptDeferred:
+		default:
+			return nil, nil, fmt.Errorf("record deliveries: unknown outcome %q", r.Outcome)
+		}
+	}
+	claims := make([]notify.Claim, len(reqs))
+	recorded := make([]bool, len(results))
+	if len(reqs) == 0 && len(results) == 0 {
+		return claims, recorded, nil
+	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		t := now()
-		ts := formatTime(t)
-		until := t.Add(lease).Truncate(time.Microsecond)
-		seenM := make(map[int64]bool, len(reqs))
-		seenN := make(map[int64]bool, len(reqs))
-		for i, r := range reqs {
-			c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy}
-			if !seenM[r.MessageID] && !seenN[r.NotificationID] {
-				seenM[r.MessageID], seenN[r.NotificationID] = true, true
-				var err error
-				if c, err = claimOne(ctx, tx, r, ts, until); err != nil {
-					return err
-				}
-			}
-			out[i] = c
+		if err := recordTx(ctx, tx, results, formatTime(t), recorded); err != nil {
+			return fmt.Errorf("record deliveries: %w", err)
+		}
+		if err := claimTx(ctx, tx, reqs, t, lease, claims); err != nil {
+			return fmt.Errorf("claim deliveries: %w", err)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim deliveries: %w", err)
+		return nil, nil, err
 	}
-	return out, nil
+	return claims, recorded, nil
+}
+
+func claimTx(ctx context.Context, tx *sql.Tx, reqs []notify.ClaimRequest, t time.Time, lease time.Duration, out []notify.Claim) error {
+	ts := formatTime(t)
+	until := t.Add(lease).Truncate(time.Microsecond)
+	seenM := make(map[int64]bool, len(reqs))
+	seenN := make(map[int64]bool, len(reqs))
+	for i, r := range reqs {
+		c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy}
+		if !seenM[r.MessageID] && !seenN[r.NotificationID] {
+			seenM[r.MessageID], seenN[r.NotificationID] = true, true
+			var err error
+			if c, err = claimOne(ctx, tx, r, ts, until); err != nil {
+				return err
+			}
+		}
+		out[i] = c
+	}
+	return nil
 }
 
 func claimOne(ctx context.Context, tx *sql.Tx, r notify.ClaimRequest, ts string, until time.Time) (notify.Claim, error) {
@@ -151,60 +193,34 @@ WHERE id = ?4 AND finished_at IS NULL`
 const releaseMessage = `
 DELETE FROM processed_messages WHERE message_id = ?1 AND attempt_id = ?2 AND processed_at IS NULL`
 
-// RecordDeliveries records the results of taken claims in one write
-// transaction and reports, in order, which were applied: sent and dead
-// settle the notification and the message id; retry and deferred release
-// the claim (the retried copy has the same message id and must be able to
-// claim it); deferred spends no attempt. A result whose claim was lost (its
-// lease taken over, or the notification settled meanwhile) changes nothing
-// but its own attempt row, and is reported false. It implements
-// worker.Store.
-func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
-	out := make([]bool, len(results))
-	if len(results) == 0 {
-		return out, nil
-	}
-	for _, r := range results {
-		switch r.Outcome {
-		case notify.AttemptSent, notify.AttemptRetry, notify.AttemptDead, notify.AttemptDeferred:
-		default:
-			return nil, fmt.Errorf("record deliveries: unknown outcome %q", r.Outcome)
+func recordTx(ctx context.Context, tx *sql.Tx, results []notify.DeliveryResult, ts string, out []bool) error {
+	for i, r := range results {
+		c := r.Claim
+		res, err := tx.ExecContext(ctx, applyResult, r.Outcome, r.Error, ts, c.NotificationID, c.AttemptID)
+		if err != nil {
+			return fmt.Errorf("update notification %d: %w", c.NotificationID, classify(err))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, finishAttempt, ts, r.Outcome, nullString(r.Error), c.AttemptID); err != nil {
+			return fmt.Errorf("finish attempt %d: %w", c.AttemptID, classify(err))
+		}
+		if n == 0 {
+			continue
+		}
+		out[i] = true
+		if r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead {
+			_, err = tx.ExecContext(ctx, markProcessed, c.MessageID, ts)
+		} else {
+			_, err = tx.ExecContext(ctx, releaseMessage, c.MessageID, c.AttemptID)
+		}
+		if err != nil {
+			return fmt.Errorf("settle message %d: %w", c.MessageID, classify(err))
 		}
 	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		ts := formatTime(now())
-		for i, r := range results {
-			c := r.Claim
-			res, err := tx.ExecContext(ctx, applyResult, r.Outcome, r.Error, ts, c.NotificationID, c.AttemptID)
-			if err != nil {
-				return fmt.Errorf("update notification %d: %w", c.NotificationID, classify(err))
-			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, finishAttempt, ts, r.Outcome, nullString(r.Error), c.AttemptID); err != nil {
-				return fmt.Errorf("finish attempt %d: %w", c.AttemptID, classify(err))
-			}
-			if n == 0 {
-				continue
-			}
-			out[i] = true
-			if r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead {
-				_, err = tx.ExecContext(ctx, markProcessed, c.MessageID, ts)
-			} else {
-				_, err = tx.ExecContext(ctx, releaseMessage, c.MessageID, c.AttemptID)
-			}
-			if err != nil {
-				return fmt.Errorf("settle message %d: %w", c.MessageID, classify(err))
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("record deliveries: %w", err)
-	}
-	return out, nil
+	return nil
 }
 
 // deliverLease is the lease Deliver takes: its send has no bound of its own.
