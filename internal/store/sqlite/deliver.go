@@ -87,12 +87,17 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	if len(reqs) == 0 && len(results) == 0 {
 		return claims, recorded, nil
 	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	stmts, err := s.prepared(ctx, deliveryStatements...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim and record deliveries: %w", err)
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		q := txStmts{ctx: ctx, tx: tx, stmts: stmts}
 		t := now()
-		if err := recordTx(ctx, tx, results, formatTime(t), recorded); err != nil {
+		if err := recordTx(ctx, q, results, formatTime(t), recorded); err != nil {
 			return fmt.Errorf("record deliveries: %w", err)
 		}
-		if err := claimTx(ctx, tx, reqs, t, lease, claims); err != nil {
+		if err := claimTx(ctx, q, reqs, t, lease, claims); err != nil {
 			return fmt.Errorf("claim deliveries: %w", err)
 		}
 		return nil
@@ -103,7 +108,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	return claims, recorded, nil
 }
 
-func claimTx(ctx context.Context, tx *sql.Tx, reqs []notify.ClaimRequest, t time.Time, lease time.Duration, out []notify.Claim) error {
+func claimTx(ctx context.Context, tx txStmts, reqs []notify.ClaimRequest, t time.Time, lease time.Duration, out []notify.Claim) error {
 	ts := formatTime(t)
 	until := t.Add(lease).Truncate(time.Microsecond)
 	seenM := make(map[int64]bool, len(reqs))
@@ -122,7 +127,7 @@ func claimTx(ctx context.Context, tx *sql.Tx, reqs []notify.ClaimRequest, t time
 	return nil
 }
 
-func claimOne(ctx context.Context, tx *sql.Tx, r notify.ClaimRequest, ts string, until time.Time) (notify.Claim, error) {
+func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string, until time.Time) (notify.Claim, error) {
 	c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID}
 	var (
 		status       string
@@ -193,7 +198,7 @@ WHERE id = ?4 AND finished_at IS NULL`
 const releaseMessage = `
 DELETE FROM processed_messages WHERE message_id = ?1 AND attempt_id = ?2 AND processed_at IS NULL`
 
-func recordTx(ctx context.Context, tx *sql.Tx, results []notify.DeliveryResult, ts string, out []bool) error {
+func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, ts string, out []bool) error {
 	for i, r := range results {
 		c := r.Claim
 		res, err := tx.ExecContext(ctx, applyResult, r.Outcome, r.Error, ts, c.NotificationID, c.AttemptID)
@@ -221,6 +226,27 @@ func recordTx(ctx context.Context, tx *sql.Tx, results []notify.DeliveryResult, 
 		}
 	}
 	return nil
+}
+
+// deliveryStatements are the statements ClaimAndRecord runs, prepared once.
+var deliveryStatements = []string{selectClaimState, markProcessed, insertAttempt, leaseNotification,
+	dropStaleLease, leaseMessage, applyResult, finishAttempt, releaseMessage}
+
+// txStmts runs prepared statements inside one transaction.
+type txStmts struct {
+	ctx   context.Context
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt
+}
+
+func (q txStmts) stmt(query string) *sql.Stmt { return q.tx.StmtContext(q.ctx, q.stmts[query]) }
+
+func (q txStmts) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return q.stmt(query).ExecContext(ctx, args...)
+}
+
+func (q txStmts) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return q.stmt(query).QueryRowContext(ctx, args...)
 }
 
 // deliverLease is the lease Deliver takes: its send has no bound of its own.
