@@ -326,21 +326,18 @@ func (w *Worker) deadLetter(ctx context.Context, d notify.Delivery, msg notify.M
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
 	switch c.Status {
-	case notify.ClaimDuplicate:
-		// The notification was settled by another message: this copy's
-		// defect does not change it.
-		return w.ack(ctx, d, notify.OutcomeDuplicate)
-	case notify.ClaimMissing:
+	case notify.ClaimDuplicate, notify.ClaimMissing:
+		// The notification was settled by another message (or does not
+		// exist): this message's defect does not change it, but the
+		// message itself is still poison.
 		return w.settleDead(ctx, d, msg, nid, cause)
 	case notify.ClaimBusy:
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, errBusy)
 	}
-	recorded, err := w.record(notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDead, Error: cause.Error()})
-	if err != nil {
+	// Recorded, or settled by another delivery meanwhile (the record
+	// reports false): either way the message goes to the dead letters.
+	if _, err := w.record(notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDead, Error: cause.Error()}); err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
-	}
-	if !recorded {
-		return w.ack(ctx, d, notify.OutcomeDuplicate)
 	}
 	return w.settleDead(ctx, d, msg, nid, cause)
 }

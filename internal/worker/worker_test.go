@@ -284,12 +284,13 @@ func TestUndecodableNamingItsNotificationFailsIt(t *testing.T) {
 			require.Zero(t, snd.count())
 		})
 	}
-	// A notification settled by another message stays as it is.
+	// A notification settled by another message stays as it is; the
+	// poison still goes to the dead letters.
 	store := &fakeStore{status: notify.ClaimDuplicate}
 	w := newWorker(t, store, &fakeSender{}, worker.Config{})
 	d := &fakeDelivery{msg: notify.Message{ID: 9, Type: notify.EventRequested, Payload: []byte(`{"notification_id":"7"`)}}
 	w.Handle(context.Background(), d)
-	require.Equal(t, []string{"ack"}, d.hows())
+	require.Equal(t, []string{"dead"}, d.hows())
 	require.Empty(t, store.recs())
 }
 
