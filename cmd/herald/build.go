@@ -127,11 +127,14 @@ func sqlitePath(url string) string {
 	return strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//")
 }
 
-// poolSize is the PostgreSQL pool of a long-running process: a worker's
-// deliveries each hold a connection across their send, so the pool follows
-// HERALD_PREFETCH, with room for the relay, the API and claims beside them.
-func poolSize(cfg Config) int {
-	return max(10, cfg.Prefetch+4)
+// poolSize is the PostgreSQL pool of a long-running process. Every
+// transaction herald runs is short: no connection is held across a send (a
+// worker claims, commits, sends, then records), and a worker's concurrent
+// deliveries share one claim and one record transaction at a time. So the
+// pool does not follow HERALD_PREFETCH: it serves the API's concurrent
+// creates, the relay, and the worker's two grouped statements.
+func poolSize(Config) int {
+	return 10
 }
 
 // transport is the broker (or the outbox table) as herald's processes use
@@ -367,6 +370,7 @@ func newSender(cfg Config) (worker.Sender, func(), error) {
 		MaxSessions: cfg.Prefetch,
 		MaxIdle:     cfg.Prefetch,
 		Rate:        float64(cfg.SMTPRate),
+		Timeout:     cfg.SMTPTimeout,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -595,9 +599,12 @@ func (a *app) newWorker() (*worker.Worker, error) {
 	return worker.New(src, a.st, snd, worker.Config{
 		From:       a.cfg.SMTPFrom,
 		MaxRetries: a.cfg.MaxRetries,
-		Logger:     a.log.With("component", "worker"),
-		Registerer: a.reg,
-		Crash:      crash,
+		// HERALD_SMTP_TIMEOUT bounds the SMTP sender's sends; the worker
+		// bounds every send with it too, and its claim lease follows.
+		SendTimeout: a.cfg.SMTPTimeout,
+		Logger:      a.log.With("component", "worker"),
+		Registerer:  a.reg,
+		Crash:       crash,
 	})
 }
 

@@ -23,6 +23,7 @@ type Config struct {
 	SMTPCAFile      string
 	SMTPRate        int
 	SMTPFrom        string
+	SMTPTimeout     time.Duration
 	MaxRetries      int
 	RetryDelays     []time.Duration
 	RelayBatch      int
@@ -94,6 +95,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SMTPRate }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_SMTP_FROM", flag: "smtp-from", def: "herald@localhost", usage: "From address (its domain names the Message-ID)",
 		field: func(c *Config) any { return &c.SMTPFrom }, cmds: cmdsWorker},
+	{env: "HERALD_SMTP_TIMEOUT", flag: "smtp-timeout", def: "30s", usage: "bounds one send (dial, commands, data); a delivery's claim lasts 15s longer, so a slow send is never repeated while it runs",
+		field: func(c *Config) any { return &c.SMTPTimeout }, cmds: cmdsWorker},
 	{env: "HERALD_MAX_RETRIES", flag: "max-retries", def: "5", usage: "retries after the first attempt; then dead-letter (0: dead-letter on the first failure)",
 		field: func(c *Config) any { return &c.MaxRetries }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_RETRY_DELAY", flag: "retry-delay", def: "30s", usage: "delay before each retry; a list (30s,5m,30m,2h) sets the delay of each retry in turn, the last one repeating",

@@ -150,18 +150,28 @@ func TestWorkerKilledAfterSendRepeatsWithSameMessageID(t *testing.T) {
 	s := newStack(t, nil)
 	s.startAPI(nil)
 	s.start("relay")
-	w := s.startWith(map[string]string{"HERALD_DEBUG_FAULTS": "1", "HERALD_DEBUG_CRASH": "after-send"}, "worker")
+	// A short send timeout makes the claim's lease (timeout + 15s) run out
+	// within the test.
+	short := map[string]string{"HERALD_SMTP_TIMEOUT": "2s"}
+	w := s.startWith(map[string]string{"HERALD_DEBUG_FAULTS": "1", "HERALD_DEBUG_CRASH": "after-send", "HERALD_SMTP_TIMEOUT": "2s"}, "worker")
 
 	r := s.api.create(t, "f@example.com", nil)
 	require.Equal(t, 201, r.Status, r.Body)
 	w.waitExit(30 * time.Second)
 	require.Equal(t, "pending", s.api.get(t, r.ID).Status, "the kill came before the commit")
-	require.Zero(t, s.count("SELECT count(*) FROM processed_messages"))
+	require.Zero(t, s.count("SELECT count(*) FROM processed_messages WHERE processed_at IS NOT NULL"))
+	require.Equal(t, 1, s.count("SELECT count(*) FROM processed_messages WHERE processed_at IS NULL"), "the dead worker's claim")
 
-	s.start("worker")
-	s.waitStatus(r.ID, "sent", 30*time.Second)
+	// The redelivery waits for the dead worker's lease, then takes it over.
+	s.startWith(short, "worker")
+	s.waitStatus(r.ID, "sent", 45*time.Second)
 	require.Equal(t, map[string]int{"<" + r.ID + "@example.com>": 2}, s.smtp.CountByMessageID())
 	require.Equal(t, 1, s.count("SELECT count(*) FROM processed_messages"))
+	require.Equal(t, 1, s.count("SELECT count(*) FROM processed_messages WHERE processed_at IS NOT NULL"))
+	// Both sends are in the history: the dead worker's, never finished,
+	// and the one that was recorded.
+	require.Equal(t, 2, s.count("SELECT count(*) FROM delivery_attempts WHERE notification_id = $1", r.ID))
+	require.Equal(t, 1, s.count("SELECT count(*) FROM delivery_attempts WHERE notification_id = $1 AND outcome = 'sent'", r.ID))
 }
 
 // Exercise: two relays against one backlog publish every row exactly once.

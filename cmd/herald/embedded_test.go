@@ -47,13 +47,15 @@ func TestServeZeroConfig(t *testing.T) {
 
 // kill -9 of serve during a burst of creates, then a restart: every
 // notification that got a 201 is delivered; a repeat can only come from the
-// one window a crash can hit (send done, commit not), at most one per kill
-// since SQLite has a single writer.
+// one window a crash can hit (send done, record not committed), at most one
+// per send in flight.
 func TestServeKilledDuringBurstLosesNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	env := map[string]string{"HERALD_HTTP_ADDR": addr, "HERALD_RELAY_INTERVAL": "100ms"}
+	// A short send timeout shortens the claim lease (timeout + 15s) that
+	// the killed process leaves on the deliveries it was sending.
+	env := map[string]string{"HERALD_HTTP_ADDR": addr, "HERALD_RELAY_INTERVAL": "100ms", "HERALD_SMTP_TIMEOUT": "2s"}
 	p := startHerald(t, dir, env, "serve")
 	api := client{base: "http://" + addr}
 	waitHTTP(t, api.base+"/healthz")
@@ -114,7 +116,9 @@ func TestServeKilledDuringBurstLosesNothing(t *testing.T) {
 		}
 	}
 	t.Logf("accepted=%d delivered=%d duplicates=%d", len(accepted), len(seen), dups)
-	require.LessOrEqual(t, dups, 1, "one kill can repeat at most the one send in its window")
+	// No database is held across a send, so up to HERALD_PREFETCH (10)
+	// sends run at once, and a kill can catch each in its window.
+	require.LessOrEqual(t, dups, 10, "one kill can repeat at most the sends in flight, each in its window")
 }
 
 // tryCreate is create without test assertions, for clients that expect the

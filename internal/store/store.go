@@ -11,10 +11,12 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/monitor"
+	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/reconcile"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
@@ -39,6 +41,15 @@ type Store interface {
 	monitor.Stats
 	api.BacklogStats
 	reconcile.Store
+
+	// ClaimDeliveries and RecordDeliveries are the two halves of
+	// worker.Store's ClaimAndRecord, each alone in its transaction.
+	ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error)
+	RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error)
+
+	// Deliver runs one delivery's claim, send and record without grouping:
+	// the worker's cycle for one message, for tests and benchmarks.
+	Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error)
 
 	// Migrate applies the embedded migrations not yet applied; running it
 	// again changes nothing. Only the commands call it.

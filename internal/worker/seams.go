@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
@@ -17,27 +18,42 @@ type Source interface {
 	Consume(ctx context.Context, handle notify.Handler) error
 }
 
-// Store keeps the effect's bookkeeping. The stores implement it.
+// Store keeps the effect's bookkeeping: a claim before each send and a
+// record after it, so that no database connection or lock is held across a
+// send. The worker groups the records and the claims of concurrent
+// deliveries into one call, one short transaction. The stores implement it.
 type Store interface {
-	// Deliver applies a message at most once. In one transaction it inserts
-	// msgID into processed_messages (ON CONFLICT DO NOTHING; a conflict
-	// means OutcomeDuplicate and nothing else happens), locks the
-	// notification (a missing one is notify.Permanent(notify.ErrNotFound)),
-	// and unless it is still pending (then OutcomeDuplicate, with the
-	// processed_messages row committed) calls send; if send fails the
-	// transaction rolls back and its error is returned as is; otherwise the
-	// notification becomes sent (attempts+1, sent_at) and the transaction
-	// commits: OutcomeSent.
-	Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error)
-	// RecordFailure records a failed attempt on a pending notification:
-	// attempts+1 and last_error. With dead, also status failed and, in the
-	// same transaction, msgID in processed_messages. A notification that is
-	// missing or no longer pending is left alone.
-	RecordFailure(ctx context.Context, msgID, notificationID int64, reason string, dead bool) error
+	// ClaimAndRecord records results, then answers claims, in one
+	// transaction.
+	//
+	// Each result of a taken claim is applied as a compare-and-set on the
+	// claim (a result whose claim was taken over, or whose notification was
+	// settled meanwhile, changes nothing and is reported false): sent
+	// (message done, notification sent, attempts+1), retry (attempts+1,
+	// last_error, claim released), dead (notification failed, message done)
+	// or deferred (claim released, no attempt spent).
+	//
+	// Each claim request is answered in order (see notify.ClaimStatus). A
+	// taken claim leases the message id (processed_messages, processed_at
+	// NULL) and the notification until now+lease, and starts a
+	// delivery_attempts row; an expired lease is taken over. A request
+	// naming a message id or a notification named earlier in reqs is
+	// answered ClaimBusy.
+	ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error)
 }
 
-// Sender delivers one email. A notify.Permanent error (an SMTP 5xx) means
-// retrying cannot help.
+// Sender delivers one email. A notify.Permanent error (an SMTP 5xx to this
+// message) means retrying cannot help; a notify.SenderDown error (the
+// server unreachable, TLS, authentication) means the server, not the
+// message, failed.
 type Sender interface {
 	Send(ctx context.Context, e notify.Email) error
+}
+
+// Prober is implemented by a Sender that can check its server without
+// sending mail. While the server is down the worker probes it before
+// resuming; a sender without Probe gets one real send as the probe.
+type Prober interface {
+	// Probe returns nil when the server accepts sessions again.
+	Probe(ctx context.Context) error
 }

@@ -1,14 +1,23 @@
 // Package worker applies deliveries: it sends each notification's email at
 // most once per message id, retries transient failures and dead-letters the
 // rest.
+//
+// Each delivery is claimed, sent and recorded: the claim (a lease on the
+// message id and on the notification) commits before the send, the send
+// runs with no transaction open, and the record commits its outcome after
+// it. The claims and the records of concurrent deliveries go to the store
+// in groups, one transaction each. Concurrency comes from the transport's
+// prefetch, not from database connections.
 package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,11 +36,33 @@ type Config struct {
 	// no retries: the first failure is dead-lettered. Default 0 (herald's
 	// own default, HERALD_MAX_RETRIES, is 5).
 	MaxRetries int
-	// StoreBackoff caps the wait before a delivery is handed back when the
-	// store is unreachable. Zero would redeliver in a hot loop during a
-	// store outage, so it means the default. Default 5s.
+	// StoreBackoff is the pause before a delivery is handed back when the
+	// store is unreachable, when another delivery of its notification holds
+	// the claim, or when the transport failed to take a retry or a dead
+	// letter. Zero would redeliver in a hot loop, so it means the default.
+	// Default 5s.
 	StoreBackoff time.Duration
-	// Logger receives one record per failed delivery. Default: discard.
+	// SendTimeout bounds each send. It should be the sender's own timeout
+	// (the SMTP sender's Timeout), so that the worker never gives up on a
+	// send the sender still runs. Zero means the default. Default 30s.
+	SendTimeout time.Duration
+	// Lease is how long a claim holds the message id and the notification:
+	// after it another delivery of the notification may take the claim over
+	// and send again (the holder is presumed to have died between its send
+	// and its record). It must be longer than SendTimeout, or a slow send
+	// would be repeated while it runs. Zero means the default. Default
+	// SendTimeout + 15s.
+	Lease time.Duration
+	// SenderBackoff is the first wait before the mail server is probed
+	// after it went down; each failed probe doubles it, up to
+	// SenderBackoffMax, with jitter. Zero means the default. Default 1s.
+	SenderBackoff time.Duration
+	// SenderBackoffMax caps the wait between probes, and is the longest a
+	// delivery waits for the server before it is handed back to come again.
+	// Zero means the default. Default 60s.
+	SenderBackoffMax time.Duration
+	// Logger receives one record per failed delivery, and one when the mail
+	// server goes down and comes back. Default: discard.
 	Logger *slog.Logger
 	// Registerer, when set, receives the worker's metrics. Default: none.
 	Registerer prometheus.Registerer
@@ -41,12 +72,34 @@ type Config struct {
 	Crash func(point string)
 }
 
+// leaseMargin is what the default Lease adds to SendTimeout: the time to
+// record the outcome after a send that used all of its timeout.
+const leaseMargin = 15 * time.Second
+
+// storeTimeout bounds one claim or record transaction (a group of them).
+const storeTimeout = 10 * time.Second
+
+// maxGroup caps the deliveries one claim or record transaction serves.
+const maxGroup = 256
+
 func (c Config) withDefaults() Config {
 	if c.From == "" {
 		c.From = "herald@localhost"
 	}
 	if c.StoreBackoff == 0 {
 		c.StoreBackoff = 5 * time.Second
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = 30 * time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = c.SendTimeout + leaseMargin
+	}
+	if c.SenderBackoff == 0 {
+		c.SenderBackoff = time.Second
+	}
+	if c.SenderBackoffMax == 0 {
+		c.SenderBackoffMax = 60 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -58,11 +111,17 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
-	if c.MaxRetries < 0 {
+	switch {
+	case c.MaxRetries < 0:
 		return fmt.Errorf("max retries must not be negative, got %d", c.MaxRetries)
-	}
-	if c.StoreBackoff < 0 {
+	case c.StoreBackoff < 0:
 		return fmt.Errorf("store backoff must not be negative, got %s", c.StoreBackoff)
+	case c.SendTimeout < 0:
+		return fmt.Errorf("send timeout must not be negative, got %s", c.SendTimeout)
+	case c.Lease <= c.SendTimeout:
+		return fmt.Errorf("lease (%s) must be longer than the send timeout (%s)", c.Lease, c.SendTimeout)
+	case c.SenderBackoff < 0 || c.SenderBackoffMax < c.SenderBackoff:
+		return fmt.Errorf("sender backoff must be positive and at most its maximum, got %s and %s", c.SenderBackoff, c.SenderBackoffMax)
 	}
 	if _, err := notify.ParseAddress(c.From); err != nil {
 		return fmt.Errorf("from address %q: %w", c.From, err)
@@ -73,25 +132,28 @@ func (c Config) validate() error {
 // Worker consumes deliveries from a Source and applies them.
 type Worker struct {
 	src     Source
-	store   Store
 	sender  Sender
 	cfg     Config
 	log     *slog.Logger
 	metrics metrics
+	books   *batcher[bookOp, bookResult]
+	gate    *gate
 }
 
 type metrics struct {
 	deliveries *prometheus.CounterVec
 	latency    prometheus.Histogram
+	senderUp   prometheus.Gauge
 }
 
-// New returns a Worker.
+// New returns a Worker. When sender also implements Prober, the worker
+// probes with it while the mail server is down.
 func New(src Source, store Store, sender Sender, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{src: src, store: store, sender: sender, cfg: cfg, log: cfg.Logger}
+	w := &Worker{src: src, sender: sender, cfg: cfg, log: cfg.Logger}
 	w.metrics.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_worker_deliveries_total",
 		Help: "Deliveries handled by the worker, by outcome.",
@@ -101,16 +163,23 @@ func New(src Source, store Store, sender Sender, cfg Config) (*Worker, error) {
 		Help:    "Time from a notification's create to its email being sent.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
 	})
+	w.metrics.senderUp = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "herald_sender_up",
+		Help: "1 while the mail server takes sends, 0 while the worker has paused them because it is down.",
+	})
 	for _, o := range []notify.Outcome{notify.OutcomeSent, notify.OutcomeRetried, notify.OutcomeDead, notify.OutcomeDuplicate} {
 		w.metrics.deliveries.WithLabelValues(string(o))
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{w.metrics.deliveries, w.metrics.latency} {
+		for _, c := range []prometheus.Collector{w.metrics.deliveries, w.metrics.latency, w.metrics.senderUp} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register worker metrics: %w", err)
 			}
 		}
 	}
+	w.books = &batcher[bookOp, bookResult]{run: bookkeeping(store, cfg.Lease), max: maxGroup, timeout: storeTimeout}
+	prober, _ := sender.(Prober)
+	w.gate = newGate(prober, cfg, w.metrics.senderUp)
 	return w, nil
 }
 
@@ -119,11 +188,26 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.src.Consume(ctx, w.Handle)
 }
 
+// errBusy: another delivery of the notification holds the claim; this one
+// was handed back.
+var errBusy = errors.New("notification claimed by another delivery")
+
+// errDeferred: the mail server is down; the delivery was handed back with
+// no attempt spent.
+var errDeferred = errors.New("mail server down: delivery handed back, no attempt spent")
+
 // Handle applies one delivery and settles it.
 func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	msg := d.Message()
 	outcome, err := w.apply(ctx, d, msg)
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld):
+		// Expected while a claim runs or the server is down; the gate
+		// logs the outage once.
+		w.log.Debug("delivery handed back", "message_id", msg.ID, "reason", err)
+		return
+	default:
 		w.log.Error("delivery not settled; it will come back", "message_id", msg.ID, "retry_count", msg.RetryCount, "err", err)
 		return
 	}
@@ -134,80 +218,186 @@ func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 }
 
 // apply runs one delivery to its settlement. An error means the delivery was
-// not settled (it stays with the transport and is redelivered).
+// not settled (it was handed back, or stays with the transport, and is
+// redelivered).
 func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Message) (notify.Outcome, error) {
 	req, nid, err := msg.Decode()
 	if err != nil {
-		return w.deadLetter(ctx, d, msg, 0, err)
+		return w.undecodable(ctx, d, msg, err)
 	}
-	var sendErr error
-	send := func(ctx context.Context) error {
-		sendErr = w.sender.Send(ctx, notify.NewEmail(req, w.cfg.From))
-		if sendErr == nil {
-			w.cfg.Crash("after-send")
+	probe, err := w.gate.enter(ctx)
+	if err != nil {
+		return "", w.release(ctx, d, 0, err)
+	}
+	sent := false
+	defer func() {
+		if !sent {
+			w.gate.abandon(probe)
 		}
-		return sendErr
+	}()
+
+	c, err := w.claim(msg.ID, nid)
+	if err != nil {
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
-	outcome, err := w.store.Deliver(ctx, msg.ID, nid, send)
-	switch {
-	case err == nil:
+	switch c.Status {
+	case notify.ClaimDuplicate:
+		return w.ack(ctx, d, notify.OutcomeDuplicate)
+	case notify.ClaimMissing:
+		return w.settleDead(ctx, d, msg, nid, notify.Permanent(fmt.Errorf("notification %d: %w", nid, notify.ErrNotFound)))
+	case notify.ClaimBusy:
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, errBusy)
+	}
+
+	sctx, cancel := context.WithTimeout(ctx, w.cfg.SendTimeout)
+	sendErr := w.sender.Send(sctx, notify.NewEmail(req, w.cfg.From))
+	cancel()
+	sent = true
+	w.gate.report(probe, sendErr)
+	if sendErr == nil {
+		w.cfg.Crash("after-send")
+	}
+
+	res := notify.DeliveryResult{Claim: c, Outcome: notify.AttemptSent}
+	if sendErr != nil {
+		res.Error = sendErr.Error()
+		switch {
+		case notify.IsSenderDown(sendErr), ctx.Err() != nil:
+			// The server failed, or this worker is stopping and cut the
+			// send short: no fault of the message, no attempt spent.
+			res.Outcome = notify.AttemptDeferred
+		case notify.IsPermanent(sendErr) || msg.RetryCount >= w.cfg.MaxRetries:
+			res.Outcome = notify.AttemptDead
+		default:
+			res.Outcome = notify.AttemptRetry
+		}
+	}
+	recorded, err := w.record(res)
+	if err != nil {
+		// The claim stays until its lease runs out; the redelivery waits
+		// for it and then repeats the send (for a sent mail, the one
+		// accepted duplicate, with the same Message-ID).
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
+	}
+	if !recorded {
+		// The lease ran out during the send and another delivery took the
+		// claim over (or settled the notification): its result stands, and
+		// this copy is done.
+		w.log.Warn("claim lost during the send; the delivery that took it over decides", "message_id", msg.ID,
+			"notification_id", nid, "outcome", res.Outcome)
+		return w.ack(ctx, d, notify.OutcomeDuplicate)
+	}
+	switch res.Outcome {
+	case notify.AttemptSent:
 		w.cfg.Crash("after-commit")
-		if err := d.Ack(ctx); err != nil {
-			return "", fmt.Errorf("ack: %w", err)
+		return w.ack(ctx, d, notify.OutcomeSent)
+	case notify.AttemptDeferred:
+		return "", w.release(ctx, d, 0, errDeferred)
+	case notify.AttemptRetry:
+		if err := d.Retry(ctx, res.Error); err != nil {
+			return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("schedule retry: %w", err))
 		}
-		return outcome, nil
-	case sendErr == nil && !notify.IsPermanent(err):
-		// The store failed, not the delivery: hand it back unchanged after a
-		// pause, without spending a retry.
-		return "", w.release(ctx, d, fmt.Errorf("store: %w", err))
-	case notify.IsPermanent(err) || msg.RetryCount >= w.cfg.MaxRetries:
-		return w.deadLetter(ctx, d, msg, nid, err)
+		w.log.Warn("delivery failed; retry scheduled", "message_id", msg.ID, "notification_id", nid,
+			"retry", msg.RetryCount+1, "err", res.Error)
+		return notify.OutcomeRetried, nil
 	default:
-		return w.retry(ctx, d, msg, nid, err)
+		return w.settleDead(ctx, d, msg, nid, sendErr)
 	}
 }
 
-func (w *Worker) retry(ctx context.Context, d notify.Delivery, msg notify.Message, nid int64, cause error) (notify.Outcome, error) {
-	reason := cause.Error()
-	if err := w.store.RecordFailure(ctx, msg.ID, nid, reason, false); err != nil {
-		return "", w.release(ctx, d, fmt.Errorf("record failure: %w", err))
+func (w *Worker) ack(ctx context.Context, d notify.Delivery, outcome notify.Outcome) (notify.Outcome, error) {
+	if err := d.Ack(ctx); err != nil {
+		return "", fmt.Errorf("ack: %w", err)
 	}
-	if err := d.Retry(ctx, reason); err != nil {
-		return "", fmt.Errorf("schedule retry: %w", err)
-	}
-	w.log.Warn("delivery failed; retry scheduled", "message_id", msg.ID, "notification_id", nid,
-		"retry", msg.RetryCount+1, "err", reason)
-	return notify.OutcomeRetried, nil
+	return outcome, nil
 }
 
-// deadLetter marks the notification failed (recording the message id as
-// processed in the same transaction), then hands the message to the dead
-// letters. The database is the record of dead letters (herald dlq reads it);
-// a crash between the two steps leaves the notification failed and the
-// redelivery is absorbed as a duplicate, so the attempt is never repeated.
+// deadLetter records cause as the notification's end (when the message
+// names one) through a claim and a dead record, then hands the message to
+// the dead letters. The database is the record of dead letters (herald dlq
+// reads it); a crash between the two steps leaves the notification failed
+// and the redelivery is absorbed as a duplicate.
 func (w *Worker) deadLetter(ctx context.Context, d notify.Delivery, msg notify.Message, nid int64, cause error) (notify.Outcome, error) {
-	reason := cause.Error()
-	if nid != 0 {
-		if err := w.store.RecordFailure(ctx, msg.ID, nid, reason, true); err != nil {
-			return "", w.release(ctx, d, fmt.Errorf("record failure: %w", err))
-		}
+	if nid == 0 {
+		return w.settleDead(ctx, d, msg, 0, cause)
 	}
+	c, err := w.claim(msg.ID, nid)
+	if err != nil {
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
+	}
+	switch c.Status {
+	case notify.ClaimDuplicate, notify.ClaimMissing:
+		// The notification was settled by another message (or does not
+		// exist): this message's defect does not change it, but the
+		// message itself is still poison.
+		return w.settleDead(ctx, d, msg, nid, cause)
+	case notify.ClaimBusy:
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, errBusy)
+	}
+	// Recorded, or settled by another delivery meanwhile (the record
+	// reports false): either way the message goes to the dead letters.
+	if _, err := w.record(notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDead, Error: cause.Error()}); err != nil {
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
+	}
+	return w.settleDead(ctx, d, msg, nid, cause)
+}
+
+// settleDead hands the message to the transport's dead letters.
+func (w *Worker) settleDead(ctx context.Context, d notify.Delivery, msg notify.Message, nid int64, cause error) (notify.Outcome, error) {
+	reason := cause.Error()
 	if err := d.DeadLetter(ctx, reason); err != nil {
-		return "", fmt.Errorf("dead-letter: %w", err)
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("dead-letter: %w", err))
 	}
 	w.log.Error("delivery dead-lettered", "message_id", msg.ID, "notification_id", nid,
 		"retries", msg.RetryCount, "permanent", notify.IsPermanent(cause), "err", reason)
 	return notify.OutcomeDead, nil
 }
 
+// undecodable dead-letters a message that can never be applied. When its
+// payload still names a notification, that notification is failed with the
+// reason, or it would stay pending for ever.
+func (w *Worker) undecodable(ctx context.Context, d notify.Delivery, msg notify.Message, cause error) (notify.Outcome, error) {
+	nid, ok := namedNotification(msg)
+	if !ok {
+		return w.settleDead(ctx, d, msg, 0, cause)
+	}
+	return w.deadLetter(ctx, d, msg, nid, cause)
+}
+
+// notificationIDField finds the notification_id of a payload that is not
+// valid JSON (cut short, say) but still names it.
+var notificationIDField = regexp.MustCompile(`"notification_id"\s*:\s*"([0-9]+)"`)
+
+// namedNotification returns the notification a notification.requested
+// message names, however malformed the rest of its payload.
+func namedNotification(msg notify.Message) (int64, bool) {
+	if msg.Type != notify.EventRequested {
+		return 0, false
+	}
+	var p struct {
+		NotificationID string `json:"notification_id"`
+	}
+	if err := json.Unmarshal(msg.Payload, &p); err == nil {
+		return notify.ParseID(p.NotificationID)
+	}
+	m := notificationIDField.FindSubmatch(msg.Payload)
+	if m == nil {
+		return 0, false
+	}
+	return notify.ParseID(string(m[1]))
+}
+
 // release pauses, then hands the delivery back. The pause keeps a store
-// outage from turning into a hot redelivery loop.
-func (w *Worker) release(ctx context.Context, d notify.Delivery, cause error) error {
-	t := time.NewTimer(w.cfg.StoreBackoff)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+// outage, a busy claim or a failing transport from turning into a hot
+// redelivery loop.
+func (w *Worker) release(ctx context.Context, d notify.Delivery, pause time.Duration, cause error) error {
+	if pause > 0 {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if err := d.Release(context.WithoutCancel(ctx)); err != nil {
 		return errors.Join(cause, fmt.Errorf("release: %w", err))

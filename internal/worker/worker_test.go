@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
@@ -16,7 +20,9 @@ import (
 
 // The fakes below stand in for the seams so that the worker's decision
 // table (ack, retry, dead-letter, release) can be checked as pure logic; the
-// end-to-end suite (pipelinetest) proves the same against the real parts.
+// store conformance suite proves the claims and records against the real
+// stores, and the end-to-end suite (pipelinetest) the whole against the real
+// parts.
 
 type settle struct {
 	how    string // ack, retry, dead, release
@@ -24,130 +30,226 @@ type settle struct {
 }
 
 type fakeDelivery struct {
-	msg     notify.Message
-	settled []settle
+	mu       sync.Mutex
+	msg      notify.Message
+	settled  []settle
+	retryErr error
+	deadErr  error
+}
+
+func (d *fakeDelivery) add(s settle) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.settled = append(d.settled, s)
+}
+
+func (d *fakeDelivery) hows() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for _, s := range d.settled {
+		out = append(out, s.how)
+	}
+	return out
 }
 
 func (d *fakeDelivery) Message() notify.Message { return d.msg }
 func (d *fakeDelivery) Ack(context.Context) error {
-	d.settled = append(d.settled, settle{how: "ack"})
+	d.add(settle{how: "ack"})
 	return nil
 }
 func (d *fakeDelivery) Retry(_ context.Context, reason string) error {
-	d.settled = append(d.settled, settle{"retry", reason})
+	if d.retryErr != nil {
+		return d.retryErr
+	}
+	d.add(settle{"retry", reason})
 	return nil
 }
 func (d *fakeDelivery) DeadLetter(_ context.Context, reason string) error {
-	d.settled = append(d.settled, settle{"dead", reason})
+	if d.deadErr != nil {
+		return d.deadErr
+	}
+	d.add(settle{"dead", reason})
 	return nil
 }
 func (d *fakeDelivery) Release(context.Context) error {
-	d.settled = append(d.settled, settle{how: "release"})
+	d.add(settle{how: "release"})
 	return nil
 }
 
-type failure struct {
-	reason string
-	dead   bool
-}
-
+// fakeStore answers every claim with status and keeps the records.
 type fakeStore struct {
-	deliverErr error // returned before send is called
-	duplicate  bool
-	recordErr  error
-	failures   []failure
+	mu        sync.Mutex
+	status    notify.ClaimStatus // default ClaimTaken
+	claimErr  error
+	recordErr error
+	lost      bool // records report the claim lost
+	claims    [][]notify.ClaimRequest
+	records   []notify.DeliveryResult
 }
 
-func (s *fakeStore) Deliver(ctx context.Context, _, _ int64, send func(context.Context) error) (notify.Outcome, error) {
-	if s.deliverErr != nil {
-		return "", s.deliverErr
+func (s *fakeStore) ClaimDeliveries(_ context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claimErr != nil {
+		return nil, s.claimErr
 	}
-	if s.duplicate {
-		return notify.OutcomeDuplicate, nil
+	s.claims = append(s.claims, reqs)
+	status := s.status
+	if status == "" {
+		status = notify.ClaimTaken
 	}
-	if err := send(ctx); err != nil {
-		return "", err
+	out := make([]notify.Claim, len(reqs))
+	for i, r := range reqs {
+		out[i] = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: status}
+		if status == notify.ClaimTaken {
+			out[i].AttemptID = r.MessageID * 10
+			out[i].Until = time.Now().Add(lease)
+		}
 	}
-	return notify.OutcomeSent, nil
+	return out, nil
 }
 
-func (s *fakeStore) RecordFailure(_ context.Context, _, _ int64, reason string, dead bool) error {
+func (s *fakeStore) RecordDeliveries(_ context.Context, rs []notify.DeliveryResult) ([]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.recordErr != nil {
-		return s.recordErr
+		return nil, s.recordErr
 	}
-	s.failures = append(s.failures, failure{reason, dead})
-	return nil
+	s.records = append(s.records, rs...)
+	out := make([]bool, len(rs))
+	for i := range out {
+		out[i] = !s.lost
+	}
+	return out, nil
+}
+
+type rec struct{ outcome, reason string }
+
+func (s *fakeStore) recs() []rec {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []rec
+	for _, r := range s.records {
+		out = append(out, rec{r.Outcome, r.Error})
+	}
+	return out
 }
 
 type fakeSender struct {
+	mu   sync.Mutex
 	err  error
 	sent []notify.Email
 }
 
 func (s *fakeSender) Send(_ context.Context, e notify.Email) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.sent = append(s.sent, e)
 	return s.err
 }
 
+func (s *fakeSender) setErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
+}
+
+func (s *fakeSender) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sent)
+}
+
+func payload(t *testing.T) []byte {
+	t.Helper()
+	b, err := json.Marshal(notify.Requested{NotificationID: "7", UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b"})
+	require.NoError(t, err)
+	return b
+}
+
 func message(t *testing.T, retries int) notify.Message {
 	t.Helper()
-	payload, err := json.Marshal(notify.Requested{NotificationID: "7", UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b"})
+	return notify.Message{ID: 70, Type: notify.EventRequested, Payload: payload(t), RetryCount: retries}
+}
+
+func newWorker(t *testing.T, store worker.Store, snd worker.Sender, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	if cfg.From == "" {
+		cfg.From = "herald@example.com"
+	}
+	if cfg.StoreBackoff == 0 {
+		cfg.StoreBackoff = time.Millisecond
+	}
+	w, err := worker.New(nil, store, snd, cfg)
 	require.NoError(t, err)
-	return notify.Message{ID: 70, Type: notify.EventRequested, Payload: payload, RetryCount: retries}
+	return w
 }
 
 func TestHandleDecisions(t *testing.T) {
 	t.Parallel()
 	transient := errors.New("451 try later")
 	permanent := notify.Permanent(errors.New("550 no such mailbox"))
+	down := notify.SenderDown(errors.New("dial: connection refused"))
 	tests := []struct {
-		name     string
-		msg      func(t *testing.T) notify.Message
-		store    fakeStore
-		sendErr  error
-		settled  []string
-		failures []failure
-		sends    int
+		name    string
+		msg     func(t *testing.T) notify.Message
+		store   fakeStore
+		sendErr error
+		dlvry   fakeDelivery
+		settled []string
+		records []rec
+		sends   int
 	}{
 		{name: "sent", msg: func(t *testing.T) notify.Message { return message(t, 0) },
-			settled: []string{"ack"}, sends: 1},
+			settled: []string{"ack"}, records: []rec{{"sent", ""}}, sends: 1},
 		{name: "duplicate", msg: func(t *testing.T) notify.Message { return message(t, 0) },
-			store: fakeStore{duplicate: true}, settled: []string{"ack"}},
+			store: fakeStore{status: notify.ClaimDuplicate}, settled: []string{"ack"}},
+		{name: "busy: handed back, nothing sent", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			store: fakeStore{status: notify.ClaimBusy}, settled: []string{"release"}},
 		{name: "transient failure is retried", msg: func(t *testing.T) notify.Message { return message(t, 1) },
-			sendErr: transient, settled: []string{"retry"}, failures: []failure{{"451 try later", false}}, sends: 1},
+			sendErr: transient, settled: []string{"retry"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
 		{name: "the last retry fails: dead letter", msg: func(t *testing.T) notify.Message { return message(t, 2) },
-			sendErr: transient, settled: []string{"dead"}, failures: []failure{{"451 try later", true}}, sends: 1},
+			sendErr: transient, settled: []string{"dead"}, records: []rec{{"dead", "451 try later"}}, sends: 1},
 		{name: "permanent failure: dead at once", msg: func(t *testing.T) notify.Message { return message(t, 0) },
-			sendErr: permanent, settled: []string{"dead"}, failures: []failure{{"550 no such mailbox", true}}, sends: 1},
-		{name: "undecodable: dead, nothing recorded", msg: func(*testing.T) notify.Message {
+			sendErr: permanent, settled: []string{"dead"}, records: []rec{{"dead", "550 no such mailbox"}}, sends: 1},
+		{name: "sender down: deferred, released, no retry", msg: func(t *testing.T) notify.Message { return message(t, 2) },
+			sendErr: down, settled: []string{"release"}, records: []rec{{"deferred", "dial: connection refused"}}, sends: 1},
+		{name: "undecodable, names nothing: dead, nothing recorded", msg: func(*testing.T) notify.Message {
 			return notify.Message{ID: 71, Type: notify.EventRequested, Payload: []byte("{")}
 		}, settled: []string{"dead"}},
 		{name: "store down before the send: released, no retry spent", msg: func(t *testing.T) notify.Message { return message(t, 0) },
-			store: fakeStore{deliverErr: errors.New("connection refused")}, settled: []string{"release"}},
+			store: fakeStore{claimErr: errors.New("connection refused")}, settled: []string{"release"}},
 		{name: "missing notification: dead", msg: func(t *testing.T) notify.Message { return message(t, 0) },
-			store: fakeStore{deliverErr: notify.Permanent(notify.ErrNotFound)}, settled: []string{"dead"}, failures: []failure{{"not found", true}}},
+			store: fakeStore{status: notify.ClaimMissing}, settled: []string{"dead"}},
 		{name: "failure not recorded: released", msg: func(t *testing.T) notify.Message { return message(t, 0) },
 			store: fakeStore{recordErr: errors.New("connection refused")}, sendErr: transient, settled: []string{"release"}, sends: 1},
+		{name: "claim lost during the send: acked, no retry", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			store: fakeStore{lost: true}, sendErr: transient, settled: []string{"ack"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
+		// Issue 11, defect 1: a failed forward hands the delivery back.
+		{name: "retry publish fails: released", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			sendErr: transient, dlvry: fakeDelivery{retryErr: errors.New("channel closed")},
+			settled: []string{"release"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
+		{name: "dead-letter publish fails: released", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			sendErr: permanent, dlvry: fakeDelivery{deadErr: errors.New("channel closed")},
+			settled: []string{"release"}, records: []rec{{"dead", "550 no such mailbox"}}, sends: 1},
+		{name: "undecodable dead-letter publish fails: released", msg: func(*testing.T) notify.Message {
+			return notify.Message{ID: 71, Type: "other"}
+		}, dlvry: fakeDelivery{deadErr: errors.New("channel closed")}, settled: []string{"release"}},
 	}
-	for _, tt := range tests {
+	for i := range tests {
+		tt := &tests[i]
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			store := tt.store
+			store := &tt.store
 			snd := &fakeSender{err: tt.sendErr}
-			reg := prometheus.NewRegistry()
-			w, err := worker.New(nil, &store, snd, worker.Config{
-				From: "herald@example.com", MaxRetries: 2, StoreBackoff: time.Millisecond, Registerer: reg,
-			})
-			require.NoError(t, err)
-			d := &fakeDelivery{msg: tt.msg(t)}
+			w := newWorker(t, store, snd, worker.Config{MaxRetries: 2, Registerer: prometheus.NewRegistry()})
+			d := &tt.dlvry
+			d.msg = tt.msg(t)
 			w.Handle(context.Background(), d)
 
-			var got []string
-			for _, s := range d.settled {
-				got = append(got, s.how)
-			}
-			require.Equal(t, tt.settled, got)
-			require.Equal(t, tt.failures, store.failures)
+			require.Equal(t, tt.settled, d.hows())
+			require.Equal(t, tt.records, store.recs())
 			require.Len(t, snd.sent, tt.sends)
 			for _, e := range snd.sent {
 				require.Equal(t, "<7@example.com>", e.MessageID)
@@ -156,14 +258,57 @@ func TestHandleDecisions(t *testing.T) {
 	}
 }
 
+// Issue 11, defect 6: a payload that fails to decode but names its
+// notification fails that notification with the reason (a claim, then a
+// dead record), and the message goes to the dead letters; nothing is sent.
+func TestUndecodableNamingItsNotificationFailsIt(t *testing.T) {
+	t.Parallel()
+	for name, p := range map[string][]byte{
+		"cut short":      []byte(`{"notification_id":"7","user_id":"u","to":`),
+		"unknown field":  []byte(`{"notification_id":"7","user_id":"u","channel":"email","to":"a@example.com","subject":"s","body":"b","x":1}`),
+		"invalid fields": []byte(`{"notification_id":"7","user_id":"u","channel":"pigeon","to":"nobody","subject":"s","body":"b"}`),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			store := &fakeStore{}
+			snd := &fakeSender{}
+			w := newWorker(t, store, snd, worker.Config{})
+			d := &fakeDelivery{msg: notify.Message{ID: 9, Type: notify.EventRequested, Payload: p}}
+			w.Handle(context.Background(), d)
+			require.Equal(t, []string{"dead"}, d.hows())
+			require.Equal(t, [][]notify.ClaimRequest{{{MessageID: 9, NotificationID: 7}}}, store.claims)
+			recs := store.recs()
+			require.Len(t, recs, 1)
+			require.Equal(t, notify.AttemptDead, recs[0].outcome)
+			require.Contains(t, recs[0].reason, "payload")
+			require.Zero(t, snd.count())
+		})
+	}
+	// A notification settled by another message stays as it is; the
+	// poison still goes to the dead letters.
+	store := &fakeStore{status: notify.ClaimDuplicate}
+	w := newWorker(t, store, &fakeSender{}, worker.Config{})
+	d := &fakeDelivery{msg: notify.Message{ID: 9, Type: notify.EventRequested, Payload: []byte(`{"notification_id":"7"`)}}
+	w.Handle(context.Background(), d)
+	require.Equal(t, []string{"dead"}, d.hows())
+	require.Empty(t, store.recs())
+}
+
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{From: "not an address"})
-	require.Error(t, err)
-	_, err = worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{MaxRetries: -1})
-	require.Error(t, err)
-	_, err = worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{StoreBackoff: -time.Second})
-	require.Error(t, err)
+	for _, cfg := range []worker.Config{
+		{From: "not an address"},
+		{MaxRetries: -1},
+		{StoreBackoff: -time.Second},
+		{SendTimeout: 10 * time.Second, Lease: 10 * time.Second},
+		{SendTimeout: 10 * time.Second, Lease: 5 * time.Second},
+		{SenderBackoff: time.Minute, SenderBackoffMax: time.Second},
+	} {
+		_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, cfg)
+		require.Error(t, err, "%+v", cfg)
+	}
+	_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{SendTimeout: time.Minute})
+	require.NoError(t, err, "the default lease follows the send timeout")
 }
 
 // MaxRetries zero means no retries, not a default: the first failure is
@@ -171,12 +316,168 @@ func TestNewValidates(t *testing.T) {
 func TestZeroRetriesDeadLettersTheFirstFailure(t *testing.T) {
 	t.Parallel()
 	store := &fakeStore{}
-	w, err := worker.New(nil, store, &fakeSender{err: errors.New("451 try later")}, worker.Config{
-		From: "herald@example.com", StoreBackoff: time.Millisecond,
-	})
-	require.NoError(t, err)
+	w := newWorker(t, store, &fakeSender{err: errors.New("451 try later")}, worker.Config{})
 	d := &fakeDelivery{msg: message(t, 0)}
 	w.Handle(context.Background(), d)
 	require.Equal(t, []settle{{"dead", "451 try later"}}, d.settled)
-	require.Equal(t, []failure{{"451 try later", true}}, store.failures)
+	require.Equal(t, []rec{{"dead", "451 try later"}}, store.recs())
+}
+
+// probingSender is a fakeSender with a Probe that fails while down is set.
+type probingSender struct {
+	fakeSender
+	mu     sync.Mutex
+	down   bool
+	probes int
+}
+
+func (s *probingSender) Probe(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.probes++
+	if s.down {
+		return errors.New("535 authentication failed")
+	}
+	return nil
+}
+
+func (s *probingSender) state() (probes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.probes
+}
+
+func (s *probingSender) up() {
+	s.mu.Lock()
+	s.down = false
+	s.mu.Unlock()
+	s.setErr(nil)
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A mail server that is down costs no attempt: the failed delivery is
+// released, later ones wait without sending while the worker probes with a
+// growing backoff, and everything resumes by itself when the server is
+// back; herald_sender_up and one ERROR and one INFO record say so.
+func TestSenderDownPausesProbesAndResumes(t *testing.T) {
+	t.Parallel()
+	for _, withProber := range []bool{true, false} {
+		name := "probe"
+		if !withProber {
+			name = "a real send probes"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			store := &fakeStore{}
+			snd := &probingSender{down: true}
+			snd.err = notify.SenderDown(errors.New("535 authentication failed"))
+			var sender worker.Sender = snd
+			if !withProber {
+				sender = &snd.fakeSender // no Probe method
+			}
+			logs := &syncBuffer{}
+			reg := prometheus.NewRegistry()
+			w := newWorker(t, store, sender, worker.Config{
+				SenderBackoff: 5 * time.Millisecond, SenderBackoffMax: 20 * time.Millisecond, Registerer: reg,
+				Logger: slog.New(slog.NewTextHandler(logs, nil)),
+			})
+			gauge := func() float64 {
+				mfs, err := reg.Gather()
+				require.NoError(t, err)
+				for _, mf := range mfs {
+					if mf.GetName() == "herald_sender_up" {
+						return mf.GetMetric()[0].GetGauge().GetValue()
+					}
+				}
+				t.Fatal("no herald_sender_up")
+				return 0
+			}
+			require.Equal(t, 1.0, gauge())
+
+			first := &fakeDelivery{msg: message(t, 0)}
+			w.Handle(context.Background(), first)
+			require.Equal(t, []string{"release"}, first.hows())
+			require.Equal(t, 0.0, gauge())
+			require.Equal(t, []rec{{"deferred", "535 authentication failed"}}, store.recs())
+
+			// The next delivery waits at the closed gate; handed back (it
+			// waited its longest, or its send was the probe and failed), it
+			// is handled again, as a transport redelivers it.
+			second := &fakeDelivery{msg: message(t, 0)}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					w.Handle(context.Background(), second)
+					if h := second.hows(); h[len(h)-1] != "release" {
+						return
+					}
+				}
+			}()
+			if withProber {
+				require.Eventually(t, func() bool { return snd.state() >= 3 }, 5*time.Second, time.Millisecond, "probes")
+				require.Equal(t, 1, snd.count(), "no send while the server is down")
+			} else {
+				require.Eventually(t, func() bool { return snd.count() >= 3 }, 5*time.Second, time.Millisecond, "probing sends")
+			}
+			require.Equal(t, 0.0, gauge())
+			snd.up()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the worker did not resume")
+			}
+			hows := second.hows()
+			require.Equal(t, "ack", hows[len(hows)-1])
+			for _, h := range hows[:len(hows)-1] {
+				require.Equal(t, "release", h)
+			}
+			require.Equal(t, 1.0, gauge())
+			for _, r := range store.recs() {
+				require.NotEqual(t, notify.AttemptRetry, r.outcome, "no attempt spent")
+				require.NotEqual(t, notify.AttemptDead, r.outcome, "nothing dead-lettered")
+			}
+			out := logs.String()
+			require.Equal(t, 1, strings.Count(out, "mail server down"), out)
+			require.Contains(t, out, "535 authentication failed")
+			require.Equal(t, 1, strings.Count(out, "mail server back"), out)
+			require.Equal(t, 0, testutil.CollectAndCount(reg, "herald_worker_deliveries_total")-4, "outcome labels")
+		})
+	}
+}
+
+func (s *fakeStore) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, rs []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
+	var (
+		ok  []bool
+		cs  []notify.Claim
+		err error
+	)
+	if len(rs) > 0 {
+		if ok, err = s.RecordDeliveries(ctx, rs); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(reqs) > 0 {
+		if cs, err = s.ClaimDeliveries(ctx, reqs, lease); err != nil {
+			return nil, nil, err
+		}
+	}
+	return cs, ok, nil
 }

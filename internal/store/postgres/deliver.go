@@ -2,113 +2,327 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
 
+// Lock order. Every transaction that writes a delivery's bookkeeping locks
+// the notification rows first, in id order, and only then touches
+// processed_messages and delivery_attempts: a message id belongs to one
+// notification, so two transactions on one message always meet on the
+// notification row first and queue there instead of deadlocking. Both the
+// claim and the record run as a pipelined batch of two statements in one
+// implicit transaction (one round trip): the lock, then the work, which
+// reads the rows afresh once it holds them.
 const (
-	// insertProcessed claims a message id. A second transaction inserting
-	// the same id waits for the first to end: it goes on only if the first
-	// rolled back, so two deliveries of one message never both send.
-	insertProcessed = `INSERT INTO processed_messages (message_id) VALUES ($1) ON CONFLICT DO NOTHING`
+	lockNotifications = `SELECT id FROM notifications WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
-	lockNotification = `SELECT status FROM notifications WHERE id = $1 FOR UPDATE`
+	// claimDeliveries decides every request in SQL: missing notification,
+	// duplicate (message done, or notification no longer pending), busy
+	// (a live lease), else claimed. A claim inserts its attempt row, leases
+	// the notification and the message id, and drops the lease row of an
+	// expired claim on another message of the notification (its holder is
+	// presumed dead; its late record will fail the compare-and-set). A
+	// duplicate or missing message id is recorded as done.
+	// $1 message ids, $2 notification ids (no id twice), $3 lease in
+	// microseconds.
+	claimDeliveries = `
+WITH req AS (
+	SELECT r.msg, r.nid, n.id IS NOT NULL AS found, n.status, n.claimed_until,
+		n.claim_attempt_id, COALESCE(pm.processed_at IS NOT NULL, false) AS done
+	FROM unnest($1::bigint[], $2::bigint[]) AS r(msg, nid)
+	LEFT JOIN notifications AS n ON n.id = r.nid
+	LEFT JOIN processed_messages AS pm ON pm.message_id = r.msg
+),
+decided AS (
+	SELECT msg, nid, claim_attempt_id AS stale,
+		CASE WHEN NOT found THEN 'missing'
+			WHEN done OR status <> 'pending' THEN 'duplicate'
+			WHEN claimed_until > now() THEN 'busy'
+			ELSE 'claimed' END AS status
+	FROM req
+),
+attempt AS (
+	INSERT INTO delivery_attempts (notification_id, message_id, attempt, started_at)
+	SELECT d.nid, d.msg,
+		COALESCE((SELECT max(a.attempt) FROM delivery_attempts AS a WHERE a.notification_id = d.nid), 0) + 1,
+		now()
+	FROM decided AS d
+	WHERE d.status = 'claimed'
+	RETURNING id, notification_id, message_id, attempt
+),
+lease AS (
+	UPDATE notifications AS n
+	SET claim_attempt_id = a.id, claimed_until = now() + $3::bigint * interval '1 microsecond'
+	FROM attempt AS a
+	WHERE n.id = a.notification_id
+),
+stale AS (
+	DELETE FROM processed_messages AS pm
+	USING decided AS d
+	WHERE d.status = 'claimed' AND pm.attempt_id = d.stale AND pm.message_id <> d.msg
+		AND pm.processed_at IS NULL
+),
+held AS (
+	INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
+	SELECT a.message_id, NULL::timestamptz, now() + $3::bigint * interval '1 microsecond', a.id FROM attempt AS a
+	UNION ALL
+	SELECT d.msg, now(), NULL::timestamptz, NULL::bigint FROM decided AS d WHERE d.status IN ('duplicate', 'missing')
+	ON CONFLICT (message_id) DO UPDATE
+	SET processed_at = excluded.processed_at, lease_until = excluded.lease_until, attempt_id = excluded.attempt_id
+	WHERE processed_messages.processed_at IS NULL
+)
+SELECT d.msg, d.status, COALESCE(a.id, 0), COALESCE(a.attempt, 0), now() + $3::bigint * interval '1 microsecond'
+FROM decided AS d
+LEFT JOIN attempt AS a ON a.message_id = d.msg`
 
-	markSent = `
-UPDATE notifications
-SET status = 'sent', attempts = attempts + 1, sent_at = now(), updated_at = now()
-WHERE id = $1 AND status = 'pending'`
-
-	recordRetry = `
-UPDATE notifications
-SET attempts = attempts + 1, last_error = $2, updated_at = now()
-WHERE id = $1 AND status = 'pending'`
-
-	recordDead = `
-UPDATE notifications
-SET status = 'failed', attempts = attempts + 1, last_error = $2, failed_at = now(), updated_at = now()
-WHERE id = $1 AND status = 'pending'`
+	// recordDeliveries applies each result whose claim still holds its
+	// notification (compare-and-set on claim_attempt_id, status pending)
+	// and returns the attempt ids it applied. sent and dead settle the
+	// message id (processed_at); retry and deferred release it (the retried
+	// copy has the same id and must be able to claim it). deferred spends
+	// no attempt. Every attempt row named is finished with its outcome, even
+	// when its claim was lost: the send happened, and the history says so.
+	// $1 attempt ids, $2 notification ids, $3 message ids, $4 outcomes,
+	// $5 errors.
+	recordDeliveries = `
+WITH r AS (
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[])
+		AS r(aid, nid, msg, outcome, err)
+),
+applied AS (
+	UPDATE notifications AS n SET
+		status = CASE r.outcome WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'failed' ELSE n.status END,
+		attempts = n.attempts + CASE WHEN r.outcome = 'deferred' THEN 0 ELSE 1 END,
+		last_error = CASE WHEN r.outcome IN ('retry', 'dead') THEN r.err ELSE n.last_error END,
+		sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE n.sent_at END,
+		failed_at = CASE WHEN r.outcome = 'dead' THEN now() ELSE n.failed_at END,
+		updated_at = now(),
+		claim_attempt_id = NULL,
+		claimed_until = NULL
+	FROM r
+	WHERE n.id = r.nid AND n.claim_attempt_id = r.aid AND n.status = 'pending'
+	RETURNING r.aid, r.msg, r.outcome
+),
+finished AS (
+	UPDATE delivery_attempts AS a
+	SET finished_at = now(), outcome = r.outcome, error = NULLIF(r.err, '')
+	FROM r
+	WHERE a.id = r.aid AND a.finished_at IS NULL
+),
+done AS (
+	INSERT INTO processed_messages (message_id, processed_at, attempt_id)
+	SELECT msg, now(), aid FROM applied WHERE outcome IN ('sent', 'dead')
+	ON CONFLICT (message_id) DO UPDATE
+	SET processed_at = excluded.processed_at, lease_until = NULL
+	WHERE processed_messages.processed_at IS NULL
+),
+freed AS (
+	DELETE FROM processed_messages AS pm
+	USING applied AS ap
+	WHERE pm.message_id = ap.msg AND ap.outcome IN ('retry', 'deferred')
+		AND pm.attempt_id = ap.aid AND pm.processed_at IS NULL
+)
+SELECT aid FROM applied`
 )
 
-// Deliver applies message msgID to its notification at most once: in one
-// transaction, held across send, it records msgID in processed_messages
-// (already there: OutcomeDuplicate), locks the notification (missing: a
-// permanent notify.ErrNotFound; no longer pending: OutcomeDuplicate, msgID
-// kept), calls send and marks the notification sent. When send fails
-// everything rolls back and send's error is returned as is.
-func (s *Store) Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return "", wrap("deliver: begin", err)
-	}
-	defer rollback(tx)
-
-	tag, err := tx.Exec(ctx, insertProcessed, msgID)
-	if err != nil {
-		return "", wrap(fmt.Sprintf("deliver message %d: record", msgID), err)
-	}
-	if tag.RowsAffected() == 0 {
-		return notify.OutcomeDuplicate, nil
-	}
-	var status string
-	err = tx.QueryRow(ctx, lockNotification, notificationID).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", notify.Permanent(fmt.Errorf("deliver message %d: notification %d: %w", msgID, notificationID, notify.ErrNotFound))
-	}
-	if err != nil {
-		return "", wrap(fmt.Sprintf("deliver message %d: lock notification %d", msgID, notificationID), err)
-	}
-	if notify.Status(status) != notify.StatusPending {
-		if err := tx.Commit(ctx); err != nil {
-			return "", wrap(fmt.Sprintf("deliver message %d: commit", msgID), err)
-		}
-		return notify.OutcomeDuplicate, nil
-	}
-	if err := send(ctx); err != nil {
-		return "", err
-	}
-	// The mail is gone: record it even if ctx ended meanwhile (a worker
-	// shutting down), or the redelivery would send it again.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
-	if _, err := tx.Exec(mctx, markSent, notificationID); err != nil {
-		return "", wrap(fmt.Sprintf("deliver message %d: mark sent", msgID), err)
-	}
-	if err := tx.Commit(mctx); err != nil {
-		return "", wrap(fmt.Sprintf("deliver message %d: commit", msgID), err)
-	}
-	return notify.OutcomeSent, nil
+// ClaimDeliveries claims every request in one short transaction and
+// returns the answers in request order (see notify.ClaimStatus). A request
+// whose message id or notification id came earlier in reqs is answered
+// ClaimBusy: one send in flight per notification.
+func (s *Store) ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
+	cs, _, err := s.ClaimAndRecord(ctx, reqs, lease, nil)
+	return cs, err
 }
 
-// RecordFailure records a failed attempt on a pending notification: attempts
-// and last_error, and with dead also status failed and, in the same
-// transaction, msgID in processed_messages so that a redelivery of the
-// message is a duplicate. A missing or no longer pending notification is left
-// alone; with dead, msgID is still recorded.
-func (s *Store) RecordFailure(ctx context.Context, msgID, notificationID int64, reason string, dead bool) error {
-	if !dead {
-		if _, err := s.pool.Exec(ctx, recordRetry, notificationID, reason); err != nil {
-			return wrap(fmt.Sprintf("record failure of notification %d", notificationID), err)
+// RecordDeliveries records the results of taken claims in one short
+// transaction and reports, in order, which were applied. A result whose
+// claim was lost (its lease taken over by another delivery, or the
+// notification settled meanwhile) changes nothing but its own attempt row,
+// and is reported false.
+func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
+	_, ok, err := s.ClaimAndRecord(ctx, nil, 0, results)
+	return ok, err
+}
+
+// ClaimAndRecord records results, then answers claims, in one short
+// transaction and one round trip (a pipelined batch: the lock of every
+// notification named, in id order, then the record, then the claim): the
+// worker's grouped bookkeeping. It implements worker.Store.
+func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
+	if len(reqs) > 0 && lease <= 0 {
+		return nil, nil, fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
+	}
+	claims := make([]notify.Claim, len(reqs))
+	recorded := make([]bool, len(results))
+
+	var lockIDs []int64
+	n := len(results)
+	aids, rnids, rmsgs := make([]int64, n), make([]int64, n), make([]int64, n)
+	outcomes, errs := make([]string, n), make([]string, n)
+	for i, r := range results {
+		if err := checkOutcome(r.Outcome); err != nil {
+			return nil, nil, err
 		}
+		aids[i], rnids[i], rmsgs[i] = r.Claim.AttemptID, r.Claim.NotificationID, r.Claim.MessageID
+		outcomes[i], errs[i] = r.Outcome, r.Error
+		lockIDs = append(lockIDs, r.Claim.NotificationID)
+	}
+
+	var msgs, nids []int64
+	at := make(map[int64]int, len(reqs)) // message id -> index in claims
+	seenN := make(map[int64]bool, len(reqs))
+	for i, r := range reqs {
+		claims[i] = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy}
+		if _, dup := at[r.MessageID]; dup || seenN[r.NotificationID] {
+			continue
+		}
+		at[r.MessageID] = i
+		seenN[r.NotificationID] = true
+		msgs = append(msgs, r.MessageID)
+		nids = append(nids, r.NotificationID)
+		lockIDs = append(lockIDs, r.NotificationID)
+	}
+	if len(lockIDs) == 0 {
+		return claims, recorded, nil
+	}
+
+	b := &pgx.Batch{}
+	b.Queue(lockNotifications, lockIDs)
+	if n > 0 {
+		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs)
+	}
+	if len(msgs) > 0 {
+		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds())
+	}
+	br := s.pool.SendBatch(ctx, b)
+	fail := func(op string, err error) ([]notify.Claim, []bool, error) {
+		_ = br.Close()
+		return nil, nil, wrap(op, err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fail("claim and record deliveries: lock notifications", err)
+	}
+	if n > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return fail("record deliveries", err)
+		}
+		applied := make(map[int64]bool, n)
+		for rows.Next() {
+			var aid int64
+			if err := rows.Scan(&aid); err != nil {
+				rows.Close()
+				return fail("record deliveries", err)
+			}
+			applied[aid] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fail("record deliveries", err)
+		}
+		for i, aid := range aids {
+			recorded[i] = applied[aid]
+		}
+	}
+	if len(msgs) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return fail("claim deliveries", err)
+		}
+		got := 0
+		for rows.Next() {
+			var (
+				msg    int64
+				status string
+				c      notify.Claim
+			)
+			if err := rows.Scan(&msg, &status, &c.AttemptID, &c.Attempt, &c.Until); err != nil {
+				rows.Close()
+				return fail("claim deliveries", err)
+			}
+			i := at[msg]
+			c.MessageID, c.NotificationID, c.Status = msg, claims[i].NotificationID, notify.ClaimStatus(status)
+			if c.Status != notify.ClaimTaken {
+				c.AttemptID, c.Attempt, c.Until = 0, 0, time.Time{}
+			}
+			claims[i] = c
+			got++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fail("claim deliveries", err)
+		}
+		if got != len(msgs) {
+			_ = br.Close()
+			return nil, nil, fmt.Errorf("claim deliveries: %d answers to %d requests", got, len(msgs))
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, nil, wrap("claim and record deliveries: commit", err)
+	}
+	return claims, recorded, nil
+}
+
+func checkOutcome(o string) error {
+	switch o {
+	case notify.AttemptSent, notify.AttemptRetry, notify.AttemptDead, notify.AttemptDeferred:
 		return nil
 	}
-	tx, err := s.pool.Begin(ctx)
+	return fmt.Errorf("record deliveries: unknown outcome %q", o)
+}
+
+// deliverLease is the lease Deliver takes: its send has no bound of its own.
+const deliverLease = 5 * time.Minute
+
+// Deliver runs one whole delivery without batching: it claims msgID for
+// notificationID, calls send with no transaction open, and records the
+// outcome (send's nil: sent; a notify.SenderDown error: deferred, no attempt
+// spent; a notify.Permanent error: dead; any other: retry). It returns
+// OutcomeSent, OutcomeDuplicate (nothing sent), a permanent
+// notify.ErrNotFound for a missing notification, an error when another
+// claim holds the notification, or send's error as is, after recording it.
+// The worker does the same with its own retry limit and groups many
+// deliveries per transaction; Deliver serves tests and benchmarks.
+func (s *Store) Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error) {
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msgID, NotificationID: notificationID}}, deliverLease)
 	if err != nil {
-		return wrap("record dead letter: begin", err)
+		return "", fmt.Errorf("deliver message %d: %w", msgID, err)
 	}
-	defer rollback(tx)
-	if _, err := tx.Exec(ctx, recordDead, notificationID, reason); err != nil {
-		return wrap(fmt.Sprintf("record dead letter of notification %d", notificationID), err)
+	c := cs[0]
+	switch c.Status {
+	case notify.ClaimDuplicate:
+		return notify.OutcomeDuplicate, nil
+	case notify.ClaimMissing:
+		return "", notify.Permanent(fmt.Errorf("deliver message %d: notification %d: %w", msgID, notificationID, notify.ErrNotFound))
+	case notify.ClaimBusy:
+		return "", fmt.Errorf("deliver message %d: notification %d is claimed by another delivery", msgID, notificationID)
 	}
-	if _, err := tx.Exec(ctx, insertProcessed, msgID); err != nil {
-		return wrap(fmt.Sprintf("record dead letter: message %d", msgID), err)
+	sendErr := send(ctx)
+	res := notify.DeliveryResult{Claim: c, Outcome: notify.AttemptSent}
+	if sendErr != nil {
+		res.Error = sendErr.Error()
+		switch {
+		case notify.IsSenderDown(sendErr):
+			res.Outcome = notify.AttemptDeferred
+		case notify.IsPermanent(sendErr):
+			res.Outcome = notify.AttemptDead
+		default:
+			res.Outcome = notify.AttemptRetry
+		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return wrap("record dead letter: commit", err)
+	// The send happened: record it even if ctx ended meanwhile.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	if _, err := s.RecordDeliveries(rctx, []notify.DeliveryResult{res}); err != nil {
+		return "", fmt.Errorf("deliver message %d: %w", msgID, err)
 	}
-	return nil
+	if sendErr != nil {
+		return "", sendErr
+	}
+	return notify.OutcomeSent, nil
 }

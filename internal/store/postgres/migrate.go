@@ -22,6 +22,11 @@ const migrateLockKey = 0x68657261_6c64
 const (
 	lockMigrations = `SELECT pg_advisory_xact_lock($1)`
 
+	// liftLimits lifts the session limits for the migration's transaction
+	// only: DDL on a large table may run long, and waits for the locks of
+	// running herald processes, longer than a delivery ever should.
+	liftLimits = `SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = '5min'; SET LOCAL idle_in_transaction_session_timeout = 0`
+
 	createMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 	version    INT         PRIMARY KEY,
 	name       TEXT        NOT NULL,
@@ -51,6 +56,10 @@ func (m migrator) Begin(ctx context.Context) (migrate.Tx, error) {
 	tx, err := m.s.pool.Begin(ctx)
 	if err != nil {
 		return nil, wrap("begin", err)
+	}
+	if _, err := tx.Exec(ctx, liftLimits); err != nil {
+		rollback(tx)
+		return nil, wrap("lift session limits", err)
 	}
 	if _, err := tx.Exec(ctx, lockMigrations, int64(migrateLockKey)); err != nil {
 		rollback(tx)

@@ -140,6 +140,8 @@ WHERE id IN (
 	// is gone. While the outbox row exists its event may still be delivered
 	// (unprocessed, or relayed but not yet consumed), and the dedup row is
 	// what makes that delivery a duplicate.
+	// A row a claim holds (processed_at NULL, a send in flight) never
+	// compares below the cut, so it is never pruned.
 	pruneProcessed = `
 DELETE FROM processed_messages
 WHERE message_id IN (

@@ -41,6 +41,23 @@ func open(t *testing.T, url string) *Store {
 	return s
 }
 
+// attempts reads a notification's delivery_attempts rows in id order.
+func attempts(t testing.TB, s *Store, nid int64) []notify.Attempt {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT attempt, message_id, started_at, finished_at, COALESCE(outcome, ''), COALESCE(error, '')
+FROM delivery_attempts WHERE notification_id = $1 ORDER BY id`, nid)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (notify.Attempt, error) {
+		var a notify.Attempt
+		err := r.Scan(&a.Attempt, &a.MessageID, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.Error)
+		return a, err
+	})
+	require.NoError(t, err)
+	return out
+}
+
 func count(t testing.TB, s *Store, query string, args ...any) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -61,6 +78,7 @@ func TestConformance(t *testing.T) {
 				return count(t, s, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize())
 			},
 			AddAttempt: addAttempt(s),
+			Attempts: func(t testing.TB, nid int64) []notify.Attempt { return attempts(t, s, nid) },
 		}
 	})
 }

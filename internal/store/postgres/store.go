@@ -44,6 +44,28 @@ func (c Config) validate() error {
 	return nil
 }
 
+// sessionLimits bound what one herald session can hold, so that a peer
+// gone half-open (a process frozen or cut off mid-transaction) cannot keep
+// a row locked for minutes, and no statement waits without end. herald's
+// transactions are short (no transaction is open across a send), so the
+// limits are far above what they need:
+//   - lock_timeout: a claim, record or create waits at most this long for
+//     a row lock, then fails and is retried by its caller.
+//   - statement_timeout: every statement; prune deletes in bounded batches
+//     and stays far below it. Migrate lifts both for its own transaction
+//     (see migrator.Begin): DDL on a large table may legitimately take
+//     longer.
+//   - idle_in_transaction_session_timeout: the server ends a session that
+//     sits in an open transaction doing nothing for this long. It must
+//     exceed the longest wait inside a transaction: the relay's publish of
+//     a batch (broker dial and confirms) while it holds the claimed outbox
+//     rows.
+var sessionLimits = map[string]string{
+	"lock_timeout":                        "10s",
+	"statement_timeout":                   "30s",
+	"idle_in_transaction_session_timeout": "60s",
+}
+
 // Store is the PostgreSQL store. It is safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
@@ -80,6 +102,12 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	pcfg.MaxConns = int32(cfg.MaxConns)
 	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = "herald"
+	}
+	for name, value := range sessionLimits {
+		// A value given in the URL wins: an operator may know better.
+		if _, ok := pcfg.ConnConfig.RuntimeParams[name]; !ok {
+			pcfg.ConnConfig.RuntimeParams[name] = value
+		}
 	}
 	listenConfig := pcfg.ConnConfig.Copy()
 	listenConfig.RuntimeParams["application_name"] = listenerApplicationName

@@ -5,119 +5,297 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-const insertProcessed = `
-INSERT INTO processed_messages (message_id, processed_at) VALUES (?, ?)
-ON CONFLICT (message_id) DO NOTHING`
+// A delivery's bookkeeping takes two short write transactions, a claim
+// before the send and a record after it; the single write connection is
+// never held across a send. The write lock is the row lock: nothing changes
+// between a read and the write that depends on it inside one transaction,
+// and there is no lock order to get wrong.
 
-const selectStatus = `SELECT status FROM notifications WHERE id = ?`
+const selectClaimState = `
+SELECT n.status, n.claimed_until, n.claim_attempt_id,
+	(SELECT pm.processed_at IS NOT NULL FROM processed_messages AS pm WHERE pm.message_id = ?2)
+FROM notifications AS n WHERE n.id = ?1`
 
-// markSent uses one timestamp for sent_at and updated_at (?1).
-const markSent = `
-UPDATE notifications SET status = 'sent', attempts = attempts + 1, sent_at = ?1, updated_at = ?1
-WHERE id = ?2 AND status = 'pending'`
+// markProcessed records a message id as done, unless it is done already.
+const markProcessed = `
+INSERT INTO processed_messages (message_id, processed_at) VALUES (?1, ?2)
+ON CONFLICT (message_id) DO UPDATE SET processed_at = excluded.processed_at, lease_until = NULL
+WHERE processed_messages.processed_at IS NULL`
 
-const recordRetry = `
-UPDATE notifications SET attempts = attempts + 1, last_error = ?1, updated_at = ?2
-WHERE id = ?3 AND status = 'pending'`
+const insertAttempt = `
+INSERT INTO delivery_attempts (notification_id, message_id, attempt, started_at)
+VALUES (?1, ?2, (SELECT COALESCE(max(attempt), 0) + 1 FROM delivery_attempts WHERE notification_id = ?1), ?3)
+RETURNING id, attempt`
 
-const recordDead = `
-UPDATE notifications SET status = 'failed', attempts = attempts + 1, last_error = ?1,
-    failed_at = ?2, updated_at = ?2
-WHERE id = ?3 AND status = 'pending'`
+const leaseNotification = `UPDATE notifications SET claim_attempt_id = ?1, claimed_until = ?2 WHERE id = ?3`
 
-// Deliver applies message msgID to notification notificationID at most once,
-// calling send inside the transaction that records it. It implements
-// worker.Store.
-//
-// The write transaction (and so the store's only write connection) is held
-// while send runs: writes of this process wait for it and those of other
-// processes on the file wait up to the busy timeout. That is the price of
-// the dedup row, the status change and the send agreeing; it is paid only
-// for as long as an SMTP hand-off takes.
-func (s *Store) Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error) {
-	tx, err := s.beginDetachable(ctx)
-	if err != nil {
-		return "", fmt.Errorf("deliver message %d: %w", msgID, err)
-	}
-	defer tx.end()
+// dropStaleLease removes the lease row of an expired claim on another
+// message of the notification: its holder is presumed dead, and its late
+// record will fail the compare-and-set.
+const dropStaleLease = `
+DELETE FROM processed_messages
+WHERE attempt_id = ?1 AND message_id <> ?2 AND processed_at IS NULL`
 
-	t := formatTime(now())
-	res, err := tx.ExecContext(ctx, insertProcessed, msgID, t)
-	if err != nil {
-		return "", fmt.Errorf("deliver message %d: record: %w", msgID, classify(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return "", fmt.Errorf("deliver message %d: record: %w", msgID, err)
-	} else if n == 0 {
-		return notify.OutcomeDuplicate, nil
-	}
-	// The write lock is the row lock: nothing can change the notification
-	// between this read and the update below.
-	var status string
-	err = tx.QueryRowContext(ctx, selectStatus, notificationID).Scan(&status)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", notify.Permanent(fmt.Errorf("deliver message %d: notification %d: %w", msgID, notificationID, notify.ErrNotFound))
-	}
-	if err != nil {
-		return "", fmt.Errorf("deliver message %d: read notification %d: %w", msgID, notificationID, classify(err))
-	}
-	if notify.Status(status) != notify.StatusPending {
-		// Settled already (by an earlier message, or dead-lettered):
-		// keep the dedup row so that later copies stop at once.
-		if err := tx.Commit(); err != nil {
-			return "", fmt.Errorf("deliver message %d: commit: %w", msgID, classify(err))
-		}
-		return notify.OutcomeDuplicate, nil
-	}
-	if !tx.detach() {
-		return "", fmt.Errorf("deliver message %d: %w", msgID, ctx.Err())
-	}
-	if err := send(ctx); err != nil {
-		return "", err
-	}
-	// The mail is gone: record it even if ctx ended meanwhile (a worker
-	// shutting down), or the redelivery would send it again.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
-	if _, err := tx.ExecContext(mctx, markSent, formatTime(now()), notificationID); err != nil {
-		return "", fmt.Errorf("deliver message %d: mark sent: %w", msgID, classify(err))
-	}
-	if err := tx.Commit(); err != nil {
-		return "", fmt.Errorf("deliver message %d: commit: %w", msgID, classify(err))
-	}
-	return notify.OutcomeSent, nil
+const leaseMessage = `
+INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id) VALUES (?1, NULL, ?2, ?3)
+ON CONFLICT (message_id) DO UPDATE SET lease_until = excluded.lease_until, attempt_id = excluded.attempt_id
+WHERE processed_messages.processed_at IS NULL`
+
+// ClaimDeliveries claims every request in one write transaction and returns
+// the answers in request order (see notify.ClaimStatus). A request whose
+// message id or notification id came earlier in reqs is answered ClaimBusy:
+// one send in flight per notification.
+func (s *Store) ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
+	cs, _, err := s.ClaimAndRecord(ctx, reqs, lease, nil)
+	return cs, err
 }
 
-// RecordFailure records a failed attempt on a pending notification
-// (attempts+1, last_error); with dead it also marks it failed and records
-// msgID in processed_messages, in the same transaction, so that no later
-// copy of the message is applied. A notification that is missing or no
-// longer pending is left alone; with dead, msgID is recorded all the same (as
-// the PostgreSQL store does): the message is settled either way. It
-// implements worker.Store.
-func (s *Store) RecordFailure(ctx context.Context, msgID, notificationID int64, reason string, dead bool) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		t := formatTime(now())
-		if !dead {
-			if _, err := tx.ExecContext(ctx, recordRetry, reason, t, notificationID); err != nil {
-				return fmt.Errorf("update notification %d: %w", notificationID, classify(err))
-			}
-			return nil
+// RecordDeliveries records the results of taken claims in one write
+// transaction and reports, in order, which were applied: sent and dead
+// settle the notification and the message id; retry and deferred release
+// the claim (the retried copy has the same message id and must be able to
+// claim it); deferred spends no attempt. A result whose claim was lost (its
+// lease taken over, or the notification settled meanwhile) changes nothing
+// but its own attempt row, and is reported false.
+func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
+	_, ok, err := s.ClaimAndRecord(ctx, nil, 0, results)
+	return ok, err
+}
+
+// ClaimAndRecord records results, then answers claims, in one write
+// transaction (see RecordDeliveries and ClaimDeliveries): the worker's
+// grouped bookkeeping, one write lock for every delivery that finished or
+// started while the previous group ran. It implements worker.Store.
+func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
+	if len(reqs) > 0 && lease <= 0 {
+		return nil, nil, fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
+	}
+	for _, r := range results {
+		switch r.Outcome {
+		case notify.AttemptSent, notify.AttemptRetry, notify.AttemptDead, notify.AttemptDeferred:
+		default:
+			return nil, nil, fmt.Errorf("record deliveries: unknown outcome %q", r.Outcome)
 		}
-		if _, err := tx.ExecContext(ctx, recordDead, reason, t, notificationID); err != nil {
-			return fmt.Errorf("update notification %d: %w", notificationID, classify(err))
+	}
+	claims := make([]notify.Claim, len(reqs))
+	recorded := make([]bool, len(results))
+	if len(reqs) == 0 && len(results) == 0 {
+		return claims, recorded, nil
+	}
+	stmts, err := s.prepared(ctx, deliveryStatements...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim and record deliveries: %w", err)
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		q := txStmts{ctx: ctx, tx: tx, stmts: stmts}
+		t := now()
+		if err := recordTx(ctx, q, results, formatTime(t), recorded); err != nil {
+			return fmt.Errorf("record deliveries: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, insertProcessed, msgID, t); err != nil {
-			return fmt.Errorf("record message %d: %w", msgID, classify(err))
+		if err := claimTx(ctx, q, reqs, t, lease, claims); err != nil {
+			return fmt.Errorf("claim deliveries: %w", err)
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("record failure of message %d: %w", msgID, err)
+		return nil, nil, err
+	}
+	return claims, recorded, nil
+}
+
+func claimTx(ctx context.Context, tx txStmts, reqs []notify.ClaimRequest, t time.Time, lease time.Duration, out []notify.Claim) error {
+	ts := formatTime(t)
+	until := t.Add(lease).Truncate(time.Microsecond)
+	seenM := make(map[int64]bool, len(reqs))
+	seenN := make(map[int64]bool, len(reqs))
+	for i, r := range reqs {
+		c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy}
+		if !seenM[r.MessageID] && !seenN[r.NotificationID] {
+			seenM[r.MessageID], seenN[r.NotificationID] = true, true
+			var err error
+			if c, err = claimOne(ctx, tx, r, ts, until); err != nil {
+				return err
+			}
+		}
+		out[i] = c
 	}
 	return nil
+}
+
+func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string, until time.Time) (notify.Claim, error) {
+	c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID}
+	var (
+		status       string
+		claimedUntil sql.NullString
+		stale        sql.NullInt64
+		done         sql.NullBool
+	)
+	err := tx.QueryRowContext(ctx, selectClaimState, r.NotificationID, r.MessageID).Scan(&status, &claimedUntil, &stale, &done)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		c.Status = notify.ClaimMissing
+	case err != nil:
+		return c, fmt.Errorf("read notification %d: %w", r.NotificationID, classify(err))
+	case done.Bool || notify.Status(status) != notify.StatusPending:
+		c.Status = notify.ClaimDuplicate
+	case claimedUntil.Valid && claimedUntil.String > ts:
+		c.Status = notify.ClaimBusy
+		return c, nil
+	default:
+		c.Status = notify.ClaimTaken
+	}
+	if c.Status != notify.ClaimTaken {
+		if _, err := tx.ExecContext(ctx, markProcessed, r.MessageID, ts); err != nil {
+			return c, fmt.Errorf("record message %d: %w", r.MessageID, classify(err))
+		}
+		return c, nil
+	}
+	if err := tx.QueryRowContext(ctx, insertAttempt, r.NotificationID, r.MessageID, ts).Scan(&c.AttemptID, &c.Attempt); err != nil {
+		return c, fmt.Errorf("insert attempt of notification %d: %w", r.NotificationID, classify(err))
+	}
+	u := formatTime(until)
+	if _, err := tx.ExecContext(ctx, leaseNotification, c.AttemptID, u, r.NotificationID); err != nil {
+		return c, fmt.Errorf("lease notification %d: %w", r.NotificationID, classify(err))
+	}
+	if stale.Valid {
+		if _, err := tx.ExecContext(ctx, dropStaleLease, stale.Int64, r.MessageID); err != nil {
+			return c, fmt.Errorf("drop stale lease of notification %d: %w", r.NotificationID, classify(err))
+		}
+	}
+	if _, err := tx.ExecContext(ctx, leaseMessage, r.MessageID, u, c.AttemptID); err != nil {
+		return c, fmt.Errorf("lease message %d: %w", r.MessageID, classify(err))
+	}
+	c.Until = until
+	return c, nil
+}
+
+// applyResult is the compare-and-set of a record: only the claim that still
+// holds the notification, pending, changes it. ?1 outcome, ?2 error, ?3 now,
+// ?4 notification id, ?5 attempt id.
+const applyResult = `
+UPDATE notifications SET
+	status = CASE ?1 WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'failed' ELSE status END,
+	attempts = attempts + CASE WHEN ?1 = 'deferred' THEN 0 ELSE 1 END,
+	last_error = CASE WHEN ?1 IN ('retry', 'dead') THEN ?2 ELSE last_error END,
+	sent_at = CASE WHEN ?1 = 'sent' THEN ?3 ELSE sent_at END,
+	failed_at = CASE WHEN ?1 = 'dead' THEN ?3 ELSE failed_at END,
+	updated_at = ?3,
+	claim_attempt_id = NULL,
+	claimed_until = NULL
+WHERE id = ?4 AND claim_attempt_id = ?5 AND status = 'pending'`
+
+// finishAttempt finishes an attempt row, even when its claim was lost: the
+// send happened, and the history says so.
+const finishAttempt = `
+UPDATE delivery_attempts SET finished_at = ?1, outcome = ?2, error = ?3
+WHERE id = ?4 AND finished_at IS NULL`
+
+const releaseMessage = `
+DELETE FROM processed_messages WHERE message_id = ?1 AND attempt_id = ?2 AND processed_at IS NULL`
+
+func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, ts string, out []bool) error {
+	for i, r := range results {
+		c := r.Claim
+		res, err := tx.ExecContext(ctx, applyResult, r.Outcome, r.Error, ts, c.NotificationID, c.AttemptID)
+		if err != nil {
+			return fmt.Errorf("update notification %d: %w", c.NotificationID, classify(err))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, finishAttempt, ts, r.Outcome, nullString(r.Error), c.AttemptID); err != nil {
+			return fmt.Errorf("finish attempt %d: %w", c.AttemptID, classify(err))
+		}
+		if n == 0 {
+			continue
+		}
+		out[i] = true
+		if r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead {
+			_, err = tx.ExecContext(ctx, markProcessed, c.MessageID, ts)
+		} else {
+			_, err = tx.ExecContext(ctx, releaseMessage, c.MessageID, c.AttemptID)
+		}
+		if err != nil {
+			return fmt.Errorf("settle message %d: %w", c.MessageID, classify(err))
+		}
+	}
+	return nil
+}
+
+// deliveryStatements are the statements ClaimAndRecord runs, prepared once.
+var deliveryStatements = []string{selectClaimState, markProcessed, insertAttempt, leaseNotification,
+	dropStaleLease, leaseMessage, applyResult, finishAttempt, releaseMessage}
+
+// txStmts runs prepared statements inside one transaction.
+type txStmts struct {
+	ctx   context.Context
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt
+}
+
+func (q txStmts) stmt(query string) *sql.Stmt { return q.tx.StmtContext(q.ctx, q.stmts[query]) }
+
+func (q txStmts) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return q.stmt(query).ExecContext(ctx, args...)
+}
+
+func (q txStmts) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return q.stmt(query).QueryRowContext(ctx, args...)
+}
+
+// deliverLease is the lease Deliver takes: its send has no bound of its own.
+const deliverLease = 5 * time.Minute
+
+// Deliver runs one whole delivery without batching: it claims msgID for
+// notificationID, calls send with no transaction open, and records the
+// outcome (send's nil: sent; a notify.SenderDown error: deferred, no attempt
+// spent; a notify.Permanent error: dead; any other: retry). It returns
+// OutcomeSent, OutcomeDuplicate (nothing sent), a permanent
+// notify.ErrNotFound for a missing notification, an error when another
+// claim holds the notification, or send's error as is, after recording it.
+// The worker does the same with its own retry limit and groups many
+// deliveries per transaction; Deliver serves tests and benchmarks.
+func (s *Store) Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error) {
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msgID, NotificationID: notificationID}}, deliverLease)
+	if err != nil {
+		return "", fmt.Errorf("deliver message %d: %w", msgID, err)
+	}
+	c := cs[0]
+	switch c.Status {
+	case notify.ClaimDuplicate:
+		return notify.OutcomeDuplicate, nil
+	case notify.ClaimMissing:
+		return "", notify.Permanent(fmt.Errorf("deliver message %d: notification %d: %w", msgID, notificationID, notify.ErrNotFound))
+	case notify.ClaimBusy:
+		return "", fmt.Errorf("deliver message %d: notification %d is claimed by another delivery", msgID, notificationID)
+	}
+	sendErr := send(ctx)
+	res := notify.DeliveryResult{Claim: c, Outcome: notify.AttemptSent}
+	if sendErr != nil {
+		res.Error = sendErr.Error()
+		switch {
+		case notify.IsSenderDown(sendErr):
+			res.Outcome = notify.AttemptDeferred
+		case notify.IsPermanent(sendErr):
+			res.Outcome = notify.AttemptDead
+		default:
+			res.Outcome = notify.AttemptRetry
+		}
+	}
+	// The send happened: record it even if ctx ended meanwhile.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	if _, err := s.RecordDeliveries(rctx, []notify.DeliveryResult{res}); err != nil {
+		return "", fmt.Errorf("deliver message %d: %w", msgID, err)
+	}
+	if sendErr != nil {
+		return "", sendErr
+	}
+	return notify.OutcomeSent, nil
 }

@@ -162,7 +162,6 @@ func TestDeliverRecordsAfterContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	out, err := s.Deliver(ctx, 1, c.Notification.ID, func(context.Context) error {
 		cancel() // the shutdown arrives while the server is accepting
-		requireTxSurvives(t, s)
 		return nil
 	})
 	require.NoError(t, err)
@@ -172,7 +171,7 @@ func TestDeliverRecordsAfterContextEnds(t *testing.T) {
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 1, countRows(t, s, "processed_messages"))
 
-	// With ctx over before the send, nothing is sent nor recorded.
+	// With ctx over before the claim, nothing is sent nor recorded.
 	c2, err := s.Create(t.Context(), notify.NewNotification{Request: validRequest()})
 	require.NoError(t, err)
 	_, err = s.Deliver(ctx, 2, c2.Notification.ID, func(context.Context) error {

@@ -135,7 +135,9 @@ WHERE id IN (
 
 // pruneProcessed deletes one batch of old dedup rows whose outbox row is
 // gone. While the outbox row exists its event may still be delivered, and the
-// dedup row is what makes that delivery a duplicate.
+// dedup row is what makes that delivery a duplicate. A row a claim holds
+// (processed_at NULL, a send in flight) never compares below the cut, so it
+// is never pruned.
 const pruneProcessed = `
 DELETE FROM processed_messages
 WHERE message_id IN (

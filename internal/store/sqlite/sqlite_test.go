@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -20,7 +21,7 @@ var _ store.Store = (*sqlite.Store)(nil)
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		s, path := setup(t)
-		return storetest.Harness{Store: s, Count: counter(t, path), SingleWriter: true, AddAttempt: attempter(t, path)}
+		return storetest.Harness{Store: s, Count: counter(t, path), SingleWriter: true, AddAttempt: attempter(t, path), Attempts: attempts(t, path)}
 	})
 }
 
@@ -52,13 +53,48 @@ func raw(t testing.TB, path string) *sql.DB {
 	return db
 }
 
+// attempts returns a reader of a notification's delivery_attempts rows, in
+// id order, for the harness.
+func attempts(t testing.TB, path string) func(testing.TB, int64) []notify.Attempt {
+	db := raw(t, path)
+	return func(t testing.TB, nid int64) []notify.Attempt {
+		t.Helper()
+		rows, err := db.QueryContext(context.Background(), `SELECT attempt, message_id, started_at, finished_at,
+	COALESCE(outcome, ''), COALESCE(error, '') FROM delivery_attempts WHERE notification_id = ? ORDER BY id`, nid)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out []notify.Attempt
+		for rows.Next() {
+			var (
+				a        notify.Attempt
+				started  string
+				finished sql.NullString
+			)
+			require.NoError(t, rows.Scan(&a.Attempt, &a.MessageID, &started, &finished, &a.Outcome, &a.Error))
+			a.StartedAt, err = time.Parse(timeLayout, started)
+			require.NoError(t, err)
+			if finished.Valid {
+				f, err := time.Parse(timeLayout, finished.String)
+				require.NoError(t, err)
+				a.FinishedAt = &f
+			}
+			out = append(out, a)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+}
+
+// timeLayout is the store's timestamp text.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
 // counter returns a row counter for the harness.
 func counter(t testing.TB, path string) func(testing.TB, string) int {
 	db := raw(t, path)
 	return func(t testing.TB, table string) int {
 		t.Helper()
 		switch table {
-		case "notifications", "outbox", "processed_messages":
+		case "notifications", "outbox", "processed_messages", "delivery_attempts":
 		default:
 			t.Fatalf("count: unknown table %q", table)
 		}

@@ -97,10 +97,11 @@ func TestMigrateSchema(t *testing.T) {
 		return out
 	}
 	require.Equal(t, []string{"id", "user_id", "channel", "recipient", "subject", "body", "status", "attempts",
-		"last_error", "idempotency_key", "created_at", "updated_at", "sent_at", "failed_at", "retry_due_at"}, columns("notifications"))
+		"last_error", "idempotency_key", "created_at", "updated_at", "sent_at", "failed_at",
+		"claim_attempt_id", "claimed_until", "retry_due_at"}, columns("notifications"))
 	require.Equal(t, []string{"id", "event_type", "payload", "occurred_at", "processed_at", "attempts",
 		"available_at", "locked_until", "locked_by", "last_error"}, columns("outbox"))
-	require.Equal(t, []string{"message_id", "processed_at"}, columns("processed_messages"))
+	require.Equal(t, []string{"message_id", "processed_at", "lease_until", "attempt_id"}, columns("processed_messages"))
 
 	// The status check holds even against a hand-written row.
 	_, err = db.ExecContext(ctx, `INSERT INTO notifications (user_id, channel, recipient, subject, body, status, created_at, updated_at)
@@ -180,24 +181,15 @@ func TestBusyIsUnavailable(t *testing.T) {
 	s, path := setup(t)
 	ctx := t.Context()
 	other := open(t, path, sqlite.Config{BusyTimeout: 50 * time.Millisecond})
-
-	release := make(chan struct{})
-	held := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var deliverErr error
 	c, err := s.Create(ctx, notify.NewNotification{Request: request(1)})
 	require.NoError(t, err)
-	go func() {
-		defer wg.Done()
-		// Deliver holds the write transaction across send.
-		_, deliverErr = s.Deliver(ctx, 1, c.Notification.ID, func(context.Context) error {
-			close(held)
-			<-release
-			return nil
-		})
-	}()
-	<-held
+
+	// Another process holds the write lock.
+	conn, err := raw(t, path).Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `BEGIN IMMEDIATE`)
+	require.NoError(t, err)
 	_, err = other.Create(ctx, notify.NewNotification{Request: request(2)})
 	require.ErrorIs(t, err, notify.ErrUnavailable)
 	// Readers are not blocked by the writer (WAL).
@@ -205,9 +197,42 @@ func TestBusyIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.NoError(t, other.Ping(ctx))
+	_, err = conn.ExecContext(ctx, `ROLLBACK`)
+	require.NoError(t, err)
+	_, err = other.Create(ctx, notify.NewNotification{Request: request(3)})
+	require.NoError(t, err)
+}
+
+// A send in flight holds no write lock: creates on the same store, and on
+// another store on the same file, go through while it runs.
+func TestSendHoldsNoWriteLock(t *testing.T) {
+	t.Parallel()
+	s, path := setup(t)
+	ctx := t.Context()
+	other := open(t, path, sqlite.Config{BusyTimeout: 50 * time.Millisecond})
+	c, err := s.Create(ctx, notify.NewNotification{Request: request(1)})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	held := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Deliver(ctx, 1, c.Notification.ID, func(context.Context) error {
+			close(held)
+			<-release
+			return nil
+		})
+		done <- err
+	}()
+	<-held
+	_, err = s.Create(ctx, notify.NewNotification{Request: request(2)})
+	require.NoError(t, err)
+	_, err = other.Create(ctx, notify.NewNotification{Request: request(3)})
+	require.NoError(t, err, "the other process waited for a lock the send held")
 	close(release)
-	wg.Wait()
-	require.NoError(t, deliverErr)
+	require.NoError(t, <-done)
+	got, err := s.Get(ctx, c.Notification.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusSent, got.Status)
 }
 
 // Two stores on one file, as herald api and herald worker are two processes

@@ -37,7 +37,7 @@ func boundary(t *testing.T) time.Time {
 // msgID as the dead message, and returns the stored notification.
 func deadLetter(t *testing.T, ctx context.Context, s store.Store, msgID int64, n notify.Notification, reason string) notify.Notification {
 	t.Helper()
-	require.NoError(t, s.RecordFailure(ctx, msgID, n.ID, reason, true))
+	require.NoError(t, recordFailure(ctx, s, msgID, n.ID, reason, true))
 	got, err := s.Get(ctx, n.ID)
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusFailed, got.Status)
@@ -213,7 +213,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 		return ids(evs), nil
 	})
 	require.NoError(t, err)
-	require.NoError(t, s.RecordFailure(ctx, old, n.ID, "421 busy", false))
+	require.NoError(t, recordFailure(ctx, s, old, n.ID, "421 busy", false))
 	deadLetter(t, ctx, s, old, n, "550 mailbox unavailable")
 	require.EqualValues(t, 1, deadLetterCount(t, ctx, s))
 	require.Zero(t, unprocessed(t, ctx, s))
@@ -305,7 +305,7 @@ func testRedriveNotFailed(t *testing.T, ctx context.Context, h Harness) {
 	_, err := s.Deliver(ctx, 1, sent.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	pending := create(t, ctx, s, 2)
-	require.NoError(t, s.RecordFailure(ctx, 2, pending.ID, "421 busy", false))
+	require.NoError(t, recordFailure(ctx, s, 2, pending.ID, "421 busy", false))
 
 	before := map[int64]notify.Notification{}
 	for _, n := range []notify.Notification{sent, pending} {
@@ -368,7 +368,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
 	require.NoError(t, s.Finish(ctx, []int64{ms[0].ID}, "w", "550 mailbox unavailable"))
-	require.NoError(t, s.RecordFailure(ctx, ms[0].ID, dead.ID, "550 mailbox unavailable", true))
+	require.NoError(t, recordFailure(ctx, s, ms[0].ID, dead.ID, "550 mailbox unavailable", true))
 	// A dedup row whose message never had an outbox row here.
 	_, err = s.Deliver(ctx, 999999, olds[0].ID, noSend)
 	require.NoError(t, err)

@@ -48,6 +48,9 @@ type Harness struct {
 	// the engine's own SQL, for the subtests of the attempts history.
 	// Required.
 	AddAttempt func(t testing.TB, notificationID int64, a notify.Attempt)
+	// Attempts returns the delivery_attempts rows of a notification in id
+	// order, read straight from the table. Required.
+	Attempts func(t testing.TB, notificationID int64) []notify.Attempt
 }
 
 // Run runs the suite. newStore is called once per subtest, so subtests run in
@@ -60,14 +63,12 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		h := newStore(t)
 		require.NotNil(t, h.Store, "Harness.Store")
 		require.NotNil(t, h.Count, "Harness.Count")
+		require.NotNil(t, h.Attempts, "Harness.Attempts")
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		t.Cleanup(cancel)
 		return ctx, h
 	}
-	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, ctx context.Context, h Harness)
-	}{
+	for _, tc := range append([]subtest{
 		{"Ping", testPing},
 		{"CreateGet", testCreateGet},
 		{"GetNotFound", testGetNotFound},
@@ -105,12 +106,17 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"ReconcileLimit", testReconcileLimit},
 		{"List", testList}, {"ListFilters", testListFilters}, {"ListTimeWindow", testListTimeWindow},
 		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
-	} {
+	}, deliverTests...) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)
 			tc.fn(t, ctx, h)
 		})
 	}
+}
+
+type subtest struct {
+	name string
+	fn   func(t *testing.T, ctx context.Context, h Harness)
 }
 
 // wait is how long the suite polls for something asynchronous.
@@ -547,17 +553,17 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	const msg = 2002
-	boom := notify.Permanent(errors.New("550 no such mailbox"))
+	boom := errors.New("451 try later")
 	var sends atomic.Int32
 	_, err := s.Deliver(ctx, msg, n.ID, func(context.Context) error { sends.Add(1); return boom })
-	require.ErrorIs(t, err, boom)
-	require.True(t, notify.IsPermanent(err), "send's error must be returned as is")
+	require.ErrorIs(t, err, boom, "send's error must be returned as is")
 	require.EqualValues(t, 1, sends.Load())
-	require.Zero(t, h.Count(t, "processed_messages"), "a failed send records nothing")
+	require.Zero(t, h.Count(t, "processed_messages"), "a failed send releases the message id")
 	got, err := s.Get(ctx, n.ID)
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusPending, got.Status)
-	require.Zero(t, got.Attempts)
+	require.Equal(t, 1, got.Attempts, "the failed attempt is counted")
+	require.Equal(t, "451 try later", got.LastError)
 	require.Nil(t, got.SentAt)
 
 	// The same message id delivers later.
@@ -568,6 +574,17 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	got, err = s.Get(ctx, n.ID)
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusSent, got.Status)
+	require.Equal(t, 2, got.Attempts)
+
+	// A permanent failure comes back as is too, and fails the notification.
+	m := create(t, ctx, s, 2)
+	perm := notify.Permanent(errors.New("550 no such mailbox"))
+	_, err = s.Deliver(ctx, msg+1, m.ID, func(context.Context) error { return perm })
+	require.ErrorIs(t, err, perm)
+	require.True(t, notify.IsPermanent(err))
+	got, err = s.Get(ctx, m.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusFailed, got.Status)
 }
 
 func testDeliverAlreadySent(t *testing.T, ctx context.Context, h Harness) {
@@ -602,12 +619,16 @@ func testDeliverMissing(t *testing.T, ctx context.Context, h Harness) {
 	require.NotEqual(t, notify.OutcomeSent, out)
 }
 
+// Concurrent deliveries of one message: exactly one sends; the others
+// find it claimed (busy) or, once it is recorded, a duplicate. No send waits
+// for another's: there is no transaction open across a send.
 func testDeliverConcurrent(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	const workers = 4
-	var sends atomic.Int32
+	var sends, busy atomic.Int32
 	start := make(chan struct{})
+	release := make(chan struct{})
 	outs := make([]notify.Outcome, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
@@ -618,22 +639,27 @@ func testDeliverConcurrent(t *testing.T, ctx context.Context, h Harness) {
 			<-start
 			outs[w], errs[w] = s.Deliver(ctx, 77, n.ID, func(context.Context) error {
 				sends.Add(1)
+				<-release // the others return while this send is in flight
 				return nil
 			})
+			if errs[w] != nil {
+				busy.Add(1)
+			}
 		}()
 	}
 	close(start)
+	require.Eventually(t, func() bool { return sends.Load() == 1 && busy.Load() == workers-1 }, wait, time.Millisecond,
+		"the other deliveries did not come back while the send ran")
+	close(release)
 	wg.Wait()
 	sent := 0
 	for w := range workers {
-		require.NoError(t, errs[w])
-		switch outs[w] {
-		case notify.OutcomeSent:
-			sent++
-		case notify.OutcomeDuplicate:
-		default:
-			t.Fatalf("unexpected outcome %q", outs[w])
+		if errs[w] != nil {
+			require.ErrorContains(t, errs[w], "claimed by another delivery")
+			continue
 		}
+		require.Equal(t, notify.OutcomeSent, outs[w])
+		sent++
 	}
 	require.Equal(t, 1, sent)
 	require.EqualValues(t, 1, sends.Load(), "send must run exactly once")
@@ -646,8 +672,8 @@ func testDeliverConcurrent(t *testing.T, ctx context.Context, h Harness) {
 func testRecordFailureTransient(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	require.NoError(t, s.RecordFailure(ctx, 5, n.ID, "421 try later", false))
-	require.NoError(t, s.RecordFailure(ctx, 6, n.ID, "connection refused", false))
+	require.NoError(t, recordFailure(ctx, s, 5, n.ID, "421 try later", false))
+	require.NoError(t, recordFailure(ctx, s, 6, n.ID, "connection refused", false))
 	got, err := s.Get(ctx, n.ID)
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusPending, got.Status)
@@ -668,7 +694,7 @@ func testRecordFailureTransient(t *testing.T, ctx context.Context, h Harness) {
 func testRecordFailureDead(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	require.NoError(t, s.RecordFailure(ctx, 9, n.ID, "550 mailbox unavailable", true))
+	require.NoError(t, recordFailure(ctx, s, 9, n.ID, "550 mailbox unavailable", true))
 	got, err := s.Get(ctx, n.ID)
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusFailed, got.Status)
@@ -698,8 +724,8 @@ func testRecordFailureNotPending(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	// A late failure report (compare-and-set: only a pending notification
 	// changes) leaves a sent notification alone.
-	require.NoError(t, s.RecordFailure(ctx, 2, n.ID, "late", false))
-	require.NoError(t, s.RecordFailure(ctx, 3, n.ID, "late", true))
+	require.NoError(t, recordFailure(ctx, s, 2, n.ID, "late", false))
+	require.NoError(t, recordFailure(ctx, s, 3, n.ID, "late", true))
 	got, err := s.Get(ctx, n.ID)
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusSent, got.Status)
@@ -707,7 +733,7 @@ func testRecordFailureNotPending(t *testing.T, ctx context.Context, h Harness) {
 	require.Empty(t, got.LastError)
 
 	// A missing notification is no error.
-	require.NoError(t, s.RecordFailure(ctx, 4, 555555, "gone", false))
+	require.NoError(t, recordFailure(ctx, s, 4, 555555, "gone", false))
 }
 
 func testClaimLease(t *testing.T, ctx context.Context, h Harness) {

@@ -1,0 +1,57 @@
+package notify
+
+import "time"
+
+// ClaimRequest asks for the claim a worker takes before it sends one
+// message: a lease on the message id and on the notification it delivers.
+type ClaimRequest struct {
+	MessageID      int64
+	NotificationID int64
+}
+
+// ClaimStatus is what became of one ClaimRequest.
+type ClaimStatus string
+
+// The answers to a claim request.
+const (
+	// ClaimTaken: the message and its notification are leased to the
+	// caller, who sends and then records the result.
+	ClaimTaken ClaimStatus = "claimed"
+	// ClaimDuplicate: the message was applied already, or its notification
+	// is no longer pending (sent, or dead-lettered): acknowledge it without
+	// sending. The message id is recorded as processed.
+	ClaimDuplicate ClaimStatus = "duplicate"
+	// ClaimBusy: another delivery of the notification holds a live lease
+	// (a copy of the message, or another message for the same
+	// notification): hand the message back after a pause.
+	ClaimBusy ClaimStatus = "busy"
+	// ClaimMissing: no such notification. The message can never be
+	// applied; its id is recorded as processed.
+	ClaimMissing ClaimStatus = "missing"
+)
+
+// Claim is the answer to one ClaimRequest.
+type Claim struct {
+	MessageID      int64
+	NotificationID int64
+	Status         ClaimStatus
+	// AttemptID identifies a taken claim: it is the id of the
+	// delivery_attempts row the claim started, and the token every record
+	// of the claim must name. Zero unless Status is ClaimTaken.
+	AttemptID int64
+	// Attempt is the number of that attempt (see Attempt.Attempt).
+	Attempt int
+	// Until is when the lease runs out; after it another delivery of the
+	// notification may take the claim over (its holder is presumed dead).
+	Until time.Time
+}
+
+// DeliveryResult is how the send of a taken claim ended, as the worker
+// records it.
+type DeliveryResult struct {
+	Claim Claim
+	// Outcome is AttemptSent, AttemptRetry, AttemptDead or AttemptDeferred.
+	Outcome string
+	// Error is the failure's reason; empty when sent.
+	Error string
+}
