@@ -63,6 +63,12 @@ func TestBacklogAlertFiresAndResolves(t *testing.T) {
 	require.Equal(t, 1, strings.Count(api.Log(), `msg="alert firing"`), "firing is logged once")
 	require.NotContains(t, api.Log(), "secret-token", "the bot token is never logged")
 
+	// The Telegram message follows the log record: wait for it.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(telegram) >= 2
+	}, 30*time.Second, 20*time.Millisecond, "the resolved alert never reached Telegram")
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, telegram, 2)
