@@ -366,3 +366,62 @@ func nodesExcept(nodes []*node, not *node) []*node {
 	}
 	return out
 }
+
+// TestBlockedForwardDoesNotHoldAcks raises a memory alarm on a node of the
+// test's own, so that the broker blocks every connection that publishes
+// and stops reading from it. A retry copy published then is never
+// confirmed; the acks of other deliveries must still reach the broker, so
+// the consumer must not publish on the connection it consumes and acks on.
+func TestBlockedForwardDoesNotHoldAcks(t *testing.T) {
+	if os.Getenv(ClusterVar) != "1" {
+		t.Skipf("starts a RabbitMQ node of its own: set %s=1 to run it", ClusterVar)
+	}
+	nd := startNodes(t, 1)[0]
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cfg := rabbitmq.Config{
+		URL:            nd.url(),
+		Prefix:         "blocked.",
+		RetryDelay:     time.Minute,
+		Prefetch:       2,
+		ConfirmTimeout: 3 * time.Second,
+		ConnectionName: "blocked consumer",
+		ShutdownGrace:  10 * time.Second,
+	}
+	pub := newPublisher(t, cfg)
+	_, err := pub.Publish(ctx, events(1, 2))
+	require.NoError(t, err)
+	require.NoError(t, pub.Close())
+
+	_, err = nd.ctl(ctx, "rabbitmqctl", "set_vm_memory_high_watermark", "0.0001")
+	require.NoError(t, err)
+
+	retried := make(chan error, 1)
+	acked := make(chan error, 1)
+	consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
+		if d.Message().ID == 1 {
+			err := d.Retry(ctx, "451 try later")
+			if err != nil {
+				// What the worker does with a failed retry.
+				assert.NoError(t, d.Release(ctx))
+			}
+			retried <- err
+			return
+		}
+		// Ack only once the retry's publish has got a connection blocked.
+		assert.Eventually(t, func() bool {
+			out, err := nd.ctl(ctx, "rabbitmqctl", "-q", "list_connections", "name", "state")
+			return err == nil && strings.Contains(out, "blocked\n")
+		}, time.Minute, 100*time.Millisecond, "no connection got blocked")
+		acked <- d.Ack(ctx)
+	})
+	require.NoError(t, <-acked)
+	// The ack must be applied while the alarm is still on.
+	require.Eventually(t, func() bool {
+		out, err := nd.ctl(ctx, "rabbitmqctl", "-q", "list_queues", "name", "messages")
+		return err == nil && strings.Contains(out, "blocked.notifications.send\t1\n")
+	}, 20*time.Second, 200*time.Millisecond, "the ack of message 2 never reached the broker")
+	err = <-retried
+	require.Error(t, err, "a copy published on a blocked connection cannot be confirmed")
+	require.ErrorContains(t, err, "not confirmed")
+}

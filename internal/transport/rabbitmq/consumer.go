@@ -94,7 +94,7 @@ func (c *Consumer) session(ctx, hctx context.Context, fwd *Publisher, handle not
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close()
+	defer closeConn(conn)
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 
 	ch, err := conn.Channel()
@@ -162,7 +162,7 @@ func (c *Consumer) session(ctx, hctx context.Context, fwd *Publisher, handle not
 	}
 	// Closing the connection ends the deliveries; the handlers in flight
 	// fail to settle and their messages come back after reconnecting.
-	conn.Close()
+	_ = closeConn(conn)
 	<-handlersDone
 	return true, cause
 }

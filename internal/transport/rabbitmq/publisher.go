@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -127,7 +128,7 @@ func (p *Publisher) connect(ctx context.Context) error {
 	}
 	ch, err := openConfirmChannel(conn, p.topo)
 	if err != nil {
-		conn.Close()
+		_ = closeConn(conn)
 		return err
 	}
 	p.conn, p.ch, p.redeclare = conn, ch, false
@@ -137,7 +138,7 @@ func (p *Publisher) connect(ctx context.Context) error {
 // drop closes the connection, if any, so that the next call reconnects.
 func (p *Publisher) drop() {
 	if p.conn != nil {
-		_ = p.conn.Close()
+		_ = closeConn(p.conn)
 	}
 	p.conn, p.ch = nil, nil
 }
@@ -150,10 +151,20 @@ func (p *Publisher) Close() error {
 	if p.conn == nil {
 		return nil
 	}
-	err := p.conn.Close()
+	err := closeConn(p.conn)
 	p.conn, p.ch = nil, nil
 	if err != nil && !errors.Is(err, amqp.ErrClosed) {
 		return fmt.Errorf("close broker connection: %w", err)
 	}
 	return nil
+}
+
+// closeTimeout bounds the close handshake of a connection.
+const closeTimeout = 5 * time.Second
+
+// closeConn closes conn without waiting for ever: a broker that blocked the
+// connection (a memory or disk alarm) no longer reads from it and would
+// never answer the close, and the caller holds the lock every publish needs.
+func closeConn(conn *amqp.Connection) error {
+	return conn.CloseDeadline(time.Now().Add(closeTimeout))
 }
