@@ -218,7 +218,8 @@ func rabbitTransport(cfg Config, log *slog.Logger, prefix string) transport {
 		return rabbitmq.Config{
 			URL:            cfg.BrokerURL,
 			Prefix:         prefix,
-			RetryDelay:     cfg.RetryDelays[0],
+			RetryDelays:    cfg.RetryDelays,
+			QueueType:      cfg.QueueType,
 			Prefetch:       cfg.Prefetch,
 			ConnectionName: "herald " + role,
 			Logger:         log.With("component", role),
@@ -246,7 +247,9 @@ func rabbitTransport(cfg Config, log *slog.Logger, prefix string) transport {
 			return nil
 		},
 		rawPublish: func(ctx context.Context, n int) (float64, error) {
-			return raw.Publish(ctx, cfg.BrokerURL, raw.PublishOptions{Queue: prefix + "raw", N: n})
+			// The ceiling of one node: the first of a cluster's list.
+			first, _, _ := strings.Cut(cfg.BrokerURL, ",")
+			return raw.Publish(ctx, strings.TrimSpace(first), raw.PublishOptions{Queue: prefix + "raw", N: n, QueueType: cfg.QueueType})
 		},
 	}
 }

@@ -26,6 +26,7 @@ type Config struct {
 	SMTPTimeout     time.Duration
 	MaxRetries      int
 	RetryDelays     []time.Duration
+	QueueType       string
 	RelayBatch      int
 	RelayInterval   time.Duration
 	Prefetch        int
@@ -101,6 +102,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.MaxRetries }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_RETRY_DELAY", flag: "retry-delay", def: "30s", usage: "delay before each retry; a list (30s,5m,30m,2h) sets the delay of each retry in turn, the last one repeating",
 		field: func(c *Config) any { return &c.RetryDelays }, cmds: cmdsWorker + " relay dlq-redrive"},
+	{env: "HERALD_QUEUE_TYPE", flag: "queue-type", def: "quorum", usage: "RabbitMQ queue type: quorum (replicated, at-least-once dead-lettering; RabbitMQ 3.10+) or classic",
+		field: func(c *Config) any { return &c.QueueType }, cmds: cmdsWorker + " relay dlq-redrive", oneOf: "quorum classic"},
 	{env: "HERALD_RELAY_BATCH", flag: "relay-batch", def: "100", usage: "outbox rows claimed per relay transaction",
 		field: func(c *Config) any { return &c.RelayBatch }, cmds: cmdsRelay, min: 1},
 	{env: "HERALD_RELAY_INTERVAL", flag: "relay-interval", def: "500ms", usage: "longest idle wait between outbox polls",

@@ -23,6 +23,10 @@ type PublishOptions struct {
 	// Window is the number of messages published and not yet confirmed at
 	// any time. Default 1000.
 	Window int
+	// QueueType is the scratch queue's x-queue-type ("quorum" or
+	// "classic"), so that the ceiling is measured on the queues herald
+	// uses. Default "": the broker's default, a classic queue.
+	QueueType string
 }
 
 // Publish measures bare persistent publishes per second with publisher
@@ -48,7 +52,11 @@ func Publish(ctx context.Context, amqpURL string, o PublishOptions) (float64, er
 	if err != nil {
 		return 0, fmt.Errorf("raw publish: open channel: %w", err)
 	}
-	if _, err := ch.QueueDeclare(o.Queue, true, false, false, false, nil); err != nil {
+	var args amqp.Table
+	if o.QueueType != "" {
+		args = amqp.Table{"x-queue-type": o.QueueType}
+	}
+	if _, err := ch.QueueDeclare(o.Queue, true, false, false, false, args); err != nil {
 		return 0, fmt.Errorf("raw publish: declare queue %q: %w", o.Queue, err)
 	}
 	defer func() {

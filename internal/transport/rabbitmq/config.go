@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,18 +19,33 @@ import (
 // meaningless (no broker can hold it, or it would spin) gets a default; the
 // others are honoured as given.
 type Config struct {
-	// URL is the broker URL, amqp://user:pass@host:port/vhost. Required.
+	// URL is the broker URL, amqp://user:pass@host:port/vhost, or a
+	// comma-separated list of them, one per node of a cluster. A connection
+	// goes to the first node that answers; after a connection is lost the
+	// next one starts with the node after the one lost, so that a node that
+	// went down is tried last. Required.
 	URL string
 	// Prefix is prepended to every exchange and queue name so that tests
 	// and benchmarks get a topology of their own. The routing key is not
 	// prefixed. Default "".
 	Prefix string
-	// RetryDelay is how long a retried message waits in the retry queue
-	// (its x-message-ttl). Changing it for an existing queue makes the
-	// declaration fail: the queue has to be deleted first. The broker
-	// needs a TTL of at least 1ms, so zero means the default. Default 30s
-	// (every process of an installation must use the same value).
+	// RetryDelays is the retry schedule: the i-th retry of a message waits
+	// RetryDelays[i-1], the last delay repeating. Each distinct delay has a
+	// retry queue of its own whose x-message-ttl it is (see
+	// Topology.RetryQueueFor). Changing a delay for an existing queue makes
+	// the declaration fail: the queue has to be deleted first. Empty means
+	// the one delay RetryDelay (every process of an installation must use
+	// the same schedule).
+	RetryDelays []time.Duration
+	// RetryDelay is the schedule when RetryDelays is empty: every retry
+	// waits this long in the queue "notifications.retry". The broker needs
+	// a TTL of at least 1ms, so zero means the default. Default 30s.
 	RetryDelay time.Duration
+	// QueueType is QueueQuorum or QueueClassic, the type of every queue
+	// declared. A queue that exists with the other type makes the
+	// declaration fail with ErrTopologyMismatch. Empty means the default.
+	// Default QueueQuorum.
+	QueueType string
 	// Prefetch is the number of unacknowledged deliveries a Consumer holds,
 	// and the number of handler goroutines it runs. Zero would take
 	// nothing, so it means the default. Default 10.
@@ -62,6 +79,14 @@ func (c Config) withDefaults() Config {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = 30 * time.Second
 	}
+	if len(c.RetryDelays) == 0 {
+		c.RetryDelays = []time.Duration{c.RetryDelay}
+	} else {
+		c.RetryDelay = c.RetryDelays[0]
+	}
+	if c.QueueType == "" {
+		c.QueueType = QueueQuorum
+	}
 	if c.Prefetch == 0 {
 		c.Prefetch = 10
 	}
@@ -87,11 +112,16 @@ func (c Config) withDefaults() Config {
 const maxTTL = 1<<32 - 1
 
 func (c Config) validate() error {
+	for _, d := range c.RetryDelays {
+		if d < time.Millisecond || d.Milliseconds() > maxTTL {
+			return fmt.Errorf("rabbitmq: retry delay must be between 1ms and %s, got %s", time.Duration(maxTTL)*time.Millisecond, d)
+		}
+	}
 	switch {
 	case c.URL == "":
 		return errors.New("rabbitmq: broker URL is required")
-	case c.RetryDelay < time.Millisecond || c.RetryDelay.Milliseconds() > maxTTL:
-		return fmt.Errorf("rabbitmq: retry delay must be between 1ms and %s, got %s", time.Duration(maxTTL)*time.Millisecond, c.RetryDelay)
+	case c.QueueType != QueueQuorum && c.QueueType != QueueClassic:
+		return fmt.Errorf("rabbitmq: queue type must be %q or %q, got %q", QueueQuorum, QueueClassic, c.QueueType)
 	case c.Prefetch < 1 || c.Prefetch > 65535:
 		return fmt.Errorf("rabbitmq: prefetch must be between 1 and 65535, got %d", c.Prefetch)
 	case c.ConfirmTimeout <= 0:
@@ -101,26 +131,112 @@ func (c Config) validate() error {
 	case c.ShutdownGrace <= 0:
 		return fmt.Errorf("rabbitmq: shutdown grace must be positive, got %s", c.ShutdownGrace)
 	}
-	// The parse error never quotes the URL, which may hold a password.
-	if _, err := amqp.ParseURI(c.URL); err != nil {
-		return fmt.Errorf("rabbitmq: invalid broker URL: %w", err)
+	for i, u := range c.urls() {
+		// The parse error never quotes the URL, which may hold a password.
+		if _, err := amqp.ParseURI(u); err != nil {
+			if len(c.urls()) > 1 {
+				return fmt.Errorf("rabbitmq: invalid broker URL #%d of the list: %w", i+1, err)
+			}
+			return fmt.Errorf("rabbitmq: invalid broker URL: %w", err)
+		}
 	}
 	return nil
+}
+
+// urls splits URL into the nodes' URLs.
+func (c Config) urls() []string {
+	var out []string
+	for u := range strings.SplitSeq(c.URL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // Topology returns the names and arguments the configuration declares,
 // defaults applied.
 func (c Config) Topology() Topology {
-	return NewTopology(c.Prefix, c.withDefaults().RetryDelay)
+	c = c.withDefaults()
+	t := NewTopology(c.Prefix, c.RetryDelay)
+	t.RetryDelays = c.RetryDelays
+	t.QueueType = c.QueueType
+	return t
 }
 
 // handshakeTimeout bounds the TCP connect and the AMQP handshake, which
 // the client library does not tie to a context.
 const handshakeTimeout = 30 * time.Second
 
-// dial opens a connection named after the configuration. ctx bounds the
-// TCP connect and the handshake.
+// dial opens a connection named after the configuration to the first
+// node of the URL list that answers. ctx bounds the attempt.
 func (c Config) dial(ctx context.Context, role string) (*amqp.Connection, error) {
+	conn, _, err := c.dialFrom(ctx, role, 0)
+	return conn, err
+}
+
+// dialFrom tries the nodes of the URL list in turn, starting with the one at
+// index start, and returns the connection to the first that answers and its
+// index. ctx bounds the whole attempt.
+func (c Config) dialFrom(ctx context.Context, role string, start int) (*amqp.Connection, int, error) {
+	urls := c.urls()
+	if len(urls) == 0 {
+		return nil, 0, errors.New("dial broker: no broker URL")
+	}
+	var errs []error
+	for k := range urls {
+		i := (start + k) % len(urls)
+		conn, err := c.dialURL(ctx, role, urls[i])
+		if err == nil {
+			return conn, i, nil
+		}
+		if len(urls) == 1 {
+			return nil, 0, err
+		}
+		errs = append(errs, fmt.Errorf("node %s: %w", hostOf(urls[i]), err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, 0, fmt.Errorf("no broker node answered: %w", errors.Join(errs...))
+}
+
+// hostOf is the host:port of an AMQP URL, never its credentials.
+func hostOf(u string) string {
+	uri, err := amqp.ParseURI(u)
+	if err != nil {
+		return "(invalid URL)"
+	}
+	return net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+}
+
+// rotor remembers which node of the URL list a Publisher or Consumer was
+// last connected to, so that a reconnection starts with the next node: the
+// one that was lost is likely down.
+type rotor struct {
+	mu   sync.Mutex
+	next int
+}
+
+// dial connects to the first node that answers, starting after the node of
+// the previous connection.
+func (r *rotor) dial(ctx context.Context, c Config, role string) (*amqp.Connection, error) {
+	r.mu.Lock()
+	start := r.next
+	r.mu.Unlock()
+	conn, i, err := c.dialFrom(ctx, role, start)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.next = i + 1
+	r.mu.Unlock()
+	return conn, nil
+}
+
+// dialURL opens a connection named after the configuration to one node.
+// ctx bounds the TCP connect and the handshake.
+func (c Config) dialURL(ctx context.Context, role, url string) (*amqp.Connection, error) {
 	name := c.ConnectionName
 	if name == "" {
 		name = "herald " + role
@@ -158,7 +274,7 @@ func (c Config) dial(ctx context.Context, role string) (*amqp.Connection, error)
 			_ = raw.SetDeadline(time.Now())
 		}
 	})
-	conn, err := amqp.DialConfig(c.URL, amqp.Config{Properties: props, Dial: dialer})
+	conn, err := amqp.DialConfig(url, amqp.Config{Properties: props, Dial: dialer})
 	if !stop() && err == nil {
 		// ctx ended during or right after the handshake: the deadline may
 		// have been set on a live connection, so do not use it.

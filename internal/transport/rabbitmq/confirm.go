@@ -59,6 +59,8 @@ type publishResult struct {
 	// broken is true when the channel can no longer be trusted (closed,
 	// failed mid-batch, or confirms still outstanding) and must be dropped.
 	broken bool
+	// returned is true when the broker returned a message as unroutable.
+	returned bool
 }
 
 // publish publishes msgs (persistent copies are the caller's business),
@@ -70,7 +72,8 @@ func (c *confirmChannel) publish(ctx context.Context, timeout time.Duration, msg
 	var errs []error
 	for start := 0; start < len(msgs); start += returnBuffer {
 		end := min(start+returnBuffer, len(msgs))
-		broken, err := c.publishChunk(ctx, timeout, msgs[start:end], res.confirmed[start:end])
+		broken, returned, err := c.publishChunk(ctx, timeout, msgs[start:end], res.confirmed[start:end])
+		res.returned = res.returned || returned
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -86,7 +89,7 @@ func (c *confirmChannel) publish(ctx context.Context, timeout time.Duration, msg
 	return res
 }
 
-func (c *confirmChannel) publishChunk(ctx context.Context, timeout time.Duration, msgs []outgoing, confirmed []bool) (broken bool, err error) {
+func (c *confirmChannel) publishChunk(ctx context.Context, timeout time.Duration, msgs []outgoing, confirmed []bool) (broken, returned bool, err error) {
 	// Returns left over from an earlier call belong to nobody now.
 	c.drainReturns()
 
@@ -148,19 +151,19 @@ func (c *confirmChannel) publishChunk(ctx context.Context, timeout time.Duration
 
 	// Every return precedes the ack of its message, so the returns of all
 	// acked messages are in the buffer now.
-	returned := map[string]amqp.Return{}
+	returns := map[string]amqp.Return{}
 	for {
 		r, ok := c.tryReturn()
 		if !ok {
 			break
 		}
-		returned[r.MessageId] = r
+		returns[r.MessageId] = r
 	}
-	if len(returned) > 0 {
+	if len(returns) > 0 {
 		var ids []string
 		var first amqp.Return
 		for i, m := range msgs {
-			r, ok := returned[m.msg.MessageId]
+			r, ok := returns[m.msg.MessageId]
 			if !ok || !confirmed[i] {
 				continue
 			}
@@ -171,11 +174,12 @@ func (c *confirmChannel) publishChunk(ctx context.Context, timeout time.Duration
 			ids = append(ids, m.msg.MessageId)
 		}
 		if len(ids) > 0 {
+			returned = true
 			errs = append(errs, fmt.Errorf("broker returned %d messages as unroutable (%s): %d %s (exchange %q, routing key %q)",
 				len(ids), sample(ids), first.ReplyCode, first.ReplyText, first.Exchange, first.RoutingKey))
 		}
 	}
-	return broken, errors.Join(errs...)
+	return broken, returned, errors.Join(errs...)
 }
 
 func (c *confirmChannel) drainReturns() {

@@ -14,13 +14,24 @@ import (
 	"github.com/heraldhq/herald/internal/transport/transporttest"
 )
 
-// TestConformance runs the seam suite on a topology of each subtest's own:
-// events go out through a Publisher, deliveries come from Consumers, and
-// the dead letters are read from the dead-letter queue.
+// TestConformance runs the seam suite on a topology of each subtest's own,
+// once with quorum queues and once with classic ones: events go out
+// through a Publisher, deliveries come from Consumers, and the dead letters
+// are read from the dead-letter queue.
 func TestConformance(t *testing.T) {
 	t.Parallel()
+	for _, qtype := range []string{rabbitmq.QueueQuorum, rabbitmq.QueueClassic} {
+		t.Run(qtype, func(t *testing.T) {
+			t.Parallel()
+			conformance(t, qtype)
+		})
+	}
+}
+
+func conformance(t *testing.T, qtype string) {
 	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
 		base := setup(t)
+		base.QueueType = qtype
 		// Every process declares the retry queue, whose TTL this is: they
 		// all have to agree.
 		base.RetryDelay = transporttest.RetryDelay

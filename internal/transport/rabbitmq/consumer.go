@@ -23,6 +23,7 @@ type Consumer struct {
 	cfg  Config
 	topo Topology
 	log  *slog.Logger
+	node rotor
 }
 
 // NewConsumer returns a Consumer. It does not connect: Consume does.
@@ -53,9 +54,18 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	})
 	defer stopGrace()
 
+	// Retry copies and dead letters go out on a connection of their own: a
+	// broker that blocks a publishing connection (flow control, a memory
+	// or disk alarm) stops reading from it, and the acks of the deliveries
+	// must still get through.
+	fwdCfg := c.cfg
+	fwdCfg.ConnectionName = c.connectionName() + " (forwards)"
+	fwd := &Publisher{cfg: fwdCfg, topo: c.topo, role: "consumer forwards"}
+	defer fwd.Close()
+
 	backoff := c.cfg.ReconnectMin
 	for {
-		consumed, err := c.session(ctx, hctx, handle)
+		consumed, err := c.session(ctx, hctx, fwd, handle)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -79,23 +89,20 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 
 // session runs one connection until it fails or ctx ends. consumed reports
 // whether it got as far as consuming, which resets the backoff.
-func (c *Consumer) session(ctx, hctx context.Context, handle notify.Handler) (consumed bool, err error) {
-	conn, err := c.cfg.dial(ctx, "consumer")
+func (c *Consumer) session(ctx, hctx context.Context, fwd *Publisher, handle notify.Handler) (consumed bool, err error) {
+	conn, err := c.node.dial(ctx, c.cfg, "consumer")
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close()
+	defer closeConn(conn)
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
-
-	pub, err := openConfirmChannel(conn, c.topo)
-	if err != nil {
-		return false, err
-	}
-	pubClosed := pub.ch.NotifyClose(make(chan *amqp.Error, 1))
 
 	ch, err := conn.Channel()
 	if err != nil {
 		return false, fmt.Errorf("open channel: %w", err)
+	}
+	if err := c.topo.Declare(ch); err != nil {
+		return false, err
 	}
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
@@ -107,7 +114,7 @@ func (c *Consumer) session(ctx, hctx context.Context, handle notify.Handler) (co
 		return false, fmt.Errorf("consume queue %q: %w", c.topo.SendQueue, err)
 	}
 
-	s := &session{cfg: c.cfg, topo: c.topo, log: c.log, pub: pub}
+	s := &session{cfg: c.cfg, topo: c.topo, log: c.log, fwd: fwd}
 	var wg sync.WaitGroup
 	for range c.cfg.Prefetch {
 		wg.Go(func() {
@@ -152,14 +159,20 @@ func (c *Consumer) session(ctx, hctx context.Context, handle notify.Handler) (co
 		cause = fmt.Errorf("connection closed: %w", closeErr(e))
 	case e := <-chClosed:
 		cause = fmt.Errorf("consume channel closed: %w", closeErr(e))
-	case e := <-pubClosed:
-		cause = fmt.Errorf("publish channel closed: %w", closeErr(e))
 	}
 	// Closing the connection ends the deliveries; the handlers in flight
 	// fail to settle and their messages come back after reconnecting.
-	conn.Close()
+	_ = closeConn(conn)
 	<-handlersDone
 	return true, cause
+}
+
+// connectionName is the name of the consume connection.
+func (c *Consumer) connectionName() string {
+	if c.cfg.ConnectionName != "" {
+		return c.cfg.ConnectionName
+	}
+	return "herald consumer"
 }
 
 func closeErr(e *amqp.Error) error {
@@ -181,10 +194,10 @@ type session struct {
 	topo Topology
 	log  *slog.Logger
 
-	// pubMu serializes the confirm-mode publishes of retries and dead
-	// letters, so that each can tell its own confirm and return apart.
-	pubMu sync.Mutex
-	pub   *confirmChannel
+	// fwd publishes retry copies and dead letters, on a connection of its
+	// own, one call at a time, so that each can tell its own confirm and
+	// return apart.
+	fwd *Publisher
 }
 
 // dispatch hands one delivery to handle, unless its message id is
@@ -200,7 +213,12 @@ func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle notify.H
 	}}
 	if !ok {
 		if err := dl.DeadLetter(ctx, "invalid message_id"); err != nil {
-			s.log.Warn("dead-letter message with invalid message_id", "message_id", d.MessageId, "err", err)
+			// Left unsettled, it would pin a prefetch slot until the
+			// connection drops: hand it back to be tried again.
+			s.log.Warn("dead-letter message with invalid message_id; handing it back", "message_id", d.MessageId, "err", err)
+			if err := dl.Release(ctx); err != nil {
+				s.log.Warn("hand back message with invalid message_id", "message_id", d.MessageId, "err", err)
+			}
 		}
 		return
 	}
@@ -284,12 +302,14 @@ func (d *delivery) Release(ctx context.Context) error {
 }
 
 // Retry publishes a copy with the retry count incremented to the retry
-// queue, waits for its confirm, and only then acks the original. If the
-// copy is not confirmed the original stays unacked and comes back after a
-// reconnect.
+// queue of that retry's delay, waits for its confirm, and only then acks
+// the original. If the copy is not confirmed (nacked, returned, timed out)
+// Retry fails and the original stays unsettled: the caller hands it back
+// with Release.
 func (d *delivery) Retry(ctx context.Context, reason string) error {
+	n := d.msg.RetryCount + 1
 	return d.settle("retry", func() error {
-		return d.forward(ctx, "", d.s.topo.RetryQueue, d.msg.RetryCount+1, reason)
+		return d.forward(ctx, "", d.s.topo.RetryQueueFor(n), n, reason)
 	})
 }
 
@@ -344,11 +364,12 @@ func (d *delivery) forward(ctx context.Context, exchange, key string, retries in
 		AppId:           d.d.AppId,
 		Body:            d.d.Body,
 	}}
-	d.s.pubMu.Lock()
-	res := d.s.pub.publish(ctx, d.s.cfg.ConfirmTimeout, []outgoing{msg})
-	d.s.pubMu.Unlock()
+	res, err := d.s.fwd.send(ctx, []outgoing{msg})
+	if err != nil {
+		return fmt.Errorf("copy not published, original left unsettled: %w", err)
+	}
 	if !res.confirmed[0] {
-		return fmt.Errorf("copy not confirmed, original left unacked: %w", res.err)
+		return fmt.Errorf("copy not confirmed, original left unsettled: %w", res.err)
 	}
 	if err := d.d.Ack(false); err != nil {
 		return fmt.Errorf("ack original after its copy was confirmed: %w", err)

@@ -243,31 +243,68 @@ func TestGracefulStopLetsHandlerFinish(t *testing.T) {
 	require.Zero(t, queueLen(t, adminChannel(t, cfg), cfg.Topology().SendQueue), "acked, so not handed back")
 }
 
-func TestRetryNotConfirmedLeavesOriginal(t *testing.T) {
+// TestRetryQueueDeletedMidRun deletes the retry queue under a running
+// consumer. The first retry after it is returned as unroutable: Retry fails,
+// the original stays unsettled and Release hands it back. The next retry
+// must go through: the consumer declares its topology again after a return,
+// instead of failing every retry until the connection drops.
+func TestRetryQueueDeletedMidRun(t *testing.T) {
 	t.Parallel()
 	cfg := setup(t)
+	cfg.Prefetch = 1
 	top := cfg.Topology()
 	ch := declared(t, cfg)
 	p := newPublisher(t, cfg)
-	_, err := p.Publish(context.Background(), events(8, 1))
+	_, err := p.Publish(context.Background(), events(1, 2))
 	require.NoError(t, err)
 
-	retried := make(chan error, 1)
-	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
-		// With the retry queue gone the copy is unroutable: returned.
-		_, err := ch.QueueDelete(top.RetryQueue, false, false, false)
-		if assert.NoError(t, err) {
-			retried <- d.Retry(ctx, "smtp down")
-		}
-	})
-	select {
-	case err := <-retried:
-		require.ErrorContains(t, err, "unroutable")
-	case <-time.After(waitFor):
-		t.Fatal("no delivery")
+	type result struct {
+		id    int64
+		err   error
+		again bool
 	}
+	results := make(chan result, 10)
+	var deleted atomic.Bool
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
+		id := d.Message().ID
+		if id == 2 && !deleted.Load() {
+			// Message 1's retry has connected the forwarding publisher.
+			_, err := ch.QueueDelete(top.RetryQueue, false, false, false)
+			if !assert.NoError(t, err) {
+				return
+			}
+			deleted.Store(true)
+		}
+		err := d.Retry(ctx, "smtp down")
+		if err != nil {
+			assert.NoError(t, d.Release(ctx), "release after a failed retry")
+		}
+		results <- result{id: id, err: err}
+	})
+	next := func() result {
+		t.Helper()
+		select {
+		case r := <-results:
+			return r
+		case <-time.After(waitFor):
+			t.Fatal("no delivery")
+			return result{}
+		}
+	}
+	r := next()
+	require.Equal(t, int64(1), r.id)
+	require.NoError(t, r.err)
+	r = next()
+	require.Equal(t, int64(2), r.id)
+	require.ErrorContains(t, r.err, "unroutable", "the copy to a deleted queue is returned")
+	r = next()
+	require.Equal(t, int64(2), r.id, "released, so delivered again")
+	require.NoError(t, r.err, "the retry queue must be declared again")
 	require.NoError(t, stop())
-	require.Equal(t, 1, queueLen(t, ch, top.SendQueue), "the original must be handed back, not acked")
+
+	require.Zero(t, queueLen(t, ch, top.SendQueue))
+	d := get(t, ch, top.RetryQueue)
+	require.Equal(t, "2", d.MessageId, "message 1's copy went with the deleted queue")
 }
 
 // syncBuffer is a log destination safe for concurrent writers.
@@ -309,4 +346,81 @@ func TestConsumeOutlivesUnreachableBroker(t *testing.T) {
 	}
 	require.NoError(t, stop())
 	require.NotContains(t, logs.String(), "secret", "never log the password")
+}
+
+// TestRetryScheduleFollowsList retries with a schedule of three delays: the
+// gaps between the deliveries of one message follow the list, the last
+// delay repeating, and a short retry never waits behind a longer one that
+// was queued before it.
+func TestRetryScheduleFollowsList(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.Prefetch = 1 // the copies are queued in delivery order
+	schedule := []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}
+	cfg.RetryDelays = schedule
+	top := cfg.Topology()
+	ch := declared(t, cfg)
+	// Message 1 has been retried twice already: its next retry is the
+	// third, 2s. Message 2's next is its first, 300ms. 1 is queued first.
+	for _, m := range []struct {
+		id      string
+		retries int32
+	}{{"1", 2}, {"2", 0}, {"3", 0}} {
+		require.NoError(t, ch.Publish(top.Exchange, "notification.requested", true, false, amqp.Publishing{
+			Headers: amqp.Table{"x-retry-count": m.retries}, DeliveryMode: amqp.Persistent,
+			Type: notify.EventRequested, MessageId: m.id, Body: []byte(`{}`),
+		}))
+	}
+
+	type arrival struct {
+		id, retries int
+		at          time.Time
+	}
+	var mu sync.Mutex
+	var got []arrival
+	consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
+		m := d.Message()
+		mu.Lock()
+		got = append(got, arrival{int(m.ID), m.RetryCount, time.Now()})
+		mu.Unlock()
+		// Retry 1 and 2 once each, 3 four times.
+		switch {
+		case m.ID == 1 && m.RetryCount < 3, m.ID == 2 && m.RetryCount < 1, m.ID == 3 && m.RetryCount < 4:
+			assert.NoError(t, d.Retry(ctx, "451 greylisted"))
+		default:
+			assert.NoError(t, d.Ack(ctx))
+		}
+	})
+	arrivals := func() []arrival {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]arrival(nil), got...)
+	}
+	require.Eventually(t, func() bool { return len(arrivals()) == 2+2+5 }, 3*waitFor, 20*time.Millisecond,
+		"arrivals: %v", arrivals)
+
+	var order []int
+	byID := map[int][]arrival{}
+	for _, a := range arrivals() {
+		if a.id != 3 && len(byID[a.id]) > 0 { // a copy coming back
+			order = append(order, a.id)
+		}
+		byID[a.id] = append(byID[a.id], a)
+	}
+	require.Equal(t, []int{2, 1}, order,
+		"message 2's 300ms retry must not wait behind message 1's 2s retry queued before it")
+
+	// Message 3 waits 300ms, 1s, 2s, then 2s again.
+	want := []time.Duration{schedule[0], schedule[1], schedule[2], schedule[2]}
+	threes := byID[3]
+	require.Len(t, threes, 5)
+	for i, w := range want {
+		gap := threes[i+1].at.Sub(threes[i].at)
+		require.Equal(t, i+1, threes[i+1].retries)
+		require.GreaterOrEqual(t, gap, w-20*time.Millisecond, "gap before retry %d", i+1)
+		if i+1 < len(want) && want[i+1] > w {
+			require.Less(t, gap, want[i+1], "retry %d waited as long as a later one", i+1)
+		}
+	}
+	require.Zero(t, queueLen(t, ch, top.SendQueue))
 }

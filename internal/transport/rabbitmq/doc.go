@@ -6,13 +6,26 @@
 // "notifications.send"; retries wait in "notifications.retry" for the retry
 // delay (its message TTL) and dead-letter back to the exchange; dead letters
 // go through the exchange "notifications.dlx" to "notifications.send.dlq".
-// Every Publisher and Consumer declares it on each (re)connect, so start
-// order does not matter.
+// A retry schedule of several delays adds one retry queue per further
+// distinct delay ("notifications.retry.5m"), so that no retry waits behind
+// a longer one. Every Publisher and Consumer declares it on each
+// (re)connect, so start order does not matter.
+//
+// The queues are quorum queues by default (Config.QueueType): replicated
+// across the nodes of a cluster, and dead-lettering at least once, so an
+// expired retry is not dropped on its way back to the send queue. Classic
+// queues keep the topology herald had before.
 //
 // Nothing is settled on trust: every publish (the relay's, a retry copy, a
 // dead letter) is mandatory and waits for the broker's confirm, and a
 // message the broker returned as unroutable counts as not published. A
 // delivery is acknowledged only after its retry copy or dead letter is
 // confirmed, so an outage at any point leaves the message either in place or
-// safely moved, never lost.
+// safely moved, never lost. A Consumer publishes those copies on a
+// connection of its own, so that a broker blocking a publisher never holds
+// back the acknowledgements.
+//
+// Config.URL may list several nodes of a cluster, comma-separated: every
+// connection goes to the first node that answers, and after a connection is
+// lost the next attempt starts with the following node.
 package rabbitmq

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -18,11 +19,16 @@ import (
 type Publisher struct {
 	cfg  Config
 	topo Topology
+	role string
+	node rotor
 
 	mu     sync.Mutex
 	closed bool
 	conn   *amqp.Connection
 	ch     *confirmChannel
+	// redeclare is set after the broker returned a message: someone may
+	// have deleted a queue, which declaring the topology again restores.
+	redeclare bool
 }
 
 // NewPublisher returns a Publisher. It does not connect: the first Publish
@@ -32,7 +38,7 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{cfg: cfg, topo: cfg.Topology()}, nil
+	return &Publisher{cfg: cfg, topo: cfg.Topology(), role: "publisher"}, nil
 }
 
 // Publish publishes every event (persistent, mandatory, with the contract's
@@ -45,15 +51,6 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 	if len(events) == 0 {
 		return nil, nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, errors.New("publish: publisher is closed")
-	}
-	if err := p.connect(ctx); err != nil {
-		return nil, fmt.Errorf("publish: %w", err)
-	}
-
 	msgs := make([]outgoing, len(events))
 	for i, ev := range events {
 		msgs[i] = outgoing{
@@ -72,9 +69,9 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 			},
 		}
 	}
-	res := p.ch.publish(ctx, p.cfg.ConfirmTimeout, msgs)
-	if res.broken {
-		p.drop()
+	res, err := p.send(ctx, msgs)
+	if err != nil {
+		return nil, fmt.Errorf("publish: %w", err)
 	}
 	confirmed := make([]int64, 0, len(events))
 	for i, ok := range res.confirmed {
@@ -88,29 +85,60 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 	return confirmed, nil
 }
 
-// connect makes sure a healthy connection and confirm channel exist.
+// send publishes msgs on the publisher's confirm channel, connecting
+// first when needed, and drops the connection when the channel can no
+// longer be trusted. err is set when nothing could be published.
+func (p *Publisher) send(ctx context.Context, msgs []outgoing) (publishResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return publishResult{}, errors.New("publisher is closed")
+	}
+	if err := p.connect(ctx); err != nil {
+		return publishResult{}, err
+	}
+	res := p.ch.publish(ctx, p.cfg.ConfirmTimeout, msgs)
+	if res.broken {
+		p.drop()
+	}
+	if res.returned {
+		p.redeclare = true
+	}
+	return res, nil
+}
+
+// connect makes sure a healthy connection and confirm channel exist, with
+// the topology declared on it.
 func (p *Publisher) connect(ctx context.Context) error {
 	if p.conn != nil && !p.conn.IsClosed() && !p.ch.ch.IsClosed() {
+		if !p.redeclare {
+			return nil
+		}
+		if err := p.topo.Declare(p.ch.ch); err != nil {
+			p.drop()
+			return err
+		}
+		p.redeclare = false
 		return nil
 	}
 	p.drop()
-	conn, err := p.cfg.dial(ctx, "publisher")
+	conn, err := p.node.dial(ctx, p.cfg, p.role)
 	if err != nil {
 		return err
 	}
 	ch, err := openConfirmChannel(conn, p.topo)
 	if err != nil {
-		conn.Close()
+		_ = closeConn(conn)
 		return err
 	}
-	p.conn, p.ch = conn, ch
+	p.conn, p.ch, p.redeclare = conn, ch, false
 	return nil
 }
 
 // drop closes the connection, if any, so that the next call reconnects.
 func (p *Publisher) drop() {
 	if p.conn != nil {
-		_ = p.conn.Close()
+		_ = closeConn(p.conn)
 	}
 	p.conn, p.ch = nil, nil
 }
@@ -123,10 +151,20 @@ func (p *Publisher) Close() error {
 	if p.conn == nil {
 		return nil
 	}
-	err := p.conn.Close()
+	err := closeConn(p.conn)
 	p.conn, p.ch = nil, nil
 	if err != nil && !errors.Is(err, amqp.ErrClosed) {
 		return fmt.Errorf("close broker connection: %w", err)
 	}
 	return nil
+}
+
+// closeTimeout bounds the close handshake of a connection.
+const closeTimeout = 5 * time.Second
+
+// closeConn closes conn without waiting for ever: a broker that blocked the
+// connection (a memory or disk alarm) no longer reads from it and would
+// never answer the close, and the caller holds the lock every publish needs.
+func closeConn(conn *amqp.Connection) error {
+	return conn.CloseDeadline(time.Now().Add(closeTimeout))
 }

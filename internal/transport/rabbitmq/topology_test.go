@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,18 +25,51 @@ func TestNewTopologyNames(t *testing.T) {
 	}, top)
 	require.Equal(t, "notifications.send", rabbitmq.NewTopology("", time.Second).SendQueue)
 	require.Equal(t, 30*time.Second, rabbitmq.Config{}.Topology().RetryDelay, "default retry delay")
+	require.Equal(t, []rabbitmq.RetryQueue{{Name: "p.notifications.retry", Delay: 2 * time.Second}}, top.RetryQueues())
+	require.Equal(t, "p.notifications.retry", top.RetryQueueFor(1))
+	require.Equal(t, "p.notifications.retry", top.RetryQueueFor(7))
+}
+
+func TestRetryScheduleQueues(t *testing.T) {
+	t.Parallel()
+	s, m := time.Second, time.Minute
+	cfg := rabbitmq.Config{Prefix: "p.", RetryDelays: []time.Duration{30 * s, 5 * m, 30 * s, 90 * m, 2 * time.Hour, 1500 * time.Millisecond}}
+	top := cfg.Topology()
+	require.Equal(t, 30*s, top.RetryDelay, "the first delay is the retry queue's")
+	require.Equal(t, []rabbitmq.RetryQueue{
+		{Name: "p.notifications.retry", Delay: 30 * s},
+		{Name: "p.notifications.retry.5m", Delay: 5 * m},
+		{Name: "p.notifications.retry.1h30m", Delay: 90 * m},
+		{Name: "p.notifications.retry.2h", Delay: 2 * time.Hour},
+		{Name: "p.notifications.retry.1.5s", Delay: 1500 * time.Millisecond},
+	}, top.RetryQueues())
+	for n, want := range map[int]string{
+		1: "p.notifications.retry", 2: "p.notifications.retry.5m", 3: "p.notifications.retry",
+		4: "p.notifications.retry.1h30m", 5: "p.notifications.retry.2h", 6: "p.notifications.retry.1.5s",
+		7: "p.notifications.retry.1.5s", 100: "p.notifications.retry.1.5s",
+	} {
+		require.Equal(t, want, top.RetryQueueFor(n), "retry %d", n)
+	}
+	require.Equal(t, 5*m, top.RetryDelayFor(2))
+	require.Equal(t, []string{
+		"p.notifications.send", "p.notifications.retry", "p.notifications.retry.5m", "p.notifications.retry.1h30m",
+		"p.notifications.retry.2h", "p.notifications.retry.1.5s", "p.notifications.send.dlq",
+	}, top.Queues())
 }
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	for name, cfg := range map[string]rabbitmq.Config{
-		"no url":         {},
-		"bad url":        {URL: "http://example.com/"},
-		"prefetch":       {URL: "amqp://127.0.0.1/", Prefetch: -1},
-		"retry delay":    {URL: "amqp://127.0.0.1/", RetryDelay: time.Microsecond},
-		"confirm":        {URL: "amqp://127.0.0.1/", ConfirmTimeout: -time.Second},
-		"backoff":        {URL: "amqp://127.0.0.1/", ReconnectMin: time.Second, ReconnectMax: time.Millisecond},
-		"shutdown grace": {URL: "amqp://127.0.0.1/", ShutdownGrace: -time.Second},
+		"no url":          {},
+		"bad url":         {URL: "http://example.com/"},
+		"prefetch":        {URL: "amqp://127.0.0.1/", Prefetch: -1},
+		"retry delay":     {URL: "amqp://127.0.0.1/", RetryDelay: time.Microsecond},
+		"retry delays":    {URL: "amqp://127.0.0.1/", RetryDelays: []time.Duration{time.Second, -time.Second}},
+		"queue type":      {URL: "amqp://127.0.0.1/", QueueType: "stream"},
+		"bad url in list": {URL: "amqp://127.0.0.1/,http://example.com/"},
+		"confirm":         {URL: "amqp://127.0.0.1/", ConfirmTimeout: -time.Second},
+		"backoff":         {URL: "amqp://127.0.0.1/", ReconnectMin: time.Second, ReconnectMax: time.Millisecond},
+		"shutdown grace":  {URL: "amqp://127.0.0.1/", ShutdownGrace: -time.Second},
 	} {
 		_, err := rabbitmq.NewPublisher(cfg)
 		require.Error(t, err, name)
@@ -44,16 +78,14 @@ func TestConfigValidate(t *testing.T) {
 	}
 	_, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: "amqp://guest:secret@127.0.0.1:1/"})
 	require.NoError(t, err, "the constructor must not connect")
+	_, err = rabbitmq.NewConsumer(rabbitmq.Config{URL: "amqp://127.0.0.1:1/, amqp://127.0.0.1:2/", QueueType: rabbitmq.QueueClassic})
+	require.NoError(t, err, "a list of nodes")
 }
 
-func TestDeclareIdempotentWithContractArguments(t *testing.T) {
-	t.Parallel()
-	cfg := setup(t)
-	top := cfg.Topology()
-	ch := adminChannel(t, cfg)
-	require.NoError(t, top.Declare(ch))
-	require.NoError(t, top.Declare(ch), "declaring twice")
-
+// queueArguments lists the durable flag and arguments of the named queues
+// as the broker holds them.
+func queueArguments(t *testing.T, names ...string) map[string]map[string]any {
+	t.Helper()
 	out := rabbitmqctl(t, "-q", "--formatter", "json", "list_queues", "name", "durable", "arguments")
 	var queues []struct {
 		Name      string  `json:"name"`
@@ -63,7 +95,7 @@ func TestDeclareIdempotentWithContractArguments(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out, &queues), "list_queues output: %s", out)
 	got := map[string]map[string]any{}
 	for _, q := range queues {
-		if q.Name == top.SendQueue || q.Name == top.RetryQueue || q.Name == top.DeadLetterQueue {
+		if slices.Contains(names, q.Name) {
 			require.True(t, q.Durable, q.Name)
 			args := map[string]any{}
 			for _, a := range q.Arguments {
@@ -73,6 +105,20 @@ func TestDeclareIdempotentWithContractArguments(t *testing.T) {
 			got[q.Name] = args
 		}
 	}
+	return got
+}
+
+// TestDeclareIdempotentWithContractArguments: classic queues have exactly
+// the contract's arguments, as before quorum queues.
+func TestDeclareIdempotentWithContractArguments(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.QueueType = rabbitmq.QueueClassic
+	top := cfg.Topology()
+	ch := adminChannel(t, cfg)
+	require.NoError(t, top.Declare(ch))
+	require.NoError(t, top.Declare(ch), "declaring twice")
+
 	require.Equal(t, map[string]map[string]any{
 		top.SendQueue: {"x-dead-letter-exchange": top.DeadLetterExchange},
 		top.RetryQueue: {
@@ -81,7 +127,69 @@ func TestDeclareIdempotentWithContractArguments(t *testing.T) {
 			"x-dead-letter-routing-key": "notification.requested",
 		},
 		top.DeadLetterQueue: {},
-	}, got)
+	}, queueArguments(t, top.Queues()...))
+}
+
+// TestDeclareQuorumWithAtLeastOnceDeadLettering: the default queue type,
+// with one retry queue per distinct delay of the schedule.
+func TestDeclareQuorumWithAtLeastOnceDeadLettering(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.RetryDelays = []time.Duration{time.Minute, 5 * time.Minute, time.Minute}
+	top := cfg.Topology()
+	require.Equal(t, rabbitmq.QueueQuorum, top.QueueType, "the default")
+	ch := adminChannel(t, cfg)
+	require.NoError(t, top.Declare(ch))
+	require.NoError(t, top.Declare(ch), "declaring twice")
+
+	retry := func(ttl float64) map[string]any {
+		return map[string]any{
+			"x-queue-type":              "quorum",
+			"x-message-ttl":             ttl,
+			"x-dead-letter-exchange":    top.Exchange,
+			"x-dead-letter-routing-key": "notification.requested",
+			"x-dead-letter-strategy":    "at-least-once",
+			"x-overflow":                "reject-publish",
+		}
+	}
+	require.Equal(t, map[string]map[string]any{
+		top.SendQueue: {
+			"x-queue-type":           "quorum",
+			"x-dead-letter-exchange": top.DeadLetterExchange,
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		},
+		top.RetryQueue:         retry(60000),
+		top.RetryQueue + ".5m": retry(300000),
+		top.DeadLetterQueue:    {"x-queue-type": "quorum"},
+	}, queueArguments(t, top.Queues()...))
+}
+
+// TestDeclareOtherQueueTypeFailsPlainly: a topology declared with one queue
+// type cannot be used with the other; the error says what to delete.
+func TestDeclareOtherQueueTypeFailsPlainly(t *testing.T) {
+	t.Parallel()
+	for _, from := range []string{rabbitmq.QueueClassic, rabbitmq.QueueQuorum} {
+		cfg := setup(t)
+		cfg.QueueType = from
+		declared(t, cfg)
+		other := cfg
+		other.QueueType = map[string]string{rabbitmq.QueueClassic: rabbitmq.QueueQuorum, rabbitmq.QueueQuorum: rabbitmq.QueueClassic}[from]
+		err := other.Topology().Declare(adminChannel(t, cfg))
+		require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch, "from %s", from)
+		require.ErrorContains(t, err, "another queue type than "+other.QueueType)
+		require.ErrorContains(t, err, "HERALD_QUEUE_TYPE")
+		for _, q := range cfg.Topology().Queues() {
+			require.ErrorContains(t, err, q, "the error names every queue to delete")
+		}
+
+		c, err := rabbitmq.NewConsumer(other)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		err = c.Consume(ctx, nil)
+		cancel()
+		require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch, "Consume must give up on a topology it cannot use")
+	}
 }
 
 func TestDeclareChangedRetryDelayFailsPlainly(t *testing.T) {
@@ -95,6 +203,7 @@ func TestDeclareChangedRetryDelayFailsPlainly(t *testing.T) {
 	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
 	require.ErrorContains(t, err, cfg.Topology().RetryQueue)
 	require.ErrorContains(t, err, "already exists with other arguments")
+	require.ErrorContains(t, err, "was the retry delay changed?")
 
 	p := newPublisher(t, changed)
 	_, err = p.Publish(context.Background(), events(1, 1))
