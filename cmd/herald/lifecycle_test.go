@@ -68,3 +68,21 @@ func TestReadinessDuringBrokerOutage(t *testing.T) {
 	_, _ = body.ReadFrom(resp.Body)
 	require.Contains(t, body.String(), "broker")
 }
+
+// A relay whose retry delay disagrees with the retry queue the broker holds
+// fails loudly: an ERROR naming the cause, and a non-zero exit, instead of
+// retrying for ever and publishing nothing.
+func TestRelayTopologyMismatchExits(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, map[string]string{"HERALD_RETRY_DELAY": "1s"})
+	s.start("worker")
+	s.waitTopology()
+	s.startAPI(nil)
+	require.Equal(t, http.StatusCreated, s.api.create(t, "ann@example.com", nil).Status)
+
+	p := s.startWith(map[string]string{"HERALD_RETRY_DELAY": "7s"}, "relay")
+	p.waitExit(60 * time.Second)
+	require.Error(t, p.Err(), "the relay must exit non-zero")
+	require.Contains(t, p.Log(), "level=ERROR")
+	require.Contains(t, p.Log(), "exists with other settings")
+}

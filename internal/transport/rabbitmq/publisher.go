@@ -46,7 +46,8 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 // of the events the broker confirmed. An event returned as unroutable,
 // nacked or not confirmed within ConfirmTimeout or before ctx ends is left
 // out, and err says why. After a connection or channel failure the next
-// call reconnects.
+// call reconnects. A topology that exists with other settings (another
+// retry delay or queue type) is a notify.Permanent error: no retry cures it.
 func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -70,6 +71,11 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		}
 	}
 	res, err := p.send(ctx, msgs)
+	if errors.Is(err, ErrTopologyMismatch) {
+		// Retrying cannot cure a topology that exists with other settings:
+		// the relay stops loudly instead of stalling (notify.Permanent).
+		return nil, notify.Permanent(fmt.Errorf("publish: %w", err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
