@@ -600,8 +600,9 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		return nil, err
 	}
 	return worker.New(src, a.st, snd, worker.Config{
-		From:       a.cfg.SMTPFrom,
-		MaxRetries: a.cfg.MaxRetries,
+		From:        a.cfg.SMTPFrom,
+		RetryDelays: a.cfg.RetryDelays,
+		MaxRetries:  a.cfg.MaxRetries,
 		// HERALD_SMTP_TIMEOUT bounds the SMTP sender's sends; the worker
 		// bounds every send with it too, and its claim lease follows.
 		SendTimeout: a.cfg.SMTPTimeout,

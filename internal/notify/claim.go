@@ -54,4 +54,9 @@ type DeliveryResult struct {
 	Outcome string
 	// Error is the failure's reason; empty when sent.
 	Error string
+	// RetryIn, for AttemptRetry, is how long until the retry is due (the
+	// schedule's delay for it): the store records the due time, so that the
+	// reconciler does not take a notification waiting in a retry queue for
+	// a lost one.
+	RetryIn time.Duration
 }

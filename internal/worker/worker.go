@@ -61,6 +61,10 @@ type Config struct {
 	// delivery waits for the server before it is handed back to come again.
 	// Zero means the default. Default 60s.
 	SenderBackoffMax time.Duration
+	// RetryDelays is the retry schedule the transport follows (the i-th
+	// retry waits the i-th delay, the last repeating), so that the store
+	// can record when a retry is due. Empty: due at once.
+	RetryDelays []time.Duration
 	// Logger receives one record per failed delivery, and one when the mail
 	// server goes down and comes back. Default: discard.
 	Logger *slog.Logger
@@ -270,6 +274,7 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 			res.Outcome = notify.AttemptDead
 		default:
 			res.Outcome = notify.AttemptRetry
+			res.RetryIn = w.retryDelay(msg.RetryCount)
 		}
 	}
 	recorded, err := w.record(res)
@@ -403,4 +408,13 @@ func (w *Worker) release(ctx context.Context, d notify.Delivery, pause time.Dura
 		return errors.Join(cause, fmt.Errorf("release: %w", err))
 	}
 	return cause
+}
+
+// retryDelay is the wait before the retry that follows retries retries.
+func (w *Worker) retryDelay(retries int) time.Duration {
+	d := w.cfg.RetryDelays
+	if len(d) == 0 {
+		return 0
+	}
+	return d[min(retries, len(d)-1)]
 }

@@ -88,11 +88,11 @@ LEFT JOIN attempt AS a ON a.message_id = d.msg`
 	// no attempt. Every attempt row named is finished with its outcome, even
 	// when its claim was lost: the send happened, and the history says so.
 	// $1 attempt ids, $2 notification ids, $3 message ids, $4 outcomes,
-	// $5 errors.
+	// $5 errors, $6 microseconds until a retry is due (retry_due_at).
 	recordDeliveries = `
 WITH r AS (
-	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[])
-		AS r(aid, nid, msg, outcome, err)
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[])
+		AS r(aid, nid, msg, outcome, err, retry_in)
 ),
 applied AS (
 	UPDATE notifications AS n SET
@@ -102,6 +102,7 @@ applied AS (
 		sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE n.sent_at END,
 		failed_at = CASE WHEN r.outcome = 'dead' THEN now() ELSE n.failed_at END,
 		updated_at = now(),
+		retry_due_at = CASE WHEN r.outcome = 'retry' THEN now() + r.retry_in * interval '1 microsecond' END,
 		claim_attempt_id = NULL,
 		claimed_until = NULL
 	FROM r
@@ -164,12 +165,13 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	n := len(results)
 	aids, rnids, rmsgs := make([]int64, n), make([]int64, n), make([]int64, n)
 	outcomes, errs := make([]string, n), make([]string, n)
+	retryIn := make([]int64, n)
 	for i, r := range results {
 		if err := checkOutcome(r.Outcome); err != nil {
 			return nil, nil, err
 		}
 		aids[i], rnids[i], rmsgs[i] = r.Claim.AttemptID, r.Claim.NotificationID, r.Claim.MessageID
-		outcomes[i], errs[i] = r.Outcome, r.Error
+		outcomes[i], errs[i], retryIn[i] = r.Outcome, r.Error, r.RetryIn.Microseconds()
 		lockIDs = append(lockIDs, r.Claim.NotificationID)
 	}
 
@@ -194,7 +196,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	b := &pgx.Batch{}
 	b.Queue(lockNotifications, lockIDs)
 	if n > 0 {
-		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs)
+		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn)
 	}
 	if len(msgs) > 0 {
 		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds())

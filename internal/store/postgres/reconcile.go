@@ -27,6 +27,7 @@ FROM notifications n
 WHERE n.status = 'pending'
   AND n.updated_at < $1
   AND (n.retry_due_at IS NULL OR n.retry_due_at < $1)
+  AND (n.claimed_until IS NULL OR n.claimed_until < now())
   AND NOT EXISTS (
       SELECT 1 FROM outbox o
       WHERE o.processed_at IS NULL AND o.payload->>'notification_id' = n.id::text)

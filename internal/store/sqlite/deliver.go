@@ -176,7 +176,7 @@ func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string,
 
 // applyResult is the compare-and-set of a record: only the claim that still
 // holds the notification, pending, changes it. ?1 outcome, ?2 error, ?3 now,
-// ?4 notification id, ?5 attempt id.
+// ?4 notification id, ?5 attempt id, ?6 when a retry is due.
 const applyResult = `
 UPDATE notifications SET
 	status = CASE ?1 WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'failed' ELSE status END,
@@ -185,6 +185,7 @@ UPDATE notifications SET
 	sent_at = CASE WHEN ?1 = 'sent' THEN ?3 ELSE sent_at END,
 	failed_at = CASE WHEN ?1 = 'dead' THEN ?3 ELSE failed_at END,
 	updated_at = ?3,
+	retry_due_at = CASE WHEN ?1 = 'retry' THEN ?6 END,
 	claim_attempt_id = NULL,
 	claimed_until = NULL
 WHERE id = ?4 AND claim_attempt_id = ?5 AND status = 'pending'`
@@ -201,7 +202,7 @@ DELETE FROM processed_messages WHERE message_id = ?1 AND attempt_id = ?2 AND pro
 func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, ts string, out []bool) error {
 	for i, r := range results {
 		c := r.Claim
-		res, err := tx.ExecContext(ctx, applyResult, r.Outcome, r.Error, ts, c.NotificationID, c.AttemptID)
+		res, err := tx.ExecContext(ctx, applyResult, r.Outcome, r.Error, ts, c.NotificationID, c.AttemptID, formatTime(now().Add(r.RetryIn)))
 		if err != nil {
 			return fmt.Errorf("update notification %d: %w", c.NotificationID, classify(err))
 		}

@@ -18,6 +18,7 @@ FROM notifications n
 WHERE n.status = 'pending'
   AND n.updated_at < ?1
   AND (n.retry_due_at IS NULL OR n.retry_due_at < ?1)
+  AND (n.claimed_until IS NULL OR n.claimed_until < ?3)
   AND NOT EXISTS (
       SELECT 1 FROM outbox o
       WHERE o.processed_at IS NULL AND json_extract(o.payload, '$.notification_id') = CAST(n.id AS TEXT))
@@ -32,7 +33,7 @@ LIMIT ?2`
 func (s *Store) Reconcile(ctx context.Context, staleBefore time.Time, limit int) ([]int64, error) {
 	var ids []int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, selectStale, formatTime(staleBefore), limit)
+		rows, err := tx.QueryContext(ctx, selectStale, formatTime(staleBefore), limit, formatTime(now()))
 		if err != nil {
 			return classify(err)
 		}

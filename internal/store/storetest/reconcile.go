@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -82,4 +83,38 @@ func testReconcileLimit(t *testing.T, ctx context.Context, h Harness) {
 	rest, err := s.Reconcile(ctx, cut, 10)
 	require.NoError(t, err)
 	require.Equal(t, []int64{ns[2].ID, ns[3].ID, ns[4].ID}, rest)
+}
+
+// A notification whose retry is scheduled (it waits in a broker's retry
+// queue, so no outbox row is in flight) is not stale until its retry is due;
+// nor is one a worker holds a live claim on.
+func testReconcileWaitsForRetryAndClaim(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	waiting := create(t, ctx, s, 1)
+	claimed := create(t, ctx, s, 2)
+	evs := relayAll(t, ctx, h)
+	require.Len(t, evs, 2)
+	msg := func(nid int64) int64 {
+		for _, ev := range evs {
+			if _, id, err := (notify.Message{ID: ev.ID, Type: ev.Type, Payload: ev.Payload}).Decode(); err == nil && id == nid {
+				return ev.ID
+			}
+		}
+		t.Fatalf("no event for notification %d", nid)
+		return 0
+	}
+	c := claim1(t, ctx, s, msg(waiting.ID), waiting.ID, time.Minute)
+	require.Equal(t, notify.ClaimTaken, c.Status)
+	ok, err := s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: c, Outcome: notify.AttemptRetry, Error: "451 later", RetryIn: time.Hour}})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, ok)
+	require.Equal(t, notify.ClaimTaken, claim1(t, ctx, s, msg(claimed.ID), claimed.ID, time.Hour).Status)
+
+	ids, err := s.Reconcile(ctx, boundary(t), 100)
+	require.NoError(t, err)
+	require.Empty(t, ids, "a retry due in an hour and a live claim are events in flight")
+
+	ids, err = s.Reconcile(ctx, time.Now().Add(2*time.Hour), 100)
+	require.NoError(t, err)
+	require.Equal(t, []int64{waiting.ID}, ids, "once the retry was due long enough, it is reconciled; the claim still holds the other")
 }

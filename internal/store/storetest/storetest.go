@@ -104,6 +104,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"Prune", testPrune},
 		{"Reconcile", testReconcile},
 		{"ReconcileLimit", testReconcileLimit},
+		{"ReconcileWaitsForRetryAndClaim", testReconcileWaitsForRetryAndClaim},
 		{"List", testList}, {"ListFilters", testListFilters}, {"ListTimeWindow", testListTimeWindow},
 		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
 	}, deliverTests...) {
