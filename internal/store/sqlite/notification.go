@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
@@ -28,46 +29,45 @@ INSERT INTO outbox (event_type, payload, occurred_at, available_at)
 VALUES (?, ?, ?, ?)`
 
 // Create writes the notification and its notification.requested outbox event
-// in one transaction, then wakes the subscribers. See api.Store.
+// in one transaction, then wakes the subscribers. See api.Store. Concurrent
+// creates commit together (see groupcommit.go): one fsync for the group,
+// each still all or nothing.
 func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
-	r := nn.Request
-	t := now()
-	var c notify.Created
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var id int64
-		err := tx.QueryRowContext(ctx, insertNotification,
-			r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
-			formatTime(t), formatTime(t)).Scan(&id)
-		if errors.Is(err, sql.ErrNoRows) {
-			stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, nn.IdempotencyKey))
-			if err != nil {
-				return fmt.Errorf("read notification with the same idempotency key: %w", err)
-			}
-			c, err = nn.Replay(stored)
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("insert notification: %w", classify(err))
-		}
-		c = notify.Created{Notification: nn.Pending(id, t)}
-		payload, err := notify.RequestedPayload(c.Notification)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, insertOutbox,
-			notify.EventRequested, string(payload), formatTime(t), formatTime(t)); err != nil {
-			return fmt.Errorf("insert outbox event: %w", classify(err))
-		}
-		if nn.Fault == notify.FaultAfterOutboxInsert {
-			return notify.ErrInjectedFault
-		}
-		return nil
-	})
+	c, err := s.groupCreate(ctx, nn)
 	if err != nil {
 		return notify.Created{}, fmt.Errorf("create notification: %w", err)
 	}
-	if !c.Replayed {
-		s.hub.Wake()
+	return c, nil
+}
+
+// createIn runs one create's statements inside tx at time t.
+func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time.Time) (notify.Created, error) {
+	r := nn.Request
+	var id int64
+	err := tx.QueryRowContext(ctx, insertNotification,
+		r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
+		formatTime(t), formatTime(t)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, nn.IdempotencyKey))
+		if err != nil {
+			return notify.Created{}, fmt.Errorf("read notification with the same idempotency key: %w", err)
+		}
+		return nn.Replay(stored)
+	}
+	if err != nil {
+		return notify.Created{}, fmt.Errorf("insert notification: %w", classify(err))
+	}
+	c := notify.Created{Notification: nn.Pending(id, t)}
+	payload, err := notify.RequestedPayload(c.Notification)
+	if err != nil {
+		return notify.Created{}, err
+	}
+	if _, err := tx.ExecContext(ctx, insertOutbox,
+		notify.EventRequested, string(payload), formatTime(t), formatTime(t)); err != nil {
+		return notify.Created{}, fmt.Errorf("insert outbox event: %w", classify(err))
+	}
+	if nn.Fault == notify.FaultAfterOutboxInsert {
+		return notify.Created{}, notify.ErrInjectedFault
 	}
 	return c, nil
 }

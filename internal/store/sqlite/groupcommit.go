@@ -1,0 +1,160 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Group commit. With synchronous=FULL every commit waits for an fsync of the
+// write-ahead log, and SQLite has one writer: creates one transaction each
+// would run at the disk's fsync rate. Instead, one goroutine takes every
+// create that queued while the previous group committed and runs them in
+// one transaction, each inside a savepoint of its own: a create that fails
+// (an idempotency conflict, the debug fault) rolls back to its savepoint and
+// leaves the others alone, and the group's one commit makes every other
+// create durable at once. A caller is answered only after that commit, so a
+// 201 still means "committed and synced".
+
+// maxCreateGroup caps a group, so that one commit never holds the write
+// connection for long.
+const maxCreateGroup = 256
+
+// groupTimeout bounds one group's transaction.
+const groupTimeout = 30 * time.Second
+
+// errClosed answers a create made after Close.
+var errClosed = errors.New("sqlite store is closed")
+
+type createReq struct {
+	ctx context.Context
+	nn  notify.NewNotification
+	res chan createRes
+}
+
+type createRes struct {
+	c   notify.Created
+	err error
+}
+
+// groupCreate hands nn to the committer and waits for its answer. Once
+// handed over, the create is answered even if ctx ends: the caller learns
+// whether it committed.
+func (s *Store) groupCreate(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
+	req := createReq{ctx: ctx, nn: nn, res: make(chan createRes, 1)}
+	select {
+	case s.creates <- req:
+	case <-ctx.Done():
+		return notify.Created{}, ctx.Err()
+	case <-s.closing:
+		return notify.Created{}, errClosed
+	}
+	r := <-req.res
+	return r.c, r.err
+}
+
+// commitCreates is the committer: it runs until Close.
+func (s *Store) commitCreates() {
+	defer s.committer.Done()
+	for {
+		var group []createReq
+		select {
+		case r := <-s.creates:
+			group = append(group, r)
+		case <-s.closing:
+			return
+		}
+	more:
+		for len(group) < maxCreateGroup {
+			select {
+			case r := <-s.creates:
+				group = append(group, r)
+			default:
+				break more
+			}
+		}
+		s.commitGroup(group)
+	}
+}
+
+// commitGroup runs group in one transaction and answers every request.
+func (s *Store) commitGroup(group []createReq) {
+	res := make([]createRes, len(group))
+	answer := func() {
+		woke := false
+		for i, r := range group {
+			r.res <- res[i]
+			if res[i].err == nil && !res[i].c.Replayed && !woke {
+				s.hub.Wake()
+				woke = true
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		for i := range res {
+			res[i].err = fmt.Errorf("begin: %w", classify(err))
+		}
+		answer()
+		return
+	}
+	t := now()
+	ran := 0
+	for i, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			res[i].err = err // the caller gave up before its turn: nothing written
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT create_one"); err != nil {
+			res[i].err = fmt.Errorf("savepoint: %w", classify(err))
+			continue
+		}
+		c, err := createIn(ctx, tx, r.nn, t)
+		if err != nil {
+			if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO create_one"); rerr != nil {
+				// The transaction cannot be trusted any more: fail the group.
+				_ = tx.Rollback()
+				for k := range res {
+					if res[k].err == nil {
+						res[k] = createRes{err: fmt.Errorf("roll back to savepoint: %w", classify(rerr))}
+					}
+				}
+				res[i].err = err
+				answer()
+				return
+			}
+			res[i].err = err
+		} else {
+			res[i].c = c
+			ran++
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE create_one"); err != nil {
+			_ = tx.Rollback()
+			for k := range res {
+				if res[k].err == nil {
+					res[k] = createRes{err: fmt.Errorf("release savepoint: %w", classify(err))}
+				}
+			}
+			answer()
+			return
+		}
+	}
+	if ran == 0 {
+		_ = tx.Rollback()
+		answer()
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		for k := range res {
+			if res[k].err == nil {
+				res[k] = createRes{err: fmt.Errorf("commit: %w", classify(err))}
+			}
+		}
+	}
+	answer()
+}
