@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests need are up on this machine: PostgreSQL on
-# 127.0.0.1:5432 (user postgres, trust auth) and RabbitMQ on 127.0.0.1:5672
-# (guest/guest). Starts them when stopped and installs Debian's packages when
-# absent. Safe to run again and again.
+# 127.0.0.1:5432 (user postgres, trust auth), RabbitMQ on 127.0.0.1:5672
+# (guest/guest), and the nats-server binary (the NATS tests start servers of
+# their own on free ports; the machine's server on 4222 is started too when
+# it is installed but stopped). Starts them when stopped and installs
+# Debian's packages when absent. Safe to run again and again. Kafka needs
+# nothing: its tests run franz-go's kfake in process.
 set -euo pipefail
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -79,5 +82,19 @@ rabbitmq() {
 	log "RabbitMQ ready"
 }
 
+nats() {
+	if ! command -v nats-server >/dev/null 2>&1; then
+		apt_install nats-server
+	fi
+	if ! port_open 4222; then
+		mkdir -p /var/lib/nats-server
+		start-stop-daemon --start --oknodo --background --exec "$(command -v nats-server)" -- \
+			-a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || true
+		wait_port 4222 NATS || log "the machine's NATS did not start; the NATS tests start their own servers"
+	fi
+	log "NATS ready ($(nats-server --version 2>&1 | head -n 1))"
+}
+
 postgres
 rabbitmq
+nats
