@@ -27,9 +27,7 @@ func TestPurgedRetryReconciled(t *testing.T) {
 	require.Equal(t, 201, r.Status, r.Body)
 	// The first attempt failed and the retry waits in notifications.retry.
 	require.Eventually(t, func() bool {
-		q, err := ch.QueueDeclarePassive("notifications.retry", true, false, false, false, nil)
-		require.NoError(t, err)
-		return q.Messages == 1
+		return s.queueDepth("notifications.retry") == 1
 	}, 30*time.Second, 20*time.Millisecond, "the retry never reached notifications.retry")
 	purged, err := ch.QueuePurge("notifications.retry", false)
 	require.NoError(t, err)

@@ -181,6 +181,23 @@ func (s *stack) waitTopology() {
 	}, 30*time.Second, 20*time.Millisecond, "no herald process declared the topology")
 }
 
+// queueDepth returns the messages ready in a queue of the stack's vhost, or
+// -1 while the queue does not exist (a passive declare of a missing queue
+// closes its channel, so each call has a channel of its own).
+func (s *stack) queueDepth(name string) int {
+	s.t.Helper()
+	conn, err := amqp.Dial(s.amqp)
+	require.NoError(s.t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(s.t, err)
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	if err != nil {
+		return -1
+	}
+	return q.Messages
+}
+
 // waitOutboxEmpty waits until no outbox row is unprocessed. A worker can
 // send (and commit sent) before the relay's transaction that marks the row
 // commits, or before the table transport's Finish: "sent" comes first.
