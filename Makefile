@@ -10,7 +10,7 @@ export HERALD_REQUIRE_SERVICES = 1
 export HERALD_TEST_POSTGRES_URL ?= $(POSTGRES)
 export HERALD_TEST_AMQP_URL ?= $(AMQP)
 
-.PHONY: help build test services test-go test-outage fuzz-short fuzz lint check-deploy bench chaos
+.PHONY: help build test services test-go test-long test-outage fuzz-short fuzz lint check-deploy bench chaos
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ services: ## start (or install and start) PostgreSQL and RabbitMQ
 
 test-go: ## unit and integration tests (services required)
 	$(GO) test -count=1 -timeout 8m $(PKGS)
+
+test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min): ~5 minutes
+	$(GO) test -count=1 -timeout 15m -tags long -run '^TestLong' ./cmd/herald/
 
 test-outage: ## tests that stop the broker (the outage test, the short chaos run): alone, never beside the others
 	$(GO) test -count=1 -timeout 5m -p 1 -tags outage -run Outage ./cmd/herald/
@@ -54,6 +57,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags outage ./cmd/...
+	$(GO) vet -tags long ./cmd/herald/
 
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON
 	@scripts/check-deploy.sh

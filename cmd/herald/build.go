@@ -196,18 +196,56 @@ func brokerKind(url string) string {
 	return ""
 }
 
+// tableTransport is the outbox table as the queue. Its row lease comes from
+// deliveryLeases: longer than the worker's claim, so a row stays with the
+// worker that claimed it until that worker has sent, recorded and settled it.
 func tableTransport(cfg Config, log *slog.Logger) transport {
+	_, rowLease := deliveryLeases(cfg)
 	return transport{
 		name: "table",
 		source: func(st store, role string) (worker.Source, error) {
 			return table.New(st, st, table.Config{
 				Prefetch:     cfg.Prefetch,
 				RetryDelays:  cfg.RetryDelays,
+				Lease:        rowLease,
 				PollInterval: cfg.RelayInterval,
 				Logger:       log.With("component", role),
 			})
 		},
 	}
+}
+
+// recordMargin is what a worker's claim lease adds to the send timeout: the
+// time to record the outcome of a send that used all of its timeout.
+const recordMargin = 15 * time.Second
+
+// settleMargin is what the table transport's row lease adds to the worker's
+// claim lease: the time to settle the row (finish or reschedule it) after
+// the record.
+const settleMargin = 15 * time.Second
+
+// deliveryLeases derives, in this one place, how long a delivery holds what
+// it claims, from HERALD_SMTP_TIMEOUT (which bounds each send):
+//   - claim: the worker's lease on the message id and the notification,
+//     the send timeout plus recordMargin. After it another delivery of the
+//     notification may take the claim over and send again.
+//   - row: the table transport's lease on the outbox row, the claim plus
+//     settleMargin. A row whose lease ran out while its send was still
+//     running would be claimed again, and its retry would be neither
+//     delayed nor counted (the holder's reschedule no longer matches).
+//
+// A delivery that waits at the worker's closed gate (the mail server is
+// down, up to worker.Config.SenderBackoffMax) does so before its claim; a
+// row can outlast its lease there, and its copy then waits at the gate too:
+// no send goes out while the gate is closed, and the claim on the message
+// id lets one copy through when it opens.
+func deliveryLeases(cfg Config) (claim, row time.Duration) {
+	timeout := cfg.SMTPTimeout
+	if timeout <= 0 {
+		timeout = smtp.DefaultTimeout // what the sender and the worker take for zero
+	}
+	claim = timeout + recordMargin
+	return claim, claim + settleMargin
 }
 
 func rabbitTransport(cfg Config, log *slog.Logger, prefix string) transport {
@@ -599,13 +637,16 @@ func (a *app) newWorker() (*worker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	claimLease, _ := deliveryLeases(a.cfg)
 	return worker.New(src, a.st, snd, worker.Config{
 		From:        a.cfg.SMTPFrom,
 		RetryDelays: a.cfg.RetryDelays,
 		MaxRetries:  a.cfg.MaxRetries,
 		// HERALD_SMTP_TIMEOUT bounds the SMTP sender's sends; the worker
-		// bounds every send with it too, and its claim lease follows.
+		// bounds every send with it too, and its claim lease follows
+		// (the table transport's row lease is longer still).
 		SendTimeout: a.cfg.SMTPTimeout,
+		Lease:       claimLease,
 		Logger:      a.log.With("component", "worker"),
 		Registerer:  a.reg,
 		Crash:       crash,

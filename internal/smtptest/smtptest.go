@@ -94,6 +94,13 @@ func WithWireCapture() Option {
 	return func(s *Server) { s.captureWire = true }
 }
 
+// WithAddr makes the server listen on addr (host:port) instead of a free
+// port on 127.0.0.1: a test that stops a server and later starts another
+// where the first one was, as a provider that went down and came back.
+func WithAddr(addr string) Option {
+	return func(s *Server) { s.addr = addr }
+}
+
 // Step is a point of the SMTP dialogue a reply can be scripted at (FailAt).
 type Step int
 
@@ -142,6 +149,7 @@ type Server struct {
 	startTLS    *tls.Config
 	requireTLS  bool
 	captureWire bool
+	addr        string // where to listen; "" picks a free loopback port
 
 	mu        sync.Mutex
 	messages  []Message
@@ -174,7 +182,8 @@ func Start(t testing.TB, opts ...Option) *Server {
 	return s
 }
 
-// New starts a server on 127.0.0.1 on a free port. Close stops it.
+// New starts a server on 127.0.0.1 on a free port (or WithAddr's). Close
+// stops it.
 func New(opts ...Option) (*Server, error) {
 	s := &Server{
 		pending:   make(chan net.Conn),
@@ -192,7 +201,11 @@ func New(opts ...Option) (*Server, error) {
 	if s.requireTLS && s.startTLS == nil {
 		return nil, fmt.Errorf("WithRequireTLS needs WithStartTLS")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := s.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}

@@ -134,6 +134,21 @@ func TestNewAndClose(t *testing.T) {
 	require.Equal(t, 1, srv.Count(), "what was recorded stays readable")
 }
 
+func TestWithAddrComesBackOnTheSamePort(t *testing.T) {
+	t.Parallel()
+	first, err := smtptest.New()
+	require.NoError(t, err)
+	addr := first.Addr()
+	first.Close()
+	_, err = net.Dial("tcp", addr)
+	require.Error(t, err, "nothing listens while the server is down")
+
+	second := smtptest.Start(t, smtptest.WithAddr(addr))
+	require.Equal(t, addr, second.Addr())
+	require.NoError(t, send(addr, nil, "<2@example.com>"))
+	require.Equal(t, 1, second.Count())
+}
+
 func TestCloseRightAfterNew(t *testing.T) {
 	t.Parallel()
 	// Close must not wait for a Serve that has not started yet.

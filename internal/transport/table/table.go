@@ -39,12 +39,16 @@ type Config struct {
 	// (herald's own default, HERALD_RETRY_DELAY, is 30s).
 	RetryDelays []time.Duration
 	// Lease is how long a claimed row stays invisible to other workers: a
-	// worker that dies leaves its rows to be claimed again after it. A lease
-	// that runs out during a slow send costs no double send: the store's
-	// Deliver holds the message id's processed_messages row until it
-	// commits, so a second worker waits and then sees a duplicate. A zero
-	// lease would hand every row to every worker, so it means the default.
-	// Default 15s.
+	// worker that dies leaves its rows to be claimed again after it. It
+	// must outlast everything the worker does with the row: its claim on
+	// the message id (the send timeout plus the record), then the row's
+	// settlement. A row whose lease runs out while its send still runs is
+	// claimed again: the worker's claim keeps the copy from sending twice,
+	// but the holder's Retry no longer matches the row, so the retry is
+	// neither delayed nor counted. herald sets it from HERALD_SMTP_TIMEOUT
+	// (the worker's claim lease plus 15s: 60s by default). A zero lease
+	// would hand every row to every worker, so it means the default.
+	// Default 15s, for callers whose sends are bounded well below it.
 	Lease time.Duration
 	// PollInterval is the longest idle wait between claims (retries that
 	// come due, rows committed by another process without a wake-up). Zero

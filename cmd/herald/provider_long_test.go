@@ -1,0 +1,34 @@
+//go:build long
+
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// The provider outages of issue 10 at their own length, with the default
+// retry schedule (HERALD_RETRY_DELAY 30s, HERALD_MAX_RETRIES 5). They take
+// minutes, so they are built only with the long tag (make test-long); the
+// normal run has the same scenarios shortened (provider_test.go). They run
+// in parallel with each other.
+
+// 535 for a minute, then the credentials are taken again.
+func TestLongProviderAuthRefusedForAMinute(t *testing.T) {
+	t.Parallel()
+	authRefused(t, time.Minute, 50)
+}
+
+// The server down for 3 minutes: no attempt is spent, whatever the length.
+func TestLongProviderDownForThreeMinutes(t *testing.T) {
+	t.Parallel()
+	serverDown(t, 3*time.Minute, 50)
+}
+
+// Greylisting for 2 minutes spends retries (30s apart), and the default
+// schedule's five of them outlast it.
+func TestLongProviderGreylistingForTwoMinutes(t *testing.T) {
+	t.Parallel()
+	most := greylisted(t, 2*time.Minute, 50)
+	t.Logf("observed: greylisting for 2 minutes took up to %d attempts of the 6 the default schedule allows", most)
+}
