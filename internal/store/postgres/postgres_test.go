@@ -78,7 +78,7 @@ func TestConformance(t *testing.T) {
 				return count(t, s, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize())
 			},
 			AddAttempt: addAttempt(s),
-			Attempts: func(t testing.TB, nid int64) []notify.Attempt { return attempts(t, s, nid) },
+			Attempts:   func(t testing.TB, nid int64) []notify.Attempt { return attempts(t, s, nid) },
 		}
 	})
 }
