@@ -108,7 +108,7 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.RelayBatch }, cmds: cmdsRelay, min: 1},
 	{env: "HERALD_RELAY_INTERVAL", flag: "relay-interval", def: "500ms", usage: "longest idle wait between outbox polls",
 		field: func(c *Config) any { return &c.RelayInterval }, cmds: cmdsRelay + " worker"},
-	{env: "HERALD_PREFETCH", flag: "prefetch", def: "10", usage: "deliveries in flight per worker",
+	{env: "HERALD_PREFETCH", flag: "prefetch", def: "32", usage: "deliveries (sends) in flight per worker, and the SMTP sessions it keeps open; no database connection is held across a send",
 		field: func(c *Config) any { return &c.Prefetch }, cmds: cmdsWorker, min: 1},
 	{env: "HERALD_ALERT_BACKLOG", flag: "alert-backlog", def: "100", usage: "alert threshold on unprocessed outbox rows (0: alert on any backlog)",
 		field: func(c *Config) any { return &c.AlertBacklog }, cmds: cmdsAPI, min: 0},
