@@ -235,7 +235,12 @@ func (h *harness) killRestart(ctx context.Context, s *slot) (string, int, error)
 func (h *harness) crashRestart(ctx context.Context, s *slot, point string) (string, int, error) {
 	k := 2 + h.rng.IntN(8)
 	if !s.p.stop(30 * time.Second) {
-		return "", 0, fmt.Errorf("%s did not stop cleanly on SIGTERM:\n%s", s.name, s.p.LogTail(1500))
+		// stop killed it: the fault failed, but the role must run on.
+		err := fmt.Errorf("%s did not stop cleanly on SIGTERM within 30s (killed):\n%s", s.name, s.p.LogTail(1500))
+		if serr := h.startSlot(ctx, s, nil); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return "", prefetch, err
 	}
 	env := h.envWith(map[string]string{
 		"HERALD_METRICS_ADDR": s.metrics,
