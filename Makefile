@@ -10,7 +10,7 @@ export HERALD_REQUIRE_SERVICES = 1
 export HERALD_TEST_POSTGRES_URL ?= $(POSTGRES)
 export HERALD_TEST_AMQP_URL ?= $(AMQP)
 
-.PHONY: help build test services test-go test-long test-outage fuzz-short fuzz lint check-deploy bench chaos
+.PHONY: help build test services test-go test-long test-outage fuzz-short fuzz lint check-deploy bench chaos cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -62,8 +62,11 @@ lint: ## gofmt and go vet
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON
 	@scripts/check-deploy.sh
 
-chaos: services ## reliability harness on both transports under faults (HERALD_CHAOS_N, default 5000)
+chaos: services ## reliability harness under faults on every transport (HERALD_CHAOS_TRANSPORTS, HERALD_CHAOS_N default 5000; HERALD_CHAOS_CLUSTER=1 adds a 3-node RabbitMQ run)
 	$(GO) run ./cmd/herald-chaos
+
+cluster: services ## RabbitMQ cluster tests on nodes of their own: leader loss, a blocked forward (over a minute)
+	HERALD_TEST_RABBITMQ_CLUSTER=1 $(GO) test -count=1 -p 1 -run 'TestClusterLeaderLoss|TestBlockedForwardDoesNotHoldAcks' ./internal/transport/rabbitmq/
 
 bench: services ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

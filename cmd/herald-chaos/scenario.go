@@ -10,11 +10,14 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/heraldhq/herald/internal/faultproxy"
 )
 
 // result is what one transport's run found.
 type result struct {
 	transport  string
+	nodes      int
 	faults     []faultRecord
 	accepted   int
 	refused    int
@@ -74,7 +77,7 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 	}()
 	h.logf("load started: %d notifications from %d clients over ~%s; %d faults, one every ~%s", h.o.n, h.o.clients, spread, len(steps), h.o.step)
 
-	res := &result{transport: h.transport}
+	res := &result{transport: h.kind, nodes: h.nodes}
 	// The first sample is taken under load, with every pool warm.
 	if err := sleep(ctx, h.o.step); err != nil {
 		return nil, err
@@ -111,10 +114,9 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 	}
 	// Every fault is over: the network passes, the sink accepts.
 	h.pgProxy.Pass()
-	if h.mqProxy != nil {
-		h.mqProxy.Pass()
-	}
+	h.eachProxy((*faultproxy.Proxy).Pass)
 	h.sink.Fail(0, "")
+	h.sink.SetHang(false)
 	res.loadTime = h.offset()
 	h.logf("load done: %d accepted, %d refused, %d requests; faults over, waiting for the drain", len(l.accepted), len(l.refused), l.attempts.Load())
 	res.samples = append(res.samples, h.sample(ctx, "load done"))
@@ -128,6 +130,11 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 		h.logf("NOT drained after %.1fs: %s", res.drain.Seconds(), why)
 	}
 	res.expect("drained", drained, "within %s: %s", h.o.drainTimeout, why)
+	if nb, ok := h.br.(natsBroker); ok {
+		if n, err := nb.stale(ctx); err == nil && n > 0 {
+			h.logf("note: %d acknowledged messages still stored on the stream's send/retry subjects (a kill -9 of nats-server lost their deletion; no consumer will get them again)", n)
+		}
+	}
 	res.samples = append(res.samples, h.settledSample(ctx, res.samples[0]))
 	if err := h.verify(ctx, l, res); err != nil {
 		return nil, err
@@ -232,22 +239,15 @@ func (h *harness) drainedOnce(ctx context.Context, ids []int64) (bool, string) {
 	if unprocessed > 0 || pending > 0 {
 		return false, fmt.Sprintf("%d unprocessed outbox rows, %d accepted notifications pending", unprocessed, pending)
 	}
-	if h.transport != "rabbitmq" {
+	if h.br == nil {
 		return true, ""
 	}
-	ch, closeCh, err := h.amqpChannel(ctx)
+	n, where, err := h.br.waiting(ctx)
 	if err != nil {
 		return false, err.Error()
 	}
-	defer closeCh()
-	for _, q := range []string{"notifications.send", "notifications.retry"} {
-		qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-		if err != nil {
-			return false, fmt.Sprintf("inspect %s: %v", q, err)
-		}
-		if qi.Messages > 0 {
-			return false, fmt.Sprintf("%d messages ready in %s", qi.Messages, q)
-		}
+	if n > 0 {
+		return false, fmt.Sprintf("%d messages waiting in the broker (%s)", n, where)
 	}
 	dead, _, err := h.deadLetters(ctx)
 	if err != nil {
@@ -264,7 +264,7 @@ func (h *harness) drainedOnce(ctx context.Context, ids []int64) (bool, string) {
 // reason) and the total number of dead letters.
 func (h *harness) deadLetters(ctx context.Context) (map[int64]bool, int, error) {
 	ids := map[int64]bool{}
-	if h.transport == "table" {
+	if h.kind == "table" {
 		// A row finished with a reason is a dead letter, unless its
 		// notification was sent (a retry's reason stays on the row).
 		rows, err := h.db.Query(ctx, `
@@ -289,29 +289,7 @@ WHERE o.processed_at IS NOT NULL AND o.last_error IS NOT NULL
 		}
 		return ids, n, rows.Err()
 	}
-	ch, closeCh, err := h.amqpChannel(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	// Closing the channel hands every message read back to the queue.
-	defer closeCh()
-	n := 0
-	for range 100000 {
-		d, ok, err := ch.Get("notifications.send.dlq", false)
-		if err != nil {
-			return nil, 0, fmt.Errorf("read the dead letters: %w", err)
-		}
-		if !ok {
-			break
-		}
-		n++
-		if id, err := strconv.ParseInt(d.MessageId, 10, 64); err == nil {
-			ids[id] = true
-		} else {
-			ids[-1] = true
-		}
-	}
-	return ids, n, nil
+	return h.br.deadLetters(ctx)
 }
 
 func countIn(set map[int64]bool, ids []int64) int {
@@ -536,6 +514,10 @@ func (r *result) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%s %s: %s\n", mark, c.name, c.note)
 	}
-	fmt.Fprintf(w, "chaos: transport=%s accepted=%d delivered=%d lost=%d duplicates=%d explained=%d dead=%d faults=%d drain_s=%.1f\n",
-		r.transport, r.accepted, r.delivered, r.lost, r.duplicates, min(r.duplicates, r.window), r.dead, len(r.faults), r.drain.Seconds())
+	nodes := ""
+	if r.nodes > 1 {
+		nodes = fmt.Sprintf(" nodes=%d", r.nodes)
+	}
+	fmt.Fprintf(w, "chaos: transport=%s accepted=%d delivered=%d lost=%d duplicates=%d explained=%d dead=%d faults=%d drain_s=%.1f%s\n",
+		r.transport, r.accepted, r.delivered, r.lost, r.duplicates, min(r.duplicates, r.window), r.dead, len(r.faults), r.drain.Seconds(), nodes)
 }

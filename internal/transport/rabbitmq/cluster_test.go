@@ -2,16 +2,9 @@ package rabbitmq_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/proctest"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
@@ -30,101 +23,27 @@ import (
 // Erlang cookie of their own, and are killed when the test ends.
 const ClusterVar = "HERALD_TEST_RABBITMQ_CLUSTER"
 
-// node is one RabbitMQ node started by a test.
+// node is one RabbitMQ node started by a test (the starter is shared with
+// the chaos harness).
 type node struct {
-	name     string // rabbit-hN-SUFFIX@localhost
-	amqpPort int
-	dir      string
-	home     string // holds the cluster's .erlang.cookie
-	bin      string // the rabbitmq-server scripts
-	cmd      *exec.Cmd
-	waitErr  chan error
+	*proctest.RabbitNode
 }
 
 // url is the node's AMQP URL.
-func (n *node) url() string {
-	return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.amqpPort)
-}
+func (n *node) url() string { return n.URL() }
 
 // ctl runs rabbitmqctl (or another CLI of the scripts directory) against
 // the node.
 func (n *node) ctl(ctx context.Context, tool string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(n.bin, tool), append([]string{"-n", n.name}, args...)...)
-	cmd.Env = n.env()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s %s on %s: %w: %s", tool, strings.Join(args, " "), n.name, err, out)
-	}
-	return string(out), nil
-}
-
-// env is the environment of the node's server and of the CLI run against
-// it: nothing from the machine's node (its env file, config or cookie).
-func (n *node) env() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RABBITMQ_") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "ERL_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env,
-		"HOME="+n.home,
-		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(n.dir, "rabbitmq-env.conf"),
-		"RABBITMQ_NODENAME="+n.name,
-		"RABBITMQ_CONFIG_FILE="+filepath.Join(n.dir, "rabbitmq.conf"),
-		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(n.dir, "advanced.config"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(n.dir, "enabled_plugins"),
-		"RABBITMQ_MNESIA_BASE="+filepath.Join(n.dir, "mnesia"),
-		"RABBITMQ_LOG_BASE="+filepath.Join(n.dir, "log"),
-		"RABBITMQ_PID_FILE="+filepath.Join(n.dir, "pid"),
-	)
+	return n.Ctl(ctx, tool, args...)
 }
 
 // kill stops the node the hard way (SIGKILL to its process group), as a
 // crashed machine would, and waits for it to be gone.
 func (n *node) kill(t *testing.T) {
 	t.Helper()
-	if n.cmd == nil || n.cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-n.waitErr:
-	case <-time.After(30 * time.Second):
-		t.Errorf("node %s still running 30s after SIGKILL", n.name)
-	}
-	n.cmd = nil
-}
-
-// rabbitmqScripts is the directory of the installed rabbitmq-server
-// scripts, past the wrapper on PATH that would switch to the rabbitmq user
-// (and its cookie): the nodes run as the test's user.
-func rabbitmqScripts(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("rabbitmq-server")
-	require.NoError(t, err, "rabbitmq-server must be installed")
-	real, err := filepath.EvalSymlinks(p)
-	require.NoError(t, err)
-	dir := filepath.Dir(real)
-	for _, f := range []string{"rabbitmq-server", "rabbitmqctl", "rabbitmq-env"} {
-		_, err := os.Stat(filepath.Join(dir, f))
-		require.NoError(t, err, "rabbitmq scripts directory %s", dir)
-	}
-	return dir
-}
-
-// freePort returns a loopback port nothing listens on now, outside the
-// range the RabbitMQ CLI takes for its own distribution (35672-35682).
-func freePort(t *testing.T) int {
-	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		port := ln.Addr().(*net.TCPAddr).Port
-		require.NoError(t, ln.Close())
-		if port < 35600 || port > 35700 {
-			return port
-		}
+	if err := n.Kill(); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -132,112 +51,32 @@ func freePort(t *testing.T) int {
 // one cluster (n > 1). They are killed when the test ends.
 func startNodes(t *testing.T, n int) []*node {
 	t.Helper()
-	bin := rabbitmqScripts(t)
-	base := t.TempDir()
-	home := filepath.Join(base, "home")
-	require.NoError(t, os.MkdirAll(home, 0o700))
-	cookie := "HERALDTEST" + strings.ToUpper(testenv.Suffix())
-	require.NoError(t, os.WriteFile(filepath.Join(home, ".erlang.cookie"), []byte(cookie), 0o400))
-	suffix := testenv.Suffix()
-
-	nodes := make([]*node, n)
-	for i := range nodes {
-		nd := &node{
-			name:     fmt.Sprintf("rabbit-h%d-%s@localhost", i+1, suffix),
-			amqpPort: freePort(t),
-			dir:      filepath.Join(base, fmt.Sprintf("n%d", i+1)),
-			home:     home,
-			bin:      bin,
-			waitErr:  make(chan error, 1),
-		}
-		distPort := freePort(t)
-		require.NoError(t, os.MkdirAll(nd.dir, 0o700))
-		files := map[string]string{
-			"rabbitmq.conf": fmt.Sprintf("listeners.tcp.1 = 127.0.0.1:%d\n", nd.amqpPort),
-			// The machine's env file sets its node name; this one only
-			// keeps distribution on loopback.
-			"rabbitmq-env.conf": fmt.Sprintf("ERL_EPMD_ADDRESS=127.0.0.1\nDIST_PORT=%d\n", distPort) +
-				`SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"` + "\n",
-			"advanced.config": "[].\n",
-			"enabled_plugins": "[].\n",
-		}
-		for f, body := range files {
-			require.NoError(t, os.WriteFile(filepath.Join(nd.dir, f), []byte(body), 0o600))
-		}
-		out, err := os.Create(filepath.Join(nd.dir, "server.log"))
-		require.NoError(t, err)
-		nd.cmd = exec.Command(filepath.Join(bin, "rabbitmq-server"))
-		nd.cmd.Env = append(nd.env(), "RABBITMQ_DIST_PORT="+strconv.Itoa(distPort))
-		nd.cmd.Dir = nd.dir
-		nd.cmd.Stdout, nd.cmd.Stderr = out, out
-		nd.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		require.NoError(t, nd.cmd.Start(), "start %s", nd.name)
-		cmd := nd.cmd
-		go func() {
-			nd.waitErr <- cmd.Wait()
-			out.Close()
-		}()
-		t.Cleanup(func() { nd.kill(t) })
-		nodes[i] = nd
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	rns, err := proctest.StartRabbitNodes(ctx, t.TempDir(), n)
+	require.NoError(t, err)
+	nodes := make([]*node, len(rns))
+	for i, rn := range rns {
+		nodes[i] = &node{rn}
+		t.Cleanup(func() { nodes[i].kill(t) })
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, nd := range nodes {
-				for _, f := range []string{"server.log", filepath.Join("log", nd.name+".log")} {
-					b, _ := os.ReadFile(filepath.Join(nd.dir, f))
-					t.Logf("%s %s (tail):\n%s", nd.name, f, tail(string(b), 4000))
-				}
+				t.Log(nd.LogTail(4000))
 			}
 		}
 	})
-
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, nd := range nodes {
-		wg.Go(func() {
-			// wait, unlike await_startup, also waits for the node to appear.
-			_, err := nd.ctl(ctx, "rabbitmqctl", "wait", "--timeout", "240", filepath.Join(nd.dir, "pid"))
-			assert.NoError(t, err)
-		})
-	}
-	wg.Wait()
-	require.False(t, t.Failed(), "nodes did not start")
-	for _, nd := range nodes[1:] {
-		for _, args := range [][]string{{"stop_app"}, {"join_cluster", nodes[0].name}, {"start_app"}} {
-			_, err := nd.ctl(ctx, "rabbitmqctl", args...)
-			require.NoError(t, err)
-		}
-	}
 	return nodes
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
 }
 
 // queueLeader names the node that leads a quorum queue.
 func queueLeader(t *testing.T, ctx context.Context, via *node, queue string) string {
 	t.Helper()
-	out, err := via.ctl(ctx, "rabbitmqctl", "-q", "--formatter", "json", "list_queues", "name", "leader", "members")
+	leader, members, err := proctest.QueueLeader(ctx, via.RabbitNode, "", queue)
 	require.NoError(t, err)
-	var qs []struct {
-		Name    string   `json:"name"`
-		Leader  string   `json:"leader"`
-		Members []string `json:"members"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out), &qs), "list_queues: %s", out)
-	for _, q := range qs {
-		if q.Name == queue {
-			require.Len(t, q.Members, 3, "queue %s must be replicated on the three nodes", queue)
-			return q.Leader
-		}
-	}
-	t.Fatalf("queue %s not found: %s", queue, out)
-	return ""
+	require.Len(t, members, 3, "queue %s must be replicated on the three nodes", queue)
+	return leader
 }
 
 // TestClusterLeaderLoss runs load through a Publisher and a Consumer that
@@ -309,7 +148,7 @@ func TestClusterLeaderLoss(t *testing.T) {
 			require.Eventually(t, func() bool { return count() >= int(killAfter)/2 }, time.Minute, 10*time.Millisecond)
 			leader := queueLeader(t, ctx, nodes[0], cfg.Prefix+"notifications.send")
 			for _, nd := range nodes {
-				if nd.name == leader {
+				if nd.Name == leader {
 					killed = nd
 				}
 			}
@@ -354,7 +193,7 @@ func TestClusterLeaderLoss(t *testing.T) {
 
 	// The queue has a new leader among the nodes left.
 	leader := queueLeader(t, ctx, nodesExcept(nodes, killed)[0], cfg.Prefix+"notifications.send")
-	require.NotEqual(t, killed.name, leader)
+	require.NotEqual(t, killed.Name, leader)
 }
 
 func nodesExcept(nodes []*node, not *node) []*node {
