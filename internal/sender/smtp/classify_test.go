@@ -159,12 +159,31 @@ func TestSendServerFailures(t *testing.T) {
 		srv.SetHang(false)
 		require.NoError(t, s.Probe(context.Background()))
 	})
+	// A server that greeted and took the transaction but does not answer
+	// its DATA in time did not accept this message: a failure to retry,
+	// as a 4xx would be, whichever deadline (the sender's or the caller's)
+	// fired first.
 	t.Run("hung in DATA", func(t *testing.T) {
 		t.Parallel()
 		srv := smtptest.Start(t, smtptest.WithDataLatency(time.Hour))
 		s := newSender(t, smtp.Config{URL: srv.URL(), Timeout: 300 * time.Millisecond})
 		err := s.Send(context.Background(), email("h"))
-		require.Equal(t, down, outcomeOf(t, err), "error %v", err)
+		require.Equal(t, retry, outcomeOf(t, err), "error %v", err)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		err = s.Send(ctx, email("h2"))
+		require.Equal(t, retry, outcomeOf(t, err), "the caller's deadline first: error %v", err)
+	})
+	// A server that never greets is down, whichever deadline fired first.
+	t.Run("hung before the greeting, caller's deadline first", func(t *testing.T) {
+		t.Parallel()
+		srv := smtptest.Start(t)
+		srv.SetHang(true)
+		s := newSender(t, smtp.Config{URL: srv.URL(), Timeout: time.Hour})
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		err := s.Send(ctx, email("g"))
+		require.Equal(t, down, outcomeOf(t, err), "error %v", err)
 	})
 }

@@ -153,7 +153,7 @@ func (s *Sender) probe(parent context.Context) error {
 		select {
 		case s.slots <- struct{}{}:
 		case <-ctx.Done():
-			return s.ended(parent, ctx, fmt.Errorf("wait for a free session (all %d in use): %w", cap(s.slots), ctx.Err()))
+			return s.ended(parent, ctx, fmt.Errorf("wait for a free session (all %d in use): %w", cap(s.slots), ctx.Err()), false)
 		}
 	}
 	ses, err := s.open(ctx)
@@ -161,7 +161,7 @@ func (s *Sender) probe(parent context.Context) error {
 		if s.slots != nil {
 			<-s.slots
 		}
-		return s.ended(parent, ctx, err)
+		return s.ended(parent, ctx, err, false)
 	}
 	s.keep(ses)
 	return nil

@@ -357,7 +357,7 @@ func (s *Sender) send(parent context.Context, e notify.Email) error {
 	for {
 		ses, reused, err := s.take(ctx)
 		if err != nil {
-			return s.ended(parent, ctx, err)
+			return s.ended(parent, ctx, err, false)
 		}
 		// go-smtp's client sets its own deadline per command; closing the
 		// connection is what makes ctx (and the overall timeout) interrupt
@@ -380,7 +380,7 @@ func (s *Sender) send(parent context.Context, e notify.Email) error {
 		if reused && step == stepMail && ctx.Err() == nil && dropped(err) {
 			continue
 		}
-		return s.ended(parent, ctx, s.classify(ses, step, err))
+		return s.ended(parent, ctx, s.classify(ses, step, err), true)
 	}
 }
 
@@ -422,16 +422,23 @@ func (s *Sender) classify(ses *session, step string, err error) error {
 }
 
 // ended reports a Send or Probe whose ctx ended as such rather than as the
-// closed connection that caused: the caller's own cancellation is a plain
-// error, the timeout a server that did not answer in time. A reply the
-// server did give keeps its own meaning.
-func (s *Sender) ended(parent, ctx context.Context, err error) error {
+// closed connection that caused. The caller's own cancellation is a plain
+// error. A timeout (the sender's or the caller's deadline, whichever fired
+// first: the outcome must not depend on that race) is classified by where
+// it happened, like every failure: before the mail transaction (dial,
+// greeting, EHLO, TLS, AUTH, a free session) the server did not answer, a
+// failure of the server (SenderDown, no attempt spent); inside it (MAIL,
+// RCPT, DATA) this message was not accepted in time, a failure to retry. A
+// reply the server did give keeps its own meaning.
+func (s *Sender) ended(parent, ctx context.Context, err error, inTransaction bool) error {
 	var serr *gosmtp.SMTPError
 	switch {
 	case errors.As(err, &serr):
 		return err
-	case parent.Err() != nil:
+	case errors.Is(parent.Err(), context.Canceled):
 		return fmt.Errorf("%w (%v)", parent.Err(), err)
+	case ctx.Err() != nil && inTransaction:
+		return fmt.Errorf("the message was not accepted within the %s timeout: %w (%v)", s.cfg.Timeout, ctx.Err(), err)
 	case ctx.Err() != nil:
 		return notify.SenderDown(fmt.Errorf("no answer within the %s timeout: %w (%v)", s.cfg.Timeout, ctx.Err(), err))
 	}
