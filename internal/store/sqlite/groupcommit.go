@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -80,6 +81,35 @@ func (s *Store) commitCreates() {
 	}
 }
 
+// beginDurable begins a write transaction whose commit is synced as
+// Config.Synchronous asks (FULL: the log is fsynced at commit, so a 201
+// survives a power loss). The other writes (claims, records, relay marks)
+// commit with synchronous=NORMAL: a power loss can undo their last commits,
+// which only makes a message come back (a redelivery the dedup absorbs, or
+// the send->record window of guarantee 3), never loses a create. The pragma
+// is set on the one write connection, held from before BEGIN to after the
+// commit, and set back when it is released.
+func (s *Store) beginDurable(ctx context.Context) (*sql.Tx, func(), error) {
+	conn, err := s.write.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := conn.ExecContext(ctx, "PRAGMA synchronous = "+s.synchronous); err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		_, _ = conn.ExecContext(ctx, "PRAGMA synchronous = NORMAL")
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return tx, func() {
+		_, _ = conn.ExecContext(context.Background(), "PRAGMA synchronous = NORMAL")
+		_ = conn.Close()
+	}, nil
+}
+
 // commitGroup runs group in one transaction and answers every request.
 func (s *Store) commitGroup(group []createReq) {
 	res := make([]createRes, len(group))
@@ -95,7 +125,7 @@ func (s *Store) commitGroup(group []createReq) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
-	tx, err := s.write.BeginTx(ctx, nil)
+	tx, release, err := s.beginDurable(ctx)
 	if err != nil {
 		for i := range res {
 			res[i].err = fmt.Errorf("begin: %w", classify(err))
@@ -103,6 +133,7 @@ func (s *Store) commitGroup(group []createReq) {
 		answer()
 		return
 	}
+	defer release()
 	t := now()
 	ran := 0
 	for i, r := range group {

@@ -57,7 +57,7 @@ func TestConnectionSettings(t *testing.T) {
 			require.Equal(t, "wal", get("journal_mode"), name)
 			require.Equal(t, "5000", get("busy_timeout"), name)
 			require.Equal(t, "1", get("foreign_keys"), name)
-			require.Equal(t, "2", get("synchronous"), name+": FULL")
+			require.Equal(t, "1", get("synchronous"), name+": NORMAL between creates")
 			wantQueryOnly := "0"
 			if name == "read" {
 				wantQueryOnly = "1"

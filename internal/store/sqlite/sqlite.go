@@ -38,11 +38,12 @@ type Config struct {
 	BusyTimeout time.Duration
 	// ReadConns is the size of the read pool. Default 4.
 	ReadConns int
-	// Synchronous is SQLite's synchronous pragma on the write connection:
-	// "FULL" (the default) fsyncs the write-ahead log at every commit, so a
-	// 201 survives a power loss (guarantee 1); "NORMAL" fsyncs only at
-	// checkpoints and may lose the last commits on a power loss or kernel
-	// crash (never on a process crash).
+	// Synchronous is SQLite's synchronous pragma for the commits of
+	// creates: "FULL" (the default) fsyncs the write-ahead log at every
+	// such commit, so a 201 survives a power loss (guarantee 1); "NORMAL"
+	// fsyncs only at checkpoints and may lose the last commits on a power
+	// loss or kernel crash (never on a process crash). Every other write
+	// commits with NORMAL (see beginDurable).
 	Synchronous string
 }
 
@@ -91,6 +92,8 @@ type Store struct {
 	creates   chan createReq
 	closing   chan struct{}
 	closeOnce sync.Once
+	// synchronous is Config.Synchronous, for beginDurable.
+	synchronous string
 	committer sync.WaitGroup
 }
 
@@ -174,7 +177,7 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 		_ = write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, classify(err))
 	}
-	st := &Store{write: write, read: read, creates: make(chan createReq), closing: make(chan struct{})}
+	st := &Store{write: write, read: read, creates: make(chan createReq), closing: make(chan struct{}), synchronous: cfg.Synchronous}
 	st.committer.Add(1)
 	go st.commitCreates()
 	return st, nil
@@ -186,9 +189,10 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 //
 //   - journal_mode=WAL: readers do not block the writer nor the writer
 //     readers, and a commit is one append to the log.
-//   - synchronous=FULL (Config.Synchronous): every commit fsyncs the log,
-//     so a 201 survives a power loss or kernel crash, not only a crash of
-//     the process (guarantee 1). NORMAL fsyncs at checkpoints only.
+//   - synchronous=NORMAL: a commit survives a crash of the process; the
+//     log is fsynced at checkpoints. The commits of creates raise it to
+//     Config.Synchronous (FULL by default: a 201 survives a power loss or
+//     kernel crash, guarantee 1); see beginDurable.
 //   - busy_timeout: wait for another process's write lock instead of
 //     failing at once.
 //   - foreign_keys: honour any REFERENCES a later migration adds.
@@ -200,7 +204,7 @@ func dsn(path string, cfg Config, readOnly bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", cfg.BusyTimeout.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+cfg.Synchronous+")")
+	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(ON)")
 	if readOnly {
 		q.Add("_pragma", "query_only(ON)")
