@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,13 +125,42 @@ const retryMaxAckPending = 1 << 20
 // acknowledgement).
 const retryAckWait = 30 * time.Second
 
-// declareStream creates the stream, or updates it to cfg's settings.
+// declareStream creates the stream, or updates it to cfg's settings when
+// they differ. It asks before it updates: an update request that reaches
+// nats-server 2.9 while the stream is still being created or recovered from
+// disk after a restart (every process declares at start and after every
+// reconnect) crashes the server (a nil dereference in updateWithAdvisory),
+// so the common case, a stream that exists as wanted, sends none.
 func (t Topology) declareStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, t.streamConfig(cfg))
+	want := t.streamConfig(cfg)
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Another process created it meanwhile.
+			s, err = js.Stream(ctx, want.Name)
+		}
+	}
+	if err != nil {
+		return nil, declareError("stream", t.Stream, err)
+	}
+	if sameStream(s.CachedInfo().Config, want) {
+		return s, nil
+	}
+	s, err = js.UpdateStream(ctx, want)
 	if err != nil {
 		return nil, declareError("stream", t.Stream, err)
 	}
 	return s, nil
+}
+
+// sameStream reports whether a stream's configuration has the settings
+// herald declares.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
+		have.Storage == want.Storage && have.Duplicates == want.Duplicates && have.Discard == want.Discard &&
+		max(have.Replicas, 1) == max(want.Replicas, 1) && have.MaxMsgs == want.MaxMsgs &&
+		have.MaxBytes == want.MaxBytes && have.MaxAge == want.MaxAge && have.Description == want.Description
 }
 
 // declareConsumers creates the worker and retry consumers, or updates them

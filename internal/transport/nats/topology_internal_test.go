@@ -1,0 +1,31 @@
+package nats
+
+import (
+	"testing"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// A stream declared as wanted is found the same on the next declare, so the
+// declares of every start and reconnect send no update request (an update
+// that races the stream's recovery after a restart crashes nats-server 2.9).
+func TestDeclaredStreamNeedsNoUpdate(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartNATS(t, testenv.NATSOptions{})
+	nc, err := natsgo.Connect(srv.URL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	cfg := Config{URL: srv.URL()}.withDefaults()
+	topo := cfg.Topology()
+	_, err = topo.declareStream(t.Context(), js, cfg)
+	require.NoError(t, err)
+	s, err := js.Stream(t.Context(), topo.Stream)
+	require.NoError(t, err)
+	require.True(t, sameStream(s.CachedInfo().Config, topo.streamConfig(cfg)), "%+v", s.CachedInfo().Config)
+}
