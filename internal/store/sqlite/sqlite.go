@@ -94,7 +94,7 @@ type Store struct {
 	closeOnce sync.Once
 	// synchronous is Config.Synchronous, for beginDurable.
 	synchronous string
-	committer sync.WaitGroup
+	committer   sync.WaitGroup
 }
 
 // prepared returns the statements for queries, prepared on the write
