@@ -47,10 +47,6 @@ type Store interface {
 	ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error)
 	RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error)
 
-	// Deliver runs one delivery's claim, send and record without grouping:
-	// the worker's cycle for one message, for tests and benchmarks.
-	Deliver(ctx context.Context, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error)
-
 	// Migrate applies the embedded migrations not yet applied; running it
 	// again changes nothing. Only the commands call it.
 	Migrate(ctx context.Context) error

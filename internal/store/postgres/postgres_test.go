@@ -392,7 +392,7 @@ func TestEffectRecordedAfterCancel(t *testing.T) {
 	require.Zero(t, st.Unprocessed)
 
 	ctx, cancel = context.WithCancel(t.Context())
-	out, err := s.Deliver(ctx, 1, c.Notification.ID, func(context.Context) error {
+	out, err := store.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error {
 		cancel()
 		return nil
 	})

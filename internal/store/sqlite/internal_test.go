@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -160,7 +161,7 @@ func TestDeliverRecordsAfterContextEnds(t *testing.T) {
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(t.Context())
-	out, err := s.Deliver(ctx, 1, c.Notification.ID, func(context.Context) error {
+	out, err := store.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error {
 		cancel() // the shutdown arrives while the server is accepting
 		return nil
 	})
@@ -174,7 +175,7 @@ func TestDeliverRecordsAfterContextEnds(t *testing.T) {
 	// With ctx over before the claim, nothing is sent nor recorded.
 	c2, err := s.Create(t.Context(), notify.NewNotification{Request: validRequest()})
 	require.NoError(t, err)
-	_, err = s.Deliver(ctx, 2, c2.Notification.ID, func(context.Context) error {
+	_, err = store.Deliver(ctx, s, 2, c2.Notification.ID, func(context.Context) error {
 		t.Error("send called with an ended context")
 		return nil
 	})

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 )
 
@@ -163,7 +164,7 @@ func TestDeliverReturnsSendErrorAsIs(t *testing.T) {
 	c, err := s.Create(ctx, notify.NewNotification{Request: request(1)})
 	require.NoError(t, err)
 	sendErr := &smtpError{code: 421}
-	_, err = s.Deliver(ctx, 1, c.Notification.ID, func(context.Context) error { return sendErr })
+	_, err = store.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error { return sendErr })
 	var got *smtpError
 	require.ErrorAs(t, err, &got)
 	require.Same(t, sendErr, got)
@@ -216,7 +217,7 @@ func TestSendHoldsNoWriteLock(t *testing.T) {
 	held := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Deliver(ctx, 1, c.Notification.ID, func(context.Context) error {
+		_, err := store.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error {
 			close(held)
 			<-release
 			return nil
@@ -283,7 +284,7 @@ func TestTwoStoresOneFile(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if _, err := workerStore.Deliver(gctx, m.ID, nid, func(context.Context) error { return nil }); err != nil {
+					if _, err := store.Deliver(gctx, workerStore, m.ID, nid, func(context.Context) error { return nil }); err != nil {
 						return fmt.Errorf("deliver: %w", err)
 					}
 					if err := workerStore.Finish(gctx, []int64{m.ID}, token, ""); err != nil {

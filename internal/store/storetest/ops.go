@@ -71,7 +71,7 @@ func testDeadLetters(t *testing.T, ctx context.Context, h Harness) {
 		ns = append(ns, create(t, ctx, s, i))
 	}
 	// One sent and one still pending: neither is a dead letter.
-	_, err = s.Deliver(ctx, 100, ns[3].ID, func(context.Context) error { return nil })
+	_, err = store.Deliver(ctx, s, 100, ns[3].ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 
 	// Failed out of id order, each strictly later than the one before, so
@@ -283,11 +283,11 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	// The old message is still a duplicate; the new one sends.
 	sends := 0
 	send := func(context.Context) error { sends++; return nil }
-	out, err := s.Deliver(ctx, old, n.ID, send)
+	out, err := store.Deliver(ctx, s, old, n.ID, send)
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeDuplicate, out)
 	require.Zero(t, sends)
-	out, err = s.Deliver(ctx, fresh.ID, n.ID, send)
+	out, err = store.Deliver(ctx, s, fresh.ID, n.ID, send)
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.Equal(t, 1, sends)
@@ -302,7 +302,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 func testRedriveNotFailed(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	sent := create(t, ctx, s, 1)
-	_, err := s.Deliver(ctx, 1, sent.ID, func(context.Context) error { return nil })
+	_, err := store.Deliver(ctx, s, 1, sent.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	pending := create(t, ctx, s, 2)
 	require.NoError(t, recordFailure(ctx, s, 2, pending.ID, "421 busy", false))
@@ -359,7 +359,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	require.Len(t, oldEvents, 6)
 	relayOnly(ids(oldEvents)...)
 	for i, e := range oldEvents {
-		_, err := s.Deliver(ctx, e.ID, olds[i].ID, noSend)
+		_, err := store.Deliver(ctx, s, e.ID, olds[i].ID, noSend)
 		require.NoError(t, err)
 	}
 	// A row dead-lettered by the table transport, and its dedup row.
@@ -370,7 +370,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, s.Finish(ctx, []int64{ms[0].ID}, "w", "550 mailbox unavailable"))
 	require.NoError(t, recordFailure(ctx, s, ms[0].ID, dead.ID, "550 mailbox unavailable", true))
 	// A dedup row whose message never had an outbox row here.
-	_, err = s.Deliver(ctx, 999999, olds[0].ID, noSend)
+	_, err = store.Deliver(ctx, s, 999999, olds[0].ID, noSend)
 	require.NoError(t, err)
 	// Delivered before their rows were marked: one stays unprocessed (a
 	// table worker that crashed before Finish), one is marked after the cut.
@@ -383,7 +383,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 		msg int64
 		n   notify.Notification
 	}{{unmarkedID, unmarked}, {lateID, late}} {
-		_, err := s.Deliver(ctx, d.msg, d.n.ID, noSend)
+		_, err := store.Deliver(ctx, s, d.msg, d.n.ID, noSend)
 		require.NoError(t, err)
 	}
 
@@ -396,7 +396,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	require.Len(t, evs, 2)
 	recentID := evs[1].ID
 	relayOnly(recentID)
-	_, err = s.Deliver(ctx, recentID, recent.ID, noSend)
+	_, err = store.Deliver(ctx, s, recentID, recent.ID, noSend)
 	require.NoError(t, err)
 
 	require.Equal(t, 10, h.Count(t, "outbox"))
@@ -422,7 +422,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 		msg int64
 		n   notify.Notification
 	}{{unmarkedID, unmarked}, {lateID, late}, {recentID, recent}} {
-		out, err := s.Deliver(ctx, d.msg, d.n.ID, func(context.Context) error {
+		out, err := store.Deliver(ctx, s, d.msg, d.n.ID, func(context.Context) error {
 			t.Errorf("message %d sent again after a prune", d.msg)
 			return nil
 		})
