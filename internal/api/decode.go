@@ -26,10 +26,16 @@ func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
 	}
-	return s[:n]
+	if cut == 0 {
+		// No rune starts in the first n bytes (invalid UTF-8): cut at n;
+		// callers replace what is not valid for display.
+		cut = n
+	}
+	return s[:cut]
 }
 
 // decodeCreate decodes a create body strictly: valid UTF-8 (encoding/json
