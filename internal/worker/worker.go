@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -142,6 +143,10 @@ type Worker struct {
 	metrics metrics
 	books   *batcher[bookOp, bookResult]
 	gate    *gate
+
+	// handedBack counts the deliveries that ended unsettled after shutdown
+	// began (the transport redelivers them), for the "worker stopped" log.
+	handedBack atomic.Int64
 }
 
 type metrics struct {
@@ -189,7 +194,11 @@ func New(src Source, store Store, sender Sender, cfg Config) (*Worker, error) {
 
 // Run consumes until ctx ends, then waits for in-flight deliveries.
 func (w *Worker) Run(ctx context.Context) error {
-	return w.src.Consume(ctx, w.Handle)
+	err := w.src.Consume(ctx, w.Handle)
+	if ctx.Err() != nil {
+		w.log.Info("worker stopped", "handed_back", w.handedBack.Load())
+	}
+	return err
 }
 
 // errBusy: another delivery of the notification holds the claim; this one
@@ -204,6 +213,9 @@ var errDeferred = errors.New("mail server down: delivery handed back, no attempt
 func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	msg := d.Message()
 	outcome, err := w.apply(ctx, d, msg)
+	if err != nil && ctx.Err() != nil {
+		w.handedBack.Add(1)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld):
