@@ -118,25 +118,7 @@ func cmdDLQShow(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("notification %d: %w", id, err)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
-	row("id", notify.FormatID(n.ID))
-	row("status", string(n.Status))
-	row("user_id", n.UserID)
-	row("channel", n.Channel)
-	row("to", n.To)
-	row("subject", n.Subject)
-	row("attempts", fmt.Sprint(n.Attempts))
-	row("last_error", n.LastError)
-	row("created_at", n.CreatedAt.UTC().Format(time.RFC3339Nano))
-	row("updated_at", n.UpdatedAt.UTC().Format(time.RFC3339Nano))
-	if n.FailedAt != nil {
-		row("failed_at", n.FailedAt.UTC().Format(time.RFC3339Nano))
-	}
-	if n.SentAt != nil {
-		row("sent_at", n.SentAt.UTC().Format(time.RFC3339Nano))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := writeNotification(e.stdout, n); err != nil {
 		return err
 	}
 	if n.Status != notify.StatusFailed {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"strings"
@@ -130,7 +131,34 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"notification": api.NewNotificationDetail(n), "attempts": api.NewAttemptViews(attempts)})
 	}
+	if err := writeNotification(e.stdout, n); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "\nbody:\n%s\n", strings.TrimRight(n.Body, "\n"))
+	if len(attempts) == 0 {
+		fmt.Fprintln(e.stdout, "\nno delivery attempt yet")
+		return nil
+	}
+	fmt.Fprintln(e.stdout)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ATTEMPT\tMESSAGE_ID\tSTARTED_AT\tFINISHED_AT\tOUTCOME\tERROR")
+	for _, a := range attempts {
+		finished, outcome := "-", a.Outcome
+		if a.FinishedAt != nil {
+			finished = a.FinishedAt.UTC().Format(time.RFC3339Nano)
+		}
+		if outcome == "" {
+			outcome = "in flight"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", a.Attempt, a.MessageID, a.StartedAt.UTC().Format(time.RFC3339Nano), finished, outcome, oneLine(a.Error, 80))
+	}
+	return tw.Flush()
+}
+
+// writeNotification prints a notification's fields, one per line, as
+// `notifications show` and `dlq show` do.
+func writeNotification(w io.Writer, n notify.Notification) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("id", notify.FormatID(n.ID))
 	row("status", string(n.Status))
@@ -147,27 +175,6 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 	}
 	if n.FailedAt != nil {
 		row("failed_at", n.FailedAt.UTC().Format(time.RFC3339Nano))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "\nbody:\n%s\n", strings.TrimRight(n.Body, "\n"))
-	if len(attempts) == 0 {
-		fmt.Fprintln(e.stdout, "\nno delivery attempt yet")
-		return nil
-	}
-	fmt.Fprintln(e.stdout)
-	tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ATTEMPT\tMESSAGE_ID\tSTARTED_AT\tFINISHED_AT\tOUTCOME\tERROR")
-	for _, a := range attempts {
-		finished, outcome := "-", a.Outcome
-		if a.FinishedAt != nil {
-			finished = a.FinishedAt.UTC().Format(time.RFC3339Nano)
-		}
-		if outcome == "" {
-			outcome = "in flight"
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", a.Attempt, a.MessageID, a.StartedAt.UTC().Format(time.RFC3339Nano), finished, outcome, oneLine(a.Error, 80))
 	}
 	return tw.Flush()
 }
