@@ -74,15 +74,7 @@ func conformanceHarness(s outboxStore, q outboxSQL) transporttest.Harness {
 		},
 		NewSource: func(t *testing.T, cfg transporttest.SourceConfig) transporttest.Source {
 			t.Helper()
-			tr, err := table.New(s, s, table.Config{
-				Prefetch:     cfg.Prefetch,
-				RetryDelays:  []time.Duration{cfg.RetryDelay},
-				Lease:        cfg.Lease,
-				PollInterval: 50 * time.Millisecond,
-				Grace:        10 * time.Second,
-			})
-			require.NoError(t, err)
-			return tr
+			return newTable(t, s, cfg.Prefetch, cfg.RetryDelay, cfg.Lease)
 		},
 		DeadLetters: func(t *testing.T) []transporttest.DeadLetter {
 			t.Helper()
@@ -168,4 +160,22 @@ func TestConformanceSQLite(t *testing.T) {
 			},
 		})
 	})
+}
+
+// newTable is the table transport the suites ask for, over s: short polls
+// for quick tests, the suite's prefetch, retry delay and lease.
+func newTable(t *testing.T, s interface {
+	table.Queue
+	table.Waker
+}, prefetch int, retryDelay, lease time.Duration) *table.Transport {
+	t.Helper()
+	tr, err := table.New(s, s, table.Config{
+		Prefetch:     prefetch,
+		RetryDelays:  []time.Duration{retryDelay},
+		Lease:        lease,
+		PollInterval: 50 * time.Millisecond,
+		Grace:        10 * time.Second,
+	})
+	require.NoError(t, err)
+	return tr
 }

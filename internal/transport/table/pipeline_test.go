@@ -45,15 +45,7 @@ func pipelineHarness(s queueStore, rewind func(ctx context.Context, notification
 		Store: s,
 		NewSource: func(t *testing.T, cfg pipelinetest.SourceConfig) worker.Source {
 			t.Helper()
-			tr, err := table.New(s, s, table.Config{
-				Prefetch:     cfg.Prefetch,
-				RetryDelays:  []time.Duration{cfg.RetryDelay},
-				Lease:        cfg.Lease,
-				PollInterval: 50 * time.Millisecond,
-				Grace:        10 * time.Second,
-			})
-			require.NoError(t, err)
-			return tr
+			return newTable(t, s, cfg.Prefetch, cfg.RetryDelay, cfg.Lease)
 		},
 		// Workers claim committed rows straight from the outbox.
 		Pump: func(*testing.T, context.Context) {},
