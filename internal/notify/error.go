@@ -3,6 +3,7 @@ package notify
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors callers branch on.
@@ -71,4 +72,36 @@ func SenderDown(err error) error {
 func IsSenderDown(err error) bool {
 	var s senderDownError
 	return errors.As(err, &s)
+}
+
+// throttledError marks a provider's request to slow down: a 421 or 429, a
+// Retry-After, a quota. The message is not at fault and spends no attempt.
+type throttledError struct {
+	err   error
+	after time.Duration
+}
+
+func (e throttledError) Error() string { return e.err.Error() }
+func (e throttledError) Unwrap() error { return e.err }
+
+// Throttled marks err as the provider throttling: the delivery costs no
+// attempt; the worker stops taking new sends for at least after (the
+// provider's Retry-After; zero when it named none) and for a backoff that
+// grows with each throttled try until a real send succeeds. Throttled(nil,
+// d) is nil.
+func Throttled(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return throttledError{err: err, after: max(after, 0)}
+}
+
+// IsThrottled reports whether err, or any error it wraps, was marked
+// Throttled, and the wait the provider asked for (zero when it named none).
+func IsThrottled(err error) (after time.Duration, ok bool) {
+	var t throttledError
+	if !errors.As(err, &t) {
+		return 0, false
+	}
+	return t.after, true
 }

@@ -160,6 +160,8 @@ type Server struct {
 	greylist  int
 	greyTries map[string]int
 	latency   time.Duration
+	dropFor   func(rcpt string) bool // DropAfterData's predicate
+	drops     int                    // connections dropped after DATA
 	hung      chan struct{} // non-nil while hung; closed when released
 	held      []net.Conn    // connections accepted while hung
 	closed    bool
@@ -356,6 +358,23 @@ func (s *Server) Greylist(n int) {
 	defer s.mu.Unlock()
 	s.greylist = n
 	s.greyTries = map[string]int{}
+}
+
+// DropAfterData makes the server close the connection, with no reply, once
+// the data of a transaction to a recipient for which drop returns true has
+// arrived, as a server that crashes on one message does; the message is not
+// accepted. DropAfterData(nil) ends it.
+func (s *Server) DropAfterData(drop func(rcpt string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropFor = drop
+}
+
+// Drops returns the number of connections closed by DropAfterData.
+func (s *Server) Drops() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drops
 }
 
 // SetDataLatency makes the server answer each DATA d after the message has
@@ -573,6 +592,11 @@ func (se *session) Data(r io.Reader) error {
 			return errClosing
 		}
 	}
+	if se.dropped() {
+		// No reply: the client sees the connection end.
+		_ = se.conn.Conn().Close()
+		return errClosing
+	}
 	se.s.mu.Lock()
 	defer se.s.mu.Unlock()
 	if r := se.s.fail[StepData]; r.code != 0 {
@@ -583,6 +607,22 @@ func (se *session) Data(r io.Reader) error {
 	m.To = append([]string(nil), se.to...)
 	se.s.messages = append(se.s.messages, m)
 	return nil
+}
+
+// dropped reports (and counts) a transaction DropAfterData drops.
+func (se *session) dropped() bool {
+	se.s.mu.Lock()
+	defer se.s.mu.Unlock()
+	if se.s.dropFor == nil {
+		return false
+	}
+	for _, to := range se.to {
+		if se.s.dropFor(to) {
+			se.s.drops++
+			return true
+		}
+	}
+	return false
 }
 
 func (se *session) Reset() { se.from, se.to = "", nil }

@@ -393,3 +393,31 @@ func TestPeakAndDrop(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+func TestDropAfterData(t *testing.T) {
+	srv := smtptest.Start(t)
+	srv.DropAfterData(func(rcpt string) bool { return rcpt == "bad@example.com" })
+	c, err := smtp.Dial(srv.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Hello("localhost"))
+	require.NoError(t, c.Mail("a@example.com", nil))
+	require.NoError(t, c.Rcpt("bad@example.com", nil))
+	w, err := c.Data()
+	require.NoError(t, err)
+	_, err = w.Write([]byte("Subject: x\r\n\r\nbody\r\n"))
+	require.NoError(t, err)
+	err = w.Close()
+	require.Error(t, err)
+	var serr *smtp.SMTPError
+	require.False(t, errors.As(err, &serr), "the connection is dropped with no reply, got %v", err)
+	require.Equal(t, 1, srv.Drops())
+	require.Zero(t, srv.Count())
+
+	// Other recipients pass.
+	c2, err := smtp.Dial(srv.Addr())
+	require.NoError(t, err)
+	defer c2.Close()
+	require.NoError(t, c2.SendMail("a@example.com", []string{"good@example.com"}, strings.NewReader("Subject: y\r\n\r\nok\r\n")))
+	require.Equal(t, 1, srv.Count())
+}
