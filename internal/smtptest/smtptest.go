@@ -162,8 +162,8 @@ type Server struct {
 	latency   time.Duration
 	dropFor   func(rcpt string) bool // DropAfterData's predicate
 	drops     int                    // connections dropped after DATA
-	hung      chan struct{} // non-nil while hung; closed when released
-	held      []net.Conn    // connections accepted while hung
+	hung      chan struct{}          // non-nil while hung; closed when released
+	held      []net.Conn             // connections accepted while hung
 	closed    bool
 	// conns are the open client connections; accepted counts every one
 	// ever accepted and peak the most open at once.
