@@ -49,8 +49,25 @@ import (
 // engines implement.
 type store = herstore.Store
 
-// mboxPath is where mail goes when HERALD_SMTP_URL is unset.
+// mboxPath is where herald serve writes mail when HERALD_SMTP_URL is unset
+// (the embedded default). Every other process needs HERALD_SMTP_URL, which
+// may ask for an mbox file by name (mbox:PATH).
 const mboxPath = "herald.mbox"
+
+// mboxScheme prefixes an HERALD_SMTP_URL that writes mail to a file.
+const mboxScheme = "mbox:"
+
+// mailTarget returns the mbox file mail goes to (ok) or reports that
+// HERALD_SMTP_URL names an SMTP server.
+func mailTarget(cfg Config) (path string, ok bool) {
+	switch {
+	case cfg.SMTPURL == "":
+		return mboxPath, true
+	case strings.HasPrefix(cfg.SMTPURL, mboxScheme):
+		return strings.TrimPrefix(cfg.SMTPURL, mboxScheme), true
+	}
+	return "", false
+}
 
 // openStore opens the store HERALD_DATABASE_URL names. conns sizes a
 // PostgreSQL pool (0: the store's default); see poolSize. Only create (serve
@@ -391,14 +408,18 @@ func (d natsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
 	return nats.RemoveDeadLetters(ctx, d.cfg, ids)
 }
 
-// newSender builds the sender HERALD_SMTP_URL names (an mbox file when it is
-// unset) and its close func. The SMTP sender keeps one session per delivery
+// newSender builds the sender HERALD_SMTP_URL names (an mbox file for
+// mbox:PATH, and herald.mbox when it is unset, which only serve allows) and
+// its close func. The SMTP sender keeps one session per delivery
 // in flight (HERALD_PREFETCH), open and reused, and no more; its Timeout
 // (smtp.DefaultTimeout) bounds each send, so a claim held across a send
 // must last longer than that.
 func newSender(cfg Config) (worker.Sender, func(), error) {
-	if cfg.SMTPURL == "" {
-		s, err := mbox.New(mboxPath)
+	if path, ok := mailTarget(cfg); ok {
+		if path == "" {
+			return nil, nil, usageError{errors.New("HERALD_SMTP_URL=mbox: needs a file: mbox:PATH")}
+		}
+		s, err := mbox.New(path)
 		if err != nil {
 			return nil, nil, err
 		}

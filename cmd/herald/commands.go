@@ -81,8 +81,8 @@ func hasRole(roles []role, r role) bool {
 
 // senderKind names the sender HERALD_SMTP_URL picks, for logs.
 func senderKind(cfg Config) string {
-	if cfg.SMTPURL == "" {
-		return "mbox " + mboxPath
+	if path, ok := mailTarget(cfg); ok {
+		return "mbox " + path
 	}
 	return "smtp " + redact(cfg.SMTPURL)
 }
@@ -98,8 +98,8 @@ func (a *app) logStartup(w io.Writer) {
 	if a.tr.publisher == nil {
 		transport = "outbox table (no broker)"
 	}
-	if c.SMTPURL == "" {
-		mail = "mbox file " + mboxPath
+	if path, ok := mailTarget(c); ok {
+		mail = "mbox file " + path
 	}
 	fmt.Fprintf(w, `herald serve
   api        http://%s
@@ -135,6 +135,12 @@ func cmdWorker(ctx context.Context, args []string, e env) error {
 		args, e, nil)
 	if err != nil {
 		return err
+	}
+	if cfg.SMTPURL == "" {
+		// Only the embedded default (herald serve) writes mail to a file
+		// unasked: a production worker that marked mail sent into a file
+		// nobody reads would lose it silently.
+		return usageError{errors.New("HERALD_SMTP_URL is unset: a worker needs a mail server (smtp://host:port or smtps://...); to write mail to a file on purpose, set HERALD_SMTP_URL=mbox:PATH")}
 	}
 	return runProcess(ctx, cfg, e, false, roleWorker)
 }

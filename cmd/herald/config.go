@@ -88,7 +88,7 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.HTTPAddr }, cmds: cmdsAPI},
 	{env: "HERALD_API_TOKEN", flag: "api-token", def: "", usage: "when set, every API call but health needs Authorization: Bearer <token>",
 		field: func(c *Config) any { return &c.APIToken }, cmds: cmdsAPI, secret: true},
-	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port[?tls=required|opportunistic|none] (STARTTLS; required with credentials), smtps:// for implicit TLS; unset: mail goes to herald.mbox",
+	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port[?tls=required|opportunistic|none] (STARTTLS; required with credentials), smtps:// for implicit TLS, or mbox:PATH to write mail to a file on purpose; unset: serve writes mail to herald.mbox, a worker refuses to start",
 		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker"},
 	{env: "HERALD_SMTP_CA_FILE", flag: "smtp-ca-file", def: "", usage: "PEM certificates trusted besides the system's for the SMTP server's TLS (a private CA)",
 		field: func(c *Config) any { return &c.SMTPCAFile }, cmds: "serve worker"},

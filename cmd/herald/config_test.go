@@ -190,3 +190,24 @@ func TestUnknownVariables(t *testing.T) {
 		"unknown variable HERALD_ZZZZZZZZZZZZZZZZ is ignored",
 	}, got)
 }
+
+// A production worker without HERALD_SMTP_URL refuses to start instead of
+// writing mail into a file nobody reads and marking it sent; mbox:PATH asks
+// for the file by name.
+func TestWorkerWithoutSMTPURLRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	vars := map[string]string{"HERALD_DATABASE_URL": "sqlite:" + dir + "/x.db"}
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"worker"}, func(k string) string { return vars[k] }, &stdout, &stderr)
+	require.ErrorIs(t, err, errUsage)
+	require.ErrorContains(t, err, "HERALD_SMTP_URL is unset")
+	require.ErrorContains(t, err, "mbox:PATH")
+	require.NoFileExists(t, dir+"/herald.mbox")
+	require.NoFileExists(t, dir+"/x.db")
+
+	vars["HERALD_SMTP_URL"] = "mbox:"
+	_, _, err = newSender(Config{SMTPURL: vars["HERALD_SMTP_URL"]})
+	require.ErrorIs(t, err, errUsage)
+	require.ErrorContains(t, err, "mbox:PATH")
+}

@@ -142,3 +142,22 @@ func tryCreate(api client, to string) (created, error) {
 	}
 	return created{Status: resp.StatusCode, ID: n.ID}, nil
 }
+
+// HERALD_SMTP_URL=mbox:PATH writes mail to the file it names.
+func TestServeMboxByName(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "out"), 0o755))
+	p := startHerald(t, dir, map[string]string{"HERALD_HTTP_ADDR": addr, "HERALD_SMTP_URL": "mbox:out/mail.mbox"}, "serve")
+	api := client{base: "http://" + addr}
+	waitHTTP(t, api.base+"/healthz")
+	require.Contains(t, p.Log(), "mbox file out/mail.mbox")
+	r := api.create(t, "ann@example.com", nil)
+	require.Equal(t, 201, r.Status, r.Body)
+	require.Eventually(t, func() bool { return api.get(t, r.ID).Status == "sent" }, 10*time.Second, 5*time.Millisecond)
+	b, err := os.ReadFile(filepath.Join(dir, "out", "mail.mbox"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), "Message-ID: <"+r.ID+"@localhost>")
+	require.NoFileExists(t, filepath.Join(dir, "herald.mbox"))
+}
