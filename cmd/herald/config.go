@@ -24,6 +24,7 @@ type Config struct {
 	SMTPRate        int
 	SMTPFrom        string
 	SMTPTimeout     time.Duration
+	SMTPOutage      string
 	MaxRetries      int
 	RetryDelays     []time.Duration
 	QueueType       string
@@ -98,6 +99,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SMTPFrom }, cmds: cmdsWorker},
 	{env: "HERALD_SMTP_TIMEOUT", flag: "smtp-timeout", def: "30s", usage: "bounds one send (dial, commands, data); a delivery's claim lasts 15s longer, so a slow send is never repeated while it runs",
 		field: func(c *Config) any { return &c.SMTPTimeout }, cmds: cmdsWorker},
+	{env: "HERALD_SMTP_OUTAGE", flag: "smtp-outage", def: "wait", usage: "what an SMTP server that cannot be reached (or refuses TLS, AUTH, the greeting) costs: wait (no attempt spent; sends pause and resume when it is back) or attempt (each delivery spends an attempt, then dead-letters: the chapter's exercise 4)",
+		field: func(c *Config) any { return &c.SMTPOutage }, cmds: cmdsWorker, oneOf: "wait attempt"},
 	{env: "HERALD_MAX_RETRIES", flag: "max-retries", def: "5", usage: "retries after the first attempt; then dead-letter (0: dead-letter on the first failure)",
 		field: func(c *Config) any { return &c.MaxRetries }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_RETRY_DELAY", flag: "retry-delay", def: "30s", usage: "delay before each retry; a list (30s,5m,30m,2h) sets the delay of each retry in turn, the last one repeating",

@@ -343,8 +343,9 @@ func (u *upSampler) wentDownAndUp() bool {
 // scraped for herald_sender_up, and a batch of notifications to deliver.
 type providerStack struct {
 	*stack
-	worker *proc
-	up     *upSampler
+	worker  *proc
+	up      *upSampler
+	metrics string // the worker's HERALD_METRICS_ADDR
 }
 
 func newProviderStack(t *testing.T, env map[string]string) *providerStack {
@@ -354,7 +355,7 @@ func newProviderStack(t *testing.T, env map[string]string) *providerStack {
 	s.start("relay")
 	addr := freeAddr(t)
 	w := s.startWith(map[string]string{"HERALD_METRICS_ADDR": addr}, "worker")
-	return &providerStack{stack: s, worker: w, up: sampleSenderUp(t, addr)}
+	return &providerStack{stack: s, worker: w, up: sampleSenderUp(t, addr), metrics: addr}
 }
 
 // requireNothingDead fails unless no notification failed, no attempt was
