@@ -110,28 +110,66 @@ func TestSendPoolFreesFailedSessions(t *testing.T) {
 	require.Equal(t, 1, srv.Count())
 }
 
-// Rate caps the emails handed to the server: n accepted at time T means
-// T >= (n - burst) / rate, whatever the load (load only slows sends down).
-func TestSendRate(t *testing.T) {
+// Waiting for a free session is a local limit, not part of the send: a
+// send that waits for the one slot longer than Timeout, then takes most of
+// Timeout itself, still delivers.
+func TestSendSlotWaitOutsideTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout, latency = 2 * time.Second, 1200 * time.Millisecond
+	srv := smtptest.Start(t, smtptest.WithDataLatency(latency))
+	s := newSender(t, smtp.Config{URL: srv.URL(), MaxSessions: 1, MaxIdle: 1, Timeout: timeout})
+
+	first := make(chan error, 1)
+	go func() { first <- s.Send(context.Background(), email("first")) }()
+	// The first send holds the slot once its transaction has begun.
+	require.Eventually(t, func() bool { return srv.Attempts() == 1 }, 10*time.Second, time.Millisecond)
+
+	start := time.Now()
+	err := s.Send(context.Background(), email("second"))
+	took := time.Since(start)
+	require.NoError(t, err)
+	require.NoError(t, <-first)
+	// Otherwise the test proves nothing: the second send waited for the
+	// slot and then sent, longer than Timeout in all.
+	require.Greater(t, took, timeout, "the second send took %s", took)
+	require.Equal(t, map[string]int{"<first@example.com>": 1, "<second@example.com>": 1}, srv.CountByMessageID())
+	require.Equal(t, 1, srv.PeakConnections())
+}
+
+// A send waiting for a free session gives up when its caller does, with a
+// plain error: a full pool says nothing about the server.
+func TestSendSlotWaitEndsWithCaller(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t, smtptest.WithDataLatency(time.Hour))
+	s := newSender(t, smtp.Config{URL: srv.URL(), MaxSessions: 1, Timeout: time.Hour})
+	holder, release := context.WithCancel(context.Background())
+	defer release()
+	go func() { _ = s.Send(holder, email("holder")) }()
+	require.Eventually(t, func() bool { return srv.Attempts() == 1 }, 10*time.Second, time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := s.Send(ctx, email("waiter"))
+	require.Equal(t, retry, outcomeOf(t, err), "error %v", err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Contains(t, err.Error(), "wait for a free session")
+	require.Equal(t, 1, srv.Connections(), "the waiter opened no session")
+}
+
+// A 421 to the MAIL of a kept session is first taken for a session dropped
+// while idle and retried on a fresh one; the fresh one's 421 is reported
+// as throttling.
+func TestSendReusedSession421(t *testing.T) {
 	t.Parallel()
 	srv := smtptest.Start(t)
-	const perSecond, burst, target = 20, 20, 40
-	s := newSender(t, smtp.Config{URL: srv.URL(), Rate: perSecond, MaxSessions: 4, MaxIdle: 4})
-	ctx, cancel := context.WithCancel(context.Background())
-	start := time.Now()
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
-	for i := range 200 {
-		wg.Go(func() { _ = s.Send(ctx, email(fmt.Sprint("rate", i))) })
-	}
-	require.Eventually(t, func() bool { return srv.Count() >= target }, 30*time.Second, 5*time.Millisecond)
-	count := srv.Count()
-	elapsed := time.Since(start)
-	require.GreaterOrEqual(t, elapsed, time.Duration(target-burst)*time.Second/perSecond-10*time.Millisecond)
-	require.LessOrEqual(t, float64(count), perSecond*elapsed.Seconds()+burst+1, "%d sent in %s", count, elapsed)
+	s := newSender(t, smtp.Config{URL: srv.URL(), MaxIdle: 1})
+	require.NoError(t, s.Send(context.Background(), email("1")))
+	srv.FailAt(smtptest.StepMail, 421, "slow down")
+	err := s.Send(context.Background(), email("2"))
+	require.Equal(t, throttled, outcomeOf(t, err), "error %v", err)
+	require.Contains(t, err.Error(), "421 at MAIL FROM: provider throttling")
+	require.Equal(t, 3, srv.MailCommands(), "one MAIL on the kept session, one on a fresh one")
+	require.Equal(t, 2, srv.Connections())
 }
 
 // Probe checks a kept session with NOOP (no new connection), opens one when
@@ -161,4 +199,20 @@ func TestTimeout(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, smtp.DefaultTimeout, newSender(t, smtp.Config{URL: "smtp://localhost"}).Timeout())
 	require.Equal(t, 7*time.Second, newSender(t, smtp.Config{URL: "smtp://localhost", Timeout: 7 * time.Second}).Timeout())
+}
+
+// A caller whose ctx ended before the send began gets a plain error, even
+// with a kept session at hand: the server was never asked.
+func TestSendCallerEndedBeforeSending(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.Start(t)
+	s := newSender(t, smtp.Config{URL: srv.URL(), MaxIdle: 1})
+	require.NoError(t, s.Send(context.Background(), email("1")))
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	err := s.Send(ctx, email("2"))
+	require.Equal(t, retry, outcomeOf(t, err), "error %v", err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, s.Send(context.Background(), email("3")))
+	require.Equal(t, 1, srv.Connections(), "the kept session stayed kept")
 }

@@ -22,45 +22,73 @@ import (
 // session is one open SMTP session: greeted, over TLS where the mode asks
 // for it, authenticated when the URL holds credentials.
 type session struct {
-	conn      net.Conn // the TCP connection: closing it interrupts anything
+	conn      net.Conn      // the TCP connection: closing it interrupts anything
+	out       *countingConn // what the client writes through
 	c         *gosmtp.Client
 	tls       bool
+	reused    bool // kept from an earlier send
 	idleSince time.Time
 }
 
-// take returns a kept session, or opens a new one when MaxSessions allows,
-// waiting for one to come free otherwise.
-func (s *Sender) take(ctx context.Context) (*session, bool, error) {
+// countingConn counts the bytes written through it: whether MAIL FROM
+// reached the wire decides whose fault a failure is. Only the goroutine
+// that uses the session writes, so the count needs no lock.
+type countingConn struct {
+	net.Conn
+	written int64
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.written += int64(n)
+	return n, err
+}
+
+// take returns a kept session, or nil with a slot reserved for a new one
+// (or none needed: no MaxSessions) that the caller opens, or frees with
+// free when it cannot. When MaxSessions are open it waits for one to come
+// free, on ctx: the caller's, as this is a local limit, not a failure of
+// the server; its error is a plain one.
+func (s *Sender) take(ctx context.Context) (*session, error) {
+	if err := ctx.Err(); err != nil {
+		// The caller gave up before anything was tried: no session, no
+		// failure of the server.
+		return nil, fmt.Errorf("before sending: %w", err)
+	}
 	for {
 		// A kept session first: no dial, no wait.
 		select {
 		case ses := <-s.idle:
 			if s.fresh(ses) {
-				return ses, true, nil
+				ses.reused = true
+				return ses, nil
 			}
 			s.discard(ses)
 			continue
 		default:
 		}
 		if s.slots == nil {
-			ses, err := s.open(ctx)
-			return ses, false, err
+			return nil, nil
 		}
 		select {
 		case ses := <-s.idle:
 			if s.fresh(ses) {
-				return ses, true, nil
+				ses.reused = true
+				return ses, nil
 			}
 			s.discard(ses)
 		case s.slots <- struct{}{}:
-			ses, err := s.open(ctx)
-			if err != nil {
-				<-s.slots
-			}
-			return ses, false, err
+			return nil, nil
 		case <-ctx.Done():
-			return nil, false, fmt.Errorf("wait for a free session (all %d in use): %w", cap(s.slots), ctx.Err())
+			return nil, fmt.Errorf("wait for a free session (all %d in use): %w", cap(s.slots), ctx.Err())
 		}
+	}
+}
+
+// free gives back a slot take reserved for a session that was not opened.
+func (s *Sender) free() {
+	if s.slots != nil {
+		<-s.slots
 	}
 }
 
@@ -91,9 +119,7 @@ func (s *Sender) quit(ses *session) {
 // discard closes a session and frees its place in the pool.
 func (s *Sender) discard(ses *session) {
 	_ = ses.conn.Close()
-	if s.slots != nil {
-		<-s.slots
-	}
+	s.free()
 }
 
 // Close ends the kept sessions. Sends after Close open fresh sessions.
@@ -110,11 +136,13 @@ func (s *Sender) Close() error {
 
 // Probe reports whether the server takes mail from this sender now: nil,
 // or an error marked notify.SenderDown saying why not (the server's reason,
-// or ctx's when ctx ended first). It checks a kept session with NOOP, or
-// opens a fresh one (dial, greeting, EHLO, STARTTLS, AUTH: everything a
-// send needs before its transaction) and keeps it for the next send, or
-// ends it with QUIT when no more sessions are kept. The worker probes while
-// the server is down, to know when to resume sending.
+// a 421 included, or ctx's when ctx ended first). It checks a kept session
+// with NOOP, or opens a fresh one (dial, greeting, EHLO, STARTTLS, AUTH:
+// everything a send needs before its transaction) and keeps it for the
+// next send, or ends it with QUIT when no more sessions are kept. Like a
+// Send, it waits for a free session slot on ctx before its Timeout starts.
+// The worker probes while the server is down, to know when to resume
+// sending.
 func (s *Sender) Probe(ctx context.Context) error {
 	if err := s.probe(ctx); err != nil {
 		if !notify.IsSenderDown(err) {
@@ -126,55 +154,55 @@ func (s *Sender) Probe(ctx context.Context) error {
 }
 
 func (s *Sender) probe(parent context.Context) error {
-	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
-	defer cancel()
 	for {
+		ses, err := s.take(parent)
+		if err != nil {
+			return err
+		}
+		if ses == nil {
+			break
+		}
 		// A kept session that answers NOOP is proof enough; one that does
 		// not was dropped while idle, which says nothing about the server.
-		select {
-		case ses := <-s.idle:
-			if !s.fresh(ses) {
-				s.discard(ses)
-				continue
-			}
-			stop := context.AfterFunc(ctx, func() { _ = ses.conn.Close() })
-			err := ses.c.Noop()
-			if stop() && err == nil {
-				s.keep(ses)
-				return nil
-			}
-			s.discard(ses)
-			continue
-		default:
+		if s.noop(parent, ses) {
+			s.keep(ses)
+			return nil
 		}
-		break
+		s.discard(ses)
 	}
-	if s.slots != nil {
-		select {
-		case s.slots <- struct{}{}:
-		case <-ctx.Done():
-			return s.ended(parent, ctx, fmt.Errorf("wait for a free session (all %d in use): %w", cap(s.slots), ctx.Err()), false)
-		}
-	}
+	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
+	defer cancel()
 	ses, err := s.open(ctx)
 	if err != nil {
-		if s.slots != nil {
-			<-s.slots
-		}
-		return s.ended(parent, ctx, err, false)
+		s.free()
+		// A probe asks only whether to resume: a 421 is a no as well.
+		return s.down(parent, ctx, err)
 	}
 	s.keep(ses)
 	return nil
 }
 
+// noop reports whether a kept session answers NOOP within the timeout.
+func (s *Sender) noop(parent context.Context, ses *session) bool {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { _ = ses.conn.Close() })
+	err := ses.c.Noop()
+	return stop() && err == nil
+}
+
 // open dials and sets up a new session: TLS (implicit or STARTTLS),
-// greeting, EHLO, AUTH. Every error it returns is marked SenderDown: none
-// of this concerns a message.
+// greeting, EHLO, AUTH. None of this concerns a message: the caller marks
+// its errors as the provider's (beforeMail, down); they say the step.
 func (s *Sender) open(ctx context.Context) (_ *session, err error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", s.addr)
 	if err != nil {
-		return nil, notify.SenderDown(fmt.Errorf("dial %s: %w", s.addr, err))
+		var dnsErr *net.DNSError
+		if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+			return nil, fmt.Errorf("the SMTP host %q does not resolve: %w", s.host, err)
+		}
+		return nil, fmt.Errorf("dial %s: %w", s.addr, err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
 	defer stop()
@@ -185,7 +213,7 @@ func (s *Sender) open(ctx context.Context) (_ *session, err error) {
 	}()
 	ses := &session{conn: raw}
 	var conn net.Conn = raw
-	hello := "greeting or EHLO"
+	hello := "the greeting or EHLO"
 	switch {
 	case s.implicit:
 		tc, err := s.handshake(ctx, raw)
@@ -200,13 +228,14 @@ func (s *Sender) open(ctx context.Context) (_ *session, err error) {
 		}
 		hello = "EHLO"
 	}
-	c := gosmtp.NewClient(conn)
+	ses.out = &countingConn{Conn: conn}
+	c := gosmtp.NewClient(ses.out)
 	// ctx carries the deadline that counts; the client's own per-command
 	// deadlines only back it up, later, so that a timeout reports as one.
 	c.CommandTimeout = s.cfg.Timeout + time.Second
 	c.SubmissionTimeout = s.cfg.Timeout + time.Second
 	if err := c.Hello(s.cfg.HelloName); err != nil {
-		return nil, notify.SenderDown(fmt.Errorf("%s: %w", hello, err))
+		return nil, at(hello, err)
 	}
 	if s.user != "" {
 		if err := s.auth(c, ses.tls); err != nil {
@@ -224,9 +253,9 @@ func (s *Sender) handshake(ctx context.Context, conn net.Conn) (*tls.Conn, error
 	if err := tc.HandshakeContext(ctx); err != nil {
 		var unknown x509.UnknownAuthorityError
 		if errors.As(err, &unknown) {
-			return nil, notify.SenderDown(fmt.Errorf("TLS handshake with %s: %w (a private CA is trusted through HERALD_SMTP_CA_FILE)", s.addr, err))
+			return nil, fmt.Errorf("TLS handshake with %s: %w (a private CA is trusted through HERALD_SMTP_CA_FILE)", s.addr, err)
 		}
-		return nil, notify.SenderDown(fmt.Errorf("TLS handshake with %s: %w", s.addr, err))
+		return nil, fmt.Errorf("TLS handshake with %s: %w", s.addr, err)
 	}
 	return tc, nil
 }
@@ -242,10 +271,10 @@ func (s *Sender) startTLS(ctx context.Context, raw net.Conn) (net.Conn, bool, er
 	br := bufio.NewReader(raw)
 	tp := textproto.NewReader(br)
 	if _, _, err := tp.ReadResponse(220); err != nil {
-		return nil, false, notify.SenderDown(fmt.Errorf("greeting: %w", reply(err)))
+		return nil, false, at("the greeting", reply(err))
 	}
 	if _, err := fmt.Fprintf(raw, "EHLO %s\r\n", s.cfg.HelloName); err != nil {
-		return nil, false, notify.SenderDown(fmt.Errorf("EHLO: %w", err))
+		return nil, false, fmt.Errorf("EHLO: %w", err)
 	}
 	_, msg, err := tp.ReadResponse(250)
 	if err != nil {
@@ -254,27 +283,27 @@ func (s *Sender) startTLS(ctx context.Context, raw net.Conn) (net.Conn, bool, er
 			// No EHLO, so no STARTTLS: go on in clear, with HELO.
 			return greeted(raw, br), false, nil
 		}
-		return nil, false, notify.SenderDown(fmt.Errorf("EHLO: %w", reply(err)))
+		return nil, false, at("EHLO", reply(err))
 	}
 	if !offers(msg, "STARTTLS") {
 		switch {
 		case s.mode == tlsOpportunistic:
 			return greeted(raw, br), false, nil
 		case s.user != "":
-			return nil, false, notify.SenderDown(errors.New("the server does not offer STARTTLS: the credentials would cross the wire in clear, so nothing was sent (tls=required)"))
+			return nil, false, errors.New("the server does not offer STARTTLS: the credentials would cross the wire in clear, so nothing was sent (tls=required)")
 		}
-		return nil, false, notify.SenderDown(errors.New("the server does not offer STARTTLS and tls=required: nothing was sent"))
+		return nil, false, errors.New("the server does not offer STARTTLS and tls=required: nothing was sent")
 	}
 	if _, err := fmt.Fprintf(raw, "STARTTLS\r\n"); err != nil {
-		return nil, false, notify.SenderDown(fmt.Errorf("STARTTLS: %w", err))
+		return nil, false, fmt.Errorf("STARTTLS: %w", err)
 	}
 	if _, _, err := tp.ReadResponse(220); err != nil {
-		return nil, false, notify.SenderDown(fmt.Errorf("STARTTLS: %w", reply(err)))
+		return nil, false, at("STARTTLS", reply(err))
 	}
 	if br.Buffered() > 0 {
 		// Bytes sent before the handshake would be read as if they came
 		// over TLS: a man in the middle injecting commands (CVE-2011-0411).
-		return nil, false, notify.SenderDown(errors.New("STARTTLS: the server sent data before the TLS handshake"))
+		return nil, false, errors.New("STARTTLS: the server sent data before the TLS handshake")
 	}
 	tc, err := s.handshake(ctx, raw)
 	if err != nil {
@@ -292,6 +321,15 @@ func offers(ehlo, ext string) bool {
 		}
 	}
 	return false
+}
+
+// at names the step of opening a session that err came at; a 421 there
+// says the provider is throttling.
+func at(where string, err error) error {
+	if replyCode(err) == 421 {
+		return fmt.Errorf("421 at %s: provider throttling: %w", where, err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
 }
 
 // reply turns a textproto reply error into go-smtp's, so that every reply
@@ -324,7 +362,7 @@ func (s *Sender) auth(c *gosmtp.Client, overTLS bool) error {
 	if !overTLS {
 		// parseURL lets no credentials through without TLS; this is the
 		// belt to its braces.
-		return notify.SenderDown(errors.New("refusing to send credentials without TLS"))
+		return errors.New("refusing to send credentials without TLS")
 	}
 	var a sasl.Client
 	switch {
@@ -334,16 +372,15 @@ func (s *Sender) auth(c *gosmtp.Client, overTLS bool) error {
 		a = &loginClient{user: s.user, pass: s.pass}
 	default:
 		_, mechs := c.Extension("AUTH")
-		return notify.SenderDown(fmt.Errorf("the server offers no AUTH PLAIN or LOGIN (AUTH %q)", mechs))
+		return fmt.Errorf("the server offers no AUTH PLAIN or LOGIN (AUTH %q)", mechs)
 	}
 	// The error names the user but never the password; go-sasl and the
 	// server's reply do not echo it.
 	if err := c.Auth(a); err != nil {
-		var serr *gosmtp.SMTPError
-		if errors.As(err, &serr) && serr.Code == 535 {
-			return notify.SenderDown(fmt.Errorf("authentication failed: wrong username or password for %q: %w", s.user, err))
+		if replyCode(err) == 535 {
+			return fmt.Errorf("authentication failed: wrong username or password for %q: %w", s.user, err)
 		}
-		return notify.SenderDown(fmt.Errorf("AUTH as %q: %w", s.user, err))
+		return at(fmt.Sprintf("AUTH as %q", s.user), err)
 	}
 	return nil
 }

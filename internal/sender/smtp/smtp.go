@@ -1,25 +1,3 @@
-// Package smtp delivers emails to an SMTP server (HERALD_SMTP_URL).
-//
-// TLS: smtp:// upgrades the session with STARTTLS (?tls=required, the
-// default whenever the URL holds credentials, or ?tls=opportunistic, the
-// default otherwise, or ?tls=none); smtps:// speaks TLS from the first byte.
-// Certificates are always verified, against the system's roots plus
-// Config.CAFile; there is no way to skip it. Credentials go out over TLS
-// only (AUTH PLAIN, or LOGIN where PLAIN is not offered).
-//
-// Sessions: a worker sends many emails to one server, and the dial,
-// greeting, EHLO, STARTTLS and AUTH are most of a fresh session's round
-// trips, so sessions are kept in a pool of at most Config.MaxSessions and
-// reused. A session that failed in any way is closed, never reused, so no
-// broken state carries over.
-//
-// Errors say where the failure happened, which is what the worker decides
-// on: a 5xx reply to this message's MAIL, RCPT or DATA is
-// notify.Permanent; a 4xx reply is a plain error (retry later); a failure
-// of the server itself (dial, TLS, greeting, EHLO, STARTTLS, AUTH, a 421
-// anywhere, a connection lost, no answer within the timeout) is
-// notify.SenderDown: no fault of the message, the worker backs off and
-// probes (Sender.Probe) until the server is back.
 package smtp
 
 import (
@@ -28,14 +6,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/url"
 	"os"
 	"time"
 
 	gosmtp "github.com/emersion/go-smtp"
-	"golang.org/x/time/rate"
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/sender/mail"
@@ -57,9 +33,11 @@ type Config struct {
 	// From is the envelope sender (MAIL FROM), a single address. Default:
 	// each email's own From address.
 	From string
-	// Timeout bounds one whole Send: the wait for its turn under Rate and
-	// for a free session, the dial, every command and the data. A Send is
-	// always bounded, so zero means DefaultTimeout (30s); it must not be
+	// Timeout bounds the network part of one Send: the dial, TLS,
+	// greeting, EHLO, AUTH, every command and the data. It starts once the
+	// Send has its session slot (see MaxSessions): waiting for a slot is a
+	// local limit, bounded by the caller's ctx only. A Send is always
+	// bounded, so zero means DefaultTimeout (30s); it must not be
 	// negative. Whoever holds a claim on a message across a Send (the
 	// worker's lease) must hold it longer than this: see Sender.Timeout.
 	Timeout time.Duration
@@ -72,10 +50,12 @@ type Config struct {
 	// CAFile names a file of PEM certificates trusted besides the system's
 	// roots (or TLSConfig's RootCAs): a private CA. Default: none.
 	CAFile string
-	// MaxSessions is the most sessions open at once, in use or kept; a Send
-	// beyond it waits for a free one (within Timeout). herald passes
-	// HERALD_PREFETCH: one per delivery in flight. Zero means no bound; it
-	// must not be negative.
+	// MaxSessions is the most sessions open at once, in use or kept. A
+	// Send beyond it waits for a free one on the caller's ctx, before its
+	// Timeout starts: a full pool is a local limit, so it never makes a
+	// send time out and is never reported as the server's fault. herald
+	// passes HERALD_PREFETCH, one per delivery in flight, so that a
+	// delivery never waits. Zero means no bound; it must not be negative.
 	MaxSessions int
 	// MaxIdle is the number of open sessions kept for reuse between sends;
 	// herald passes HERALD_PREFETCH. Zero is honoured: no session is kept
@@ -86,11 +66,6 @@ type Config struct {
 	// minutes) drops it. Zero means the default, 30s (MaxIdle 0 is the way
 	// to keep no session); it must not be negative.
 	IdleTimeout time.Duration
-	// Rate is the most emails per second handed to the server (a
-	// provider's limit), with bursts of up to one second's worth (at least
-	// one). Zero means no limit; it must not be negative. A Send that
-	// cannot get its turn within Timeout fails with a plain error.
-	Rate float64
 }
 
 func (c Config) withDefaults() Config {
@@ -116,8 +91,6 @@ func (c Config) validate() error {
 		return errors.New("max idle sessions must not be negative")
 	case c.IdleTimeout < 0:
 		return errors.New("idle timeout must not be negative")
-	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
-		return errors.New("rate must be a non-negative number")
 	case c.TLSConfig != nil && c.TLSConfig.InsecureSkipVerify:
 		return errors.New("certificate verification cannot be turned off: trust a private CA with a CA file instead")
 	}
@@ -157,7 +130,6 @@ type Sender struct {
 	pass     string
 	from     string // bare envelope sender, "" for each email's own
 	tls      *tls.Config
-	limiter  *rate.Limiter // nil without a Rate
 
 	// slots holds one token per open session (in use or idle) when
 	// MaxSessions bounds them; nil for no bound.
@@ -187,9 +159,6 @@ func New(cfg Config) (*Sender, error) {
 	if cfg.From != "" {
 		// validate has parsed it already.
 		s.from, _ = notify.ParseAddress(cfg.From)
-	}
-	if cfg.Rate > 0 {
-		s.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate)))
 	}
 	return s, nil
 }
@@ -309,19 +278,25 @@ func (s *Sender) parseTLSMode(rawQuery string) error {
 	}
 }
 
-// Timeout returns the longest a Send (or a Probe) takes: Config.Timeout, or
-// DefaultTimeout when that was zero. A caller that holds a lease on a
+// Timeout returns the longest the network part of a Send (or a Probe)
+// takes: Config.Timeout, or DefaultTimeout when that was zero. The wait
+// for a free session slot (Config.MaxSessions) comes before it and is
+// bounded by the caller's ctx alone. A caller that holds a lease on a
 // message across a Send (the worker's claim) must make the lease longer
-// than this, or another worker may take the message while it is still
-// being sent.
+// than this plus any such wait (none when it never has more sends in
+// flight than MaxSessions), or another worker may take the message while
+// it is still being sent.
 func (s *Sender) Timeout() time.Duration { return s.cfg.Timeout }
 
-// Send delivers e. A nil return means the server accepted the message. An
-// error marked notify.Permanent means the server refused this message for
-// good (a 5xx reply to its MAIL, RCPT or DATA) or the email can never be
-// sent; one marked notify.SenderDown means the server itself failed (see
-// the package doc), no fault of the message; any other error (a 4xx reply,
-// the rate limit, ctx ending) may pass on a retry.
+// Send delivers e. A nil return means the server accepted the message.
+// Otherwise the error says whose fault the failure was (see the package
+// doc): marked notify.Permanent, the server refused this message for good
+// (a 5xx reply to its MAIL, RCPT or DATA) or the email can never be sent;
+// marked notify.Throttled, the server replied 421 (slow down; no attempt
+// spent); marked notify.SenderDown, the server failed before the message
+// was handed over (no attempt spent); unmarked, this message's attempt
+// failed (a 4xx reply, the connection lost or no answer in time once MAIL
+// FROM was sent) or ctx ended.
 func (s *Sender) Send(ctx context.Context, e notify.Email) error {
 	if err := s.send(ctx, e); err != nil {
 		return fmt.Errorf("smtp send: %w", err)
@@ -340,30 +315,32 @@ func (s *Sender) send(parent context.Context, e notify.Email) error {
 			return notify.Permanent(fmt.Errorf("sender: %w", err))
 		}
 	}
+	// The same Message-ID on every attempt: see the package doc.
 	data := mail.Render(e, time.Now())
 
+	// A free session slot is a local limit: it is waited for on the
+	// caller's ctx, before the timeout starts, and its wait is nobody's
+	// fault.
+	ses, err := s.take(parent)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
 	defer cancel()
-	if s.limiter != nil {
-		// Wait fails at once when the turn would come after ctx's
-		// deadline, without taking it.
-		if err := s.limiter.Wait(ctx); err != nil {
-			if parent.Err() != nil {
-				return fmt.Errorf("wait for the rate limit: %w", parent.Err())
-			}
-			return fmt.Errorf("rate limit of %g emails/s: no turn within the %s timeout: %w", s.cfg.Rate, s.cfg.Timeout, err)
-		}
-	}
 	for {
-		ses, reused, err := s.take(ctx)
-		if err != nil {
-			return s.ended(parent, ctx, err, false)
+		if ses == nil {
+			// take reserved a slot (or none is needed): open a session
+			// in it.
+			if ses, err = s.open(ctx); err != nil {
+				s.free()
+				return s.beforeMail(parent, ctx, err)
+			}
 		}
 		// go-smtp's client sets its own deadline per command; closing the
 		// connection is what makes ctx (and the overall timeout) interrupt
 		// it.
 		stop := context.AfterFunc(ctx, func() { _ = ses.conn.Close() })
-		step, err := transact(ses.c, from, to, data)
+		st, sent, err := transact(ses, from, to, data)
 		interrupted := !stop()
 		if err == nil {
 			if interrupted {
@@ -373,107 +350,159 @@ func (s *Sender) send(parent context.Context, e notify.Email) error {
 			}
 			return nil
 		}
-		s.discard(ses)
 		// A kept session the server dropped while it was idle fails at its
-		// first command, before any mail was handed over: try once more
-		// on a fresh session.
-		if reused && step == stepMail && ctx.Err() == nil && dropped(err) {
+		// first command, MAIL, before the server could have taken it up:
+		// close it and try once more on a fresh session, in the same slot.
+		// A 421 there is taken as such a drop too; a fresh session that
+		// gets it again reports it.
+		if ses.reused && st == stepMail && ctx.Err() == nil && dropped(err) {
+			_ = ses.conn.Close()
+			ses = nil
 			continue
 		}
-		return s.ended(parent, ctx, s.classify(ses, step, err), true)
+		s.discard(ses)
+		if !sent {
+			// Nothing of MAIL FROM reached the wire: the session failed
+			// before the hand-over began.
+			return s.beforeMail(parent, ctx, fmt.Errorf("before MAIL FROM was written: %w", err))
+		}
+		return s.afterMail(parent, ctx, ses, st, err)
 	}
 }
 
-// Steps of a mail transaction, as errors name them.
+// step is a step of a mail transaction, named in errors.
+type step int
+
 const (
-	stepMail    = "mail from"
-	stepRcpt    = "rcpt to"
-	stepData    = "data"
-	stepWrite   = "write data"
-	stepEndData = "end data"
+	stepMail    step = iota // MAIL FROM, and its reply
+	stepRcpt                // RCPT TO, and its reply
+	stepData                // the DATA command, and its 354
+	stepWrite               // writing the message data
+	stepEndData             // the final reply to the data
 )
 
-// classify marks a failed transaction step by where the fault lies: the
-// message (5xx: permanent), the moment (4xx: retry) or the server (421, a
-// demand for TLS or AUTH, a lost connection: sender down).
-func (s *Sender) classify(ses *session, step string, err error) error {
-	err = fmt.Errorf("%s: %w", step, err)
+// replied names the step a reply answered.
+func (st step) replied() string {
+	return [...]string{"MAIL FROM", "RCPT TO", "DATA", "DATA", "DATA (final reply)"}[st]
+}
+
+// lost says where in the step the connection was lost.
+func (st step) lost() string {
+	return [...]string{
+		"after MAIL FROM",
+		"after RCPT TO",
+		"after the DATA command",
+		"during DATA, writing the message",
+		"after DATA, awaiting the final reply",
+	}[st]
+}
+
+// replyCode returns the code of the server's reply err holds, or 0 when
+// it holds none (a network failure, a timeout).
+func replyCode(err error) int {
 	var serr *gosmtp.SMTPError
-	if !errors.As(err, &serr) {
-		return notify.SenderDown(fmt.Errorf("connection lost: %w", err))
+	if errors.As(err, &serr) {
+		return serr.Code
 	}
+	return 0
+}
+
+// beforeMail classifies a Send that failed before MAIL FROM was written:
+// nothing of the message was handed over, so it is the provider's fault,
+// never the message's attempt. A 421 (at the greeting, EHLO, AUTH or the
+// MAIL of a fresh session) is the provider throttling; anything else is
+// the provider down (see down).
+func (s *Sender) beforeMail(parent, ctx context.Context, err error) error {
+	if replyCode(err) == 421 {
+		// SMTP carries no Retry-After: the worker's own backoff decides.
+		return notify.Throttled(err, 0)
+	}
+	return s.down(parent, ctx, err)
+}
+
+// down classifies a failure to open a session (or to use one before MAIL
+// FROM) as the provider down, unless the caller gave up: ctx cancelled is
+// a plain error. A timeout, the sender's or the caller's deadline
+// (whichever fired first: the outcome must not depend on that race), means
+// the server did not answer.
+func (s *Sender) down(parent, ctx context.Context, err error) error {
 	switch {
-	case serr.Code == 421:
-		return notify.SenderDown(fmt.Errorf("server closing the session: %w", err))
-	case serr.Code == 530 && step == stepMail:
+	case replyCode(err) != 0:
+		// A reply the server did give keeps its own meaning.
+		return notify.SenderDown(err)
+	case errors.Is(parent.Err(), context.Canceled):
+		return fmt.Errorf("%w (%v)", parent.Err(), err)
+	case ctx.Err() != nil:
+		return notify.SenderDown(fmt.Errorf("no answer within the %s timeout, before MAIL FROM: %w (%v)", s.cfg.Timeout, ctx.Err(), err))
+	}
+	return notify.SenderDown(err)
+}
+
+// afterMail classifies a Send that failed once MAIL FROM was sent: the
+// message was being handed over, so the failure is this message's attempt
+// (a plain error: retry, and dead-letter after the last), or, for a 5xx,
+// refused for good. Two replies say something about the server instead:
+// 421 (throttling) and 530 to MAIL (this configuration lacks the TLS or
+// authentication the server demands).
+func (s *Sender) afterMail(parent, ctx context.Context, ses *session, st step, err error) error {
+	switch code := replyCode(err); {
+	case code == 421:
+		return notify.Throttled(fmt.Errorf("421 at %s: provider throttling: %w", st.replied(), err), 0)
+	case code == 530 && st == stepMail:
 		// RFC 3207 and 4954: TLS or authentication required; the server
 		// takes no mail from this configuration at all.
 		switch {
 		case !ses.tls:
-			return notify.SenderDown(fmt.Errorf("the server demands STARTTLS (tls=%s, the session is in clear): %w", s.mode, err))
+			return notify.SenderDown(fmt.Errorf("530 at MAIL FROM: the server demands STARTTLS (tls=%s, the session is in clear): %w", s.mode, err))
 		case s.user == "":
-			return notify.SenderDown(fmt.Errorf("the server demands authentication and the URL has no credentials: %w", err))
+			return notify.SenderDown(fmt.Errorf("530 at MAIL FROM: the server demands authentication and the URL has no credentials: %w", err))
 		}
-		return notify.SenderDown(err)
-	case serr.Code >= 500 && serr.Code <= 599:
-		return notify.Permanent(err)
-	}
-	return err
-}
-
-// ended reports a Send or Probe whose ctx ended as such rather than as the
-// closed connection that caused. The caller's own cancellation is a plain
-// error. A timeout (the sender's or the caller's deadline, whichever fired
-// first: the outcome must not depend on that race) is classified by where
-// it happened, like every failure: before the mail transaction (dial,
-// greeting, EHLO, TLS, AUTH, a free session) the server did not answer, a
-// failure of the server (SenderDown, no attempt spent); inside it (MAIL,
-// RCPT, DATA) this message was not accepted in time, a failure to retry. A
-// reply the server did give keeps its own meaning.
-func (s *Sender) ended(parent, ctx context.Context, err error, inTransaction bool) error {
-	var serr *gosmtp.SMTPError
-	switch {
-	case errors.As(err, &serr):
-		return err
+		return notify.SenderDown(fmt.Errorf("530 at MAIL FROM: %w", err))
+	case code >= 500 && code <= 599:
+		return notify.Permanent(fmt.Errorf("%s refused the message for good: %w", st.replied(), err))
+	case code != 0:
+		return fmt.Errorf("%s refused the message for now (the message's attempt): %w", st.replied(), err)
 	case errors.Is(parent.Err(), context.Canceled):
-		return fmt.Errorf("%w (%v)", parent.Err(), err)
-	case ctx.Err() != nil && inTransaction:
-		return fmt.Errorf("the message was not accepted within the %s timeout: %w (%v)", s.cfg.Timeout, ctx.Err(), err)
+		return fmt.Errorf("%w (%s: %v)", parent.Err(), st.lost(), err)
 	case ctx.Err() != nil:
-		return notify.SenderDown(fmt.Errorf("no answer within the %s timeout: %w (%v)", s.cfg.Timeout, ctx.Err(), err))
+		// The sender's timeout or the caller's deadline, whichever fired
+		// first.
+		return fmt.Errorf("the message was not accepted within the %s timeout (no answer %s): %w (%v) (the message's attempt)", s.cfg.Timeout, st.lost(), ctx.Err(), err)
 	}
-	return err
+	// Closed, reset or EOF: the server may have dropped the connection
+	// because of this very message, so it is the message's attempt, which
+	// runs out, rather than a server failure, which would not.
+	return fmt.Errorf("connection lost %s: %w (the message's attempt)", st.lost(), err)
 }
 
 // dropped reports whether err says the server closed the session: a network
 // error, or 421 "service not available, closing channel".
 func dropped(err error) bool {
-	var serr *gosmtp.SMTPError
-	if errors.As(err, &serr) {
-		return serr.Code == 421
-	}
-	return true
+	code := replyCode(err)
+	return code == 0 || code == 421
 }
 
-// transact runs one mail transaction on a greeted session and names the
-// step that failed.
-func transact(c *gosmtp.Client, from, to string, data []byte) (string, error) {
-	if err := c.Mail(from, nil); err != nil {
-		return stepMail, err
+// transact runs one mail transaction on a greeted session. It names the
+// step that failed and whether MAIL FROM had reached the wire by then: the
+// line between the provider's fault and the message's attempt.
+func transact(ses *session, from, to string, data []byte) (_ step, mailSent bool, _ error) {
+	before := ses.out.written
+	if err := ses.c.Mail(from, nil); err != nil {
+		return stepMail, ses.out.written > before, err
 	}
-	if err := c.Rcpt(to, nil); err != nil {
-		return stepRcpt, err
+	if err := ses.c.Rcpt(to, nil); err != nil {
+		return stepRcpt, true, err
 	}
-	w, err := c.Data()
+	w, err := ses.c.Data()
 	if err != nil {
-		return stepData, err
+		return stepData, true, err
 	}
 	if _, err := w.Write(data); err != nil {
 		_ = w.Close()
-		return stepWrite, err
+		return stepWrite, true, err
 	}
 	if err := w.Close(); err != nil {
-		return stepEndData, err
+		return stepEndData, true, err
 	}
-	return "", nil
+	return 0, true, nil
 }

@@ -204,7 +204,6 @@ func TestNewValidates(t *testing.T) {
 		{"missing CA file", smtp.Config{URL: "smtp://localhost", CAFile: "/nonexistent/ca.pem"}},
 		{"CA file without PEM", smtp.Config{URL: "smtp://localhost", CAFile: notPEM}},
 		{"negative max sessions", smtp.Config{URL: "smtp://localhost:25", MaxSessions: -1}},
-		{"negative rate", smtp.Config{URL: "smtp://localhost:25", Rate: -1}},
 		{"password without user", smtp.Config{URL: "smtp://:topsecret@localhost:25"}},
 		{"bad from", smtp.Config{URL: "smtp://localhost:25", From: "nobody"}},
 		{"negative timeout", smtp.Config{URL: "smtp://localhost:25", Timeout: -time.Second}},
