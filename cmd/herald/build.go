@@ -431,7 +431,6 @@ func newSender(cfg Config) (worker.Sender, func(), error) {
 		CAFile:      cfg.SMTPCAFile,
 		MaxSessions: cfg.Prefetch,
 		MaxIdle:     cfg.Prefetch,
-		Rate:        float64(cfg.SMTPRate),
 		Timeout:     cfg.SMTPTimeout,
 	})
 	if err != nil {
