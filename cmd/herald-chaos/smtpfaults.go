@@ -213,8 +213,8 @@ func (h *harness) verifySMTPFaults(ctx context.Context, r *result, emails map[st
 		}
 	}
 	r.expect("smtp-drop notifications failed", len(bad) == 0,
-		"%d of %d failed after their retries (HERALD_MAX_RETRIES=%d), %d connections dropped after DATA %v",
-		r.dropFailed, len(h.dropIDs), maxRetries, h.sink.Drops(), bad)
+		"%d of %d failed after their retries (HERALD_MAX_RETRIES=%d), %d connections dropped after DATA; %s",
+		r.dropFailed, len(h.dropIDs), maxRetries, h.sink.Drops(), strings.Join(bad, "; "))
 
 	rows, err := h.db.Query(ctx, `SELECT id FROM outbox WHERE jsonb_typeof(payload) = 'object' AND payload->>'notification_id' = ANY($1)`, idStrings(h.dropIDs))
 	if err != nil {
