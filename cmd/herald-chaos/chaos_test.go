@@ -17,9 +17,10 @@ import (
 
 // TestChaosShort runs the harness on the table transport and on RabbitMQ
 // (a node of the harness's own, which the broker-restart fault stops) with
-// 300 notifications and one of each fault. It is long for a test (about two
-// minutes on two busy cores), so it is built only with the outage tag and
-// runs in the serialized outage phase.
+// 300 notifications and one of each fault; smtp-throttle and smtp-drop
+// (about 35s together) run on the table transport only. It is long for a
+// test (over two minutes on two busy cores), so it is built only with the
+// outage tag and runs in the serialized outage phase.
 func TestChaosShort(t *testing.T) {
 	pg := testenv.Require(t, testenv.PostgresVar)
 	if _, err := proctest.RabbitScripts(); err != nil {
@@ -29,7 +30,7 @@ func TestChaosShort(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{"--transport", "table,rabbitmq", "--n", "300", "--clients", "8", "--step", "1s", "--drain-timeout", "2m",
-		"--postgres", pg}, &stdout, &stderr)
+		"--skip-faults", "rabbitmq:smtp-throttle,rabbitmq:smtp-drop", "--postgres", pg}, &stdout, &stderr)
 	if err != nil {
 		t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
@@ -45,11 +46,17 @@ func TestChaosShort(t *testing.T) {
 	require.Len(t, summaries, 2, stdout.String())
 	require.True(t, strings.HasPrefix(summaries[0], "chaos: transport=table accepted=300 delivered=300 lost=0 "), summaries[0])
 	require.True(t, strings.HasPrefix(summaries[1], "chaos: transport=rabbitmq accepted=300 delivered=300 lost=0 "), summaries[1])
-	require.Contains(t, summaries[0], " dead=4 faults=12 ")
+	// The table's dead letters: 4 poison messages and the 3 notifications
+	// of smtp-drop.
+	require.Contains(t, summaries[0], " dead=7 faults=14 ")
 	require.Contains(t, summaries[1], " dead=4 faults=21 ")
+	for _, s := range summaries {
+		require.Regexp(t, ` sigterms=[1-9][0-9]* sigterm_p50_s=[0-9.]+ sigterm_max_s=[0-9.]+$`, s)
+	}
 	// The new faults happened: a purge that took messages, a retry queue
-	// deleted, an SMTP hang, a silent broker.
-	for _, f := range []string{"queue-purge", "retry-queue-delete", "smtp-hang", "broker-hang", "broker-restart"} {
+	// deleted, an SMTP hang, a silent broker, a throttling and a dropping
+	// SMTP server.
+	for _, f := range []string{"queue-purge", "retry-queue-delete", "smtp-hang", "broker-hang", "broker-restart", "smtp-throttle", "smtp-drop"} {
 		require.Contains(t, stdout.String(), "  "+f+"  ", "the %s fault is in the report", f)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")

@@ -141,27 +141,32 @@ func (h *harness) schedule() []step {
 	pgTerminate := step{name: "pg-terminate", do: h.terminateBackends}
 	smtp4xx := step{name: "smtp-4xx", do: h.smtpRefusal, est: faultPause}
 	smtpHang := step{name: "smtp-hang", do: h.smtpHang, est: smtpHangPause}
+	smtpThrottle := step{name: "smtp-throttle", do: h.smtpThrottle, est: throttlePause}
+	// The drop notifications' six attempts, a second apart, after a
+	// baseline of faultPause.
+	smtpDrop := step{name: "smtp-drop", do: h.smtpDrop, est: faultPause + 8*time.Second}
 	poison := step{name: "poison", do: h.poison}
 	dups := step{name: "duplicates", do: h.duplicates}
 	if h.kind == "table" {
 		for _, f := range []string{"broker-*", "broker-restart", "queue-purge", "retry-queue-delete"} {
 			skipped = append(skipped, f+" (no broker)")
 		}
-		h.logSkipped(skipped)
-		return []step{
+		return h.leaveOut([]step{
 			pg("pg-latency"),
 			kill(h.workers[0]),
 			crash(h.workers[1], "after-send"),
 			pgTerminate,
 			smtp4xx,
+			smtpThrottle,
 			poison,
 			crash(h.workers[0], "after-commit"),
 			pg("pg-reset"),
 			dups,
+			smtpDrop,
 			smtpHang,
 			pg("pg-blackhole"),
 			kill(h.workers[1]),
-		}
+		}, skipped)
 	}
 	restart := step{name: "broker-restart", do: h.brokerRestart, est: 8 * time.Second}
 	if h.nodes > 1 {
@@ -187,23 +192,33 @@ func (h *harness) schedule() []step {
 	add := func(ss ...step) { out = append(out, ss...) }
 	add(pg("pg-latency"), kill(h.relays[0]), kill(h.workers[0]))
 	add(mq("broker-latency")...)
-	add(crash(h.workers[1], "after-send"), pgTerminate, smtp4xx)
+	add(crash(h.workers[1], "after-send"), pgTerminate, smtp4xx, smtpThrottle)
 	add(retryDelete...)
 	add(mq("broker-reset")...)
-	add(poison, crash(h.workers[0], "after-commit"), pg("pg-reset"), dups)
+	add(poison, crash(h.workers[0], "after-commit"), pg("pg-reset"), dups, smtpDrop)
 	add(mq("broker-blackhole")...)
 	add(purge...)
 	add(restart, smtpHang)
 	add(mq("broker-hang")...)
 	add(pg("pg-blackhole"), kill(h.relays[1]), kill(h.workers[1]))
-	h.logSkipped(skipped)
-	return out
+	return h.leaveOut(out, skipped)
 }
 
-func (h *harness) logSkipped(skipped []string) {
+// leaveOut drops the steps --skip-faults names for this transport and logs
+// every fault left out.
+func (h *harness) leaveOut(steps []step, skipped []string) []step {
+	var out []step
+	for _, st := range steps {
+		if h.o.skips(h.transport, st.name) {
+			skipped = append(skipped, st.name+" (--skip-faults)")
+			continue
+		}
+		out = append(out, st)
+	}
 	for _, s := range skipped {
 		h.logf("fault skipped on %s: %s", h.transport, s)
 	}
+	return out
 }
 
 // eachProxy applies fn to every broker proxy.
@@ -234,9 +249,9 @@ func (h *harness) killRestart(ctx context.Context, s *slot) (string, int, error)
 // every other one it held may have been inside the window.
 func (h *harness) crashRestart(ctx context.Context, s *slot, point string) (string, int, error) {
 	k := 2 + h.rng.IntN(8)
-	if !s.p.stop(30 * time.Second) {
+	if !h.stopProc(s.p, "crash restart") {
 		// stop killed it: the fault failed, but the role must run on.
-		err := fmt.Errorf("%s did not stop cleanly on SIGTERM within 30s (killed):\n%s", s.name, s.p.LogTail(1500))
+		err := fmt.Errorf("%s did not stop cleanly on SIGTERM within %s (killed):\n%s", s.name, termWait, s.p.LogTail(1500))
 		if serr := h.startSlot(ctx, s, nil); serr != nil {
 			err = errors.Join(err, serr)
 		}
@@ -499,12 +514,13 @@ func (h *harness) killLeader(ctx context.Context) (string, int, error) {
 func (h *harness) queuePurge(ctx context.Context) (string, int, error) {
 	window, note := 0, ""
 	for _, s := range h.workers {
-		// A worker that does not stop within 30s was killed by stop:
-		// what it held may have been inside the send-to-commit window.
-		if !s.p.stop(30 * time.Second) {
+		// A worker that does not stop within termWait was killed by
+		// stop: what it held may have been inside the send-to-commit
+		// window.
+		if !h.stopProc(s.p, "queue-purge") {
 			window += prefetch
-			note += fmt.Sprintf("; %s killed after 30s of SIGTERM", s.name)
-			h.logf("%s did not stop cleanly on SIGTERM within 30s: killed; log tail:\n%s", s.name, s.p.LogTail(1500))
+			note += fmt.Sprintf("; %s killed after %s of SIGTERM", s.name, termWait)
+			h.logf("%s did not stop cleanly on SIGTERM within %s: killed; log tail:\n%s", s.name, termWait, s.p.LogTail(1500))
 		}
 	}
 	_ = sleep(ctx, faultPause)

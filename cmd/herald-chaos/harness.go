@@ -81,6 +81,17 @@ type harness struct {
 	mu        sync.Mutex
 	faults    []faultRecord
 	poisonIDs []int64
+	// load is the client side, which the smtp-drop fault creates its
+	// notifications through.
+	load *load
+	// throttleMails is how many MAIL commands the sink got during the
+	// smtp-throttle fault.
+	throttleMails int
+	// dropIDs are the notifications of the smtp-drop fault, which must end
+	// failed.
+	dropIDs []int64
+	// terms are the SIGTERMs sent and how long each exit took.
+	terms []termRecord
 }
 
 // slot is one long-running herald role (a relay or a worker) whose process
@@ -161,6 +172,8 @@ func (h *harness) setup(ctx context.Context) error {
 		return fmt.Errorf("start the SMTP sink: %w", err)
 	}
 	h.cleanups = append(h.cleanups, h.sink.Close)
+	// Only the smtp-drop fault's notifications go to such recipients.
+	h.sink.DropAfterData(isDropRecipient)
 
 	h.env = map[string]string{
 		"HERALD_DATABASE_URL":   viaProxy.String(),
@@ -464,6 +477,8 @@ func runTransport(ctx context.Context, o options, transport, bin string, rng *ra
 	if err != nil {
 		return err
 	}
+	h.shutdown()
+	h.checkTerms(res)
 	res.print(stdout)
 	if len(res.failures) > 0 {
 		return errors.Join(res.failures...)

@@ -6,12 +6,16 @@
 // kills, crashes inside the send-to-commit window, a broker restart or a
 // killed queue leader, terminated database backends, network latency, resets,
 // blackholes and a broker that accepts TCP and never answers, a purged send
-// queue, a deleted retry queue, SMTP refusals and an SMTP server hanging past
-// the lease, poison and duplicate messages), waits for the drain and checks
-// the guarantees from the database, the broker and the SMTP sink. Each
-// transport's last line sums up its run:
+// queue, a deleted retry queue, SMTP refusals, an SMTP server throttling
+// (421 to MAIL) and one hanging past the lease, a few notifications whose
+// data makes the SMTP server drop the connection, poison and duplicate
+// messages), waits for the drain and checks the guarantees from the
+// database, the broker and the SMTP sink. It times every SIGTERM it sends
+// (restarts, and the stop of every process at the end) and fails a process
+// that needs more than 10s to exit. Each transport's last line sums up its
+// run:
 //
-//	chaos: transport=T accepted=A delivered=D lost=L duplicates=U explained=E dead=X faults=F drain_s=S
+//	chaos: transport=T accepted=A delivered=D lost=L duplicates=U explained=E dead=X faults=F drain_s=S sigterms=K sigterm_p50_s=P sigterm_max_s=M
 //
 // A RabbitMQ cluster run (HERALD_CHAOS_CLUSTER=1, or the transport
 // rabbitmq-cluster) adds nodes=3 to its line. It exits non-zero when an
@@ -67,6 +71,26 @@ type options struct {
 	step         time.Duration
 	drainTimeout time.Duration
 	loadTimeout  time.Duration
+	// skipFaults are the faults left out of the schedule: FAULT on every
+	// transport, TRANSPORT:FAULT on one.
+	skipFaults []string
+}
+
+// skips reports whether --skip-faults leaves the fault out on transport. A
+// fault is named as the schedule names it, or by its first word ("kill-9"
+// for every kill).
+func (o options) skips(transport, fault string) bool {
+	first, _, _ := strings.Cut(fault, " ")
+	for _, s := range o.skipFaults {
+		t, f, ok := strings.Cut(s, ":")
+		if !ok {
+			t, f = "", s
+		}
+		if (t == "" || t == transport) && (f == fault || f == first) {
+			return true
+		}
+	}
+	return false
 }
 
 const (
@@ -100,6 +124,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.step, "step", 2*time.Second, "pause between two faults of the schedule")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Minute, "longest wait for the drain once the faults stopped")
 	fs.DurationVar(&o.loadTimeout, "load-timeout", 10*time.Minute, "longest the load may run; a notification not accepted by then counts as refused")
+	skip := fs.String("skip-faults", "", "comma-separated faults to leave out of the schedule: FAULT on every transport, TRANSPORT:FAULT on one (e.g. rabbitmq:smtp-throttle)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: herald-chaos [flags]\n\nRuns herald under load and faults and checks that nothing is lost or applied twice.\n\nFlags:")
 		fs.PrintDefaults()
@@ -115,6 +140,16 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		ts = append(ts, "rabbitmq-cluster")
 	}
 	o.transports = ts
+	for _, f := range strings.Split(*skip, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if t, _, ok := strings.Cut(f, ":"); ok && !slices.Contains(knownTransports, t) {
+			return options{}, fmt.Errorf("--skip-faults: unknown transport %q in %q", t, f)
+		}
+		o.skipFaults = append(o.skipFaults, f)
+	}
 	switch {
 	case o.n < 1:
 		return options{}, fmt.Errorf("--n: want at least 1, got %d", o.n)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -49,4 +50,33 @@ func TestOptions(t *testing.T) {
 	}
 	_, err = parseOptions([]string{"--n", "0"}, &bytes.Buffer{})
 	require.Error(t, err)
+
+	o, err = parseOptions([]string{"--skip-faults", "rabbitmq:smtp-drop, kill-9,"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.True(t, o.skips("rabbitmq", "smtp-drop"))
+	require.False(t, o.skips("table", "smtp-drop"))
+	require.True(t, o.skips("table", "kill-9 worker1"), "a first word names every fault of its kind")
+	require.False(t, o.skips("table", "smtp-throttle"))
+	_, err = parseOptions([]string{"--skip-faults", "sqs:smtp-drop"}, &bytes.Buffer{})
+	require.Error(t, err)
+}
+
+// TestTermQuantiles checks the SIGTERM figures of the summary line.
+func TestTermQuantiles(t *testing.T) {
+	p50, longest := termQuantiles(nil)
+	require.Zero(t, p50)
+	require.Zero(t, longest)
+	ts := []termRecord{{took: 3 * time.Second}, {took: time.Second}, {took: 31 * time.Second}, {took: 2 * time.Second}}
+	p50, longest = termQuantiles(ts)
+	require.Equal(t, 2*time.Second, p50)
+	require.Equal(t, 31*time.Second, longest)
+}
+
+// TestDropRecipient checks which recipients the sink drops the
+// connection on.
+func TestDropRecipient(t *testing.T) {
+	require.True(t, isDropRecipient("drop-abc-1@example.com"))
+	require.True(t, isDropRecipient("<Drop-abc-1@example.com>"))
+	require.False(t, isDropRecipient("user7@example.com"))
+	require.False(t, isDropRecipient("user-drop-1@example.com"))
 }

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/heraldhq/herald/internal/faultproxy"
+	"github.com/heraldhq/herald/internal/smtptest"
 )
 
 // result is what one transport's run found.
@@ -33,6 +35,11 @@ type result struct {
 	samples    []sample
 	failures   []error
 	checks     []check
+	// dropFailed counts the smtp-drop notifications that ended failed, as
+	// they must.
+	dropFailed int
+	// terms are the SIGTERMs the harness sent and how long each exit took.
+	terms []termRecord
 }
 
 // check is one invariant and whether it held.
@@ -70,6 +77,7 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 	}
 	h.start = time.Now()
 	l := newLoad(h.apiBase, h.runID, h.o.n, h.o.clients, spread, h.start.Add(h.o.loadTimeout))
+	h.load = l
 	loadDone := make(chan struct{})
 	go func() {
 		defer close(loadDone)
@@ -116,6 +124,7 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 	h.pgProxy.Pass()
 	h.eachProxy((*faultproxy.Proxy).Pass)
 	h.sink.Fail(0, "")
+	h.sink.FailAt(smtptest.StepMail, 0, "")
 	h.sink.SetHang(false)
 	res.loadTime = h.offset()
 	h.logf("load done: %d accepted, %d refused, %d requests; faults over, waiting for the drain", len(l.accepted), len(l.refused), l.attempts.Load())
@@ -205,11 +214,14 @@ func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) 
 // broker's queues empty, and the sink quiet, three polls in a row.
 func (h *harness) waitDrain(ctx context.Context, l *load) (bool, string) {
 	ids := acceptedIDs(l)
+	h.mu.Lock()
+	drops := append([]int64(nil), h.dropIDs...)
+	h.mu.Unlock()
 	deadline := time.Now().Add(h.o.drainTimeout)
 	quiet, lastEmails := 0, -1
 	why := ""
 	for {
-		ok, w := h.drainedOnce(ctx, ids)
+		ok, w := h.drainedOnce(ctx, ids, drops)
 		why = w
 		emails := h.sink.Count()
 		if ok && emails == lastEmails {
@@ -228,16 +240,20 @@ func (h *harness) waitDrain(ctx context.Context, l *load) (bool, string) {
 	}
 }
 
-func (h *harness) drainedOnce(ctx context.Context, ids []int64) (bool, string) {
-	var unprocessed, pending int
+func (h *harness) drainedOnce(ctx context.Context, ids, drops []int64) (bool, string) {
+	var unprocessed, pending, dropsPending int
 	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`).Scan(&unprocessed); err != nil {
 		return false, "count unprocessed: " + err.Error()
 	}
 	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE status = 'pending' AND id = ANY($1)`, ids).Scan(&pending); err != nil {
 		return false, "count pending: " + err.Error()
 	}
-	if unprocessed > 0 || pending > 0 {
-		return false, fmt.Sprintf("%d unprocessed outbox rows, %d accepted notifications pending", unprocessed, pending)
+	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE status = 'pending' AND id = ANY($1)`, drops).Scan(&dropsPending); err != nil {
+		return false, "count pending: " + err.Error()
+	}
+	if unprocessed > 0 || pending > 0 || dropsPending > 0 {
+		return false, fmt.Sprintf("%d unprocessed outbox rows, %d accepted notifications pending, %d of %d smtp-drop notifications pending",
+			unprocessed, pending, dropsPending, len(drops))
 	}
 	if h.br == nil {
 		return true, ""
@@ -394,7 +410,14 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 			r.duplicates += c - 1
 		}
 	}
+	dropKeys := map[string]bool{}
+	for k := range h.dropIDs {
+		dropKeys[h.dropKey(k)] = true
+	}
 	for k := range byKey {
+		if dropKeys[k] {
+			continue
+		}
 		i, ok := keyIndex(k, h.runID)
 		if !ok {
 			strangers++
@@ -411,6 +434,15 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 		"%d accepted without a row, %d answered with another id, %d rows without a key, %d rows nobody asked for", missing, mismatched, keyless, strangers)
 	r.expect("nothing lost", r.lost == 0, "%d accepted notifications not sent with an email", r.lost)
 
+	// An email of an smtp-drop notification is the drop check's failure,
+	// not a phantom.
+	for _, id := range h.dropIDs {
+		known["<"+strconv.FormatInt(id, 10)+"@"+domain+">"] = true
+	}
+	dropEvents, err := h.verifySMTPFaults(ctx, r, emails, domain)
+	if err != nil {
+		return err
+	}
 	phantom := 0
 	for mid := range emails {
 		if !known[mid] {
@@ -427,8 +459,11 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	r.expect("duplicates explained", r.duplicates <= window,
 		"%d repeated emails; the logged kills could explain at most %d", r.duplicates, window)
 
-	var failed int
-	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE status = 'failed'`).Scan(&failed); err != nil {
+	// The smtp-drop notifications must fail (checked above); no other
+	// notification may.
+	var failed, otherFailed int
+	if err := h.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT (id = ANY(COALESCE($1::bigint[], '{}')))) FROM notifications WHERE status = 'failed'`,
+		h.dropIDs).Scan(&failed, &otherFailed); err != nil {
 		return fmt.Errorf("count failed: %w", err)
 	}
 	deadIDs, deadTotal, err := h.deadLetters(ctx)
@@ -437,10 +472,19 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	}
 	poisonDead := countIn(deadIDs, h.poisonIDs)
 	r.dead = failed + poisonDead
-	others := len(deadIDs) - poisonDead
-	r.expect("dead letters are the poison", r.dead == r.poison && failed == 0 && others == 0,
-		"%d failed notifications + %d dead-lettered poison (injected %d); %d other dead letters; %d dead letters in all",
-		failed, poisonDead, r.poison, others, deadTotal)
+	dropDead, others := 0, 0
+	for id := range deadIDs {
+		switch {
+		case dropEvents[id]:
+			dropDead++
+		case !slices.Contains(h.poisonIDs, id):
+			others++
+		}
+	}
+	r.expect("dead letters are the poison and the smtp-drop notifications",
+		poisonDead == r.poison && otherFailed == 0 && others == 0,
+		"%d failed notifications (%d of them not smtp-drop ones) + %d dead-lettered poison (injected %d); %d dead letters of smtp-drop events; %d other dead letters; %d dead letters in all",
+		failed, otherFailed, poisonDead, r.poison, dropDead, others, deadTotal)
 
 	exits := h.unexpectedExits()
 	r.expect("no process died on its own", len(exits) == 0, "%s", strings.Join(exits, "\n"))
@@ -506,7 +550,8 @@ func (r *result) print(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nload: %d accepted, %d refused, %d requests, %.1fs; drain %.1fs\n", r.accepted, r.refused, r.attempts, r.loadTime.Seconds(), r.drain.Seconds())
-	fmt.Fprintf(w, "resources: %s\n\n", formatSamples(r.samples))
+	fmt.Fprintf(w, "resources: %s\n", formatSamples(r.samples))
+	fmt.Fprintf(w, "SIGTERM to exit: %s\n\n", formatTerms(r.terms))
 	for _, c := range r.checks {
 		mark := "ok  "
 		if !c.ok {
@@ -518,6 +563,8 @@ func (r *result) print(w io.Writer) {
 	if r.nodes > 1 {
 		nodes = fmt.Sprintf(" nodes=%d", r.nodes)
 	}
-	fmt.Fprintf(w, "chaos: transport=%s accepted=%d delivered=%d lost=%d duplicates=%d explained=%d dead=%d faults=%d drain_s=%.1f%s\n",
-		r.transport, r.accepted, r.delivered, r.lost, r.duplicates, min(r.duplicates, r.window), r.dead, len(r.faults), r.drain.Seconds(), nodes)
+	p50, longest := termQuantiles(r.terms)
+	fmt.Fprintf(w, "chaos: transport=%s accepted=%d delivered=%d lost=%d duplicates=%d explained=%d dead=%d faults=%d drain_s=%.1f sigterms=%d sigterm_p50_s=%.2f sigterm_max_s=%.2f%s\n",
+		r.transport, r.accepted, r.delivered, r.lost, r.duplicates, min(r.duplicates, r.window), r.dead, len(r.faults), r.drain.Seconds(),
+		len(r.terms), p50.Seconds(), longest.Seconds(), nodes)
 }
