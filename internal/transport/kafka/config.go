@@ -49,13 +49,40 @@ const (
 	// HeaderOccurredAt holds when the event was written, in Unix
 	// microseconds.
 	HeaderOccurredAt = "x-occurred-at"
-	// HeaderDueAt holds when a retry copy is due, in Unix milliseconds.
+	// HeaderRetryDelay holds how long a retry copy waits before it goes
+	// back to the requested topic, in milliseconds. It is a duration, not
+	// a time: the Consumer that reads the copy holds it that long from the
+	// moment it read it, by its own clock, so no two machines' clocks are
+	// ever compared.
+	HeaderRetryDelay = "x-retry-delay-ms"
+	// HeaderDueAt held, on retry copies written by herald before
+	// x-retry-delay-ms, when the copy was due, in Unix milliseconds of the
+	// writer's clock. It is no longer written, and no longer trusted: a
+	// copy that carries only it is held the schedule's delay for its retry
+	// count (see doc.go). Copies drop it.
 	HeaderDueAt = "x-due-at"
 	// HeaderSource names where a dead letter was read from
 	// (topic/partition@offset): the only trace of a record that is not
 	// herald's.
 	HeaderSource = "x-source"
 )
+
+// DefaultShutdownGrace is Config.ShutdownGrace's default.
+const DefaultShutdownGrace = 5 * time.Second
+
+// finalCommitTimeout bounds a commit made while giving partitions up (the
+// last one when Consume's context ends, the one of a revoke): what it could
+// not commit is delivered again by the partition's next owner, which is
+// safe, whereas waiting longer (a commit waits out a rebalance in
+// progress, for as long as the group takes to form) keeps a process from
+// stopping.
+const finalCommitTimeout = 2 * time.Second
+
+// closeTimeout bounds the client's close, that is leaving the group. A
+// leave waits for a rebalance in progress to end; past closeTimeout
+// Consume returns without it, and the group hands the partitions over
+// once the member's session times out.
+const closeTimeout = 2 * time.Second
 
 // Config configures a Publisher or a Consumer. Fields whose zero cannot
 // work (no topic has zero partitions, a zero timeout gives up at once) get
@@ -115,8 +142,12 @@ type Config struct {
 	RedeliverDelay time.Duration
 	// ShutdownGrace bounds how long handlers in flight when Consume's
 	// context ends (or when their partitions are revoked) may still run:
-	// their context is cancelled only this long after. Zero means the
-	// default. Default 30s.
+	// their context is cancelled only this long after. The rest of a
+	// shutdown is bounded too (the final commit by finalCommitTimeout,
+	// leaving the group by closeTimeout), so Consume returns within about
+	// ShutdownGrace + 4s of its context ending, when the handlers return
+	// once their context is cancelled. Zero means the default. Default 5s,
+	// which keeps a worker's stop within 10s of SIGTERM.
 	ShutdownGrace time.Duration
 	// ReconnectMin and ReconnectMax bound the backoff of a Consumer that
 	// cannot reach the cluster at start. Zero means the defaults, 100ms and
@@ -160,7 +191,7 @@ func (c Config) withDefaults() Config {
 		c.RedeliverDelay = time.Second
 	}
 	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 30 * time.Second
+		c.ShutdownGrace = DefaultShutdownGrace
 	}
 	if c.ReconnectMin == 0 {
 		c.ReconnectMin = 100 * time.Millisecond

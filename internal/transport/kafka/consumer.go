@@ -51,7 +51,9 @@ const pollMax = 500
 // records, lets the handlers in flight finish (their context outlives ctx
 // by up to ShutdownGrace), commits what they settled, leaves the group and
 // returns nil. Records it held unsettled go to whichever member owns their
-// partition next.
+// partition next. The final commit and the leave are bounded (2s each), so
+// Consume returns within about ShutdownGrace + 4s of ctx ending, provided
+// the handlers return once their context is cancelled.
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
@@ -143,7 +145,10 @@ func (c *Consumer) session(ctx, hctx context.Context, adm *kadm.Client, handle n
 	recreated := s.recreated
 	s.mu.Unlock()
 	if !recreated {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ConfirmTimeout)
+		// Short: a commit waits out a rebalance in progress, which can
+		// take as long as the group's slowest member. What it leaves
+		// uncommitted is delivered again and absorbed by the store.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalCommitTimeout)
 		defer cancel()
 		if err := s.commit(cctx, nil); err != nil {
 			c.log.Warn("kafka: final offset commit failed; settled records will be delivered again", "err", err)
@@ -152,8 +157,30 @@ func (c *Consumer) session(ctx, hctx context.Context, adm *kadm.Client, handle n
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
-	cl.CloseAllowingRebalance()
+	c.close(cl)
 	return recreated
+}
+
+// close closes cl, leaving the group, for at most closeTimeout: a leave
+// waits for a rebalance in progress to end, and a rebalance waits for every
+// member, however slow. Past the timeout the close goes on in the
+// background (the process is usually about to exit) and the group hands
+// this member's partitions over when its session times out; their
+// uncommitted records are delivered again.
+func (c *Consumer) close(cl *kgo.Client) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		cl.CloseAllowingRebalance()
+	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+		c.log.Warn("kafka: leaving the consumer group did not finish in time; the group reassigns this worker's partitions after its session timeout",
+			"waited", closeTimeout)
+	}
 }
 
 // poll feeds the session until ctx ends.

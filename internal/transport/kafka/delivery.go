@@ -41,19 +41,20 @@ func (d *delivery) Release(ctx context.Context) error {
 	return d.settle("release", func() error { return d.s.requeue(d.e) })
 }
 
-// Retry produces a copy with the retry count incremented and its due time
-// to the retry topic, waits for the cluster's acknowledgement, and only
-// then settles the original. The copy is forwarded to the requested topic
-// when due, behind whatever its key received meanwhile.
+// Retry produces a copy with the retry count incremented and its delay to
+// the retry topic, waits for the cluster's acknowledgement, and only then
+// settles the original. The Consumer that reads the copy forwards it to the
+// requested topic once it has held it for the delay, behind whatever its
+// key received meanwhile.
 func (d *delivery) Retry(ctx context.Context, reason string) error {
 	return d.settle("retry", func() error {
 		n := d.msg.RetryCount + 1
-		due := time.Now().Add(d.s.cfg.retryDelay(n))
-		r := copyRecord(d.e.rec, d.s.topics.Retry, HeaderRetryCount, HeaderLastError, HeaderDueAt)
+		delay := d.s.cfg.retryDelay(n)
+		r := copyRecord(d.e.rec, d.s.topics.Retry, HeaderRetryCount, HeaderLastError, HeaderRetryDelay, HeaderDueAt)
 		r.Headers = append(r.Headers,
 			kgo.RecordHeader{Key: HeaderRetryCount, Value: strconv.AppendInt(nil, int64(n), 10)},
 			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(truncate(reason, maxReason))},
-			kgo.RecordHeader{Key: HeaderDueAt, Value: strconv.AppendInt(nil, due.UnixMilli(), 10)},
+			kgo.RecordHeader{Key: HeaderRetryDelay, Value: strconv.AppendInt(nil, delay.Milliseconds(), 10)},
 		)
 		return d.produceThenSettle(ctx, r)
 	})
@@ -64,7 +65,7 @@ func (d *delivery) Retry(ctx context.Context, reason string) error {
 // original.
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 	return d.settle("dead-letter", func() error {
-		r := copyRecord(d.e.rec, d.s.topics.DeadLetters, HeaderLastError, HeaderDueAt, HeaderSource)
+		r := copyRecord(d.e.rec, d.s.topics.DeadLetters, HeaderLastError, HeaderRetryDelay, HeaderDueAt, HeaderSource)
 		r.Headers = append(r.Headers,
 			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(truncate(reason, maxReason))},
 			kgo.RecordHeader{Key: HeaderSource, Value: []byte(source(d.e.rec))},
@@ -141,13 +142,26 @@ func retryCount(s string) int {
 	return int(max(0, min(n, 1<<31-1)))
 }
 
-// dueAt reads a retry record's due time; one without is due at once.
-func dueAt(r *kgo.Record) time.Time {
-	if v, err := strconv.ParseInt(header(r, HeaderDueAt), 10, 64); err == nil {
-		return time.UnixMilli(v)
+// holdFor is how long a Consumer holds a retry record from the moment it
+// read it: the delay the copy carries (x-retry-delay-ms). A copy written
+// before that header existed carries only x-due-at, a time of another
+// machine's clock that herald does not compare with its own: it is held the
+// schedule's delay for its retry count, as if written now (late by at most
+// that delay, never early). A record with neither is not herald's retry
+// copy and is forwarded at once.
+func holdFor(r *kgo.Record, schedule func(retry int) time.Duration) time.Duration {
+	if v, err := strconv.ParseInt(header(r, HeaderRetryDelay), 10, 64); err == nil {
+		return time.Duration(max(0, min(v, maxHoldMillis))) * time.Millisecond
 	}
-	return time.Time{}
+	if header(r, HeaderDueAt) != "" {
+		return schedule(retryCount(header(r, HeaderRetryCount)))
+	}
+	return 0
 }
+
+// maxHoldMillis caps the delay a copy may ask for (a year), so that a
+// corrupt header cannot overflow a time.Duration.
+const maxHoldMillis = 365 * 24 * 3600 * 1000
 
 // copyRecord returns a copy of r for topic (same key, value, timestamp),
 // with its headers less those named in drop.

@@ -38,13 +38,43 @@
 //
 // # Retries
 //
-// A retry copy carries its due time (x-due-at). The Consumer also reads
-// the retry topic and holds its records in memory until due, then
-// republishes them to the requested topic and only then commits them.
+// A retry copy carries its delay (x-retry-delay-ms), not a time. The
+// Consumer also reads the retry topic and holds each record in memory for
+// that delay, counted by its own monotonic clock from the moment it read
+// the record, then republishes it to the requested topic and only then
+// commits it. A copy is written by one worker and read by another, often on
+// another machine: a due time would compare two clocks, and a clock ahead
+// or behind by an hour would hold retries an hour too long or release them
+// an hour early. Kafka has no delayed delivery and its record timestamps
+// are a writer's or a broker's clock, so the delay counts from the read:
+// a copy that waited in the topic first (consumer lag, a restart or a
+// rebalance that makes another member read it again) waits longer than its
+// delay, never less. Each restart of the workers can thus add up to one
+// delay to the retries it catches held; herald accepts that for a retry
+// that is never early.
+//
+// Copies written before x-retry-delay-ms carry x-due-at (Unix
+// milliseconds of the writer's clock). They are still read, so an upgrade
+// in the middle of a run loses nothing, but the time is not trusted: such a
+// copy is held the schedule's delay for its retry count, from when it was
+// read.
+//
 // Holding (rather than pausing a partition until its head is due) keeps a
 // short delay from waiting behind a long one when the schedule has several
 // delays. A Consumer holds at most MaxBuffered records of each topic; past
 // that it pauses fetching the topic.
+//
+// # Stopping
+//
+// When Consume's context ends (SIGTERM), the Consumer stops fetching and
+// handing out records, gives the handlers in flight ShutdownGrace (5s by
+// default) before cancelling their context, commits what was settled with
+// a deadline of 2s, and leaves the group with a deadline of 2s. Whatever it
+// could not settle or commit in that time stays uncommitted and is
+// delivered again to the partition's next owner; the store absorbs what
+// was applied already. So a worker stops within 10s whatever state the
+// group is in (a rebalance in progress makes a commit or a leave wait for
+// the slowest member).
 //
 // # Dead letters
 //

@@ -50,8 +50,9 @@ type entry struct {
 	p       *partition
 	key     string
 	settled bool
-	// due is when a retry record is to be forwarded; heapIdx its place in
-	// the held heap.
+	// due is when a retry record is to be forwarded, by this process's
+	// monotonic clock: when it was read plus its delay. heapIdx is its
+	// place in the held heap.
 	due     time.Time
 	heapIdx int
 }
@@ -137,7 +138,10 @@ func (s *session) ingest(recs []*kgo.Record) {
 		e := &entry{rec: r, p: p}
 		p.entries = append(p.entries, e)
 		if r.Topic == s.topics.Retry {
-			e.due = dueAt(r)
+			// The hold starts when this process read the copy: a copy
+			// that waited in the topic (a lagging or restarted
+			// consumer) waits longer, never less.
+			e.due = time.Now().Add(holdFor(r, s.cfg.retryDelay))
 			heap.Push(&s.held, e)
 			signal(s.heldUp)
 			continue
@@ -373,7 +377,8 @@ func (s *session) commit(ctx context.Context, only []*partition) error {
 
 // revoke gives up partitions. A revoke (a rebalance, or leaving the group)
 // stops handing out their records, waits for the handlers in flight on
-// them to settle (up to ShutdownGrace), commits what they settled and
+// them to settle (up to ShutdownGrace), commits what they settled (for up
+// to finalCommitTimeout) and
 // drops the rest, which the next owner reads again from the commit. A loss
 // (the group went on without this member) cannot commit: it drops at once.
 func (s *session) revoke(ctx context.Context, m map[string][]int32, lost bool) {
@@ -415,7 +420,10 @@ func (s *session) revoke(ctx context.Context, m map[string][]int32, lost bool) {
 				break wait
 			}
 		}
-		if err := s.commit(ctx, ps); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, finalCommitTimeout)
+		err := s.commit(cctx, ps)
+		cancel()
+		if err != nil {
 			s.warn("kafka: commit on revoke failed; the next owner delivers those records again", err)
 		}
 	}
@@ -470,7 +478,7 @@ func (s *session) forward(ctx context.Context) {
 func (s *session) forwardDue(due []*entry) {
 	recs := make([]*kgo.Record, len(due))
 	for i, e := range due {
-		recs[i] = copyRecord(e.rec, s.topics.Requested, HeaderDueAt)
+		recs[i] = copyRecord(e.rec, s.topics.Requested, HeaderRetryDelay, HeaderDueAt)
 	}
 	errs := produceAll(s.hctx, s.cl, s.cfg.ConfirmTimeout, recs)
 	s.mu.Lock()

@@ -14,6 +14,15 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 )
 
+// DefaultMaxAckPending is Config.MaxAckPending's default: room for, say,
+// 300 workers at HERALD_PREFETCH's default of 32. It only guards the server
+// against a runaway (each pending delivery is a little of its memory, and
+// a redelivery timer); the workers' prefetch is what bounds the load.
+const DefaultMaxAckPending = 10000
+
+// DefaultShutdownGrace is Config.ShutdownGrace's default.
+const DefaultShutdownGrace = 5 * time.Second
+
 // Config configures a Publisher or a Consumer. Every field whose zero is
 // meaningless (the server cannot hold it, or it would spin) gets a default;
 // the others are honoured as given.
@@ -35,9 +44,15 @@ type Config struct {
 	// the default. Default 10.
 	Prefetch int
 	// MaxAckPending is the worker consumer's MaxAckPending: the most
-	// deliveries handed out and not yet settled, across every worker that
-	// shares the consumer. Zero means Prefetch (one worker may hold a full
-	// prefetch); give several workers room with a larger value.
+	// deliveries handed out and not yet settled across every worker that
+	// shares the durable consumer. It is a shared safety ceiling, not the
+	// throughput setting: each worker bounds its own deliveries in flight by
+	// its Prefetch (it pulls no more than its idle handlers), so N workers
+	// hold up to N x Prefetch. Zero means the default,
+	// DefaultMaxAckPending. Every worker declares the consumer with this
+	// value (an existing consumer is updated to it), so it must not depend
+	// on a per-worker setting such as Prefetch, or workers configured
+	// differently would keep rewriting it.
 	MaxAckPending int
 	// AckWait is how long the server waits for the settlement of a delivery
 	// before it hands it out again. It must be longer than a send, or a slow
@@ -72,8 +87,13 @@ type Config struct {
 	// the default. Default 5s.
 	ReconnectMax time.Duration
 	// ShutdownGrace bounds how long handlers in flight when Consume's
-	// context ends may still run. Zero would cancel them mid-settlement, so
-	// it means the default. Default 30s.
+	// context ends may still run: their context is cancelled this long
+	// after. The rest of a stop is short (a pull in progress ends within
+	// 1s, the hand-backs are flushed for at most 2s), so Consume returns
+	// within about ShutdownGrace + 3s when the handlers return once their
+	// context is cancelled. Zero would cancel them mid-settlement, so it
+	// means the default. Default 5s, which keeps a worker's stop within 10s
+	// of SIGTERM.
 	ShutdownGrace time.Duration
 	// CheckInterval is how often a Consumer checks that its consumers still
 	// exist (a stream deleted by hand deletes them), so that it declares
@@ -90,7 +110,7 @@ func (c Config) withDefaults() Config {
 		c.Prefetch = 10
 	}
 	if c.MaxAckPending == 0 {
-		c.MaxAckPending = c.Prefetch
+		c.MaxAckPending = DefaultMaxAckPending
 	}
 	if c.AckWait == 0 {
 		c.AckWait = 5 * time.Minute
@@ -114,7 +134,7 @@ func (c Config) withDefaults() Config {
 		c.ReconnectMax = 5 * time.Second
 	}
 	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 30 * time.Second
+		c.ShutdownGrace = DefaultShutdownGrace
 	}
 	if c.CheckInterval == 0 {
 		c.CheckInterval = 10 * time.Second

@@ -21,9 +21,10 @@ import (
 // with explicit acknowledgement, and moves due retries back to that
 // subject. It reconnects after outages on its own.
 type Consumer struct {
-	cfg  Config
-	topo Topology
-	log  *slog.Logger
+	cfg   Config
+	topo  Topology
+	log   *slog.Logger
+	holds *holdBook
 }
 
 // NewConsumer returns a Consumer. It does not connect: Consume does.
@@ -32,7 +33,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, topo: cfg.Topology(), log: cfg.Logger}, nil
+	return &Consumer{cfg: cfg, topo: cfg.Topology(), log: cfg.Logger, holds: &holdBook{due: map[uint64]time.Time{}}}, nil
 }
 
 // Consume calls handle for each delivery, from Prefetch goroutines, until
@@ -105,7 +106,7 @@ func (c *Consumer) session(ctx, hctx context.Context, handle notify.Handler) (co
 	if err != nil {
 		return false, err
 	}
-	s := &session{cfg: c.cfg, topo: c.topo, log: c.log, js: js}
+	s := &session{cfg: c.cfg, topo: c.topo, log: c.log, js: js, holds: c.holds}
 	var bg, handlers sync.WaitGroup
 	bg.Go(func() { s.receive(sctx, hctx, workCons, handle, &handlers, stop) })
 	bg.Go(func() { s.moveRetries(sctx, retryCons, stop) })
@@ -116,8 +117,9 @@ func (c *Consumer) session(ctx, hctx context.Context, handle notify.Handler) (co
 	handlers.Wait()
 	s.handBackHeld()
 	// Negative acknowledgements are not answered: flush them out before
-	// the connection closes.
-	_ = nc.FlushTimeout(5 * time.Second)
+	// the connection closes, briefly (what does not reach the server comes
+	// back after the ack wait).
+	_ = nc.FlushTimeout(flushTimeout)
 	if ctx.Err() != nil {
 		return true, nil
 	}
@@ -130,6 +132,8 @@ type session struct {
 	topo Topology
 	log  *slog.Logger
 	js   jetstream.JetStream
+	// holds remembers the retry copies this Consumer held back.
+	holds *holdBook
 
 	// held are the deliveries whose handler returned without settling
 	// them: the server keeps them pending until they are handed back when
@@ -291,9 +295,9 @@ const (
 	retryBatch = 256
 )
 
-// moveRetries runs the retry scheduler until ctx ends: a copy that is not
-// due yet goes back to the server with the delay it still has to wait; a
-// due one is published to notifications.requested and then acknowledged.
+// moveRetries runs the retry scheduler until ctx ends: a copy seen for the
+// first time goes back to the server with its delay (the server holds it);
+// a due one is published to notifications.requested and then acknowledged.
 func (s *session) moveRetries(ctx context.Context, cons jetstream.Consumer, stop context.CancelCauseFunc) {
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(retryBatch, jetstream.FetchMaxWait(retryPoll))
@@ -317,14 +321,28 @@ func (s *session) moveRetries(ctx context.Context, cons jetstream.Consumer, stop
 }
 
 // moveRetry moves one retry copy back to notifications.requested when it
-// is due.
+// is due. The delay is a duration the server counts: the first delivery of
+// a copy is handed back with NakWithDelay(delay), and a later delivery is
+// due. No time written by another machine is read, and none of this one's
+// is compared with another's (see doc.go for what this costs).
 func (s *session) moveRetry(ctx context.Context, m jetstream.Msg) {
 	h := m.Headers()
-	if wait := time.Until(dueAt(h)); wait > 0 {
-		if err := m.NakWithDelay(wait); err != nil {
-			s.log.Warn("hold back a retry copy; it comes back after the ack wait", "err", err)
+	md, err := m.Metadata()
+	if delay := holdFor(h, s.cfg.retryDelay); err == nil && delay > 0 {
+		seq := md.Sequence.Stream
+		wait, held := s.holds.remaining(seq)
+		switch {
+		case held && wait > 0:
+			// Back before the delay this Consumer asked for (a restart
+			// of the server, a lost negative acknowledgement): hold it
+			// for the rest, by this process's own clock.
+			s.hold(m, wait)
+			return
+		case !held && md.NumDelivered == 1:
+			s.holds.start(seq, delay)
+			s.hold(m, delay)
+			return
 		}
-		return
 	}
 	if ctx.Err() != nil {
 		s.handBack(m, "shutting down")
@@ -337,6 +355,7 @@ func (s *session) moveRetry(ctx context.Context, m jetstream.Msg) {
 	}
 	out := copyMsg(m, s.topo.Requested)
 	out.Header.Del(HeaderDueAt)
+	out.Header.Del(HeaderRetryDelay)
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
 	defer cancel()
 	if _, err := s.js.PublishMsg(pctx, out, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(s.topo.Stream)); err != nil {
@@ -344,11 +363,93 @@ func (s *session) moveRetry(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(s.cfg.ReconnectMax)
 		return
 	}
+	s.holds.forget(streamSeq(m))
 	// Should this acknowledgement be lost, the copy is moved again and the
 	// stream's duplicate window absorbs it.
 	if err := m.DoubleAck(pctx); err != nil {
 		s.log.Warn("acknowledge a moved retry copy", "message_id", id, "err", err)
 	}
+}
+
+// hold hands a retry copy back to the server, to be delivered again after
+// wait.
+func (s *session) hold(m jetstream.Msg, wait time.Duration) {
+	if err := m.NakWithDelay(wait); err != nil {
+		s.log.Warn("hold back a retry copy; it comes back after the ack wait", "err", err)
+	}
+}
+
+// holdFor is how long a retry copy waits: the delay it carries
+// (x-retry-delay-ms). A copy written before that header existed carries
+// only x-due-at, a time of another machine's clock that is not trusted:
+// it waits the schedule's delay for its retry count, counted from now
+// (late by at most that delay, never early). A copy with neither is due.
+func holdFor(h natsgo.Header, schedule func(retry int) time.Duration) time.Duration {
+	if ms, err := strconv.ParseInt(h.Get(HeaderRetryDelay), 10, 64); err == nil {
+		return time.Duration(max(0, min(ms, maxHoldMillis))) * time.Millisecond
+	}
+	if h.Get(HeaderDueAt) != "" {
+		return schedule(retryCount(h))
+	}
+	return 0
+}
+
+// maxHoldMillis caps the delay a copy may ask for (a year), so that a
+// corrupt header cannot overflow a time.Duration.
+const maxHoldMillis = 365 * 24 * 3600 * 1000
+
+// flushTimeout bounds the flush of the hand-backs when a session ends.
+const flushTimeout = 2 * time.Second
+
+// holdBook remembers, by stream sequence, until when (by this process's
+// monotonic clock) the retry copies this Consumer handed back with a delay
+// are held, so that a copy the server delivers again early (it restarted,
+// or the negative acknowledgement was lost) is held for the rest rather
+// than moved. It outlives reconnections; it cannot outlive the process.
+type holdBook struct {
+	mu        sync.Mutex
+	due       map[uint64]time.Time
+	nextPrune int
+}
+
+// holdBookPrune is the size from which the book drops what it no longer
+// needs.
+const holdBookPrune = 4096
+
+func (b *holdBook) start(seq uint64, delay time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	b.due[seq] = now.Add(delay)
+	if len(b.due) < max(b.nextPrune, holdBookPrune) {
+		return
+	}
+	// A copy due for longer than a few ack waits was delivered to (and
+	// moved by) another worker.
+	for k, due := range b.due {
+		if now.Sub(due) > 4*retryAckWait {
+			delete(b.due, k)
+		}
+	}
+	b.nextPrune = 2 * len(b.due)
+}
+
+// remaining returns how long the copy at seq is still to be held, and
+// whether this Consumer is holding it at all.
+func (b *holdBook) remaining(seq uint64) (time.Duration, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	due, ok := b.due[seq]
+	if !ok {
+		return 0, false
+	}
+	return time.Until(due), true
+}
+
+func (b *holdBook) forget(seq uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.due, seq)
 }
 
 // copyMsg returns a copy of m for subject, with herald's headers but none
@@ -371,15 +472,6 @@ func streamSeq(m jetstream.Msg) uint64 {
 		return 0
 	}
 	return md.Sequence.Stream
-}
-
-// dueAt reads x-due-at (Unix milliseconds); a copy without one is due.
-func dueAt(h natsgo.Header) time.Time {
-	ms, err := strconv.ParseInt(h.Get(HeaderDueAt), 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
 }
 
 // occurredAt reads the event's time from x-occurred-at (microseconds),
@@ -442,16 +534,15 @@ func (d *delivery) Release(ctx context.Context) error {
 	return d.settle("release", func() error { return d.m.Nak() })
 }
 
-// Retry publishes a copy with the retry count incremented and the time it
-// is due (the retry schedule's delay for that retry) to
-// notifications.retry, waits for the stream to store it, and only then
-// acknowledges the original. If the copy is not stored the original stays
-// unsettled.
+// Retry publishes a copy with the retry count incremented and its delay
+// (the retry schedule's delay for that retry) to notifications.retry, waits
+// for the stream to store it, and only then acknowledges the original. If
+// the copy is not stored the original stays unsettled.
 func (d *delivery) Retry(ctx context.Context, reason string) error {
 	return d.settle("retry", func() error {
 		n := d.msg.RetryCount + 1
-		due := time.Now().Add(d.s.cfg.retryDelay(n))
-		return d.forward(ctx, d.s.topo.Retry, n, reason, due, d.copyID("retry."+strconv.Itoa(n)))
+		delay := d.s.cfg.retryDelay(n)
+		return d.forward(ctx, d.s.topo.Retry, n, reason, &delay, d.copyID("retry."+strconv.Itoa(n)))
 	})
 }
 
@@ -459,7 +550,7 @@ func (d *delivery) Retry(ctx context.Context, reason string) error {
 // for the stream to store it, and only then acknowledges the original.
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 	return d.settle("dead-letter", func() error {
-		return d.forward(ctx, d.s.topo.DeadLetter, d.msg.RetryCount, reason, time.Time{}, d.copyID("dlq"))
+		return d.forward(ctx, d.s.topo.DeadLetter, d.msg.RetryCount, reason, nil, d.copyID("dlq"))
 	})
 }
 
@@ -494,15 +585,17 @@ func (d *delivery) settle(what string, op func() error) error {
 	return nil
 }
 
-// forward publishes a copy of the message to subject and acknowledges the
-// original once the stream stored the copy.
-func (d *delivery) forward(ctx context.Context, subject string, retries int, reason string, due time.Time, msgID string) error {
+// forward publishes a copy of the message to subject, with its retry
+// delay when delay is not nil, and acknowledges the original once the
+// stream stored the copy.
+func (d *delivery) forward(ctx context.Context, subject string, retries int, reason string, delay *time.Duration, msgID string) error {
 	out := copyMsg(d.m, subject)
 	out.Header.Set(HeaderRetryCount, strconv.Itoa(retries))
 	out.Header.Set(HeaderLastError, truncate(reason, maxReason))
 	out.Header.Del(HeaderDueAt)
-	if !due.IsZero() {
-		out.Header.Set(HeaderDueAt, strconv.FormatInt(due.UnixMilli(), 10))
+	out.Header.Del(HeaderRetryDelay)
+	if delay != nil {
+		out.Header.Set(HeaderRetryDelay, strconv.FormatInt(delay.Milliseconds(), 10))
 	}
 	pctx, cancel := context.WithTimeout(ctx, d.s.cfg.ConfirmTimeout)
 	defer cancel()

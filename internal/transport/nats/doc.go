@@ -6,14 +6,51 @@
 // notifications.requested, with the outbox id as Nats-Msg-Id, so that the
 // stream's duplicate window absorbs a relay's re-publish of a batch it
 // could not mark. Workers share the durable pull consumer herald-worker on
-// that subject (explicit acks, AckWait longer than a send). A retried
-// message is copied to notifications.retry with x-retry-count one higher and
-// the time it is due in x-due-at; the durable consumer herald-retry, which
-// every worker also runs, holds each copy back (a negative acknowledgement
-// with the delay left) until it is due and then moves it back to
+// that subject (explicit acks, AckWait longer than a send). Each worker
+// has at most Prefetch deliveries in flight: it pulls only as many as it
+// has idle handlers. The consumer's MaxAckPending is a ceiling shared by all
+// workers (10,000 by default), not the per-worker bound, so N workers hold
+// up to N x Prefetch between them. A retried message is copied to
+// notifications.retry with x-retry-count one higher and its delay in
+// x-retry-delay-ms; the durable consumer herald-retry, which every worker
+// also runs, holds each copy back and then moves it back to
 // notifications.requested. Dead letters are copied to notifications.dlq with
 // the reason in x-last-error; nothing consumes that subject, so they stay
 // until herald dlq redrive removes them.
+//
+// # Retry delays without clocks
+//
+// A copy is written by one worker and moved by another, often on another
+// machine, so it carries a duration, never a time: comparing a due time
+// written by one clock with another clock would hold retries for hours, or
+// release them at once, when the clocks disagree. The server counts the
+// delay: on its first delivery (NumDelivered 1 in the message's metadata)
+// the retry consumer hands the copy back with NakWithDelay(delay); on a
+// later delivery it is due and is moved. The worker that handed it back
+// also remembers, by its own monotonic clock, until when it holds the copy,
+// so that a copy it receives again early (the server restarted, or the
+// negative acknowledgement was lost in a reconnect) is held for the rest.
+// What this design gives up: when that worker is gone (it crashed between
+// receiving a copy and handing it back, or stopped while holding it) and
+// the server delivers the copy again before its delay, another worker
+// moves it early, no earlier than the retry consumer's ack wait (30s)
+// after it was received. A retry can then come early; it is never lost,
+// never loops, and never waits on a clock's error.
+//
+// Copies written before x-retry-delay-ms carry x-due-at instead (Unix
+// milliseconds of the writer's clock). They are still moved, so an upgrade
+// in the middle of a run loses nothing, but the time is not read: on its
+// first delivery such a copy is held the schedule's delay for its retry
+// count; on a later one (an older worker had held it already) it is due.
+//
+// # Stopping
+//
+// When Consume's context ends (SIGTERM) it stops pulling (a pull in
+// progress ends within a second), gives the handlers in flight
+// ShutdownGrace (5s by default) before cancelling their context, hands
+// every delivery left unsettled back to the server and flushes those
+// hand-backs for at most 2s, so a worker stops within 10s; a hand-back
+// that did not reach the server comes back after the ack wait.
 //
 // The stream keeps work-queue retention: a message is deleted once its
 // consumer acknowledged it, so the stream holds what is still to do, the

@@ -34,7 +34,15 @@ const (
 	// HeaderOccurredAt holds when the event was written, in Unix
 	// microseconds.
 	HeaderOccurredAt = "x-occurred-at"
-	// HeaderDueAt holds when a retry copy is due, in Unix milliseconds.
+	// HeaderRetryDelay holds how long a retry copy waits before it goes
+	// back to notifications.requested, in milliseconds. It is a duration:
+	// the server counts it (a negative acknowledgement with that delay), so
+	// no worker's clock is compared with another's.
+	HeaderRetryDelay = "x-retry-delay-ms"
+	// HeaderDueAt held, on retry copies written before x-retry-delay-ms,
+	// when the copy was due, in Unix milliseconds of the writer's clock. It
+	// is no longer written nor trusted: such a copy waits the schedule's
+	// delay for its retry count (see doc.go). Copies drop it.
 	HeaderDueAt = "x-due-at"
 )
 
@@ -164,7 +172,15 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 }
 
 // declareConsumers creates the worker and retry consumers, or updates them
-// to cfg's settings.
+// to cfg's settings. A consumer declared by an older herald with a small
+// MaxAckPending (it used to be the prefetch of whichever worker declared
+// it last) is updated to the shared ceiling here: the server accepts
+// MaxAckPending and AckWait changes on a live durable consumer. (The
+// nats-server 2.9 crash that declareStream avoids is in the stream update
+// path; consumers have always been declared this way, at every start.)
+// Every worker sends the same configuration, so a real update happens once,
+// after an upgrade or a change of settings; otherwise the server finds the
+// configuration unchanged.
 func (t Topology) declareConsumers(ctx context.Context, s jetstream.Stream, cfg Config) (worker, retry jetstream.Consumer, err error) {
 	worker, err = s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       t.WorkerConsumer,
