@@ -60,7 +60,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	// must still get through.
 	fwdCfg := c.cfg
 	fwdCfg.ConnectionName = c.connectionName() + " (forwards)"
-	fwd := &Publisher{cfg: fwdCfg, topo: c.topo, role: "consumer forwards"}
+	fwd := newPublisher(fwdCfg, c.topo, "consumer forwards")
 	defer fwd.Close()
 
 	backoff := c.cfg.ReconnectMin
@@ -114,7 +114,7 @@ func (c *Consumer) session(ctx, hctx context.Context, fwd *Publisher, handle not
 		return false, fmt.Errorf("consume queue %q: %w", c.topo.SendQueue, err)
 	}
 
-	s := &session{cfg: c.cfg, topo: c.topo, log: c.log, fwd: fwd}
+	s := &session{cfg: c.cfg, topo: c.topo, log: c.log, fwd: fwd, ch: ch}
 	var wg sync.WaitGroup
 	for range c.cfg.Prefetch {
 		wg.Go(func() {
@@ -127,8 +127,8 @@ func (c *Consumer) session(ctx, hctx context.Context, fwd *Publisher, handle not
 						return
 					}
 					if ctx.Err() != nil {
-						// Shutting down: leave it unacked; closing the
-						// channel hands it back.
+						// Shutting down: not handled, handed back below.
+						s.hold(s.delivery(d))
 						return
 					}
 					s.dispatch(hctx, d, handle)
@@ -147,9 +147,20 @@ func (c *Consumer) session(ctx, hctx context.Context, fwd *Publisher, handle not
 	select {
 	case <-ctx.Done():
 		// Stop new deliveries; the handlers in flight settle on the open
-		// channel.
+		// channel. Once the broker confirmed the cancel the library closes
+		// deliveries after handing out what it had buffered: those
+		// prefetched deliveries no handler took are collected too.
 		_ = ch.Cancel(tag, false)
+		for d := range deliveries {
+			s.hold(s.delivery(d))
+		}
 		<-handlersDone
+		// Hand back every delivery left unsettled as a fresh copy rather
+		// than leaving it to the connection's close: a delivery the broker
+		// takes back counts towards a delivery limit (see Release).
+		hbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
+		s.handBackHeld(hbctx)
+		cancel()
 		return true, nil
 	case <-handlersDone:
 		// The deliveries ended without a close: the broker cancelled the
@@ -194,24 +205,83 @@ type session struct {
 	topo Topology
 	log  *slog.Logger
 
-	// fwd publishes retry copies and dead letters, on a connection of its
-	// own, one call at a time, so that each can tell its own confirm and
-	// return apart.
+	// fwd publishes retry copies, dead letters and hand-back copies, on a
+	// connection of its own, one call at a time, so that each can tell its
+	// own confirm and return apart.
 	fwd *Publisher
+	// ch is the channel the deliveries came on.
+	ch *amqp.Channel
+
+	// held collects the deliveries left unsettled (by their handler, or
+	// never handed to one because the shutdown began), to be handed back
+	// when the consumer stops.
+	mu   sync.Mutex
+	held []*delivery
 }
 
-// dispatch hands one delivery to handle, unless its message id is
-// unusable: then it dead-letters the message itself.
-func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle notify.Handler) {
-	id, ok := notify.ParseID(d.MessageId)
-	dl := &delivery{s: s, d: d, msg: notify.Message{
+// Hand-backs and delivery limits.
+//
+// A quorum queue counts the deliveries of each message: every requeue
+// (basic.nack or basic.reject with requeue) and every delivery a closed
+// channel or connection returns adds one (the x-delivery-count header of the
+// next delivery). With a delivery limit, set by a policy or by default
+// (RabbitMQ 4.0 to 4.2: 20), the broker dead-letters a message that exceeds
+// it, or drops it without a dead-letter exchange. herald hands a delivery
+// back without spending an attempt for as long as a provider is down, a
+// store is unreachable or another delivery holds the claim, so a counted
+// hand-back would dead-letter live mail while its notification stays
+// pending. Therefore no hand-back of herald's counts:
+//
+//   - Release publishes an unchanged copy to the send queue and acks the
+//     original once the copy is confirmed. A copy is a new message whose
+//     count starts again at zero. Only when the copy cannot be published
+//     does Release fall back to a requeue, which counts.
+//   - A consumer that stops hands back the deliveries it holds unsettled the
+//     same way, in one batch, instead of leaving them to the close of its
+//     connection.
+//   - What the broker takes back by itself (a connection lost, a process
+//     killed) counts, and nothing can prevent that. A delivery that arrives
+//     with x-delivery-count >= refreshAt is therefore replaced by a fresh
+//     copy at once, before it is handled, so that even a worker that keeps
+//     crashing or losing its connection never brings a message to a limit
+//     of refreshAt or more.
+//
+// Declaring an x-delivery-limit of our own would not help: a policy can set
+// a lower one, RabbitMQ 4 has one by default, and a changed argument on an
+// existing queue fails every redeclaration (406).
+
+// refreshAt is the x-delivery-count from which a delivery is replaced by a
+// fresh copy on arrival. Two returns by the broker of one message are rare
+// (each is a lost connection while the message was held), so the copy costs
+// next to nothing, and the protection covers every limit of 2 or more: the
+// RabbitMQ 4 default of 20 and any lower limit an operator's policy may set.
+// A copy goes to the back of the queue.
+const refreshAt = 2
+
+// handBackTimeout bounds the hand-back of the held deliveries when a
+// consumer stops (connecting the forwarding publisher if need be, and the
+// confirms). Whatever is not confirmed by then is left to the close of the
+// connection, which returns it counted once.
+const handBackTimeout = 5 * time.Second
+
+// delivery wraps d for settling.
+func (s *session) delivery(d amqp.Delivery) *delivery {
+	id, _ := notify.ParseID(d.MessageId)
+	return &delivery{s: s, d: d, msg: notify.Message{
 		ID:         id,
 		Type:       d.Type,
 		Payload:    d.Body,
 		RetryCount: retryCount(d.Headers),
 		OccurredAt: occurredAt(d),
 	}}
-	if !ok {
+}
+
+// dispatch hands one delivery to handle, unless its message id is
+// unusable: then it dead-letters the message itself. A delivery the broker
+// has returned refreshAt times or more is replaced by a fresh copy instead.
+func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle notify.Handler) {
+	dl := s.delivery(d)
+	if _, ok := notify.ParseID(d.MessageId); !ok {
 		if err := dl.DeadLetter(ctx, "invalid message_id"); err != nil {
 			// Left unsettled, it would pin a prefetch slot until the
 			// connection drops: hand it back to be tried again.
@@ -222,7 +292,81 @@ func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle notify.H
 		}
 		return
 	}
+	if n := intHeader(d.Headers, headerDeliveryCount); n >= refreshAt {
+		err := dl.settle("refresh", func() error {
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
+			defer cancel()
+			_, err := dl.requeueCopy(cctx)
+			return err
+		})
+		if err == nil {
+			return // the copy comes again
+		}
+		if s.ch.IsClosed() {
+			return // the broker has taken it back
+		}
+		// Handled as usual: its hand-back, if any, is a copy anyway.
+		s.log.Warn("replace a delivery the broker returned repeatedly with a fresh copy", "message_id", d.MessageId,
+			"delivery_count", n, "err", err)
+	}
 	handle(ctx, dl)
+	if !dl.isSettled() {
+		s.hold(dl)
+	}
+}
+
+// hold keeps an unsettled delivery for the hand-back at the consumer's stop.
+func (s *session) hold(d *delivery) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = append(s.held, d)
+}
+
+// handBackHeld hands the held deliveries back as fresh copies, published in
+// one batch: each original is acked once its copy is confirmed. The others
+// stay unsettled, and the close of the connection returns them.
+func (s *session) handBackHeld(ctx context.Context) {
+	s.mu.Lock()
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	var todo []*delivery
+	for _, d := range held {
+		if !d.isSettled() {
+			todo = append(todo, d)
+		}
+	}
+	if len(todo) == 0 || s.ch.IsClosed() {
+		// With the channel gone the broker has them back already.
+		return
+	}
+	msgs := make([]outgoing, len(todo))
+	for i, d := range todo {
+		msgs[i] = d.handBackCopy()
+	}
+	res, err := s.fwd.send(ctx, msgs)
+	if err == nil {
+		err = res.err
+	}
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	acked := 0
+	for i, d := range todo {
+		if res.confirmed == nil || !res.confirmed[i] {
+			continue
+		}
+		if err := d.settle("hand back", func() error { return d.d.Ack(false) }); err != nil {
+			errs = append(errs, fmt.Errorf("ack original after its copy was confirmed: %w", err))
+			continue
+		}
+		acked++
+	}
+	if len(errs) > 0 {
+		s.log.Warn("hand back unsettled deliveries as fresh copies at shutdown; the others go back counted",
+			"held", len(todo), "handed_back", acked, "err", errors.Join(errs...))
+	}
 }
 
 // occurredAt reads the event's time from x-occurred-at (microseconds),
@@ -234,10 +378,18 @@ func occurredAt(d amqp.Delivery) time.Time {
 	return d.Timestamp
 }
 
+// headerDeliveryCount is where a quorum queue says how often it has
+// delivered a message before (requeues and returns by a closed channel).
+const headerDeliveryCount = "x-delivery-count"
+
 // retryCount reads x-retry-count, whatever integer type the publisher chose.
-func retryCount(h amqp.Table) int {
+func retryCount(h amqp.Table) int { return intHeader(h, HeaderRetryCount) }
+
+// intHeader reads a non-negative integer header of any integer type (or a
+// decimal string); 0 when absent or unreadable.
+func intHeader(h amqp.Table, key string) int {
 	var n int64
-	switch v := h[HeaderRetryCount].(type) {
+	switch v := h[key].(type) {
 	case int:
 		n = int64(v)
 	case int8:
@@ -296,9 +448,52 @@ func (d *delivery) Ack(ctx context.Context) error {
 	return d.settle("ack", func() error { return d.d.Ack(false) })
 }
 
-// Release hands the message back to the queue unchanged.
+// Release hands the message back to the send queue unchanged, as a fresh
+// copy that no broker delivery limit counts (see refreshAt): it publishes
+// the copy, waits for its confirm (at most ConfirmTimeout) and then acks the
+// original. When the copy cannot be published, it requeues the original
+// instead, which a quorum queue counts, and says so in the log.
 func (d *delivery) Release(ctx context.Context) error {
-	return d.settle("release", func() error { return d.d.Nack(false, true) })
+	return d.settle("release", func() error {
+		cctx, cancel := context.WithTimeout(ctx, d.s.cfg.ConfirmTimeout)
+		defer cancel()
+		copied, err := d.requeueCopy(cctx)
+		if err == nil || copied {
+			// Published but not acked: the channel is gone, and the broker
+			// takes the original back by itself (a duplicate of the copy,
+			// which the claim on its message id absorbs).
+			return err
+		}
+		if d.s.ch.IsClosed() {
+			return fmt.Errorf("%w; the broker takes the original back", err)
+		}
+		if nerr := d.d.Nack(false, true); nerr != nil {
+			return errors.Join(err, fmt.Errorf("requeue original: %w", nerr))
+		}
+		d.s.log.Warn("hand-back copy not published; requeued the original, which counts towards a delivery limit",
+			"message_id", d.d.MessageId, "err", err)
+		return nil
+	})
+}
+
+// requeueCopy publishes an unchanged copy of the message to the send queue
+// and acks the original once the copy is confirmed. copied reports whether
+// the copy was confirmed (whether or not the ack went through).
+func (d *delivery) requeueCopy(ctx context.Context) (copied bool, err error) {
+	if d.s.ch.IsClosed() {
+		// The broker has taken the original back already; a copy would
+		// be a duplicate.
+		return false, fmt.Errorf("consume channel closed")
+	}
+	return d.publishThenAck(ctx, d.handBackCopy())
+}
+
+// handBackCopy is the unchanged copy of the message that a hand-back
+// publishes: straight to the send queue (the default exchange, so that no
+// other binding of the notifications exchange gets a second copy), with the
+// same body, properties and headers, x-retry-count included.
+func (d *delivery) handBackCopy() outgoing {
+	return outgoing{exchange: "", key: d.s.topo.SendQueue, msg: d.publishing(copyHeaders(d.d.Headers))}
 }
 
 // Retry publishes a copy with the retry count incremented to the retry
@@ -336,22 +531,43 @@ func (d *delivery) settle(what string, op func() error) error {
 	return nil
 }
 
-// forward publishes a copy of the message and acks the original once the
-// copy is confirmed.
+// isSettled reports whether a settle method succeeded.
+func (d *delivery) isSettled() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.settled
+}
+
+// forward publishes a copy of the message with retries and reason, and
+// acks the original once the copy is confirmed.
 func (d *delivery) forward(ctx context.Context, exchange, key string, retries int, reason string) error {
-	headers := amqp.Table{}
-	for k, v := range d.d.Headers {
-		switch k {
-		case "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
-			"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason":
-			// The broker's own dead-lettering history; it keeps it itself.
-		default:
-			headers[k] = v
-		}
-	}
+	headers := copyHeaders(d.d.Headers)
 	headers[HeaderRetryCount] = int64(retries)
 	headers[HeaderLastError] = truncate(reason, maxReason)
-	msg := outgoing{exchange: exchange, key: key, msg: amqp.Publishing{
+	_, err := d.publishThenAck(ctx, outgoing{exchange: exchange, key: key, msg: d.publishing(headers)})
+	return err
+}
+
+// copyHeaders copies the message's headers without those the broker keeps
+// itself: its dead-lettering history and its delivery count. A copy is a
+// new message to the broker; a delivery count carried over would make it
+// look returned already.
+func copyHeaders(h amqp.Table) amqp.Table {
+	out := amqp.Table{}
+	for k, v := range h {
+		switch k {
+		case "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+			"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", headerDeliveryCount:
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// publishing is a persistent copy of the delivered message with headers.
+func (d *delivery) publishing(headers amqp.Table) amqp.Publishing {
+	return amqp.Publishing{
 		Headers:         headers,
 		ContentType:     d.d.ContentType,
 		ContentEncoding: d.d.ContentEncoding,
@@ -363,16 +579,21 @@ func (d *delivery) forward(ctx context.Context, exchange, key string, retries in
 		Type:            d.d.Type,
 		AppId:           d.d.AppId,
 		Body:            d.d.Body,
-	}}
+	}
+}
+
+// publishThenAck publishes msg and acks the original once msg is confirmed.
+// copied reports whether msg was confirmed.
+func (d *delivery) publishThenAck(ctx context.Context, msg outgoing) (copied bool, err error) {
 	res, err := d.s.fwd.send(ctx, []outgoing{msg})
 	if err != nil {
-		return fmt.Errorf("copy not published, original left unsettled: %w", err)
+		return false, fmt.Errorf("copy not published, original left unsettled: %w", err)
 	}
 	if !res.confirmed[0] {
-		return fmt.Errorf("copy not confirmed, original left unsettled: %w", res.err)
+		return false, fmt.Errorf("copy not confirmed, original left unsettled: %w", res.err)
 	}
 	if err := d.d.Ack(false); err != nil {
-		return fmt.Errorf("ack original after its copy was confirmed: %w", err)
+		return true, fmt.Errorf("ack original after its copy was confirmed: %w", err)
 	}
-	return nil
+	return true, nil
 }

@@ -424,3 +424,62 @@ func TestRetryScheduleFollowsList(t *testing.T) {
 	}
 	require.Zero(t, queueLen(t, ch, top.SendQueue))
 }
+
+// TestConsumeReturnsPromptlyUnderLoad stops a consumer holding a full
+// prefetch of 50 deliveries, besides many more waiting in the queue. As the
+// shutdown begins, its handlers hand half of them back with Release and
+// leave the other half unsettled to the transport. Consume must return
+// within 10s (a bound on the shutdown, not a performance figure), and every
+// message must be back in the send queue, none dead-lettered.
+func TestConsumeReturnsPromptlyUnderLoad(t *testing.T) {
+	t.Parallel()
+	const bound = 10 * time.Second
+	cfg := setup(t)
+	cfg.Prefetch = 50
+	top := cfg.Topology()
+	p := newPublisher(t, cfg)
+	evs := events(1, 200)
+	confirmed, err := p.Publish(context.Background(), evs)
+	require.NoError(t, err)
+	require.Len(t, confirmed, len(evs))
+
+	var held atomic.Int64
+	stopping := make(chan struct{})
+	c := startConsumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
+		held.Add(1)
+		select {
+		case <-stopping:
+		case <-ctx.Done():
+		}
+		if d.Message().ID%2 == 0 {
+			assert.NoError(t, d.Release(ctx))
+		}
+	})
+	require.Eventually(t, func() bool { return held.Load() == int64(cfg.Prefetch) }, waitFor, 10*time.Millisecond,
+		"the consumer never held a full prefetch")
+
+	began := time.Now()
+	close(stopping)
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(bound):
+		t.Fatalf("Consume did not return within %s of its context's end", bound)
+	}
+	t.Logf("Consume returned %s after its context ended", time.Since(began).Round(time.Millisecond))
+	require.NoError(t, c.stop())
+	require.LessOrEqual(t, held.Load(), int64(cfg.Prefetch), "no delivery handled after the shutdown began")
+
+	ch := adminChannel(t, cfg)
+	require.Eventually(t, func() bool { return queueLen(t, ch, top.SendQueue) == len(evs) }, waitFor, 10*time.Millisecond,
+		"every message back in the send queue")
+	require.Zero(t, queueLen(t, ch, top.DeadLetterQueue))
+
+	var rec recorder
+	consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
+		rec.add(d.Message())
+		assert.NoError(t, d.Ack(ctx))
+	})
+	require.Eventually(t, func() bool { return len(rec.list()) >= len(evs) }, waitFor, 10*time.Millisecond)
+	require.ElementsMatch(t, ids(evs), rec.ids(), "each message exactly once")
+}

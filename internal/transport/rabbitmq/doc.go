@@ -25,6 +25,13 @@
 // connection of its own, so that a broker blocking a publisher never holds
 // back the acknowledgements.
 //
+// No hand-back counts towards a broker's delivery limit (RabbitMQ 4 gives
+// quorum queues one of 20 by default, and counts every requeue): Release,
+// and a Consumer that stops with deliveries unsettled, publish an unchanged
+// copy to the send queue and ack the original once the copy is confirmed,
+// rather than requeueing it; a delivery the broker itself has returned twice
+// (lost connections) is replaced by such a copy on arrival.
+//
 // Config.URL may list several nodes of a cluster, comma-separated: every
 // connection goes to the first node that answers, and after a connection is
 // lost the next attempt starts with the following node.

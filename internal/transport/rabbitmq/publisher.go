@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -22,7 +21,11 @@ type Publisher struct {
 	role string
 	node rotor
 
-	mu     sync.Mutex
+	// turn is held (a value sent into it) by the call using the
+	// connection; waiting for it heeds the caller's context, so that a call
+	// stuck on a broker that stopped confirming (a memory or disk alarm)
+	// holds up the others no longer than their own deadlines.
+	turn   chan struct{}
 	closed bool
 	conn   *amqp.Connection
 	ch     *confirmChannel
@@ -38,7 +41,12 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{cfg: cfg, topo: cfg.Topology(), role: "publisher"}, nil
+	return newPublisher(cfg, cfg.Topology(), "publisher"), nil
+}
+
+// newPublisher returns a Publisher of a validated configuration.
+func newPublisher(cfg Config, topo Topology, role string) *Publisher {
+	return &Publisher{cfg: cfg, topo: topo, role: role, turn: make(chan struct{}, 1)}
 }
 
 // Publish publishes every event (persistent, mandatory, with the contract's
@@ -95,8 +103,12 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 // first when needed, and drops the connection when the channel can no
 // longer be trusted. err is set when nothing could be published.
 func (p *Publisher) send(ctx context.Context, msgs []outgoing) (publishResult, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	select {
+	case p.turn <- struct{}{}:
+	case <-ctx.Done():
+		return publishResult{}, fmt.Errorf("wait for the connection: %w", ctx.Err())
+	}
+	defer func() { <-p.turn }()
 	if p.closed {
 		return publishResult{}, errors.New("publisher is closed")
 	}
@@ -151,8 +163,8 @@ func (p *Publisher) drop() {
 
 // Close closes the connection. Publish fails afterwards.
 func (p *Publisher) Close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.turn <- struct{}{}
+	defer func() { <-p.turn }()
 	p.closed = true
 	if p.conn == nil {
 		return nil

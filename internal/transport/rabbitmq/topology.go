@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -232,11 +234,19 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 	return nil
 }
 
-// declareError explains a failed declaration; a mismatch says what to do.
+// declareError explains a failed declaration. A mismatch says which
+// argument differs, what the broker holds and what this process asked for,
+// and what to do about it.
 func (t Topology) declareError(kind, name string, err error) error {
 	var aerr *amqp.Error
 	if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed {
 		return fmt.Errorf("declare %s %q: %w", kind, name, err)
+	}
+	diff := ""
+	arg, ok := parseInequivalentArg(aerr.Reason)
+	if ok {
+		diff = fmt.Sprintf(": the broker holds it (vhost %q) with %s %s; this process asked for %s",
+			arg.vhost, arg.arg, arg.current.describe(arg.arg), arg.received.describe(arg.arg))
 	}
 	hint := ""
 	if kind == "queue" {
@@ -251,14 +261,102 @@ func (t Topology) declareError(kind, name string, err error) error {
 				"then delete %s, or set the queue type they were declared with (HERALD_QUEUE_TYPE))",
 				qtype, strings.Join(t.Queues(), ", "))
 		case strings.Contains(aerr.Reason, "x-message-ttl"):
-			hint = fmt.Sprintf(" (was the retry delay changed? every process must use the same schedule; "+
-				"delete the queue %s once it is empty, or restore the setting)", name)
+			hint = t.retryDelayHint(name, arg, ok)
 		default:
 			hint = " (delete the queue or restore the setting it was declared with)"
 		}
 	}
-	return fmt.Errorf("declare %s %q: %w: it already exists with other arguments%s: %s",
-		kind, name, ErrTopologyMismatch, hint, aerr.Reason)
+	return fmt.Errorf("declare %s %q: %w: it already exists with other arguments%s%s (broker: %s)",
+		kind, name, ErrTopologyMismatch, diff, hint, aerr.Reason)
+}
+
+// retryDelayHint says how to cure a retry queue whose x-message-ttl (the
+// retry delay) differs from this process's.
+func (t Topology) retryDelayHint(name string, arg inequivalentArg, parsed bool) string {
+	restore := "start with the retry delay the other processes use (HERALD_RETRY_DELAY)"
+	if parsed && !arg.current.set {
+		restore = "" // no herald process declares a retry queue without a TTL
+	}
+	if parsed && arg.current.set {
+		if ms, err := strconv.ParseInt(arg.current.value, 10, 64); err == nil && ms > 0 {
+			d := shortDuration(time.Duration(ms) * time.Millisecond)
+			switch {
+			case name != t.RetryQueue:
+				// The name of a further retry queue spells its delay: the
+				// queue was not declared by herald with this name's delay.
+				restore = ""
+			case len(t.RetryDelays) > 1:
+				restore = fmt.Sprintf("start with a HERALD_RETRY_DELAY schedule whose first delay is %s, as the other processes do", d)
+			default:
+				restore = fmt.Sprintf("start with HERALD_RETRY_DELAY=%s as the other processes do", d)
+			}
+		}
+	}
+	if restore != "" {
+		restore += ", or "
+	}
+	vhost := ""
+	if parsed && arg.vhost != "/" {
+		vhost = " -p " + arg.vhost
+	}
+	return fmt.Sprintf("; every process must use the same retry delay: %sdelete the queue (rabbitmqctl delete_queue%s %s; "+
+		"the retries waiting in it are lost, and their notifications, still pending, get fresh events once "+
+		"HERALD_RECONCILE_AFTER has passed) and start again", restore, vhost, name)
+}
+
+// inequivalentArg is what a 406 reply to a declaration says: argument arg
+// of name in vhost differs.
+type inequivalentArg struct {
+	arg, name, vhost  string
+	received, current argValue
+}
+
+// argValue is one side of an inequivalent argument.
+type argValue struct {
+	// set is false for the broker's "none": the argument is absent.
+	set   bool
+	value string
+}
+
+// describe writes the value for a message; an x-message-ttl in
+// milliseconds also as a duration.
+func (v argValue) describe(arg string) string {
+	if !v.set {
+		return "none"
+	}
+	if arg == "x-message-ttl" {
+		if ms, err := strconv.ParseInt(v.value, 10, 64); err == nil && ms > 0 {
+			return fmt.Sprintf("%s (%s)", v.value, shortDuration(time.Duration(ms)*time.Millisecond))
+		}
+	}
+	return v.value
+}
+
+// inequivalentRE matches the reply text of RabbitMQ 3.x and 4.x, whose two
+// values each read "none", "'V'" or "the value 'V' of type 'T'":
+//
+//	inequivalent arg 'x-message-ttl' for queue 'notifications.retry' in vhost '/': received '1000' but current is '30000'
+//	... received the value '1000' of type 'long' but current is none
+//	... received none but the current is the value 'x' of type 'longstr'
+var inequivalentRE = regexp.MustCompile(`inequivalent arg '([^']*)' for (?:queue|exchange) '([^']*)' in vhost '([^']*)': ` +
+	`received (none|'[^']*'|the value '[^']*' of type '[^']*') but (?:the )?current is (none|'[^']*'|the value '[^']*' of type '[^']*')`)
+
+// argValueRE pulls the value out of "'V'" or "the value 'V' of type 'T'".
+var argValueRE = regexp.MustCompile(`^(?:the value )?'([^']*)'`)
+
+// parseInequivalentArg reads a 406 reply text; ok is false for any other.
+func parseInequivalentArg(reason string) (inequivalentArg, bool) {
+	m := inequivalentRE.FindStringSubmatch(reason)
+	if m == nil {
+		return inequivalentArg{}, false
+	}
+	value := func(s string) argValue {
+		if v := argValueRE.FindStringSubmatch(s); v != nil {
+			return argValue{set: true, value: v[1]}
+		}
+		return argValue{}
+	}
+	return inequivalentArg{arg: m[1], name: m[2], vhost: m[3], received: value(m[4]), current: value(m[5])}, true
 }
 
 // Delete removes the prefixed topology of cfg, messages included. Missing

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
@@ -203,7 +204,7 @@ func TestDeclareChangedRetryDelayFailsPlainly(t *testing.T) {
 	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
 	require.ErrorContains(t, err, cfg.Topology().RetryQueue)
 	require.ErrorContains(t, err, "already exists with other arguments")
-	require.ErrorContains(t, err, "was the retry delay changed?")
+	require.ErrorContains(t, err, "HERALD_RETRY_DELAY=1m as the other processes do")
 
 	p := newPublisher(t, changed)
 	_, err = p.Publish(context.Background(), events(1, 1))
@@ -228,4 +229,41 @@ func TestPinger(t *testing.T) {
 	require.Error(t, err, "nothing listens on port 1")
 	require.NotContains(t, err.Error(), "secret")
 	require.Error(t, rabbitmq.Pinger{}.Ping(ctx), "no URL")
+}
+
+// TestDeclareChangedRetryDelayExplains: a process started with a retry delay
+// of 1s after others declared the retry queue with 30s gets an error that
+// names the queue, both delays and the two ways out, and the relay's
+// publisher still stops on it (a permanent error).
+func TestDeclareChangedRetryDelayExplains(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.RetryDelay = 30 * time.Second
+	declared(t, cfg)
+	queue := cfg.Topology().RetryQueue
+
+	changed := cfg
+	changed.RetryDelay = time.Second
+	p := newPublisher(t, changed)
+	_, err := p.Publish(context.Background(), events(1, 1))
+	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
+	require.True(t, notify.IsPermanent(err), "the relay must stop: %v", err)
+	for _, want := range []string{
+		`queue "` + queue + `"`,
+		"x-message-ttl 30000 (30s)",
+		"this process asked for 1000 (1s)",
+		"start with HERALD_RETRY_DELAY=30s as the other processes do",
+		"rabbitmqctl delete_queue " + queue + ";",
+		"HERALD_RECONCILE_AFTER",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+	t.Log(err)
+
+	// A schedule whose first delay differs: the same queue, the advice
+	// speaks of the schedule's first delay.
+	changed.RetryDelays = []time.Duration{time.Second, time.Minute}
+	err = changed.Topology().Declare(adminChannel(t, cfg))
+	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
+	require.ErrorContains(t, err, "a HERALD_RETRY_DELAY schedule whose first delay is 30s")
 }
