@@ -71,7 +71,9 @@ type Config struct {
 	// ShutdownGrace bounds how long handlers in flight when Consume's
 	// context ends may still run: their context is cancelled only this long
 	// after the shutdown began. Zero would cancel them mid-settlement, so
-	// it means the default. Default 30s.
+	// it means the default. Default 5s: with the hand-back that follows,
+	// a process stops within 10s of SIGTERM, a usual grace period before
+	// a SIGKILL.
 	ShutdownGrace time.Duration
 }
 
@@ -103,7 +105,7 @@ func (c Config) withDefaults() Config {
 		c.ReconnectMax = 5 * time.Second
 	}
 	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 30 * time.Second
+		c.ShutdownGrace = 5 * time.Second
 	}
 	return c
 }

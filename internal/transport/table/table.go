@@ -57,7 +57,8 @@ type Config struct {
 	PollInterval time.Duration
 	// Grace bounds how long in-flight deliveries may run after ctx ends.
 	// Zero would cancel them mid-settlement, so it means the default.
-	// Default 30s.
+	// Default 5s: a process stops within 10s of SIGTERM, a usual grace
+	// period before a SIGKILL; what it could not settle keeps its lease.
 	Grace time.Duration
 	// Logger receives one record per failure streak. Default: discard.
 	Logger *slog.Logger
@@ -74,7 +75,7 @@ func (c Config) withDefaults() Config {
 		c.PollInterval = 500 * time.Millisecond
 	}
 	if c.Grace == 0 {
-		c.Grace = 30 * time.Second
+		c.Grace = 5 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
