@@ -16,30 +16,243 @@ import (
 // errHeld: a delivery waited at the closed gate for as long as one may; it
 // is handed back (and comes back to wait again) so that no transport sees
 // it unsettled for the whole outage.
-var errHeld = errors.New("mail server down: delivery handed back")
+var errHeld = errors.New("mail server unavailable: delivery handed back")
 
-// gate stops new sends while the mail server is down. It is driven by the
-// deliveries themselves, with no goroutine of its own: a send failing with
-// notify.SenderDown closes it; deliveries arriving meanwhile wait in enter;
-// once the backoff has passed, one of them probes the server (Prober.Probe,
-// or with no prober its own send is the probe) and the gate opens when the
-// server answers.
+// gateState is where the gate stands.
+type gateState int
+
+const (
+	// gateOpen: sends go.
+	gateOpen gateState = iota
+	// gateClosed: the provider is down or throttling; no send goes until
+	// the backoff has passed, and then only one delivery, to probe or to
+	// try.
+	gateClosed
+	// gateTrial: one real send (the trial) is under way; the others wait
+	// for its answer.
+	gateTrial
+)
+
+// The classes of outage, as logs and SenderStatus name them.
+const (
+	classDown      = "down"
+	classThrottled = "throttled"
+)
+
+// turn is what the gate lets a delivery do.
+type turn int
+
+const (
+	// turnWait: wait (until the backoff has passed, or the holder of the
+	// turn reports).
+	turnWait turn = iota
+	// turnPass: send; the gate is open.
+	turnPass
+	// turnProbe: probe the provider (Prober.Probe), then report with
+	// probeDone.
+	turnProbe
+	// turnTrial: send as the trial; report it (or abandon it when no send
+	// goes out after all).
+	turnTrial
+)
+
+// gateEvent is what a report did to the gate, for the log.
+type gateEvent int
+
+const (
+	eventNone gateEvent = iota
+	// eventClosed: the gate closed.
+	eventClosed
+	// eventReason: still closed, for another reason than the one logged.
+	eventReason
+	// eventOpened: the trial proved the provider takes mail again.
+	eventOpened
+)
+
+// breaker is the gate as a pure state machine (the time is passed in), so
+// that its schedule can be tested without waiting.
+//
+// A send failing with SenderDown or Throttled closes it. While closed, once
+// the backoff has passed, one delivery gets the turn: for an outage
+// (SenderDown) with a prober it probes first, and a failed probe grows the
+// backoff; then one real send is the trial. Only the trial's answer opens
+// the gate: a success, or a failure of the message itself (permanent or
+// transient), which proves the provider takes mail. A trial failing like
+// the first send closes it again with a grown backoff. The failures (and so
+// the backoff) are forgotten only when a real send succeeds, so that a
+// provider that answers probes but refuses mail, or throttles the first
+// send after each pause, meets longer and longer pauses.
+type breaker struct {
+	base, ceiling time.Duration
+	// downCloses is false when an outage spends the message's attempt
+	// (Config.OutageSpendsAttempts): SenderDown is then the message's
+	// failure, and only throttling closes the gate.
+	downCloses bool
+	// jitter picks the wait for a backoff of d; nil: full jitter on the
+	// upper half.
+	jitter func(d time.Duration) time.Duration
+
+	state gateState
+	// class and reason say why the gate is closed (the last failure seen).
+	class, reason string
+	since         time.Time // when it closed
+	// failures counts the failed probes and tries since the last real
+	// success: the exponent of the backoff.
+	failures int
+	// tries counts the probes and trials of this closure, for the log.
+	tries int
+	next  time.Time // no turn before this
+	// busy: a probe or the trial is under way.
+	busy bool
+	// probed: the last probe passed; the next turn is the trial itself.
+	probed bool
+}
+
+// take gives a delivery its turn at now, and when it must wait, for how
+// long (zero: until the holder of the turn reports). canProbe says whether
+// the sender can probe.
+func (b *breaker) take(now time.Time, canProbe bool) (turn, time.Duration) {
+	if b.state == gateOpen {
+		return turnPass, 0
+	}
+	if b.busy {
+		return turnWait, 0
+	}
+	if wait := b.next.Sub(now); wait > 0 {
+		return turnWait, wait
+	}
+	b.busy = true
+	if b.class == classDown && canProbe && !b.probed {
+		return turnProbe, 0
+	}
+	b.state = gateTrial
+	return turnTrial, 0
+}
+
+// probeDone takes the answer of the probe the caller's turn ran. A passing
+// probe makes the caller the trial.
+func (b *breaker) probeDone(now time.Time, err error) gateEvent {
+	b.tries++
+	if err == nil {
+		b.probed = true
+		b.state = gateTrial
+		return eventNone
+	}
+	b.busy = false
+	b.failures++
+	b.next = now.Add(b.backoff(0))
+	return b.note(classDown, err)
+}
+
+// report takes the answer of a send; trial says whether it was the trial.
+func (b *breaker) report(now time.Time, trial bool, err error) gateEvent {
+	class, after := b.classify(err)
+	trial = trial && b.state == gateTrial
+	switch {
+	case class != "" && b.state == gateOpen:
+		b.state, b.since, b.tries = gateClosed, now, 0
+		b.failures++
+		b.next = now.Add(b.backoff(after))
+		b.class, b.reason = class, err.Error()
+		return eventClosed
+	case class != "" && trial:
+		b.state, b.busy, b.probed = gateClosed, false, false
+		b.tries++
+		b.failures++
+		b.next = now.Add(b.backoff(after))
+		return b.note(class, err)
+	case class != "":
+		// A send that started before the gate closed (or a duplicate's):
+		// it says why, but its failure is not one more try.
+		if t := now.Add(after); after > 0 && t.After(b.next) {
+			b.next = t
+		}
+		return b.note(class, err)
+	case err == nil && b.state == gateOpen:
+		b.failures = 0
+	case trial:
+		// Sent, or refused for the message's own sake: the provider takes
+		// mail again. Only a sent mail forgets the failures.
+		if err == nil {
+			b.failures = 0
+		}
+		b.tries++
+		b.state, b.busy, b.probed = gateOpen, false, false
+		return eventOpened
+	}
+	// A success (or a message's failure) while closed may predate the
+	// outage: it neither opens the gate nor forgets the failures.
+	return eventNone
+}
+
+// abandon gives the turn back: its holder did not probe or send after all
+// (it was stopped, its claim was busy or a duplicate, the store failed, its
+// rate turn was too far). The next waiting delivery takes it at once.
+func (b *breaker) abandon() {
+	if !b.busy {
+		return
+	}
+	b.busy = false
+	if b.state == gateTrial {
+		b.state = gateClosed
+	}
+}
+
+// classify names the outage class of a send's error ("" when it is none)
+// and the wait the provider asked for.
+func (b *breaker) classify(err error) (class string, after time.Duration) {
+	if after, ok := notify.IsThrottled(err); ok {
+		return classThrottled, after
+	}
+	if b.downCloses && notify.IsSenderDown(err) {
+		return classDown, 0
+	}
+	return "", 0
+}
+
+// note records why the gate stays closed, and reports whether that
+// changed.
+func (b *breaker) note(class string, err error) gateEvent {
+	reason := err.Error()
+	if class == b.class && reason == b.reason {
+		return eventNone
+	}
+	b.class, b.reason = class, reason
+	return eventReason
+}
+
+// backoff is the wait before the next turn after failures failures: base
+// doubling per failure up to the ceiling, with full jitter on its upper
+// half so that workers that saw the outage together do not come back
+// together; at least after, when the provider named a wait.
+func (b *breaker) backoff(after time.Duration) time.Duration {
+	d := b.base
+	for i := 1; i < b.failures && d < b.ceiling; i++ {
+		d *= 2
+	}
+	d = min(d, b.ceiling)
+	if b.jitter != nil {
+		d = b.jitter(d)
+	} else {
+		d = d/2 + rand.N(d/2+1)
+	}
+	return max(d, after)
+}
+
+// gate stops new sends while the provider is down or throttling. It is
+// driven by the deliveries themselves, with no goroutine of its own: the
+// breaker decides, deliveries wait in enter for their turn, and the probe
+// and the trial run in the delivery that got the turn.
 type gate struct {
-	prober  Prober // nil: a real send probes
+	prober  Prober // nil: no probe; the trial is the first check
 	timeout time.Duration
-	base    time.Duration
-	ceiling time.Duration
 	hold    time.Duration
 	log     *slog.Logger
 	up      prometheus.Gauge
 
-	mu       sync.Mutex
-	down     bool
-	since    time.Time
-	failures int       // failed probes in this outage, plus the first failure
-	next     time.Time // no probe before this
-	probing  bool      // a probe (or the probing send) is under way
-	changed  chan struct{}
+	mu      sync.Mutex
+	b       breaker
+	changed chan struct{} // closed (and replaced) when waiters should look again
 }
 
 func newGate(prober Prober, cfg Config, up prometheus.Gauge) *gate {
@@ -47,34 +260,36 @@ func newGate(prober Prober, cfg Config, up prometheus.Gauge) *gate {
 	return &gate{
 		prober:  prober,
 		timeout: cfg.SendTimeout,
-		base:    cfg.SenderBackoff,
-		ceiling: cfg.SenderBackoffMax,
 		hold:    cfg.SenderBackoffMax,
 		log:     cfg.Logger,
 		up:      up,
+		b: breaker{
+			base:       cfg.SenderBackoff,
+			ceiling:    cfg.SenderBackoffMax,
+			downCloses: !cfg.OutageSpendsAttempts,
+		},
 		changed: make(chan struct{}),
 	}
 }
 
-// enter waits until sends may go. probe is true when the caller's send is
-// the probe: it must then call report with the send's error, or abandon if
-// it does not send after all.
-func (g *gate) enter(ctx context.Context) (probe bool, err error) {
+// enter waits until the caller may send, for at most the hold time
+// (errHeld). trial is true when the caller's send is the trial: it must
+// then call report with the send's error, or abandon if it does not send
+// after all.
+func (g *gate) enter(ctx context.Context) (trial bool, err error) {
 	held := time.NewTimer(g.hold)
 	defer held.Stop()
 	for {
 		g.mu.Lock()
-		if !g.down {
-			g.mu.Unlock()
+		t, wait := g.b.take(time.Now(), g.prober != nil)
+		changed := g.changed
+		g.mu.Unlock()
+		switch t {
+		case turnPass:
 			return false, nil
-		}
-		wait := time.Until(g.next)
-		if !g.probing && wait <= 0 {
-			g.probing = true
-			g.mu.Unlock()
-			if g.prober == nil {
-				return true, nil
-			}
+		case turnTrial:
+			return true, nil
+		case turnProbe:
 			pctx, cancel := context.WithTimeout(ctx, g.timeout)
 			err := g.prober.Probe(pctx)
 			cancel()
@@ -82,84 +297,90 @@ func (g *gate) enter(ctx context.Context) (probe bool, err error) {
 				g.abandon(true)
 				return false, ctx.Err()
 			}
-			g.report(true, notify.SenderDown(err))
+			if g.probed(err) {
+				return true, nil
+			}
 			continue
 		}
-		changed := g.changed
-		g.mu.Unlock()
 		if wait <= 0 {
-			wait = g.hold // a probe is under way: its report wakes us
+			wait = g.hold // the turn is taken: its report wakes us
 		}
-		t := time.NewTimer(wait)
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			timer.Stop()
 			return false, ctx.Err()
 		case <-held.C:
-			t.Stop()
+			timer.Stop()
 			return false, errHeld
 		case <-changed:
-		case <-t.C:
+		case <-timer.C:
 		}
-		t.Stop()
+		timer.Stop()
 	}
 }
 
-// report tells the gate how a send (or the probe) ended. A SenderDown error
-// closes the gate, or, from the probe, doubles the backoff; any other
-// outcome of the probe (delivered, or refused by a server that answered)
-// opens it. Other sends' successes do not open it: they may have been under
-// way before the server went down.
-func (g *gate) report(probe bool, err error) {
+// probed takes the probe's answer and reports whether the caller is now
+// the trial.
+func (g *gate) probed(err error) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	switch {
-	case notify.IsSenderDown(err):
-		if !g.down {
-			g.down, g.since, g.failures = true, time.Now(), 0
-			g.up.Set(0)
-			g.log.Error("mail server down: sends paused; no attempt is spent while it is down", "reason", err)
-		}
-		if probe || g.failures == 0 {
-			g.failures++
-			g.next = time.Now().Add(g.backoff())
-		}
-		if probe {
-			g.probing = false
-		}
-	case probe && g.down:
-		g.log.Info("mail server back: sends resumed", "down_for", time.Since(g.since).Round(time.Millisecond), "probes", g.failures)
-		g.down, g.probing, g.failures = false, false, 0
+	ev := g.b.probeDone(time.Now(), err)
+	g.after(ev)
+	return err == nil
+}
+
+// report tells the gate how a send ended; trial says whether it was the
+// trial's.
+func (g *gate) report(trial bool, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	before := g.b
+	ev := g.b.report(time.Now(), trial, err)
+	if ev != eventNone || g.b.state != before.state || g.b.busy != before.busy || !g.b.next.Equal(before.next) {
+		g.after(ev)
+	}
+}
+
+// abandon gives the trial's (or the probe's) turn back when no send went
+// out after all.
+func (g *gate) abandon(trial bool) {
+	if !trial {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.b.abandon()
+	g.after(eventNone)
+}
+
+// after logs ev, sets herald_sender_up and wakes the waiters. g.mu is held.
+func (g *gate) after(ev gateEvent) {
+	b := &g.b
+	switch ev {
+	case eventClosed:
+		g.log.Error("mail server unavailable: sends paused; no attempt is spent while it is", "class", b.class, "reason", b.reason)
+	case eventReason:
+		g.log.Error("mail server still unavailable, now for another reason", "class", b.class, "reason", b.reason,
+			"down_for", time.Since(b.since).Round(time.Millisecond))
+	case eventOpened:
+		g.log.Info("mail server back: sends resumed", "down_for", time.Since(b.since).Round(time.Millisecond), "tries", b.tries)
+	}
+	if b.state == gateOpen {
 		g.up.Set(1)
-	default:
-		return
+	} else {
+		g.up.Set(0)
 	}
 	close(g.changed)
 	g.changed = make(chan struct{})
 }
 
-// abandon gives the probe back to the next waiting delivery (the probing
-// delivery did not send after all: a duplicate, a busy claim, a store
-// failure).
-func (g *gate) abandon(probe bool) {
-	if !probe {
-		return
-	}
+// status reports whether the gate is open, and when not, why.
+func (g *gate) status() (up bool, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.probing = false
-	close(g.changed)
-	g.changed = make(chan struct{})
-}
-
-// backoff is the wait before the next probe: base doubling per failure up
-// to the ceiling, with full jitter on its upper half so that workers that
-// saw the outage together do not probe together.
-func (g *gate) backoff() time.Duration {
-	d := g.base
-	for i := 1; i < g.failures && d < g.ceiling; i++ {
-		d *= 2
+	if g.b.state == gateOpen {
+		return true, ""
 	}
-	d = min(d, g.ceiling)
-	return d/2 + rand.N(d/2+1)
+	return false, "mail server " + g.b.class + ": " + g.b.reason
 }

@@ -45,14 +45,17 @@ type Store interface {
 // Sender delivers one email. A notify.Permanent error (an SMTP 5xx to this
 // message) means retrying cannot help; a notify.SenderDown error (the
 // server unreachable, TLS, authentication) means the server, not the
-// message, failed.
+// message, failed; a notify.Throttled error means the provider asks to slow
+// down. Neither of the last two spends an attempt (SenderDown does with
+// Config.OutageSpendsAttempts); both pause sends. Any other error is this
+// message's attempt.
 type Sender interface {
 	Send(ctx context.Context, e notify.Email) error
 }
 
 // Prober is implemented by a Sender that can check its server without
-// sending mail. While the server is down the worker probes it before
-// resuming; a sender without Probe gets one real send as the probe.
+// sending mail. While the server is down the worker probes it before its
+// one trial send; a sender without Probe goes straight to the trial.
 type Prober interface {
 	// Probe returns nil when the server accepts sessions again.
 	Probe(ctx context.Context) error

@@ -17,11 +17,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"regexp"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
@@ -45,23 +47,46 @@ type Config struct {
 	StoreBackoff time.Duration
 	// SendTimeout bounds each send. It should be the sender's own timeout
 	// (the SMTP sender's Timeout), so that the worker never gives up on a
-	// send the sender still runs. Zero means the default. Default 30s.
+	// send the sender still runs. A send is also cut short where the claim's
+	// lease, as measured here, no longer leaves time to record it. Zero
+	// means the default. Default 30s.
 	SendTimeout time.Duration
 	// Lease is how long a claim holds the message id and the notification:
 	// after it another delivery of the notification may take the claim over
 	// and send again (the holder is presumed to have died between its send
-	// and its record). It must be longer than SendTimeout, or a slow send
-	// would be repeated while it runs. Zero means the default. Default
-	// SendTimeout + 15s.
+	// and its record). It must cover what a living holder does with it: the
+	// claim's transaction, the send and the record's transaction, so it must
+	// be longer than SendTimeout plus two store transactions (20s). Zero
+	// means the default. Default DefaultLease(SendTimeout).
 	Lease time.Duration
-	// SenderBackoff is the first wait before the mail server is probed
-	// after it went down; each failed probe doubles it, up to
-	// SenderBackoffMax, with jitter. Zero means the default. Default 1s.
+	// SenderBackoff is the first pause after the mail server went down or
+	// throttled: when it has passed, one delivery probes (Prober) and then
+	// tries one real send; each failed probe or try doubles it, up to
+	// SenderBackoffMax, with jitter, and only a sent mail resets it. Zero
+	// means the default. Default 1s.
 	SenderBackoff time.Duration
-	// SenderBackoffMax caps the wait between probes, and is the longest a
-	// delivery waits for the server before it is handed back to come again.
-	// Zero means the default. Default 60s.
+	// SenderBackoffMax caps that pause, and is the longest a delivery waits
+	// (for the server, or for its turn under Rate) before it is handed back
+	// to come again. Zero means the default. Default 60s.
 	SenderBackoffMax time.Duration
+	// Rate is the most sends per second this worker makes (a provider's
+	// limit, HERALD_SMTP_RATE), in bursts of up to one second's worth (at
+	// least one). A delivery waits for its turn before its claim, so the
+	// wait is neither part of the send's timeout nor an attempt; a turn
+	// further away than SenderBackoffMax is not waited for: the delivery is
+	// handed back. Zero means no limit; it must not be negative.
+	Rate float64
+	// Concurrency is the most deliveries the transport hands this worker at
+	// once (HERALD_PREFETCH). With a Rate, it may be at most what the rate
+	// lets through in SenderBackoffMax, or deliveries would queue for turns
+	// they cannot wait for. Zero means unknown: not checked.
+	Concurrency int
+	// OutageSpendsAttempts makes a send that failed because the mail server
+	// is down (notify.SenderDown) the message's attempt, retried and
+	// dead-lettered like any failure, and it leaves the gate open.
+	// Throttling never spends an attempt. Default false: an outage spends
+	// none, and sends pause until the server is back.
+	OutageSpendsAttempts bool
 	// RetryDelays is the retry schedule the transport follows (the i-th
 	// retry waits the i-th delay, the last repeating), so that the store
 	// can record when a retry is due. Empty: due at once.
@@ -77,12 +102,36 @@ type Config struct {
 	Crash func(point string)
 }
 
-// leaseMargin is what the default Lease adds to SendTimeout: the time to
-// record the outcome after a send that used all of its timeout.
-const leaseMargin = 15 * time.Second
-
 // storeTimeout bounds one claim or record transaction (a group of them).
 const storeTimeout = 10 * time.Second
+
+// leaseMargin is what the default Lease adds to the holder's worst path
+// (claim, send, record): the clock reads and the scheduling between them.
+const leaseMargin = 5 * time.Second
+
+// defaultSendTimeout is the SendTimeout of a Config that leaves it zero.
+const defaultSendTimeout = 30 * time.Second
+
+// The record of a send is retried until it commits: the send happened, and
+// handing the delivery back would repeat it once the lease ran out.
+const (
+	recordBackoff    = 100 * time.Millisecond
+	recordBackoffMax = 2 * time.Second
+	// recordGrace is how long the record is still retried after the
+	// worker's ctx ended.
+	recordGrace = 5 * time.Second
+)
+
+// DefaultLease is the claim lease that covers a holder's worst path for a
+// send timeout: the claim's transaction, the send, the record's
+// transaction, and a margin. A sendTimeout of zero means the worker's
+// default (30s). herald derives the table transport's row lease from it.
+func DefaultLease(sendTimeout time.Duration) time.Duration {
+	if sendTimeout == 0 {
+		sendTimeout = defaultSendTimeout
+	}
+	return storeTimeout + sendTimeout + storeTimeout + leaseMargin
+}
 
 // maxGroup caps the deliveries one claim or record transaction serves.
 const maxGroup = 256
@@ -95,10 +144,10 @@ func (c Config) withDefaults() Config {
 		c.StoreBackoff = 5 * time.Second
 	}
 	if c.SendTimeout == 0 {
-		c.SendTimeout = 30 * time.Second
+		c.SendTimeout = defaultSendTimeout
 	}
 	if c.Lease == 0 {
-		c.Lease = c.SendTimeout + leaseMargin
+		c.Lease = DefaultLease(c.SendTimeout)
 	}
 	if c.SenderBackoff == 0 {
 		c.SenderBackoff = time.Second
@@ -123,15 +172,44 @@ func (c Config) validate() error {
 		return fmt.Errorf("store backoff must not be negative, got %s", c.StoreBackoff)
 	case c.SendTimeout < 0:
 		return fmt.Errorf("send timeout must not be negative, got %s", c.SendTimeout)
-	case c.Lease <= c.SendTimeout:
-		return fmt.Errorf("lease (%s) must be longer than the send timeout (%s)", c.Lease, c.SendTimeout)
+	case c.Lease <= c.SendTimeout+2*storeTimeout:
+		return fmt.Errorf("lease (%s) must be longer than the send timeout (%s) plus two store transactions (%s each): the claim's and the record's",
+			c.Lease, c.SendTimeout, storeTimeout)
 	case c.SenderBackoff < 0 || c.SenderBackoffMax < c.SenderBackoff:
 		return fmt.Errorf("sender backoff must be positive and at most its maximum, got %s and %s", c.SenderBackoff, c.SenderBackoffMax)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("rate must be a non-negative number of sends per second, got %g", c.Rate)
+	case c.Concurrency < 0:
+		return fmt.Errorf("concurrency must not be negative, got %d", c.Concurrency)
+	}
+	if err := c.checkRate(); err != nil {
+		return err
 	}
 	if _, err := notify.ParseAddress(c.From); err != nil {
 		return fmt.Errorf("from address %q: %w", c.From, err)
 	}
 	return nil
+}
+
+// checkRate refuses more deliveries in flight than the rate lets through
+// in the time a delivery may wait: once the burst is spent, the last of
+// them would wait longer than that for its turn, be handed back, and come
+// back to wait again, for ever.
+func (c Config) checkRate() error {
+	if c.Rate == 0 || c.Concurrency == 0 {
+		return nil
+	}
+	hold := c.SenderBackoffMax
+	through := int(math.Floor(c.Rate * hold.Seconds()))
+	if c.Concurrency <= through {
+		return nil
+	}
+	if through == 0 {
+		return fmt.Errorf("rate %g/s lets no send through in the %s a delivery may wait: raise the rate to at least %g/s",
+			c.Rate, hold, 1/hold.Seconds())
+	}
+	return fmt.Errorf("rate %g/s lets %d sends through in the %s a delivery may wait; %d deliveries in flight would wait longer: lower the prefetch to at most %d or raise the rate",
+		c.Rate, through, hold, c.Concurrency, through)
 }
 
 // Worker consumes deliveries from a Source and applies them.
@@ -143,6 +221,7 @@ type Worker struct {
 	metrics metrics
 	books   *batcher[bookOp, bookResult]
 	gate    *gate
+	limiter *rate.Limiter // nil without a Rate
 
 	// handedBack counts the deliveries that ended unsettled after shutdown
 	// began (the transport redelivers them), for the "worker stopped" log.
@@ -174,7 +253,7 @@ func New(src Source, store Store, sender Sender, cfg Config) (*Worker, error) {
 	})
 	w.metrics.senderUp = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "herald_sender_up",
-		Help: "1 while the mail server takes sends, 0 while the worker has paused them because it is down.",
+		Help: "1 while the mail server takes sends, 0 while the worker has paused them because it is down or throttling.",
 	})
 	for _, o := range []notify.Outcome{notify.OutcomeSent, notify.OutcomeRetried, notify.OutcomeDead, notify.OutcomeDuplicate} {
 		w.metrics.deliveries.WithLabelValues(string(o))
@@ -189,7 +268,18 @@ func New(src Source, store Store, sender Sender, cfg Config) (*Worker, error) {
 	w.books = &batcher[bookOp, bookResult]{run: bookkeeping(store, cfg.Lease), max: maxGroup, timeout: storeTimeout}
 	prober, _ := sender.(Prober)
 	w.gate = newGate(prober, cfg, w.metrics.senderUp)
+	if cfg.Rate > 0 {
+		w.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate)))
+	}
 	return w, nil
+}
+
+// SenderStatus reports whether the worker sends (the mail server takes
+// mail, as far as it knows), and when not, why: the server is down or
+// throttling, with the last reason it gave. herald_sender_up says the
+// same.
+func (w *Worker) SenderStatus() (up bool, reason string) {
+	return w.gate.status()
 }
 
 // Run consumes until ctx ends, then waits for in-flight deliveries.
@@ -205,9 +295,18 @@ func (w *Worker) Run(ctx context.Context) error {
 // was handed back.
 var errBusy = errors.New("notification claimed by another delivery")
 
-// errDeferred: the mail server is down; the delivery was handed back with
-// no attempt spent.
-var errDeferred = errors.New("mail server down: delivery handed back, no attempt spent")
+// errDeferred: the mail server is down or throttling; the delivery was
+// handed back with no attempt spent.
+var errDeferred = errors.New("mail server unavailable: delivery handed back, no attempt spent")
+
+// errRateHeld: the delivery's turn under the rate limit was further away
+// than a delivery may wait; it was handed back, with no attempt spent.
+var errRateHeld = errors.New("rate limit: turn too far away, delivery handed back")
+
+// errNoTimeLeft: the claim took so long that its lease leaves no time for
+// a send and its record; the claim was released and the delivery handed
+// back, with no attempt spent.
+var errNoTimeLeft = errors.New("claim took too long: no time left in its lease for a send")
 
 // Handle applies one delivery and settles it.
 func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
@@ -218,9 +317,9 @@ func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld):
-		// Expected while a claim runs or the server is down; the gate
-		// logs the outage once.
+	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld), errors.Is(err, errRateHeld):
+		// Expected while a claim runs, the server is down or the rate
+		// limit is reached; the gate logs the outage once.
 		w.log.Debug("delivery handed back", "message_id", msg.ID, "reason", err)
 		return
 	default:
@@ -241,17 +340,23 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	if err != nil {
 		return w.undecodable(ctx, d, msg, err)
 	}
-	probe, err := w.gate.enter(ctx)
+	trial, err := w.gate.enter(ctx)
 	if err != nil {
 		return "", w.release(ctx, d, 0, err)
 	}
-	sent := false
+	reported := false
 	defer func() {
-		if !sent {
-			w.gate.abandon(probe)
+		if !reported {
+			w.gate.abandon(trial)
 		}
 	}()
+	if pause, err := w.waitTurn(ctx); err != nil {
+		return "", w.release(ctx, d, pause, err)
+	}
 
+	// The lease runs from the claim's transaction, which starts after this;
+	// measured from here, the send's deadline is on the safe side.
+	claimStart := time.Now()
 	c, err := w.claim(msg.ID, nid)
 	if err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
@@ -265,11 +370,27 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, errBusy)
 	}
 
-	sctx, cancel := context.WithTimeout(ctx, w.cfg.SendTimeout)
+	// The send must end in time for its record to commit within the lease.
+	deadline := time.Now().Add(w.cfg.SendTimeout)
+	if byLease := claimStart.Add(w.cfg.Lease - storeTimeout - leaseMargin); byLease.Before(deadline) {
+		deadline = byLease
+	}
+	if !time.Now().Before(deadline) {
+		res := notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDeferred, Error: errNoTimeLeft.Error()}
+		if _, err := w.recordUntilCommitted(ctx, res); err != nil {
+			return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
+		}
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, errNoTimeLeft)
+	}
+	sctx, cancel := context.WithDeadline(ctx, deadline)
 	sendErr := w.sender.Send(sctx, notify.NewEmail(req, w.cfg.From))
 	cancel()
-	sent = true
-	w.gate.report(probe, sendErr)
+	if sendErr == nil || ctx.Err() == nil {
+		// A send this worker cut short as it stops says nothing about the
+		// server: its turn, if it was the trial, is abandoned.
+		w.gate.report(trial, sendErr)
+		reported = true
+	}
 	if sendErr == nil {
 		w.cfg.Crash("after-send")
 	}
@@ -277,10 +398,12 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	res := notify.DeliveryResult{Claim: c, Outcome: notify.AttemptSent}
 	if sendErr != nil {
 		res.Error = sendErr.Error()
+		_, throttled := notify.IsThrottled(sendErr)
 		switch {
-		case notify.IsSenderDown(sendErr), ctx.Err() != nil:
-			// The server failed, or this worker is stopping and cut the
-			// send short: no fault of the message, no attempt spent.
+		case throttled, notify.IsSenderDown(sendErr) && !w.cfg.OutageSpendsAttempts, ctx.Err() != nil:
+			// The server failed or asked to slow down, or this worker is
+			// stopping and cut the send short: no fault of the message, no
+			// attempt spent.
 			res.Outcome = notify.AttemptDeferred
 		case notify.IsPermanent(sendErr) || msg.RetryCount >= w.cfg.MaxRetries:
 			res.Outcome = notify.AttemptDead
@@ -289,10 +412,11 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 			res.RetryIn = w.retryDelay(msg.RetryCount)
 		}
 	}
-	recorded, err := w.record(res)
+	recorded, err := w.recordUntilCommitted(ctx, res)
 	if err != nil {
-		// The claim stays until its lease runs out; the redelivery waits
-		// for it and then repeats the send (for a sent mail, the one
+		// The worker stopped and the store stayed unreachable through the
+		// grace: the claim stays until its lease runs out; the redelivery
+		// waits for it and then repeats the send (for a sent mail, the one
 		// accepted duplicate, with the same Message-ID).
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
@@ -319,6 +443,77 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		return notify.OutcomeRetried, nil
 	default:
 		return w.settleDead(ctx, d, msg, nid, sendErr)
+	}
+}
+
+// waitTurn waits for the delivery's turn under the rate limit, on the
+// delivery's ctx. A turn further away than a delivery may wait is given
+// back (errRateHeld) with the pause after which it would be near enough.
+func (w *Worker) waitTurn(ctx context.Context) (pause time.Duration, err error) {
+	if w.limiter == nil {
+		return 0, nil
+	}
+	r := w.limiter.Reserve()
+	wait := r.Delay()
+	if wait > w.cfg.SenderBackoffMax {
+		r.Cancel()
+		return min(wait-w.cfg.SenderBackoffMax, w.cfg.SenderBackoffMax), errRateHeld
+	}
+	if wait <= 0 {
+		return 0, nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return 0, nil
+	case <-ctx.Done():
+		r.Cancel()
+		return 0, ctx.Err()
+	}
+}
+
+// recordUntilCommitted records res, again and again with a growing pause
+// while the store fails: the send happened (or was found not to), and a
+// delivery handed back unrecorded would be sent again once the lease ran
+// out. It gives up only once ctx has ended and recordGrace has passed
+// since.
+func (w *Worker) recordUntilCommitted(ctx context.Context, res notify.DeliveryResult) (bool, error) {
+	pause := recordBackoff
+	done := ctx.Done()
+	var giveUp time.Time
+	for failures := 0; ; failures++ {
+		recorded, err := w.record(res)
+		if err == nil {
+			if failures > 0 {
+				w.log.Info("outcome recorded after store failures", "message_id", res.Claim.MessageID,
+					"outcome", res.Outcome, "failures", failures)
+			}
+			return recorded, nil
+		}
+		if failures == 0 {
+			w.log.Warn("outcome not recorded; retrying until it commits", "message_id", res.Claim.MessageID,
+				"outcome", res.Outcome, "err", err)
+		}
+		if !giveUp.IsZero() && !time.Now().Before(giveUp) {
+			return false, err
+		}
+		wait := pause
+		if !giveUp.IsZero() {
+			wait = min(wait, time.Until(giveUp))
+		}
+		t := time.NewTimer(wait)
+	waiting:
+		for {
+			select {
+			case <-t.C:
+				break waiting
+			case <-done:
+				done = nil
+				giveUp = time.Now().Add(recordGrace)
+			}
+		}
+		pause = min(2*pause, recordBackoffMax)
 	}
 }
 
@@ -353,7 +548,7 @@ func (w *Worker) deadLetter(ctx context.Context, d notify.Delivery, msg notify.M
 	}
 	// Recorded, or settled by another delivery meanwhile (the record
 	// reports false): either way the message goes to the dead letters.
-	if _, err := w.record(notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDead, Error: cause.Error()}); err != nil {
+	if _, err := w.recordUntilCommitted(ctx, notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDead, Error: cause.Error()}); err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
 	return w.settleDead(ctx, d, msg, nid, cause)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -83,9 +84,14 @@ type fakeStore struct {
 	status    notify.ClaimStatus // default ClaimTaken
 	claimErr  error
 	recordErr error
-	lost      bool // records report the claim lost
-	claims    [][]notify.ClaimRequest
-	records   []notify.DeliveryResult
+	// recordFails, when set, makes only the first recordFails records fail
+	// with recordErr.
+	recordFails int
+	lost        bool // records report the claim lost
+	claims      [][]notify.ClaimRequest
+	records     []notify.DeliveryResult
+	// failedRecords are the results of the failed record calls.
+	failedRecords []notify.DeliveryResult
 }
 
 func (s *fakeStore) ClaimDeliveries(_ context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
@@ -113,7 +119,8 @@ func (s *fakeStore) ClaimDeliveries(_ context.Context, reqs []notify.ClaimReques
 func (s *fakeStore) RecordDeliveries(_ context.Context, rs []notify.DeliveryResult) ([]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.recordErr != nil {
+	if s.recordErr != nil && (s.recordFails == 0 || len(s.failedRecords) < s.recordFails) {
+		s.failedRecords = append(s.failedRecords, rs...)
 		return nil, s.recordErr
 	}
 	s.records = append(s.records, rs...)
@@ -222,8 +229,20 @@ func TestHandleDecisions(t *testing.T) {
 			store: fakeStore{claimErr: errors.New("connection refused")}, settled: []string{"release"}},
 		{name: "missing notification: dead", msg: func(t *testing.T) notify.Message { return message(t, 0) },
 			store: fakeStore{status: notify.ClaimMissing}, settled: []string{"dead"}},
-		{name: "failure not recorded: released", msg: func(t *testing.T) notify.Message { return message(t, 0) },
-			store: fakeStore{recordErr: errors.New("connection refused")}, sendErr: transient, settled: []string{"release"}, sends: 1},
+		// Issue 16, defect 4: a record that fails is retried until it
+		// commits, for every outcome; the delivery is not handed back.
+		{name: "failed record of a send retried", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			store: fakeStore{recordErr: errors.New("connection refused"), recordFails: 2}, settled: []string{"ack"},
+			records: []rec{{"sent", ""}}, sends: 1},
+		{name: "failed record of a failure retried", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			store: fakeStore{recordErr: errors.New("connection refused"), recordFails: 1}, sendErr: transient,
+			settled: []string{"retry"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
+		{name: "failed record of a dead letter retried", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			store: fakeStore{recordErr: errors.New("connection refused"), recordFails: 1}, sendErr: permanent,
+			settled: []string{"dead"}, records: []rec{{"dead", "550 no such mailbox"}}, sends: 1},
+		{name: "failed record of a deferral retried", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			store: fakeStore{recordErr: errors.New("connection refused"), recordFails: 1}, sendErr: down,
+			settled: []string{"release"}, records: []rec{{"deferred", "dial: connection refused"}}, sends: 1},
 		{name: "claim lost during the send: acked, no retry", msg: func(t *testing.T) notify.Message { return message(t, 0) },
 			store: fakeStore{lost: true}, sendErr: transient, settled: []string{"ack"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
 		// Issue 11, defect 1: a failed forward hands the delivery back.
@@ -303,12 +322,226 @@ func TestNewValidates(t *testing.T) {
 		{SendTimeout: 10 * time.Second, Lease: 10 * time.Second},
 		{SendTimeout: 10 * time.Second, Lease: 5 * time.Second},
 		{SenderBackoff: time.Minute, SenderBackoffMax: time.Second},
+		// The lease must cover the claim's and the record's transactions
+		// (10s each) besides the send.
+		{SendTimeout: 10 * time.Second, Lease: 30 * time.Second},
+		{Rate: -1},
+		{Rate: math.NaN()},
+		{Rate: math.Inf(1)},
+		{Concurrency: -1},
 	} {
 		_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, cfg)
 		require.Error(t, err, "%+v", cfg)
 	}
-	_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{SendTimeout: time.Minute})
-	require.NoError(t, err, "the default lease follows the send timeout")
+	for _, cfg := range []worker.Config{
+		{SendTimeout: time.Minute},
+		{SendTimeout: 10 * time.Second, Lease: 30*time.Second + time.Millisecond},
+		{Rate: 0.1, Concurrency: 6}, // 0.1/s lets 6 through in the default 60s hold
+		{Rate: 0.5},                 // the concurrency unknown: not checked
+	} {
+		_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, cfg)
+		require.NoError(t, err, "%+v", cfg)
+	}
+}
+
+// Issue 16, defect 1: more deliveries in flight than the rate lets through
+// in the time a delivery may wait are refused, with the numbers and the
+// largest prefetch that works.
+func TestNewRefusesMorePrefetchThanTheRateServes(t *testing.T) {
+	t.Parallel()
+	_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{Rate: 0.1, Concurrency: 32})
+	require.EqualError(t, err, "rate 0.1/s lets 6 sends through in the 1m0s a delivery may wait; "+
+		"32 deliveries in flight would wait longer: lower the prefetch to at most 6 or raise the rate")
+	_, err = worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{Rate: 0.01, Concurrency: 1})
+	require.ErrorContains(t, err, "lets no send through in the 1m0s")
+}
+
+// Issue 16, defect 5: the default lease covers the holder's worst path:
+// the claim's transaction, the send, the record's transaction and a
+// margin.
+func TestDefaultLease(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 55*time.Second, worker.DefaultLease(30*time.Second))
+	require.Equal(t, 55*time.Second, worker.DefaultLease(0), "zero: the default send timeout")
+	require.Equal(t, 26*time.Second, worker.DefaultLease(time.Second))
+	for _, st := range []time.Duration{time.Second, 30 * time.Second, 5 * time.Minute} {
+		_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{SendTimeout: st, Lease: worker.DefaultLease(st)})
+		require.NoError(t, err)
+	}
+}
+
+// slowClaimStore is a fakeStore whose claims take delay.
+type slowClaimStore struct {
+	fakeStore
+	delay time.Duration
+}
+
+func (s *slowClaimStore) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, rs []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
+	if len(reqs) > 0 {
+		t := time.NewTimer(s.delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+	return s.fakeStore.ClaimAndRecord(ctx, reqs, lease, rs)
+}
+
+// deadlineSender notes the deadline of each send.
+type deadlineSender struct {
+	fakeSender
+	deadlines []time.Time
+}
+
+func (s *deadlineSender) Send(ctx context.Context, e notify.Email) error {
+	d, _ := ctx.Deadline()
+	s.mu.Lock()
+	s.deadlines = append(s.deadlines, d)
+	s.mu.Unlock()
+	return s.fakeSender.Send(ctx, e)
+}
+
+// Issue 16, defect 5: a send ends where the lease, measured from before
+// the claim, still leaves time for the record; a claim that took so long
+// that none is left sends nothing and hands the delivery back.
+func TestLeaseBoundsTheSend(t *testing.T) {
+	t.Parallel()
+	// Lease 21.5s: the send must end 15s (a record's transaction and the
+	// margin) before it, 6.5s after the claim started.
+	const lease = 21*time.Second + 500*time.Millisecond
+	t.Run("cut short", func(t *testing.T) {
+		t.Parallel()
+		store := &slowClaimStore{delay: 6 * time.Second}
+		snd := &deadlineSender{}
+		w := newWorker(t, store, snd, worker.Config{SendTimeout: time.Second, Lease: lease})
+		d := &fakeDelivery{msg: message(t, 0)}
+		start := time.Now()
+		w.Handle(context.Background(), d)
+		require.Equal(t, []string{"ack"}, d.hows())
+		require.Len(t, snd.deadlines, 1)
+		require.WithinDuration(t, start.Add(6500*time.Millisecond), snd.deadlines[0], 400*time.Millisecond,
+			"the lease's bound, not the send timeout's (7s)")
+	})
+	t.Run("no time left", func(t *testing.T) {
+		t.Parallel()
+		store := &slowClaimStore{delay: 7 * time.Second}
+		snd := &deadlineSender{}
+		w := newWorker(t, store, snd, worker.Config{SendTimeout: time.Second, Lease: lease})
+		d := &fakeDelivery{msg: message(t, 0)}
+		w.Handle(context.Background(), d)
+		require.Equal(t, []string{"release"}, d.hows())
+		require.Zero(t, snd.count())
+		recs := store.recs()
+		require.Len(t, recs, 1)
+		require.Equal(t, notify.AttemptDeferred, recs[0].outcome, "the claim released, no attempt spent")
+	})
+}
+
+// Issue 16, defect 1: a turn under the rate limit further away than a
+// delivery may wait is not waited for: the delivery is handed back before
+// its claim, with no attempt spent.
+func TestRateTurnTooFarHandsBack(t *testing.T) {
+	t.Parallel()
+	store := &fakeStore{}
+	snd := &fakeSender{}
+	// 0.5/s: one send each 2s; a delivery may wait 1s.
+	w := newWorker(t, store, snd, worker.Config{Rate: 0.5, SenderBackoff: 100 * time.Millisecond, SenderBackoffMax: time.Second})
+	first := &fakeDelivery{msg: message(t, 0)}
+	w.Handle(context.Background(), first)
+	require.Equal(t, []string{"ack"}, first.hows())
+	second := &fakeDelivery{msg: notify.Message{ID: 71, Type: notify.EventRequested, Payload: payload(t)}}
+	w.Handle(context.Background(), second)
+	require.Equal(t, []string{"release"}, second.hows())
+	require.Equal(t, 1, snd.count())
+	require.Len(t, store.claims, 1, "no claim for the handed-back delivery")
+}
+
+// Throttling spends no attempt and closes the gate, which SenderStatus
+// reports.
+func TestThrottledIsDeferred(t *testing.T) {
+	t.Parallel()
+	store := &fakeStore{}
+	snd := &fakeSender{err: notify.Throttled(errors.New("421 4.7.0 slow down"), time.Minute)}
+	w := newWorker(t, store, snd, worker.Config{MaxRetries: 0})
+	d := &fakeDelivery{msg: message(t, 0)}
+	w.Handle(context.Background(), d)
+	require.Equal(t, []string{"release"}, d.hows())
+	require.Equal(t, []rec{{"deferred", "421 4.7.0 slow down"}}, store.recs())
+	up, reason := w.SenderStatus()
+	require.False(t, up)
+	require.Equal(t, "mail server throttled: 421 4.7.0 slow down", reason)
+}
+
+// Issue 16, defect 3: with OutageSpendsAttempts, a server that is down
+// costs the message its attempts (retry, then dead letter) and the gate
+// stays open; throttling still spends none.
+func TestOutageSpendsAttempts(t *testing.T) {
+	t.Parallel()
+	store := &fakeStore{}
+	snd := &fakeSender{err: notify.SenderDown(errors.New("dial: no such host"))}
+	w := newWorker(t, store, snd, worker.Config{MaxRetries: 1, OutageSpendsAttempts: true})
+	d := &fakeDelivery{msg: message(t, 0)}
+	w.Handle(context.Background(), d)
+	require.Equal(t, []string{"retry"}, d.hows())
+	d = &fakeDelivery{msg: message(t, 1)}
+	w.Handle(context.Background(), d)
+	require.Equal(t, []string{"dead"}, d.hows())
+	require.Equal(t, []rec{{"retry", "dial: no such host"}, {"dead", "dial: no such host"}}, store.recs())
+	up, _ := w.SenderStatus()
+	require.True(t, up, "the gate stays open")
+
+	snd.setErr(notify.Throttled(errors.New("421 slow down"), 0))
+	d = &fakeDelivery{msg: message(t, 0)}
+	w.Handle(context.Background(), d)
+	require.Equal(t, []string{"release"}, d.hows())
+	up, _ = w.SenderStatus()
+	require.False(t, up)
+}
+
+// Issue 16, defect 4: a record that keeps failing is retried until the
+// worker stops and a grace has passed; only then is the delivery handed
+// back.
+func TestRecordGivesUpOnlyAfterStopAndGrace(t *testing.T) {
+	t.Parallel()
+	store := &fakeStore{recordErr: errors.New("connection refused")}
+	ctx, cancel := context.WithCancel(context.Background())
+	snd := &cancelingSender{cancel: cancel}
+	w := newWorker(t, store, snd, worker.Config{})
+	d := &fakeDelivery{msg: message(t, 0)}
+	start := time.Now()
+	w.Handle(ctx, d)
+	require.Equal(t, []string{"release"}, d.hows())
+	require.GreaterOrEqual(t, time.Since(start), 5*time.Second, "the grace")
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	require.Greater(t, len(store.failedRecords), 3, "retried meanwhile")
+}
+
+// cancelingSender sends, then ends the worker's ctx: the worker stops
+// right after an accepted send.
+type cancelingSender struct {
+	fakeSender
+	cancel func()
+}
+
+func (s *cancelingSender) Send(ctx context.Context, e notify.Email) error {
+	defer s.cancel()
+	return s.fakeSender.Send(ctx, e)
+}
+
+// The dead record of a poison message is retried too.
+func TestPoisonRecordRetried(t *testing.T) {
+	t.Parallel()
+	store := &fakeStore{recordErr: errors.New("connection refused"), recordFails: 1}
+	w := newWorker(t, store, &fakeSender{}, worker.Config{})
+	d := &fakeDelivery{msg: notify.Message{ID: 9, Type: notify.EventRequested, Payload: []byte(`{"notification_id":"7"`)}}
+	w.Handle(context.Background(), d)
+	require.Equal(t, []string{"dead"}, d.hows())
+	recs := store.recs()
+	require.Len(t, recs, 1)
+	require.Equal(t, notify.AttemptDead, recs[0].outcome)
 }
 
 // MaxRetries zero means no retries, not a default: the first failure is
@@ -455,7 +688,7 @@ func TestSenderDownPausesProbesAndResumes(t *testing.T) {
 				require.NotEqual(t, notify.AttemptDead, r.outcome, "nothing dead-lettered")
 			}
 			out := logs.String()
-			require.Equal(t, 1, strings.Count(out, "mail server down"), out)
+			require.Equal(t, 1, strings.Count(out, "sends paused"), out)
 			require.Contains(t, out, "535 authentication failed")
 			require.Equal(t, 1, strings.Count(out, "mail server back"), out)
 			require.Equal(t, 0, testutil.CollectAndCount(reg, "herald_worker_deliveries_total")-4, "outcome labels")
