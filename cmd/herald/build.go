@@ -232,10 +232,6 @@ func tableTransport(cfg Config, log *slog.Logger) transport {
 	}
 }
 
-// recordMargin is what a worker's claim lease adds to the send timeout: the
-// time to record the outcome of a send that used all of its timeout.
-const recordMargin = 15 * time.Second
-
 // settleMargin is what the table transport's row lease adds to the worker's
 // claim lease: the time to settle the row (finish or reschedule it) after
 // the record.
@@ -244,24 +240,26 @@ const settleMargin = 15 * time.Second
 // deliveryLeases derives, in this one place, how long a delivery holds what
 // it claims, from HERALD_SMTP_TIMEOUT (which bounds each send):
 //   - claim: the worker's lease on the message id and the notification,
-//     the send timeout plus recordMargin. After it another delivery of the
-//     notification may take the claim over and send again.
+//     worker.DefaultLease: the claim's transaction, the send timeout and
+//     the record's transaction, each at its longest, plus a margin. After
+//     it another delivery of the notification may take the claim over and
+//     send again.
 //   - row: the table transport's lease on the outbox row, the claim plus
 //     settleMargin. A row whose lease ran out while its send was still
 //     running would be claimed again, and its retry would be neither
 //     delayed nor counted (the holder's reschedule no longer matches).
 //
 // A delivery that waits at the worker's closed gate (the mail server is
-// down, up to worker.Config.SenderBackoffMax) does so before its claim; a
-// row can outlast its lease there, and its copy then waits at the gate too:
-// no send goes out while the gate is closed, and the claim on the message
-// id lets one copy through when it opens.
+// down or throttling, up to worker.Config.SenderBackoffMax) or for its turn
+// under HERALD_SMTP_RATE does so before its claim; a row can outlast its
+// lease there, and its copy then waits too: no send goes out while the gate
+// is closed, and the claim on the message id lets one copy through.
 func deliveryLeases(cfg Config) (claim, row time.Duration) {
 	timeout := cfg.SMTPTimeout
 	if timeout <= 0 {
 		timeout = smtp.DefaultTimeout // what the sender and the worker take for zero
 	}
-	claim = timeout + recordMargin
+	claim = worker.DefaultLease(timeout)
 	return claim, claim + settleMargin
 }
 
@@ -658,7 +656,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		return nil, err
 	}
 	claimLease, _ := deliveryLeases(a.cfg)
-	return worker.New(src, a.st, snd, worker.Config{
+	w, err := worker.New(src, a.st, snd, worker.Config{
 		From:        a.cfg.SMTPFrom,
 		RetryDelays: a.cfg.RetryDelays,
 		MaxRetries:  a.cfg.MaxRetries,
@@ -667,10 +665,31 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		// (the table transport's row lease is longer still).
 		SendTimeout: a.cfg.SMTPTimeout,
 		Lease:       claimLease,
-		Logger:      a.log.With("component", "worker"),
-		Registerer:  a.reg,
-		Crash:       crash,
+		// The rate is the worker's: a turn is waited for before the claim,
+		// never inside a send, so it never costs an attempt.
+		Rate:                 float64(a.cfg.SMTPRate),
+		Concurrency:          a.cfg.Prefetch,
+		OutageSpendsAttempts: a.cfg.SMTPOutage == "attempt",
+		Logger:               a.log.With("component", "worker"),
+		Registerer:           a.reg,
+		Crash:                crash,
 	})
+	if err != nil {
+		return nil, usageError{fmt.Errorf("worker: %w (HERALD_SMTP_RATE=%d, HERALD_PREFETCH=%d)", err, a.cfg.SMTPRate, a.cfg.Prefetch)}
+	}
+	a.checks = append(a.checks, api.Check{Name: "sender", Pinger: senderCheck{w}, ShowReason: true})
+	return w, nil
+}
+
+// senderCheck is the worker's readiness as to its sender: not ready while
+// sends are paused (the provider down or throttling), with the reason.
+type senderCheck struct{ w *worker.Worker }
+
+func (c senderCheck) Ping(context.Context) error {
+	if up, reason := c.w.SenderStatus(); !up {
+		return errors.New(reason)
+	}
+	return nil
 }
 
 // metricsParts is the own listener of relay and worker, when

@@ -37,6 +37,10 @@ type Check struct {
 	Name string
 	// Pinger is pinged on every readiness probe. Required.
 	Pinger Pinger
+	// ShowReason puts the failure's text in the reply (under "reasons"),
+	// for checks whose errors hold no secret (the sender's state); other
+	// failures are only named, since a driver error may quote a DSN.
+	ShowReason bool
 }
 
 // Config configures the API.

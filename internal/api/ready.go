@@ -11,9 +11,11 @@ import (
 // readyBody is the reply of GET /readyz. A 503 also carries the usual error
 // object, so that clients parsing errors one way need no special case.
 type readyBody struct {
-	Status string    `json:"status"`
-	Failed []string  `json:"failed,omitempty"`
-	Error  *apiError `json:"error,omitempty"`
+	Status string   `json:"status"`
+	Failed []string `json:"failed,omitempty"`
+	// Reasons holds the text of the failed checks that show it.
+	Reasons map[string]string `json:"reasons,omitempty"`
+	Error   *apiError         `json:"error,omitempty"`
 }
 
 // Ready is a GET /readyz handler: it pings every check at once, each bounded
@@ -39,11 +41,18 @@ func ready(w http.ResponseWriter, r *http.Request, checks []Check, log *slog.Log
 	}
 	wg.Wait()
 	var failed []string
+	var reasons map[string]string
 	for i, err := range errs {
 		if err != nil {
 			name := checks[i].Name
 			log.WarnContext(r.Context(), "readiness check failed", "check", name, "err", err)
 			failed = append(failed, name)
+			if checks[i].ShowReason {
+				if reasons == nil {
+					reasons = map[string]string{}
+				}
+				reasons[name] = err.Error()
+			}
 		}
 	}
 	if len(failed) == 0 {
@@ -51,8 +60,9 @@ func ready(w http.ResponseWriter, r *http.Request, checks []Check, log *slog.Log
 		return
 	}
 	writeJSON(w, http.StatusServiceUnavailable, readyBody{
-		Status: "unavailable",
-		Failed: failed,
-		Error:  &apiError{Code: "not_ready", Message: "not ready: " + strings.Join(failed, ", ")},
+		Status:  "unavailable",
+		Failed:  failed,
+		Reasons: reasons,
+		Error:   &apiError{Code: "not_ready", Message: "not ready: " + strings.Join(failed, ", ")},
 	})
 }

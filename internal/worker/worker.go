@@ -119,7 +119,7 @@ const (
 	recordBackoffMax = 2 * time.Second
 	// recordGrace is how long the record is still retried after the
 	// worker's ctx ended.
-	recordGrace = 5 * time.Second
+	recordGrace = 2 * time.Second
 )
 
 // DefaultLease is the claim lease that covers a holder's worst path for a
