@@ -27,7 +27,7 @@ func TestUnmigratedDatabaseRefused(t *testing.T) {
 	empty := filepath.Join(dir, "empty.db")
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
 	for _, cmd := range []string{"api", "worker"} {
-		p := startHerald(t, dir, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + empty, "HERALD_HTTP_ADDR": freeAddr(t)}, cmd)
+		p := startHerald(t, dir, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + empty, "HERALD_HTTP_ADDR": freeAddr(t), "HERALD_SMTP_URL": "mbox:out.mbox"}, cmd)
 		p.waitExit(30 * time.Second)
 		require.Error(t, p.Err(), cmd)
 		require.Contains(t, p.Log(), "database not migrated: run `herald migrate`", cmd)
