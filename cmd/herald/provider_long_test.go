@@ -32,3 +32,11 @@ func TestLongProviderGreylistingForTwoMinutes(t *testing.T) {
 	most := greylisted(t, 2*time.Minute, 50)
 	t.Logf("observed: greylisting for 2 minutes took up to %d attempts of the 6 the default schedule allows", most)
 }
+
+// A provider answering 421 to MAIL for a minute (issue 16's figure): the
+// MAIL commands it receives.
+func TestLongThrottlingForAMinute(t *testing.T) {
+	t.Parallel()
+	mails := throttled(t, time.Minute, 20)
+	t.Logf("observed: %d MAIL commands for 20 messages during a minute of 421", mails)
+}
