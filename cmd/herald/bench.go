@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/heraldhq/herald/internal/bench"
@@ -34,6 +38,7 @@ type benchOptions struct {
 	json           bool
 	cpuProfile     string
 	smtpLatency    time.Duration
+	preload        int
 }
 
 func cmdBench(ctx context.Context, args []string, e env) (err error) {
@@ -51,6 +56,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			fs.BoolVar(&o.json, "json", false, "print one JSON object")
 			fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the pipeline run to this file")
 			fs.DurationVar(&o.smtpLatency, "smtp-latency", 0, "the SMTP sink answers each DATA after this `duration`, as a real provider does (50-500ms)")
+			fs.IntVar(&o.preload, "preload", 0, "notifications already sent written into the scratch database (with their events, dedup rows and attempts, then analysed) before the run, as a deployment's history; PostgreSQL only")
 		})
 	if err != nil {
 		return err
@@ -66,6 +72,10 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return fmt.Errorf("herald bench: --warmup: want 0 or more, got %d", o.warmup)
 	case o.smtpLatency < 0:
 		return fmt.Errorf("herald bench: --smtp-latency: want 0 or more, got %s", o.smtpLatency)
+	case o.preload < 0:
+		return fmt.Errorf("herald bench: --preload: want 0 or more, got %d", o.preload)
+	case o.preload > 0 && storeKind(cfg.DatabaseURL) != "postgres":
+		return fmt.Errorf("herald bench: --preload: supported on PostgreSQL only (HERALD_DATABASE_URL=postgres://...)")
 	}
 
 	var cleanups []func() error
@@ -84,6 +94,28 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	ceilings, notes, err := measureCeilings(ctx, sc, o)
 	if err != nil {
 		return err
+	}
+
+	if o.preload > 0 {
+		start := time.Now()
+		if err := raw.PreloadPostgres(ctx, sc.cfg.DatabaseURL, o.preload); err != nil {
+			return fmt.Errorf("herald bench: %w", err)
+		}
+		fmt.Fprintf(e.stderr, "herald bench: preloaded %d sent notifications in %s\n", o.preload, time.Since(start).Round(time.Millisecond))
+	}
+	// The sequential scans are counted from before the stack starts to
+	// after it stops: every connection reports its counts when it closes.
+	seqScans := func() (map[string]int64, error) { return nil, nil }
+	if sc.store == "postgres" {
+		seqScans = func() (map[string]int64, error) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
+			defer cancel()
+			return raw.SeqScans(ctx, sc.cfg.DatabaseURL)
+		}
+	}
+	scansBefore, err := seqScans()
+	if err != nil {
+		return fmt.Errorf("herald bench: %w", err)
 	}
 
 	st, err := startBenchStack(ctx, sc, e, o.smtpLatency)
@@ -107,12 +139,15 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		Sink:        st.sink.CountByMessageID,
 		Progress:    terminal(e),
 	}
+	warmedUp := 0
 	if o.warmup > 0 {
 		wcfg := bcfg
 		wcfg.N, wcfg.Rate, wcfg.Progress = o.warmup, 0, nil
-		if _, err := bench.Run(ctx, st.rec, wcfg); err != nil {
+		wres, err := bench.Run(ctx, st.rec, wcfg)
+		if err != nil {
 			return fmt.Errorf("herald bench: warm-up: %w", err)
 		}
+		warmedUp = wres.Delivered
 		st.rec.Reset()
 	}
 	stopSampler := func() (int64, error) { return 0, nil }
@@ -129,7 +164,30 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	if serr != nil {
 		return fmt.Errorf("herald bench: connection sampler: %w", serr)
 	}
+	if err := st.stop(); err != nil {
+		return fmt.Errorf("herald bench: stop the stack: %w", err)
+	}
+	scansAfter, err := seqScans()
+	if err != nil {
+		return fmt.Errorf("herald bench: %w", err)
+	}
 	report := bench.NewReport(sc.store, sc.tr.name, bcfg, res, ceilings)
+	report.Preload = o.preload
+	if deliveries := warmedUp + res.Delivered; sc.store == "postgres" && deliveries > 0 {
+		per1k := func(n int64) float64 { return math.Round(float64(n)*10000/float64(deliveries)) / 10 }
+		var total int64
+		parts := make([]string, 0, len(scansAfter))
+		for _, table := range slices.Sorted(maps.Keys(scansAfter)) {
+			n := scansAfter[table] - scansBefore[table]
+			total += n
+			parts = append(parts, fmt.Sprintf("%s %.1f", table, per1k(n)))
+		}
+		report.SeqScansPer1k = per1k(total)
+		report.Notes = append(report.Notes, "seq_scans_per_1k_deliveries counts the warm-up's deliveries and scans too (pg_stat_user_tables, read before the stack started and after it stopped): "+strings.Join(parts, ", "))
+	}
+	if o.preload > 0 {
+		report.Notes = append(report.Notes, fmt.Sprintf("the scratch database held %d notifications already sent (with their events, dedup rows and attempts), analysed, before the run", o.preload))
+	}
 	report.SMTPLatencyMs = float64(o.smtpLatency) / float64(time.Millisecond)
 	report.SendsInFlightMax = st.rec.SendsInFlightMax()
 	report.DBConnsMax = conns
@@ -321,12 +379,17 @@ func startBenchStack(ctx context.Context, sc *scratch, e env, smtpLatency time.D
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- runAll(runCtx, parts) }()
-	st.stop = func() error {
-		cancel()
-		err := <-done
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
+	// stop runs once: the bench stops the stack to count what it did, and
+	// the clean-up calls stop again, which then does nothing.
+	var once sync.Once
+	st.stop = func() (err error) {
+		once.Do(func() {
+			cancel()
+			err = <-done
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		})
 		return err
 	}
 	return st, nil

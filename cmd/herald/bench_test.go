@@ -26,6 +26,7 @@ var benchFields = []string{
 	"relay_per_s", "delivered_per_s", "drain_s",
 	"raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish",
 	"smtp_latency_ms", "sends_in_flight_max", "db_conns_max",
+	"preload", "seq_scans_per_1k_deliveries",
 }
 
 // runBench runs herald bench in-process with env as its whole environment
@@ -104,6 +105,24 @@ func TestBenchSmoke(t *testing.T) {
 	})
 }
 
+// A bench on a preloaded database delivers what it creates beside the
+// history and says what it ran on.
+func TestBenchPreload(t *testing.T) {
+	t.Parallel()
+	admin := testenv.Require(t, testenv.PostgresVar)
+	report, stderr := runBench(t, map[string]string{"HERALD_DATABASE_URL": admin},
+		"--preload", "500", "--n", "100", "--warmup", "20", "--concurrency", "4", "--json")
+	require.Equal(t, "postgres", report["store"])
+	require.Equal(t, "table", report["transport"])
+	require.EqualValues(t, 500, report["preload"])
+	require.EqualValues(t, 100, report["delivered"])
+	require.Contains(t, report, "seq_scans_per_1k_deliveries")
+	require.Contains(t, stderr, "preloaded 500 sent notifications")
+	m := regexp.MustCompile(`scratch database (herald_bench_[0-9a-f]+)`).FindStringSubmatch(stderr)
+	require.NotNil(t, m, "stderr names the scratch database: %s", stderr)
+	requireDatabaseGone(t, admin, m[1])
+}
+
 // requireDatabaseGone checks that the bench dropped its scratch database.
 func requireDatabaseGone(t *testing.T, admin, name string) {
 	t.Helper()
@@ -136,7 +155,8 @@ func requireQueuesGone(t *testing.T, amqpURL, prefix string) {
 
 func TestBenchRejectsBadFlags(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--n", "0"}, {"--concurrency", "0"}, {"--rate", "-1"}, {"--smtp-latency", "-1s"}} {
+	// --preload is PostgreSQL's only: the URL below is SQLite.
+	for _, args := range [][]string{{"--n", "0"}, {"--concurrency", "0"}, {"--rate", "-1"}, {"--smtp-latency", "-1s"}, {"--preload", "-1"}, {"--preload", "10"}} {
 		var stdout, stderr bytes.Buffer
 		err := cmdBench(t.Context(), args, env2(map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, &stdout, &stderr))
 		require.Error(t, err, "%v", args)

@@ -42,6 +42,13 @@ type Report struct {
 	SendsInFlightMax int64   `json:"sends_in_flight_max"`
 	DBConnsMax       int64   `json:"db_conns_max"`
 
+	// Preload is the number of notifications already sent that the
+	// scratch database held before the run (--preload); SeqScansPer1k the
+	// sequential scans of herald's tables per 1,000 deliveries over the
+	// warm-up and the measured run (PostgreSQL only; 0 on SQLite).
+	Preload       int     `json:"preload"`
+	SeqScansPer1k float64 `json:"seq_scans_per_1k_deliveries"`
+
 	RawTxPerSec       float64 `json:"raw_tx_per_s"`
 	RawPublishPerSec  float64 `json:"raw_publish_per_s"`
 	APIVsRawTx        float64 `json:"api_vs_raw_tx"`
@@ -143,7 +150,11 @@ func (r Report) WriteText(w io.Writer) error {
 		mode = fmt.Sprintf("open loop at %g/s", r.Rate)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "herald bench: %s + %s, %d creates from %d clients (%s)\n\n", r.Store, r.Transport, r.N, r.Concurrency, mode)
+	fmt.Fprintf(&b, "herald bench: %s + %s, %d creates from %d clients (%s)", r.Store, r.Transport, r.N, r.Concurrency, mode)
+	if r.Preload > 0 {
+		fmt.Fprintf(&b, ", on %d notifications already sent", r.Preload)
+	}
+	b.WriteString("\n\n")
 	row := func(name, value, help string) { fmt.Fprintf(&b, "  %-22s %14s   %s\n", name, value, help) }
 	row("accepted", fmt.Sprint(r.Accepted), fmt.Sprintf("creates answered 201 (%d rejected)", r.Rejected))
 	row("delivered", fmt.Sprint(r.Delivered), "emails the SMTP sink received")
@@ -155,6 +166,7 @@ func (r Report) WriteText(w io.Writer) error {
 	row("e2e_max_ms", fmt.Sprintf("%.3f", r.E2EMaxms), "201 to email received, slowest")
 	row("relay_per_s", fmt.Sprintf("%.1f", r.RelayPerSec), "events published and confirmed per second")
 	row("delivered_per_s", fmt.Sprintf("%.1f", r.DeliveredPerSec), "emails per second, first create to last email")
+	row("seq_scans_per_1k", fmt.Sprintf("%.1f", r.SeqScansPer1k), "sequential scans of herald's tables per 1,000 deliveries")
 	row("drain_s", fmt.Sprintf("%.3f", r.DrainS), "last 201 to last email")
 	row("raw_tx_per_s", fmt.Sprintf("%.1f", r.RawTxPerSec), "bare create transactions per second, no HTTP")
 	row("raw_publish_per_s", fmt.Sprintf("%.1f", r.RawPublishPerSec), "bare persistent confirmed publishes per second")

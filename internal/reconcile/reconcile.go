@@ -25,11 +25,14 @@ import (
 type Store interface {
 	// Reconcile gives up to limit pending notifications that have no
 	// unprocessed outbox row and whose last change (or the due time of
-	// their scheduled retry, when later) is before staleBefore a fresh
-	// notification.requested outbox event, and returns their ids. One
-	// reconciler runs at a time across processes (PostgreSQL: an advisory
-	// lock; a second caller meanwhile finds nothing to do).
-	Reconcile(ctx context.Context, staleBefore time.Time, limit int) ([]int64, error)
+	// their scheduled retry, when later) is at least after ago a fresh
+	// notification.requested outbox event, and returns their ids. "Ago"
+	// is on the database's clock: the cut-off is never an app's time
+	// compared with timestamps another machine wrote. A negative after
+	// reaches into the future (retries due within -after). One reconciler
+	// runs at a time across processes (PostgreSQL: an advisory lock; a
+	// second caller meanwhile finds nothing to do).
+	Reconcile(ctx context.Context, after time.Duration, limit int) ([]int64, error)
 }
 
 // Config tunes a Reconciler.
@@ -122,7 +125,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 func (r *Reconciler) Once(ctx context.Context) ([]int64, error) {
 	var all []int64
 	for {
-		ids, err := r.store.Reconcile(ctx, time.Now().Add(-r.cfg.After), r.cfg.Batch)
+		ids, err := r.store.Reconcile(ctx, r.cfg.After, r.cfg.Batch)
 		if err != nil {
 			return all, fmt.Errorf("reconcile: %w", err)
 		}

@@ -14,9 +14,12 @@ import (
 
 // Pruner deletes old processed rows. The stores implement it.
 type Pruner interface {
-	// Prune deletes processed outbox rows and processed_messages rows older
-	// than before, at most batch rows per transaction.
-	Prune(ctx context.Context, before time.Time, batch int) (notify.PruneResult, error)
+	// PruneOlderThan deletes processed outbox rows and processed_messages
+	// rows older than age, at most batch rows per transaction. The store
+	// measures the age on the clock that wrote the rows' timestamps (the
+	// database's, for PostgreSQL), so that a process whose clock is off
+	// neither prunes dedup rows early nor keeps them late.
+	PruneOlderThan(ctx context.Context, age time.Duration, batch int) (notify.PruneResult, error)
 }
 
 // Config tunes a Loop. No field has a meaningful zero, so a zero stands for
@@ -77,7 +80,7 @@ func New(p Pruner, cfg Config) (*Loop, error) {
 
 // Once runs one pass now.
 func (l *Loop) Once(ctx context.Context) (notify.PruneResult, error) {
-	r, err := l.p.Prune(ctx, time.Now().Add(-l.cfg.Retention), l.cfg.Batch)
+	r, err := l.p.PruneOlderThan(ctx, l.cfg.Retention, l.cfg.Batch)
 	if err != nil {
 		return r, fmt.Errorf("prune: %w", err)
 	}

@@ -47,6 +47,12 @@ type Store interface {
 	ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error)
 	RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error)
 
+	// Prune is retention.Pruner's PruneOlderThan with the cut-off given as
+	// an instant, which the caller must have read from the clock that
+	// wrote the rows (the conformance suite does, to place rows on either
+	// side of it).
+	Prune(ctx context.Context, before time.Time, batch int) (notify.PruneResult, error)
+
 	// Migrate applies the embedded migrations not yet applied; running it
 	// again changes nothing. Only the commands call it.
 	Migrate(ctx context.Context) error

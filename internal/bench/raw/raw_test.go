@@ -147,3 +147,41 @@ func BenchmarkPostgresTx(b *testing.B) {
 		})
 	}
 }
+
+// A preload writes a delivered history: every notification sent, its event
+// processed, its dedup row and its one attempt, within retention; a second
+// preload adds to the first.
+func TestPreloadPostgres(t *testing.T) {
+	t.Parallel()
+	dbURL := scratchPostgres(t)
+	ctx := t.Context()
+	require.NoError(t, raw.PreloadPostgres(ctx, dbURL, 100))
+	require.NoError(t, raw.PreloadPostgres(ctx, dbURL, 50))
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for q, want := range map[string]int{
+		`SELECT count(*) FROM notifications WHERE status = 'sent' AND sent_at > now() - interval '7 days'`: 150,
+		`SELECT count(*) FROM notifications`: 150,
+		`SELECT count(*) FROM outbox o JOIN notifications n ON n.id = (o.payload->>'notification_id')::bigint
+			WHERE o.processed_at IS NOT NULL`: 150,
+		`SELECT count(*) FROM outbox`: 150,
+		`SELECT count(*) FROM processed_messages pm JOIN outbox o ON o.id = pm.message_id`:                     150,
+		`SELECT count(*) FROM delivery_attempts a JOIN outbox o ON o.id = a.message_id AND a.outcome = 'sent'`: 150,
+	} {
+		var got int
+		require.NoError(t, conn.QueryRow(ctx, q).Scan(&got))
+		require.Equal(t, want, got, q)
+	}
+	// With no other connection open, the count is there at once.
+	conn.Close(ctx)
+	scans, err := raw.SeqScans(ctx, dbURL)
+	require.NoError(t, err)
+	require.Len(t, scans, 4, "one count per herald table: %v", scans)
+}
+
+func TestPreloadPostgresRefusesNonScratchDatabase(t *testing.T) {
+	t.Parallel()
+	err := raw.PreloadPostgres(t.Context(), "postgres://postgres@127.0.0.1:5432/herald?sslmode=disable", 1)
+	require.ErrorContains(t, err, "not made by the bench")
+}

@@ -18,6 +18,23 @@ import (
 // claim and the record run as a pipelined batch of two statements in one
 // implicit transaction (one round trip): the lock, then the work, which
 // reads the rows afresh once it holds them.
+//
+// Clocks. A lease (notifications.claimed_until, processed_messages.lease_until)
+// and a due time (retry_due_at) start at clock_timestamp(), the moment the
+// statement writes them, never at now(): now() is the start of the
+// transaction, which in a grouped claim-and-record may have waited for row
+// locks first, and a lease counted from then would be shorter than asked.
+// Whether a lease still holds is judged on the same clock. Timestamps that
+// are only a record (started_at, finished_at, sent_at) keep now().
+//
+// Plans. Every statement reaches its rows by primary key from the batch's
+// arrays (unnest(...) joined on id, or id = ANY), and none names the
+// notification's status in a way that matches the partial pending index,
+// so the only alternatives the planner has to per-key lookups are whole-table
+// scans. The pool's connections plan every execution afresh
+// (plan_cache_mode, see Open), with the batch's values and the tables' size
+// on disk at that moment, so those scans are never chosen for a table that
+// has grown since a plan was first made.
 const (
 	lockNotifications = `SELECT id FROM notifications WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
@@ -29,7 +46,8 @@ const (
 	// presumed dead; its late record will fail the compare-and-set). A
 	// duplicate or missing message id is recorded as done.
 	// $1 message ids, $2 notification ids (no id twice), $3 lease in
-	// microseconds.
+	// microseconds. The lease runs from the moment the attempt row is
+	// written; the answer returns the very value stored.
 	claimDeliveries = `
 WITH req AS (
 	SELECT r.msg, r.nid, n.id IS NOT NULL AS found, n.status, n.claimed_until,
@@ -42,7 +60,7 @@ decided AS (
 	SELECT msg, nid, claim_attempt_id AS stale,
 		CASE WHEN NOT found THEN 'missing'
 			WHEN done OR status <> 'pending' THEN 'duplicate'
-			WHEN claimed_until > now() THEN 'busy'
+			WHEN claimed_until > clock_timestamp() THEN 'busy'
 			ELSE 'claimed' END AS status
 	FROM req
 ),
@@ -53,30 +71,33 @@ attempt AS (
 		now()
 	FROM decided AS d
 	WHERE d.status = 'claimed'
-	RETURNING id, notification_id, message_id, attempt
+	RETURNING id, notification_id, message_id, attempt,
+		clock_timestamp() + $3::bigint * interval '1 microsecond' AS until
 ),
 lease AS (
 	UPDATE notifications AS n
-	SET claim_attempt_id = a.id, claimed_until = now() + $3::bigint * interval '1 microsecond'
+	SET claim_attempt_id = a.id, claimed_until = a.until
 	FROM attempt AS a
 	WHERE n.id = a.notification_id
 ),
 stale AS (
+	-- The stale claim's message id comes from its attempt row (primary
+	-- key): processed_messages has no index on attempt_id.
 	DELETE FROM processed_messages AS pm
-	USING decided AS d
-	WHERE d.status = 'claimed' AND pm.attempt_id = d.stale AND pm.message_id <> d.msg
-		AND pm.processed_at IS NULL
+	USING decided AS d, delivery_attempts AS sa
+	WHERE d.status = 'claimed' AND sa.id = d.stale AND pm.message_id = sa.message_id
+		AND pm.attempt_id = d.stale AND pm.message_id <> d.msg AND pm.processed_at IS NULL
 ),
 held AS (
 	INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
-	SELECT a.message_id, NULL::timestamptz, now() + $3::bigint * interval '1 microsecond', a.id FROM attempt AS a
+	SELECT a.message_id, NULL::timestamptz, a.until, a.id FROM attempt AS a
 	UNION ALL
 	SELECT d.msg, now(), NULL::timestamptz, NULL::bigint FROM decided AS d WHERE d.status IN ('duplicate', 'missing')
 	ON CONFLICT (message_id) DO UPDATE
 	SET processed_at = excluded.processed_at, lease_until = excluded.lease_until, attempt_id = excluded.attempt_id
 	WHERE processed_messages.processed_at IS NULL
 )
-SELECT d.msg, d.status, COALESCE(a.id, 0), COALESCE(a.attempt, 0), now() + $3::bigint * interval '1 microsecond'
+SELECT d.msg, d.status, COALESCE(a.id, 0), COALESCE(a.attempt, 0), a.until
 FROM decided AS d
 LEFT JOIN attempt AS a ON a.message_id = d.msg`
 
@@ -88,7 +109,12 @@ LEFT JOIN attempt AS a ON a.message_id = d.msg`
 	// no attempt. Every attempt row named is finished with its outcome, even
 	// when its claim was lost: the send happened, and the history says so.
 	// $1 attempt ids, $2 notification ids, $3 message ids, $4 outcomes,
-	// $5 errors, $6 microseconds until a retry is due (retry_due_at).
+	// $5 errors, $6 microseconds until a retry is due (retry_due_at, on
+	// the database's clock: the worker sends a duration, not its time).
+	// The compare-and-set on status is written (n.status || '') so that it
+	// cannot be answered from notifications_pending_idx: walking every
+	// pending notification to find a batch's few is what a plan made for a
+	// young database does once the backlog has grown.
 	recordDeliveries = `
 WITH r AS (
 	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[])
@@ -102,11 +128,11 @@ applied AS (
 		sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE n.sent_at END,
 		failed_at = CASE WHEN r.outcome = 'dead' THEN now() ELSE n.failed_at END,
 		updated_at = now(),
-		retry_due_at = CASE WHEN r.outcome = 'retry' THEN now() + r.retry_in * interval '1 microsecond' END,
+		retry_due_at = CASE WHEN r.outcome = 'retry' THEN clock_timestamp() + r.retry_in * interval '1 microsecond' END,
 		claim_attempt_id = NULL,
 		claimed_until = NULL
 	FROM r
-	WHERE n.id = r.nid AND n.claim_attempt_id = r.aid AND n.status = 'pending'
+	WHERE n.id = r.nid AND n.claim_attempt_id = r.aid AND (n.status || '') = 'pending'
 	RETURNING r.aid, r.msg, r.outcome
 ),
 finished AS (
@@ -241,16 +267,23 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 			var (
 				msg    int64
 				status string
+				until  *time.Time // NULL unless claimed
 				c      notify.Claim
 			)
-			if err := rows.Scan(&msg, &status, &c.AttemptID, &c.Attempt, &c.Until); err != nil {
+			if err := rows.Scan(&msg, &status, &c.AttemptID, &c.Attempt, &until); err != nil {
 				rows.Close()
 				return fail("claim deliveries", err)
 			}
 			i := at[msg]
 			c.MessageID, c.NotificationID, c.Status = msg, claims[i].NotificationID, notify.ClaimStatus(status)
-			if c.Status != notify.ClaimTaken {
-				c.AttemptID, c.Attempt, c.Until = 0, 0, time.Time{}
+			switch {
+			case c.Status != notify.ClaimTaken:
+				c.AttemptID, c.Attempt = 0, 0
+			case until == nil:
+				rows.Close()
+				return fail("claim deliveries", fmt.Errorf("message %d claimed without a lease", msg))
+			default:
+				c.Until = *until
 			}
 			claims[i] = c
 			got++

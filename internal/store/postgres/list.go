@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/heraldhq/herald/internal/notify"
 )
 
@@ -29,6 +31,20 @@ const (
 	// past the cursor instead of filtering its way there.
 	listAfterPosition = `(created_at, id) < ($%d, $%d)`
 	listOrder         = ` ORDER BY created_at DESC, id DESC LIMIT $%d`
+
+	// listPlan keeps the listing on the indexes of migration 0005, read in
+	// order: it turns sorting off for the listing's own transaction (the
+	// batch's implicit one). Every shape has such an index, so a sort is
+	// never needed; but the planner picks one when statistics make a set
+	// look tiny. A status filter of pending also matches
+	// notifications_pending_idx (migration 0006), which is in updated_at
+	// order: statistics gathered while no notification was pending (a
+	// healthy system, or a young one) make "all pending, sorted" look like
+	// one row, and when a backlog builds up every page then reads and sorts
+	// the whole backlog (issue 24: 50,000 rows per listing). Without a sort
+	// the page is read from notifications_status_created_idx and costs its
+	// own size.
+	listPlan = `SELECT set_config('enable_sort', 'off', true)`
 
 	// selectAttempts answers one row per attempt, in the order they were
 	// made, or one row of NULLs when the notification has none, or no row
@@ -86,7 +102,17 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 		return notify.ListPage{}, fmt.Errorf("list notifications: limit must be at least 1, got %d", f.Limit)
 	}
 	q, args := listQuery(f)
-	rows, err := s.pool.Query(ctx, q, args...)
+	// One round trip, one implicit transaction: listPlan holds for the
+	// query and ends with it.
+	b := &pgx.Batch{}
+	b.Queue(listPlan)
+	b.Queue(q, args...)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return notify.ListPage{}, wrap("list notifications: plan", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return notify.ListPage{}, wrap("list notifications", err)
 	}
@@ -99,7 +125,11 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 		}
 		items = append(items, n)
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
+		return notify.ListPage{}, wrap("list notifications", err)
+	}
+	if err := br.Close(); err != nil {
 		return notify.ListPage{}, wrap("list notifications", err)
 	}
 	page := notify.ListPage{Items: items}

@@ -192,3 +192,21 @@ func (s *Store) pruneBatches(ctx context.Context, query string, before time.Time
 		}
 	}
 }
+
+// pruneCutoff is the cut-off of PruneOlderThan, on the database's clock.
+const pruneCutoff = `SELECT clock_timestamp() - $1::bigint * interval '1 microsecond'`
+
+// PruneOlderThan is Prune with the cut-off age before the database's clock,
+// the clock that wrote processed_at: no app's clock is compared with it. The
+// cut-off is read once, so every batch of the pass prunes up to the same
+// instant.
+func (s *Store) PruneOlderThan(ctx context.Context, age time.Duration, batch int) (notify.PruneResult, error) {
+	if batch < 1 {
+		return notify.PruneResult{}, fmt.Errorf("prune: batch must be at least 1, got %d", batch)
+	}
+	var before time.Time
+	if err := s.pool.QueryRow(ctx, pruneCutoff, age.Microseconds()).Scan(&before); err != nil {
+		return notify.PruneResult{}, wrap("prune: read the cut-off", err)
+	}
+	return s.Prune(ctx, before, batch)
+}

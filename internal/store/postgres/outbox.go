@@ -20,10 +20,12 @@ const (
 	// live lease, in id order, skipping rows another relay is claiming at
 	// this instant. It is answered from outbox_unprocessed_idx: it walks the
 	// partial index in id order and stops after limit rows it could lock.
+	// Leases are judged and started on clock_timestamp(), the statement's
+	// time, not the transaction's start (see deliver.go, "Clocks").
 	claimRelayBatch = `
 SELECT id FROM outbox
 WHERE processed_at IS NULL
-  AND (locked_until IS NULL OR locked_until < now())
+  AND (locked_until IS NULL OR locked_until < clock_timestamp())
 ORDER BY id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
@@ -36,7 +38,7 @@ FOR UPDATE SKIP LOCKED`
 WITH claimed AS MATERIALIZED (` + claimRelayBatch + `
 )
 UPDATE outbox o
-SET locked_by = $2, locked_until = now() + $3::bigint * interval '1 microsecond'
+SET locked_by = $2, locked_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
 FROM claimed
 WHERE o.id = claimed.id
 RETURNING o.id, o.event_type, o.payload, o.occurred_at`

@@ -13,19 +13,21 @@ import (
 const (
 	// claimDue leases due rows. The CTE is materialized so the locking
 	// subquery runs exactly once; rows another worker is claiming right now
-	// are skipped, not waited for.
+	// are skipped, not waited for. Due times and leases are judged and
+	// started on clock_timestamp(), the statement's time (see deliver.go,
+	// "Clocks").
 	claimDue = `
 WITH due AS MATERIALIZED (
 	SELECT id FROM outbox
 	WHERE processed_at IS NULL
-	  AND available_at <= now()
-	  AND (locked_until IS NULL OR locked_until < now())
+	  AND available_at <= clock_timestamp()
+	  AND (locked_until IS NULL OR locked_until < clock_timestamp())
 	ORDER BY id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE outbox o
-SET locked_by = $1, locked_until = now() + $3::bigint * interval '1 microsecond'
+SET locked_by = $1, locked_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
 FROM due
 WHERE o.id = due.id
 RETURNING o.id, o.event_type, o.payload, o.attempts, o.occurred_at`
@@ -39,7 +41,7 @@ WHERE id = ANY($1) AND locked_by = $2 AND processed_at IS NULL`
 UPDATE outbox
 SET locked_by = NULL,
     locked_until = NULL,
-    available_at = now() + $3::bigint * interval '1 microsecond',
+    available_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
     attempts = attempts + CASE WHEN $5 THEN 1 ELSE 0 END,
     last_error = CASE WHEN $5 THEN NULLIF($4, '') ELSE last_error END
 WHERE id = $1 AND locked_by = $2 AND processed_at IS NULL`

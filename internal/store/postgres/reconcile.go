@@ -16,21 +16,37 @@ const reconcileLockKey = 0x68_7265_636f_6e
 const (
 	tryReconcileLock = `SELECT pg_try_advisory_xact_lock($1)`
 
+	// reconcilePlan keeps selectStale on notifications_pending_idx, the
+	// one index that yields pending rows already in (updated_at, id) order
+	// and starts at the cut-off. Statistics gathered while every
+	// notification was sent make the pending ones look like a handful, and
+	// the planner then prefers notifications_status_created_idx plus a sort,
+	// which reads every pending notification per pass; without a sort that
+	// plan is not a choice. For this transaction only.
+	reconcilePlan = `SET LOCAL enable_sort = off`
+
 	// selectStale finds, from notifications_pending_idx, the pending
-	// notifications with no unprocessed outbox row (a short scan: the
-	// unprocessed rows are the backlog) that have not changed since $1 and
-	// whose scheduled retry, if any, was due before $1. Rows a worker holds
-	// are skipped: it is recording their outcome right now.
+	// notifications with no unprocessed outbox row (one lookup each in
+	// outbox_notification_idx; "unprocessed" is written so that
+	// outbox_unprocessed_idx cannot answer it, see migration 0007) that have not changed for $1
+	// microseconds and whose scheduled retry, if any, was due that long
+	// ago. Rows a worker holds are skipped: it is recording their outcome
+	// right now. The cut-off is the database's clock minus the duration
+	// (the timestamps it is compared with were written on that clock, never
+	// an app's), computed once, in a subquery: a value the index scan can
+	// start from, which clock_timestamp() itself, volatile, is not.
 	selectStale = `
+WITH cut AS MATERIALIZED (SELECT clock_timestamp() - $1::bigint * interval '1 microsecond' AS t)
 SELECT n.id, n.user_id, n.channel, n.recipient, n.subject, n.body
 FROM notifications n
 WHERE n.status = 'pending'
-  AND n.updated_at < $1
-  AND (n.retry_due_at IS NULL OR n.retry_due_at < $1)
-  AND (n.claimed_until IS NULL OR n.claimed_until < now())
+  AND n.updated_at < (SELECT t FROM cut)
+  AND (n.retry_due_at IS NULL OR n.retry_due_at < (SELECT t FROM cut))
+  AND (n.claimed_until IS NULL OR n.claimed_until < clock_timestamp())
   AND NOT EXISTS (
       SELECT 1 FROM outbox o
-      WHERE o.processed_at IS NULL AND o.payload->>'notification_id' = n.id::text)
+      WHERE o.payload->>'notification_id' = n.id::text
+        AND COALESCE(o.processed_at, 'infinity') = 'infinity')
 ORDER BY n.updated_at, n.id
 LIMIT $2
 FOR UPDATE OF n SKIP LOCKED`
@@ -42,7 +58,7 @@ FOR UPDATE OF n SKIP LOCKED`
 
 // Reconcile gives stale pending notifications a fresh outbox event. See
 // reconcile.Store.
-func (s *Store) Reconcile(ctx context.Context, staleBefore time.Time, limit int) ([]int64, error) {
+func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) ([]int64, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, wrap("reconcile: begin", err)
@@ -55,7 +71,10 @@ func (s *Store) Reconcile(ctx context.Context, staleBefore time.Time, limit int)
 	if !locked {
 		return nil, nil // another process is reconciling
 	}
-	rows, err := tx.Query(ctx, selectStale, staleBefore, limit)
+	if _, err := tx.Exec(ctx, reconcilePlan); err != nil {
+		return nil, wrap("reconcile: plan", err)
+	}
+	rows, err := tx.Query(ctx, selectStale, after.Microseconds(), limit)
 	if err != nil {
 		return nil, wrap("reconcile: select", err)
 	}

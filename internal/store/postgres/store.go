@@ -44,9 +44,11 @@ func (c Config) validate() error {
 	return nil
 }
 
-// sessionLimits bound what one herald session can hold, so that a peer
-// gone half-open (a process frozen or cut off mid-transaction) cannot keep
-// a row locked for minutes, and no statement waits without end. herald's
+// sessionLimits are the settings every connection of the pool starts with
+// (a value given in the URL wins). The limits bound what one herald session
+// can hold, so that a peer gone half-open (a process frozen or cut off
+// mid-transaction) cannot keep a row locked for minutes, and no statement
+// waits without end. herald's
 // transactions are short (no transaction is open across a send), so the
 // limits are far above what they need:
 //   - lock_timeout: a claim, record or create waits at most this long for
@@ -60,10 +62,24 @@ func (c Config) validate() error {
 //     exceed the longest wait inside a transaction: the relay's publish of
 //     a batch (broker dial and confirms) while it holds the claimed outbox
 //     rows.
+//
+// plan_cache_mode: pgx prepares every statement once per connection and
+// PostgreSQL, after five executions, may settle a prepared statement on a
+// generic plan that it keeps until the next ANALYZE of a table it reads. A
+// generic plan made while the database was young (tables of a few rows,
+// where a sequential scan is cheapest) then scans whole tables for every
+// batch once they have grown: delivery slowed with the database's own
+// history (issue 24). force_custom_plan plans each execution with its
+// values (how many ids the batch holds) and the tables' current size on
+// disk, scaled by the last statistics (at least ten pages when there are
+// none), so a per-key index lookup is chosen whenever a table is more than a
+// few pages, however stale its statistics. The statements are short; the
+// planning costs far less than one scan of a grown table.
 var sessionLimits = map[string]string{
 	"lock_timeout":                        "10s",
 	"statement_timeout":                   "30s",
 	"idle_in_transaction_session_timeout": "60s",
+	"plan_cache_mode":                     "force_custom_plan",
 }
 
 // Store is the PostgreSQL store. It is safe for concurrent use.

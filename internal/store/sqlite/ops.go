@@ -196,3 +196,10 @@ func (s *Store) pruneBatches(ctx context.Context, query, cut string, batch int) 
 		}
 	}
 }
+
+// PruneOlderThan is Prune with the cut-off age before now. The process's
+// clock is the database's here (SQLite is embedded: every timestamp in the
+// file was written by this clock).
+func (s *Store) PruneOlderThan(ctx context.Context, age time.Duration, batch int) (notify.PruneResult, error) {
+	return s.Prune(ctx, now().Add(-age), batch)
+}

@@ -30,10 +30,14 @@ LIMIT ?2`
 
 // Reconcile gives stale pending notifications a fresh outbox event. See
 // reconcile.Store.
-func (s *Store) Reconcile(ctx context.Context, staleBefore time.Time, limit int) ([]int64, error) {
+// The process's clock is the database's here (SQLite is embedded: one
+// machine, and every timestamp in the file was written by this clock), so
+// the cut-off is taken from it.
+func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) ([]int64, error) {
 	var ids []int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, selectStale, formatTime(staleBefore), limit, formatTime(now()))
+		at := now()
+		rows, err := tx.QueryContext(ctx, selectStale, formatTime(at.Add(-after)), limit, formatTime(at))
 		if err != nil {
 			return classify(err)
 		}

@@ -455,3 +455,28 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	require.EqualValues(t, 2, unprocessed(t, ctx, s))
 	require.Equal(t, 1, h.Count(t, "processed_messages"))
 }
+
+// PruneOlderThan measures the age on the store's clock: rows younger than
+// it stay, rows older go.
+func testPruneOlderThan(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	n := create(t, ctx, s, 1)
+	evs := relayAll(t, ctx, h)
+	require.Len(t, evs, 1)
+	_, err := store.Deliver(ctx, s, evs[0].ID, n.ID, func(context.Context) error { return nil })
+	require.NoError(t, err)
+
+	_, err = s.PruneOlderThan(ctx, time.Hour, 0)
+	require.Error(t, err, "batch 0")
+	res, err := s.PruneOlderThan(ctx, time.Hour, 10)
+	require.NoError(t, err)
+	require.Equal(t, notify.PruneResult{}, res, "processed a moment ago, not an hour")
+	require.Equal(t, 1, h.Count(t, "outbox"))
+
+	waitPast(t, time.Now().Add(5*time.Millisecond))
+	res, err = s.PruneOlderThan(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, notify.PruneResult{Outbox: 1, ProcessedMessages: 1}, res)
+	require.Equal(t, 0, h.Count(t, "outbox"))
+	require.Equal(t, 0, h.Count(t, "processed_messages"))
+}

@@ -25,6 +25,17 @@ func relayAll(t *testing.T, ctx context.Context, h Harness) []notify.Event {
 	return relayed
 }
 
+// quietBoundary is boundary with margins wide enough for a cut-off given as
+// a duration: the store subtracts it from its own clock a moment after the
+// test measured it, which moves the cut a little later.
+func quietBoundary(t *testing.T) time.Time {
+	t.Helper()
+	waitPast(t, time.Now().Add(100*time.Millisecond))
+	cut := time.Now()
+	waitPast(t, cut.Add(100*time.Millisecond))
+	return cut
+}
+
 // A pending notification whose event left the database (relayed) and then
 // went quiet gets exactly one fresh event; one with an event still in the
 // outbox, one changed after the cut-off, and one dead-lettered get none.
@@ -34,19 +45,22 @@ func testReconcile(t *testing.T, ctx context.Context, h Harness) {
 	failed := create(t, ctx, s, 2)
 	relayAll(t, ctx, h)
 	deadLetter(t, ctx, s, 1_000_001, failed, "550 no such user")
-	cut := boundary(t)
+	cut := quietBoundary(t)
+	young := create(t, ctx, s, 4) // relayed too, but after the cut-off
+	relayAll(t, ctx, h)
 	waiting := create(t, ctx, s, 3) // its event is still in the outbox
 
-	ids, err := s.Reconcile(ctx, cut, 100)
+	ids, err := s.Reconcile(ctx, time.Since(cut), 100)
 	require.NoError(t, err)
-	require.Equal(t, []int64{lost.ID}, ids, "the relayed pending notification is stale at the cut-off; the dead letter never is")
+	require.Equal(t, []int64{lost.ID}, ids, "the relayed pending notification is stale at the cut-off; the young one and the dead letter are not")
 	require.NotEqual(t, waiting.ID, lost.ID)
 
-	// waiting is stale by now too, but its event is still in the outbox.
-	after := boundary(t)
-	ids, err = s.Reconcile(ctx, after, 100)
+	// waiting is stale by now too, but its event is still in the outbox;
+	// young has gone quiet for long enough.
+	after := quietBoundary(t)
+	ids, err = s.Reconcile(ctx, time.Since(after), 100)
 	require.NoError(t, err)
-	require.Empty(t, ids, "reconciled once already; waiting has its event in flight")
+	require.Equal(t, []int64{young.ID}, ids, "lost was reconciled once already; waiting has its event in flight")
 
 	// The fresh event is an ordinary notification.requested event for it.
 	evs := allEvents(t, ctx, s)
@@ -63,7 +77,7 @@ func testReconcile(t *testing.T, ctx context.Context, h Harness) {
 
 	// Its clock restarted, and it has an event in flight now: a second
 	// pass with the same cut-off leaves it alone.
-	ids, err = s.Reconcile(ctx, after, 100)
+	ids, err = s.Reconcile(ctx, time.Since(after), 100)
 	require.NoError(t, err)
 	require.Empty(t, ids)
 }
@@ -76,11 +90,11 @@ func testReconcileLimit(t *testing.T, ctx context.Context, h Harness) {
 		ns = append(ns, create(t, ctx, s, i))
 	}
 	relayAll(t, ctx, h)
-	cut := boundary(t)
-	first, err := s.Reconcile(ctx, cut, 2)
+	cut := quietBoundary(t)
+	first, err := s.Reconcile(ctx, time.Since(cut), 2)
 	require.NoError(t, err)
 	require.Equal(t, []int64{ns[0].ID, ns[1].ID}, first)
-	rest, err := s.Reconcile(ctx, cut, 10)
+	rest, err := s.Reconcile(ctx, time.Since(cut), 10)
 	require.NoError(t, err)
 	require.Equal(t, []int64{ns[2].ID, ns[3].ID, ns[4].ID}, rest)
 }
@@ -110,11 +124,13 @@ func testReconcileWaitsForRetryAndClaim(t *testing.T, ctx context.Context, h Har
 	require.Equal(t, []bool{true}, ok)
 	require.Equal(t, notify.ClaimTaken, claim1(t, ctx, s, msg(claimed.ID), claimed.ID, time.Hour).Status)
 
-	ids, err := s.Reconcile(ctx, boundary(t), 100)
+	ids, err := s.Reconcile(ctx, time.Since(quietBoundary(t)), 100)
 	require.NoError(t, err)
 	require.Empty(t, ids, "a retry due in an hour and a live claim are events in flight")
 
-	ids, err = s.Reconcile(ctx, time.Now().Add(2*time.Hour), 100)
+	// A negative duration looks into the future: retries due within two
+	// hours.
+	ids, err = s.Reconcile(ctx, -2*time.Hour, 100)
 	require.NoError(t, err)
 	require.Equal(t, []int64{waiting.ID}, ids, "once the retry was due long enough, it is reconciled; the claim still holds the other")
 }

@@ -102,6 +102,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"RedriveFailed", testRedriveFailed},
 		{"RedriveNotFailed", testRedriveNotFailed},
 		{"Prune", testPrune},
+		{"PruneOlderThan", testPruneOlderThan},
 		{"Reconcile", testReconcile},
 		{"ReconcileLimit", testReconcileLimit},
 		{"ReconcileWaitsForRetryAndClaim", testReconcileWaitsForRetryAndClaim},
