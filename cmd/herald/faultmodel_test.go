@@ -110,7 +110,7 @@ func TestDroppedConnectionMessageDeadLettered(t *testing.T) {
 		require.Equal(t, 1, c, id)
 	}
 	require.Equal(t, float64(1), scrape(t, s.api.base+"/metrics", "herald_sender_up"), "the sender was never taken for down")
-	require.NotContains(t, s.proc.Log(), "mail server down", "no outage was declared for one message's fault")
+	require.NotContains(t, s.proc.Log(), "sends paused", "no outage was declared for one message's fault")
 }
 
 // A provider that answers 421 to MAIL FROM (greeting, EHLO and NOOP fine)

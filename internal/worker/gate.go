@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -214,11 +215,27 @@ func (b *breaker) classify(err error) (class string, after time.Duration) {
 // changed.
 func (b *breaker) note(class string, err error) gateEvent {
 	reason := err.Error()
-	if class == b.class && reason == b.reason {
+	if class == b.class && sameReason(reason, b.reason) {
 		return eventNone
 	}
 	b.class, b.reason = class, reason
 	return eventReason
+}
+
+// sameReason reports whether two failures say the same thing, whether a
+// send or a probe met it ("smtp send: dial ...: connection refused" and
+// "smtp probe: dial ...: connection refused" are one reason).
+func sameReason(a, b string) bool {
+	return operationless(a) == operationless(b)
+}
+
+// operationless drops a leading "<sender> send: " or "<sender> probe: ".
+func operationless(reason string) string {
+	head, rest, ok := strings.Cut(reason, ": ")
+	if ok && (strings.HasSuffix(head, " send") || strings.HasSuffix(head, " probe")) {
+		return rest
+	}
+	return reason
 }
 
 // backoff is the wait before the next turn after failures failures: base
@@ -359,9 +376,9 @@ func (g *gate) after(ev gateEvent) {
 	b := &g.b
 	switch ev {
 	case eventClosed:
-		g.log.Error("mail server unavailable: sends paused; no attempt is spent while it is", "class", b.class, "reason", b.reason)
+		g.log.Error("mail server "+b.class+": sends paused; no attempt is spent meanwhile", "class", b.class, "reason", b.reason)
 	case eventReason:
-		g.log.Error("mail server still unavailable, now for another reason", "class", b.class, "reason", b.reason,
+		g.log.Error("mail server still "+b.class+", now for another reason", "class", b.class, "reason", b.reason,
 			"down_for", time.Since(b.since).Round(time.Millisecond))
 	case eventOpened:
 		g.log.Info("mail server back: sends resumed", "down_for", time.Since(b.since).Round(time.Millisecond), "tries", b.tries)

@@ -208,3 +208,19 @@ func TestBreakerOutageSpendsAttempts(t *testing.T) {
 	require.Equal(t, turnTrial, tr)
 	require.Equal(t, eventOpened, b.report(at(time.Second), true, refused), "an outage is the message's failure: the server answered")
 }
+
+// A send and a probe that meet the same failure give one reason: the log
+// says "another reason" only when the failure changed.
+func TestSameReason(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"smtp send: dial 127.0.0.1:25: connection refused", "smtp probe: dial 127.0.0.1:25: connection refused", true},
+		{"smtp send: dial 127.0.0.1:25: connection refused", "smtp send: the server does not offer STARTTLS", false},
+		{"421 at MAIL FROM: slow down", "421 at MAIL FROM: slow down", true},
+		{"resend: x", "send: x", false},
+	} {
+		require.Equal(t, c.same, sameReason(c.a, c.b), "%q vs %q", c.a, c.b)
+	}
+}
