@@ -39,6 +39,9 @@ type benchOptions struct {
 	cpuProfile     string
 	smtpLatency    time.Duration
 	preload        int
+	statsSettle    time.Duration
+	findRate       bool
+	find           bench.FindRateConfig
 }
 
 func cmdBench(ctx context.Context, args []string, e env) (err error) {
@@ -57,6 +60,11 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the pipeline run to this file")
 			fs.DurationVar(&o.smtpLatency, "smtp-latency", 0, "the SMTP sink answers each DATA after this `duration`, as a real provider does (50-500ms)")
 			fs.IntVar(&o.preload, "preload", 0, "notifications already sent written into the scratch database (with their events, dedup rows and attempts, then analysed) before the run, as a deployment's history; PostgreSQL only")
+			fs.DurationVar(&o.statsSettle, "stats-settle", 11*time.Second, "PostgreSQL: wait this `duration` after the warm-up before counting rows, commits and WAL, so that every connection has reported the warm-up's counts\n(PostgreSQL 15+ reports an idle connection's within 10s); 0: count at once, and the warm-up's unreported counts are taken for the run's")
+			fs.BoolVar(&o.findRate, "find-rate", false, "search for the sustainable rate instead: the highest fixed arrival rate held for a window with delivered/s >= 0.95x the rate,\na backlog of at most 1s of arrivals at the window's end and e2e p99 < 1s; doubles the rate until a probe fails, then bisects to within 10%.\n--n and --rate do not apply; no raw ceilings are measured")
+			fs.DurationVar(&o.find.Window, "find-window", time.Minute, "--find-rate: how long each probe sends at its rate")
+			fs.Float64Var(&o.find.Start, "find-start", 100, "--find-rate: the first rate probed, per second")
+			fs.DurationVar(&o.find.Budget, "find-timeout", 20*time.Minute, "--find-rate: bound on the whole search; when it runs out the search reports the bracket it has")
 		})
 	if err != nil {
 		return err
@@ -76,6 +84,10 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return fmt.Errorf("herald bench: --preload: want 0 or more, got %d", o.preload)
 	case o.preload > 0 && storeKind(cfg.DatabaseURL) != "postgres":
 		return fmt.Errorf("herald bench: --preload: supported on PostgreSQL only (HERALD_DATABASE_URL=postgres://...)")
+	case o.statsSettle < 0:
+		return fmt.Errorf("herald bench: --stats-settle: want 0 or more, got %s", o.statsSettle)
+	case o.findRate && (o.find.Window <= 0 || o.find.Budget <= 0 || o.find.Start <= 0):
+		return fmt.Errorf("herald bench: --find-window, --find-timeout and --find-start: want them positive")
 	}
 
 	var cleanups []func() error
@@ -91,9 +103,14 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	cleanups = append(cleanups, sc.cleanup...)
 	fmt.Fprintf(e.stderr, "herald bench: working in %s (removed at the end)\n", sc.describe())
 
-	ceilings, notes, err := measureCeilings(ctx, sc, o)
-	if err != nil {
-		return err
+	var (
+		ceilings bench.Ceilings
+		notes    []string
+	)
+	if !o.findRate {
+		if ceilings, notes, err = measureCeilings(ctx, sc, o); err != nil {
+			return err
+		}
 	}
 
 	if o.preload > 0 {
@@ -150,9 +167,26 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		warmedUp = wres.Delivered
 		st.rec.Reset()
 	}
+	if o.findRate {
+		return findRate(ctx, sc, st, bcfg, o, e)
+	}
+	// The database's activity is counted from after the warm-up to after
+	// the stack stopped (see raw.WatchActivity).
+	stopActivity := func(context.Context) (bench.Activity, error) { return bench.Activity{}, nil }
+	if sc.store == "postgres" {
+		if warmedUp > 0 && o.statsSettle > 0 {
+			fmt.Fprintf(e.stderr, "herald bench: waiting %s for the warm-up's statistics to reach pg_stat\n", o.statsSettle)
+			if err := sleepCtx(ctx, o.statsSettle); err != nil {
+				return fmt.Errorf("herald bench: %w", err)
+			}
+		}
+		if stopActivity, err = raw.WatchActivity(ctx, sc.cfg.DatabaseURL); err != nil {
+			return fmt.Errorf("herald bench: %w", err)
+		}
+	}
 	stopSampler := func() (int64, error) { return 0, nil }
 	if sc.store == "postgres" {
-		if stopSampler, err = raw.SampleConns(ctx, sc.cfg.DatabaseURL, 20*time.Millisecond); err != nil {
+		if stopSampler, err = raw.SampleConns(ctx, cfg.DatabaseURL, sc.pgDatabase, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("herald bench: %w", err)
 		}
 	}
@@ -167,12 +201,30 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	if err := st.stop(); err != nil {
 		return fmt.Errorf("herald bench: stop the stack: %w", err)
 	}
+	activity, err := func() (bench.Activity, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
+		defer cancel()
+		return stopActivity(ctx)
+	}()
+	if err != nil {
+		return fmt.Errorf("herald bench: %w", err)
+	}
 	scansAfter, err := seqScans()
 	if err != nil {
 		return fmt.Errorf("herald bench: %w", err)
 	}
 	report := bench.NewReport(sc.store, sc.tr.name, bcfg, res, ceilings)
 	report.Preload = o.preload
+	if sc.store == "postgres" {
+		report.SetActivity(activity)
+		how := "pg_stat counts reported lazily are read exactly at the end (after every connection of the stack closed: a backend reports all it counted when it exits)"
+		if warmedUp > 0 {
+			how += fmt.Sprintf(", and at the start after %s without warm-up work (a PostgreSQL 15+ connection reports within 10s of going idle; 0 = at once, then some of the warm-up's counts may be in the run's)", o.statsSettle)
+		}
+		report.Notes = append(report.Notes, "rows, commits and WAL cover the measured run only: "+how+"; commits include the idle polls of the relay and the workers")
+	} else {
+		report.Notes = append(report.Notes, "SQLite: rows_per_notification, commits_per_notification and wal_bytes_per_notification are not measured (no statistics views; the store commits through its own connections, which the bench cannot count without changing it)")
+	}
 	if deliveries := warmedUp + res.Delivered; sc.store == "postgres" && deliveries > 0 {
 		per1k := func(n int64) float64 { return math.Round(float64(n)*10000/float64(deliveries)) / 10 }
 		var total int64
@@ -301,6 +353,15 @@ func measureCeilings(ctx context.Context, sc *scratch, o benchOptions) (bench.Ce
 	if err != nil {
 		return c, nil, fmt.Errorf("herald bench: raw transaction ceiling: %w", err)
 	}
+	if c.PipelinePerSec, err = rawPipeline(ctx, sc, o); err != nil {
+		return c, nil, fmt.Errorf("herald bench: raw pipeline ceiling: %w", err)
+	}
+	steps := "create, the table transport's claim, the worker's claim and record, the row's finish"
+	if sc.tr.publisher != nil {
+		steps = "create, the relay's claim and mark, the worker's claim and record"
+	}
+	notes = append(notes, fmt.Sprintf("raw_pipeline_per_s: %d notifications from %d clients, each through the store's own methods for %s, one notification per transaction, no HTTP, broker or SMTP; "+
+		"herald groups the claims and records of concurrent deliveries (and the table transport claims up to its prefetch in one statement), so delivered_vs_raw_pipeline above 1 is what that grouping gains", o.n, o.concurrency, steps))
 	if sc.tr.rawPublish == nil {
 		notes = append(notes, sc.tr.name+" transport: no broker and no relay, so relay_per_s, raw_publish_per_s and relay_vs_raw_publish are 0")
 		return c, notes, nil
@@ -309,6 +370,82 @@ func measureCeilings(ctx context.Context, sc *scratch, o benchOptions) (bench.Ce
 		return c, nil, fmt.Errorf("herald bench: raw publish ceiling: %w", err)
 	}
 	return c, notes, nil
+}
+
+// rawPipelineSchema names the scratch schema (PostgreSQL) or file (SQLite)
+// of the raw pipeline ceiling.
+const rawPipelineSchema = "bench_raw_pipeline"
+
+// rawPipeline measures the raw pipeline ceiling on a store of its own, made
+// by the builder on scratch tables beside the bench's (a schema of the
+// scratch database, or a file beside the scratch file) and removed
+// afterwards.
+func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, err error) {
+	var (
+		dbURL  string
+		remove func() error
+	)
+	if sc.store == "postgres" {
+		if dbURL, remove, err = raw.ScratchSchema(ctx, sc.cfg.DatabaseURL, rawPipelineSchema); err != nil {
+			return 0, err
+		}
+	} else {
+		var path string
+		path, remove = raw.ScratchFile(sc.sqlitePath, rawPipelineSchema)
+		dbURL = "sqlite:" + path
+	}
+	defer func() { err = errors.Join(err, remove()) }()
+	s, closeStore, err := openStore(ctx, dbURL, o.concurrency, true)
+	if err != nil {
+		return 0, err
+	}
+	defer closeStore()
+	if err := s.Migrate(ctx); err != nil {
+		return 0, fmt.Errorf("migrate: %w", err)
+	}
+	return raw.Pipeline(ctx, s, raw.PipelineOptions{N: o.n, Clients: o.concurrency, Relay: sc.tr.publisher != nil})
+}
+
+// findRate runs herald bench --find-rate on the started, warmed-up stack.
+func findRate(ctx context.Context, sc *scratch, st *benchStack, bcfg bench.Config, o benchOptions, e env) error {
+	bcfg.Progress = nil
+	probe := func(ctx context.Context, rate float64) (bench.Probe, error) {
+		st.rec.Reset()
+		pcfg := bcfg
+		pcfg.Rate = rate
+		pcfg.N = max(1, int(math.Ceil(rate*o.find.Window.Seconds())))
+		fmt.Fprintf(e.stderr, "herald bench: probing %.1f/s for %s (%d creates)\n", rate, o.find.Window, pcfg.N)
+		res, err := bench.Run(ctx, st.rec, pcfg)
+		if err != nil {
+			return bench.Probe{}, err
+		}
+		return bench.Judge(rate, res), nil
+	}
+	search, err := bench.FindRate(ctx, o.find, probe, func(p bench.Probe) {
+		fmt.Fprintf(e.stderr, "herald bench: probe %s\n", p)
+	})
+	if err != nil {
+		return fmt.Errorf("herald bench: %w", err)
+	}
+	search.Store, search.Transport, search.Concurrency = sc.store, sc.tr.name, bcfg.Concurrency
+	search.Notes = append(search.Notes, st.notes...)
+	search.Notes = append(search.Notes, fmt.Sprintf("open loop from %d clients: a rate they cannot send shows as a failing probe (raise --concurrency)", bcfg.Concurrency))
+	if o.json {
+		return search.WriteJSON(e.stdout)
+	}
+	return search.WriteText(e.stdout)
+}
+
+// sleepCtx waits for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // benchStack is herald's api, relay and worker running in-process.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,8 @@ var benchFields = []string{
 	"raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish",
 	"smtp_latency_ms", "sends_in_flight_max", "db_conns_max",
 	"preload", "seq_scans_per_1k_deliveries",
+	"raw_pipeline_per_s", "delivered_vs_raw_pipeline",
+	"rows_per_notification", "commits_per_notification", "wal_bytes_per_notification",
 }
 
 // runBench runs herald bench in-process with env as its whole environment
@@ -70,7 +73,7 @@ func TestBenchSmoke(t *testing.T) {
 		report, stderr := runBench(t, map[string]string{
 			"HERALD_DATABASE_URL": admin,
 			"HERALD_BROKER_URL":   amqpURL,
-		}, "--n", "200", "--concurrency", "4", "--smtp-latency", "20ms", "--json")
+		}, "--n", "200", "--concurrency", "4", "--smtp-latency", "20ms", "--stats-settle", "0", "--json")
 		require.Equal(t, "postgres", report["store"])
 		require.EqualValues(t, 20, report["smtp_latency_ms"])
 		positive(t, report, "sends_in_flight_max", "db_conns_max")
@@ -78,7 +81,11 @@ func TestBenchSmoke(t *testing.T) {
 		require.EqualValues(t, 200, report["accepted"])
 		require.EqualValues(t, 200, report["delivered"])
 		positive(t, report, "api_per_s", "api_p50_ms", "api_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
-			"relay_per_s", "delivered_per_s", "raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish")
+			"relay_per_s", "delivered_per_s", "raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish",
+			"raw_pipeline_per_s", "delivered_vs_raw_pipeline", "rows_per_notification", "commits_per_notification", "wal_bytes_per_notification")
+		// A notification writes a handful of rows on its way; the figure
+		// is no count of every row in the database.
+		require.Less(t, report["rows_per_notification"], 50.0)
 		m := regexp.MustCompile(`scratch database (herald_bench_[0-9a-f]+) and scratch broker names (bench-[0-9a-f]+\.)\*`).FindStringSubmatch(stderr)
 		require.NotNil(t, m, "stderr names the scratch objects: %s", stderr)
 		requireDatabaseGone(t, admin, m[1])
@@ -93,7 +100,12 @@ func TestBenchSmoke(t *testing.T) {
 		require.Equal(t, "table", report["transport"])
 		require.EqualValues(t, 200, report["accepted"])
 		require.EqualValues(t, 200, report["delivered"])
-		positive(t, report, "api_per_s", "api_p99_ms", "e2e_p99_ms", "delivered_per_s", "raw_tx_per_s", "api_vs_raw_tx", "sends_in_flight_max")
+		positive(t, report, "api_per_s", "api_p99_ms", "e2e_p99_ms", "delivered_per_s", "raw_tx_per_s", "api_vs_raw_tx", "sends_in_flight_max",
+			"raw_pipeline_per_s", "delivered_vs_raw_pipeline")
+		// Not measured on SQLite: null, with a note.
+		require.Nil(t, report["rows_per_notification"])
+		require.Nil(t, report["commits_per_notification"])
+		require.Nil(t, report["wal_bytes_per_notification"])
 		require.Zero(t, report["db_conns_max"])
 		require.Zero(t, report["raw_publish_per_s"])
 		require.Zero(t, report["relay_per_s"])
@@ -105,13 +117,50 @@ func TestBenchSmoke(t *testing.T) {
 	})
 }
 
+// --find-rate probes rates on the stack and reports the highest it held:
+// with windows this short the figure means nothing, but the search runs,
+// prints each probe and ends within its budget.
+func TestBenchFindRate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := cmdBench(ctx, []string{"--find-rate", "--find-window", "200ms", "--find-start", "50", "--find-timeout", "8s", "--warmup", "20", "--json"},
+		env2(map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(dir, "user.db")}, &stdout, &stderr))
+	require.NoError(t, err, "stderr:\n%s", stderr.String())
+	var search struct {
+		Store     string  `json:"store"`
+		Transport string  `json:"transport"`
+		Rate      float64 `json:"sustainable_rate_per_s"`
+		Failing   float64 `json:"lowest_failing_rate_per_s"`
+		Probes    []struct {
+			Rate     float64 `json:"rate_per_s"`
+			Accepted int     `json:"accepted"`
+			Holds    bool    `json:"holds"`
+		} `json:"probes"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &search), "stdout: %s", stdout.String())
+	require.Equal(t, "sqlite", search.Store)
+	require.Equal(t, "table", search.Transport)
+	require.NotEmpty(t, search.Probes)
+	require.Equal(t, 50.0, search.Probes[0].Rate)
+	for _, p := range search.Probes {
+		require.Positive(t, p.Accepted)
+		if p.Holds {
+			require.LessOrEqual(t, p.Rate, search.Rate)
+		}
+	}
+	require.Equal(t, len(search.Probes), strings.Count(stderr.String(), "herald bench: probe "), "each probe printed: %s", stderr.String())
+}
+
 // A bench on a preloaded database delivers what it creates beside the
 // history and says what it ran on.
 func TestBenchPreload(t *testing.T) {
 	t.Parallel()
 	admin := testenv.Require(t, testenv.PostgresVar)
 	report, stderr := runBench(t, map[string]string{"HERALD_DATABASE_URL": admin},
-		"--preload", "500", "--n", "100", "--warmup", "20", "--concurrency", "4", "--json")
+		"--preload", "500", "--n", "100", "--warmup", "20", "--concurrency", "4", "--stats-settle", "0", "--json")
 	require.Equal(t, "postgres", report["store"])
 	require.Equal(t, "table", report["transport"])
 	require.EqualValues(t, 500, report["preload"])
@@ -156,7 +205,8 @@ func requireQueuesGone(t *testing.T, amqpURL, prefix string) {
 func TestBenchRejectsBadFlags(t *testing.T) {
 	t.Parallel()
 	// --preload is PostgreSQL's only: the URL below is SQLite.
-	for _, args := range [][]string{{"--n", "0"}, {"--concurrency", "0"}, {"--rate", "-1"}, {"--smtp-latency", "-1s"}, {"--preload", "-1"}, {"--preload", "10"}} {
+	for _, args := range [][]string{{"--n", "0"}, {"--concurrency", "0"}, {"--rate", "-1"}, {"--smtp-latency", "-1s"}, {"--preload", "-1"}, {"--preload", "10"},
+		{"--stats-settle", "-1s"}, {"--find-rate", "--find-window", "0s"}, {"--find-rate", "--find-start", "0"}} {
 		var stdout, stderr bytes.Buffer
 		err := cmdBench(t.Context(), args, env2(map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, &stdout, &stderr))
 		require.Error(t, err, "%v", args)

@@ -124,6 +124,12 @@ type Result struct {
 	Drain time.Duration
 	// Elapsed runs from the first request to the last email.
 	Elapsed time.Duration
+	// Window, with a Rate, is the arrival window: from the first create's
+	// scheduled start to N/Rate later. AcceptedInWindow and
+	// DeliveredInWindow count the notifications accepted, and delivered,
+	// by its end. All zero without a Rate.
+	Window                              time.Duration
+	AcceptedInWindow, DeliveredInWindow int
 }
 
 // sample is one accepted create as a client saw it.
@@ -235,6 +241,18 @@ func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
 	res.DeliveredPerSec = PerSecond(res.Delivered, res.Elapsed)
 	res.Drain = max(snap.lastSent.Sub(lastAccept), 0)
 	res.Published, res.RelayBatches = snap.published, snap.batches
+	if interval > 0 {
+		res.Window = time.Duration(cfg.N) * interval
+		end := start.Add(res.Window)
+		for _, s := range samples {
+			if !s.at.After(end) {
+				res.AcceptedInWindow++
+			}
+			if t, ok := rec.sentTime(s.id); ok && !t.After(end) {
+				res.DeliveredInWindow++
+			}
+		}
+	}
 	if snap.published > 0 {
 		res.RelayPerSec = PerSecond(int(snap.published), snap.lastPub.Sub(snap.firstPub))
 	}

@@ -401,3 +401,30 @@ func TestRecorderReset(t *testing.T) {
 type nopSender struct{}
 
 func (nopSender) Send(context.Context, notify.Email) error { return nil }
+
+// The report divides the database's activity by the notifications
+// delivered, and leaves it null when it was not measured.
+func TestReportActivity(t *testing.T) {
+	t.Parallel()
+	res := bench.Result{Accepted: 200, Delivered: 200, DeliveredPerSec: 300}
+	r := bench.NewReport("postgres", "table", bench.Config{}, res, bench.Ceilings{TxPerSec: 1000, PipelinePerSec: 600})
+	require.Nil(t, r.RowsPerNotification)
+	require.Equal(t, 600.0, r.RawPipelinePerSec)
+	require.Equal(t, 0.5, r.DeliveredVsRawPipeline)
+	r.SetActivity(bench.Activity{Rows: 2000, RowsByTable: map[string]int64{"outbox": 600, "notifications": 1400}, Commits: 850, WALBytes: 2_000_001})
+	require.Equal(t, 10.0, *r.RowsPerNotification)
+	require.Equal(t, 4.25, *r.CommitsPerNotification)
+	require.Equal(t, 10000.0, *r.WALBytesPerNotification)
+	require.Contains(t, r.Notes[len(r.Notes)-1], "notifications 7.00, outbox 3.00")
+	var b []byte
+	require.NoError(t, r.WriteJSON(writerFunc(func(p []byte) (int, error) { b = append(b, p...); return len(p), nil })))
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Equal(t, 10.0, m["rows_per_notification"])
+	require.NoError(t, r.WriteText(io.Discard))
+	// Not measured: null, not 0.
+	r = bench.NewReport("sqlite", "table", bench.Config{}, res, bench.Ceilings{})
+	b = nil
+	require.NoError(t, r.WriteJSON(writerFunc(func(p []byte) (int, error) { b = append(b, p...); return len(p), nil })))
+	require.Contains(t, string(b), `"rows_per_notification":null`)
+}

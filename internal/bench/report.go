@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -54,6 +55,22 @@ type Report struct {
 	APIVsRawTx        float64 `json:"api_vs_raw_tx"`
 	RelayVsRawPublish float64 `json:"relay_vs_raw_publish"`
 
+	// RawPipelinePerSec is the raw pipeline ceiling: notifications per
+	// second taken through the store's statements for one notification,
+	// bare (see raw.Pipeline); DeliveredVsRawPipeline is delivered_per_s
+	// over it.
+	RawPipelinePerSec      float64 `json:"raw_pipeline_per_s"`
+	DeliveredVsRawPipeline float64 `json:"delivered_vs_raw_pipeline"`
+
+	// RowsPerNotification, CommitsPerNotification and
+	// WALBytesPerNotification are what the database did over the measured
+	// run (warm-up and ceilings excluded) per notification delivered: rows
+	// written to herald's tables, transactions committed, WAL bytes. null
+	// when not measured (SQLite: see the notes).
+	RowsPerNotification     *float64 `json:"rows_per_notification"`
+	CommitsPerNotification  *float64 `json:"commits_per_notification"`
+	WALBytesPerNotification *float64 `json:"wal_bytes_per_notification"`
+
 	// Notes explains zeros and anything else a reader of the numbers needs
 	// (a metric that does not apply to the transport, rejected creates).
 	Notes []string `json:"notes,omitempty"`
@@ -62,8 +79,50 @@ type Report struct {
 // Ceilings are the raw rates measured beside the pipeline; 0 means not
 // measured (say why in the Report's notes).
 type Ceilings struct {
-	TxPerSec      float64
-	PublishPerSec float64
+	TxPerSec       float64
+	PublishPerSec  float64
+	PipelinePerSec float64
+}
+
+// Activity is what the database did over a span (PostgreSQL's statistics;
+// see raw.WatchActivity).
+type Activity struct {
+	// Rows is the rows written (inserted, updated or deleted) to herald's
+	// tables; RowsByTable the same by table.
+	Rows        int64
+	RowsByTable map[string]int64
+	// Commits is the transactions committed in herald's database.
+	Commits int64
+	// WALBytes is the WAL the server wrote: every database's.
+	WALBytes int64
+	// OtherRows is the rows the server's other databases wrote meanwhile
+	// (pg_stat_database), whose WAL WALBytes includes.
+	OtherRows int64
+}
+
+// SetActivity adds the database's activity over the measured run, per
+// notification delivered, with a note that breaks the rows down by table.
+func (r *Report) SetActivity(a Activity) {
+	if r.Delivered == 0 {
+		return
+	}
+	per := func(n int64, digits int) *float64 {
+		v := round(float64(n)/float64(r.Delivered), digits)
+		return &v
+	}
+	r.RowsPerNotification = per(a.Rows, 2)
+	r.CommitsPerNotification = per(a.Commits, 2)
+	r.WALBytesPerNotification = per(a.WALBytes, 0)
+	tables := slices.Sorted(maps.Keys(a.RowsByTable))
+	parts := make([]string, len(tables))
+	for i, t := range tables {
+		parts[i] = fmt.Sprintf("%s %.2f", t, float64(a.RowsByTable[t])/float64(r.Delivered))
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("per notification over the measured run: %d rows written, %d commits, %d WAL bytes for %d notifications; rows by table: %s",
+		a.Rows, a.Commits, a.WALBytes, r.Delivered, strings.Join(parts, ", ")))
+	if a.OtherRows > a.Rows/100 {
+		r.Notes = append(r.Notes, fmt.Sprintf("the server's other databases wrote %d rows during the run (herald: %d): wal_bytes_per_notification, server-wide, includes their WAL", a.OtherRows, a.Rows))
+	}
 }
 
 // NewReport combines a Run's result with the ceilings. Rates are rounded to
@@ -99,6 +158,10 @@ func NewReport(store, transport string, cfg Config, res Result, c Ceilings) Repo
 	if c.TxPerSec > 0 {
 		r.APIVsRawTx = round(res.APIPerSec/c.TxPerSec, 3)
 	}
+	if c.PipelinePerSec > 0 {
+		r.RawPipelinePerSec = round(c.PipelinePerSec, 1)
+		r.DeliveredVsRawPipeline = round(res.DeliveredPerSec/c.PipelinePerSec, 3)
+	}
 	if c.PublishPerSec > 0 && res.RelayPerSec > 0 {
 		r.RelayVsRawPublish = round(res.RelayPerSec/c.PublishPerSec, 3)
 	}
@@ -128,6 +191,14 @@ func NewReport(store, transport string, cfg Config, res Result, c Ceilings) Repo
 	return r
 }
 
+// optional formats a figure that may not have been measured.
+func optional(v *float64, format string) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
 func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
 
 func round(v float64, digits int) float64 {
@@ -155,7 +226,7 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, ", on %d notifications already sent", r.Preload)
 	}
 	b.WriteString("\n\n")
-	row := func(name, value, help string) { fmt.Fprintf(&b, "  %-22s %14s   %s\n", name, value, help) }
+	row := func(name, value, help string) { fmt.Fprintf(&b, "  %-26s %14s   %s\n", name, value, help) }
 	row("accepted", fmt.Sprint(r.Accepted), fmt.Sprintf("creates answered 201 (%d rejected)", r.Rejected))
 	row("delivered", fmt.Sprint(r.Delivered), "emails the SMTP sink received")
 	row("api_per_s", fmt.Sprintf("%.1f", r.APIPerSec), "accepted creates per second")
@@ -172,6 +243,11 @@ func (r Report) WriteText(w io.Writer) error {
 	row("raw_publish_per_s", fmt.Sprintf("%.1f", r.RawPublishPerSec), "bare persistent confirmed publishes per second")
 	row("api_vs_raw_tx", fmt.Sprintf("%.3f", r.APIVsRawTx), "api_per_s / raw_tx_per_s")
 	row("relay_vs_raw_publish", fmt.Sprintf("%.3f", r.RelayVsRawPublish), "relay_per_s / raw_publish_per_s")
+	row("raw_pipeline_per_s", fmt.Sprintf("%.1f", r.RawPipelinePerSec), "notifications per second through the store's statements alone")
+	row("delivered_vs_raw_pipeline", fmt.Sprintf("%.3f", r.DeliveredVsRawPipeline), "delivered_per_s / raw_pipeline_per_s")
+	row("rows_per_notification", optional(r.RowsPerNotification, "%.2f"), "rows written to herald's tables, measured run")
+	row("commits_per_notification", optional(r.CommitsPerNotification, "%.2f"), "transactions committed, measured run")
+	row("wal_bytes_per_notification", optional(r.WALBytesPerNotification, "%.0f"), "WAL bytes written (server-wide), measured run")
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\n  note: %s", n)
 	}

@@ -9,16 +9,18 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// countConns counts the connections to the current database, but the
-// sampler's own.
-const countConns = `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`
+// countConns counts the connections to the database $1.
+const countConns = `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`
 
 // SampleConns samples, every period until stop is called, how many
-// connections the database of dbURL has open (pg_stat_activity, the
-// sampler's own left out), and stop returns the most it saw: what herald's
-// pools held at once, idle connections included.
-func SampleConns(ctx context.Context, dbURL string, period time.Duration) (stop func() (int64, error), err error) {
-	conn, err := pgx.Connect(ctx, dbURL)
+// connections the database named database has open (pg_stat_activity), and
+// stop returns the most it saw: what herald's pools held at once, idle
+// connections included. It reads through a connection to serverURL, the
+// server's database the scratch database was made from (it only reads
+// pg_stat_activity there), so that its own reads are no transactions of the
+// database it samples (see WatchActivity).
+func SampleConns(ctx context.Context, serverURL, database string, period time.Duration) (stop func() (int64, error), err error) {
+	conn, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
 		return nil, fmt.Errorf("connection sampler: %w", err)
 	}
@@ -35,7 +37,7 @@ func SampleConns(ctx context.Context, dbURL string, period time.Duration) (stop 
 		defer t.Stop()
 		for {
 			var n int64
-			if err := conn.QueryRow(ctx, countConns).Scan(&n); err != nil {
+			if err := conn.QueryRow(ctx, countConns, database).Scan(&n); err != nil {
 				if ctx.Err() == nil {
 					lastErr = err
 				}

@@ -107,20 +107,8 @@ func SeqScans(ctx context.Context, dbURL string) (map[string]int64, error) {
 		return nil, fmt.Errorf("seq scans: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	for {
-		var others int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&others); err != nil {
-			return nil, fmt.Errorf("seq scans: %w", err)
-		}
-		if others == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("seq scans: %d connections still open: %w", others, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := waitAlone(ctx, conn); err != nil {
+		return nil, fmt.Errorf("seq scans: %w", err)
 	}
 	rows, err := conn.Query(ctx, `SELECT relname, COALESCE(seq_scan, 0) FROM pg_stat_user_tables WHERE relname = ANY($1)`, scannedTables)
 	if err != nil {
@@ -141,4 +129,26 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&others); 
 		return nil, fmt.Errorf("seq scans: %w", err)
 	}
 	return scans, nil
+}
+
+// waitAlone waits, at most until ctx ends, until conn is the only
+// connection to its database: a backend reports its statistics to pg_stat_*
+// when it exits, so that once the others have gone the counts include all
+// they did.
+func waitAlone(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		var others int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&others); err != nil {
+			return err
+		}
+		if others == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d connections still open: %w", others, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

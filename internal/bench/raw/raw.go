@@ -13,8 +13,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -89,4 +92,61 @@ func newNotification(i int) notify.NewNotification {
 		Subject: fmt.Sprintf("herald bench %d", i),
 		Body:    "Hello,\nthis is a notification sent by herald bench to measure the stack.\n",
 	}}
+}
+
+// ScratchSchema creates the schema name in the scratch database at dbURL
+// (see ScratchPostgres) and returns a URL whose connections work in it
+// (search_path) and a func that drops it, with what it holds. herald's
+// statements name their tables without a schema, so a store opened on the
+// URL and migrated runs them unchanged on tables of its own, beside
+// herald's.
+func ScratchSchema(ctx context.Context, dbURL, name string) (string, func() error, error) {
+	if !IsScratch(dbURL) {
+		return "", nil, errors.New("scratch schema: refusing a database not made by the bench")
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", nil, errors.New("scratch schema: cannot parse the database url")
+	}
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("scratch schema: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+ident); err != nil {
+		return "", nil, fmt.Errorf("scratch schema: create %s: %w", name, err)
+	}
+	drop := func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dbURL)
+		if err != nil {
+			return fmt.Errorf("drop scratch schema %s: connect: %w", name, err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+ident+` CASCADE`); err != nil {
+			return fmt.Errorf("drop scratch schema %s: %w", name, err)
+		}
+		return nil
+	}
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	return u.String(), drop, nil
+}
+
+// ScratchFile returns the path of a scratch SQLite file beside path, named
+// after name, and a func that removes it with its -wal and -shm files.
+func ScratchFile(path, name string) (string, func() error) {
+	scratch := filepath.Join(filepath.Dir(path), name+"_"+Suffix()+".db")
+	return scratch, func() error {
+		var err error
+		for _, f := range []string{scratch, scratch + "-wal", scratch + "-shm"} {
+			if rerr := os.Remove(f); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				err = errors.Join(err, fmt.Errorf("remove scratch file: %w", rerr))
+			}
+		}
+		return err
+	}
 }

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/url"
-	"os"
-	"path/filepath"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -42,11 +39,6 @@ func (o TxOptions) validate() error {
 // leaves herald's tables untouched.
 const scratchSchema = "bench_raw"
 
-const (
-	pgCreateSchema = `CREATE SCHEMA IF NOT EXISTS ` + scratchSchema
-	pgDropSchema   = `DROP SCHEMA IF EXISTS ` + scratchSchema + ` CASCADE`
-)
-
 // PostgresTx measures bare create transactions per second on the scratch
 // database at dbURL (see ScratchPostgres): BEGIN, the store's notification
 // and outbox INSERTs (postgres.CreateInTx), COMMIT, from o.Clients
@@ -59,17 +51,12 @@ func PostgresTx(ctx context.Context, dbURL string, o TxOptions) (float64, error)
 	if !IsScratch(dbURL) {
 		return 0, errors.New("raw tx: refusing to write outside a herald_bench_ scratch database")
 	}
-	u, err := url.Parse(dbURL)
+	rawURL, drop, err := ScratchSchema(ctx, dbURL, scratchSchema)
 	if err != nil {
-		return 0, errors.New("raw tx: cannot parse the database url")
+		return 0, fmt.Errorf("raw tx: %w", err)
 	}
-	q := u.Query()
-	// The store's statements name their tables without a schema: the
-	// search path puts them in the scratch schema.
-	q.Set("search_path", scratchSchema)
-	u.RawQuery = q.Encode()
-	rawURL := u.String()
-
+	// The scratch database is dropped anyway; this only keeps it tidy.
+	defer func() { _ = drop() }()
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return 0, fmt.Errorf("raw tx: parse database url: %w", err)
@@ -81,15 +68,6 @@ func PostgresTx(ctx context.Context, dbURL string, o TxOptions) (float64, error)
 		return 0, fmt.Errorf("raw tx: open pool: %w", err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, pgCreateSchema); err != nil {
-		return 0, fmt.Errorf("raw tx: create scratch schema: %w", err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		// The scratch database is dropped anyway; this only keeps it tidy.
-		_, _ = pool.Exec(cctx, pgDropSchema)
-	}()
 	if err := migratePostgres(ctx, rawURL); err != nil {
 		return 0, err
 	}
@@ -163,17 +141,15 @@ func SQLiteTx(ctx context.Context, path string, o TxOptions) (_ float64, err err
 	if err := o.validate(); err != nil {
 		return 0, err
 	}
-	scratch := filepath.Join(filepath.Dir(path), scratchSchema+"_"+Suffix()+".db")
+	scratch, remove := ScratchFile(path, scratchSchema)
 	s, err := sqlite.Open(ctx, scratch, sqlite.Config{})
 	if err != nil {
 		return 0, fmt.Errorf("raw tx: %w", err)
 	}
 	defer func() {
 		err = errors.Join(err, s.Close())
-		for _, f := range []string{scratch, scratch + "-wal", scratch + "-shm"} {
-			if rerr := os.Remove(f); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-				err = errors.Join(err, fmt.Errorf("raw tx: remove scratch file: %w", rerr))
-			}
+		if rerr := remove(); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("raw tx: %w", rerr))
 		}
 	}()
 	if err := s.Migrate(ctx); err != nil {
