@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -224,10 +225,14 @@ func (b *breaker) note(class string, err error) gateEvent {
 
 // sameReason reports whether two failures say the same thing, whether a
 // send or a probe met it ("smtp send: dial ...: connection refused" and
-// "smtp probe: dial ...: connection refused" are one reason).
+// "smtp probe: dial ...: connection refused" are one reason), and whatever
+// the numbers in it (a connection's ephemeral port, a duration).
 func sameReason(a, b string) bool {
-	return operationless(a) == operationless(b)
+	return digits.ReplaceAllString(operationless(a), "#") == digits.ReplaceAllString(operationless(b), "#")
 }
+
+// digits matches the numbers sameReason ignores.
+var digits = regexp.MustCompile(`[0-9]+`)
 
 // operationless drops a leading "<sender> send: " or "<sender> probe: ".
 func operationless(reason string) string {

@@ -220,6 +220,8 @@ func TestSameReason(t *testing.T) {
 		{"smtp send: dial 127.0.0.1:25: connection refused", "smtp send: the server does not offer STARTTLS", false},
 		{"421 at MAIL FROM: slow down", "421 at MAIL FROM: slow down", true},
 		{"resend: x", "send: x", false},
+		{"smtp probe: no answer within the 2s timeout (read tcp 127.0.0.1:51328->127.0.0.1:35143: use of closed network connection)",
+			"smtp probe: no answer within the 2s timeout (read tcp 127.0.0.1:60346->127.0.0.1:35143: use of closed network connection)", true},
 	} {
 		require.Equal(t, c.same, sameReason(c.a, c.b), "%q vs %q", c.a, c.b)
 	}
