@@ -44,7 +44,10 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // the handlers in flight finish (their context outlives ctx by up to
 // ShutdownGrace), hands every delivery it holds unsettled back to the
 // stream (a negative acknowledgement: the next consumer gets it at once)
-// and returns nil. It returns an error only when the server holds a stream
+// and returns nil, within ShutdownGrace + 2s: when the connection does not
+// answer (a reconnection to a server that accepts TCP and never answers)
+// it returns then anyway, leaving what it holds, and handler calls still
+// blocked on the connection, to the server's ack wait. It returns an error only when the server holds a stream
 // it cannot use (ErrTopologyMismatch).
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -93,7 +96,12 @@ func (c *Consumer) session(ctx, hctx context.Context, handle notify.Handler) (co
 	if err != nil {
 		return false, err
 	}
-	defer nc.Close()
+	closeConn := true
+	defer func() {
+		if closeConn {
+			nc.Close()
+		}
+	}()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return false, fmt.Errorf("open jetstream: %w", err)
@@ -113,18 +121,43 @@ func (c *Consumer) session(ctx, hctx context.Context, handle notify.Handler) (co
 	bg.Go(func() { s.check(sctx, stop, workCons, retryCons) })
 
 	<-sctx.Done()
-	bg.Wait()
-	handlers.Wait()
-	s.handBackHeld()
-	// Negative acknowledgements are not answered: flush them out before
-	// the connection closes, briefly (what does not reach the server comes
-	// back after the ack wait).
-	_ = nc.FlushTimeout(flushTimeout)
-	if ctx.Err() != nil {
-		return true, nil
+	closeConn = false
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		bg.Wait()
+		handlers.Wait()
+		s.handBackHeld()
+		// Negative acknowledgements are not answered: flush them out
+		// before the connection closes, briefly (what does not reach the
+		// server comes back after the ack wait).
+		_ = nc.FlushTimeout(flushTimeout)
+		nc.Close()
+	}()
+	if ctx.Err() == nil {
+		<-stopped
+		return true, context.Cause(sctx)
 	}
-	return true, context.Cause(sctx)
+	// Stopping: the process must be gone within a usual grace period
+	// before a SIGKILL. A connection the client is re-establishing holds
+	// its lock for the whole handshake (up to its connect timeout, longer
+	// than that period when the server accepts TCP and never answers), and
+	// every pull, hand-back and close waits on it; past stopMargin what this
+	// session still holds is left to the server, which redelivers it after
+	// the ack wait.
+	t := time.NewTimer(c.cfg.ShutdownGrace + stopMargin)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		c.log.Warn("nats consumer stopped without finishing its hand-back: the connection did not answer; what it held comes back after the ack wait")
+	}
+	return true, nil
 }
+
+// stopMargin is how long, past ShutdownGrace, a stopping session waits for
+// its hand-back and the connection's close.
+const stopMargin = 2 * time.Second
 
 // session is what the deliveries of one connection share.
 type session struct {
