@@ -345,8 +345,9 @@ func (h *harness) deleteVhost() {
 	}
 }
 
-// teardown stops every process and undoes setup, in reverse order.
-func (h *harness) teardown() {
+// procs returns the run's herald processes that are running: the api, the
+// relays, the workers.
+func (h *harness) procs() []*proc {
 	var procs []*proc
 	if h.api != nil {
 		procs = append(procs, h.api)
@@ -356,8 +357,13 @@ func (h *harness) teardown() {
 			procs = append(procs, s.p)
 		}
 	}
+	return procs
+}
+
+// teardown stops every process and undoes setup, in reverse order.
+func (h *harness) teardown() {
 	var wg sync.WaitGroup
-	for _, p := range procs {
+	for _, p := range h.procs() {
 		wg.Go(func() { p.stop(20 * time.Second) })
 	}
 	wg.Wait()

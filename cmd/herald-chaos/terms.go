@@ -58,17 +58,8 @@ func (h *harness) stopProc(p *proc, why string) bool {
 // shutdown stops every herald process of the run with SIGTERM, at once, as
 // a deployment does, and records each exit's time.
 func (h *harness) shutdown() {
-	var procs []*proc
-	if h.api != nil {
-		procs = append(procs, h.api)
-	}
-	for _, s := range append(append([]*slot(nil), h.relays...), h.workers...) {
-		if s.p != nil {
-			procs = append(procs, s.p)
-		}
-	}
 	var wg sync.WaitGroup
-	for _, p := range procs {
+	for _, p := range h.procs() {
 		wg.Go(func() { h.stopProc(p, "shutdown") })
 	}
 	wg.Wait()

@@ -372,8 +372,9 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 
 	// The send must end in time for its record to commit within the lease.
 	deadline := time.Now().Add(w.cfg.SendTimeout)
+	cut := false // the lease, a limit of this worker's, bounds the send
 	if byLease := claimStart.Add(w.cfg.Lease - storeTimeout - leaseMargin); byLease.Before(deadline) {
-		deadline = byLease
+		deadline, cut = byLease, true
 	}
 	if !time.Now().Before(deadline) {
 		res := notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDeferred, Error: errNoTimeLeft.Error()}
@@ -384,6 +385,9 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	}
 	sctx, cancel := context.WithDeadline(ctx, deadline)
 	sendErr := w.sender.Send(sctx, notify.NewEmail(req, w.cfg.From))
+	// A send that ran out of the time this worker's own lease left it says
+	// nothing about the message: no attempt is spent on it.
+	ownLimit := cut && sendErr != nil && errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	cancel()
 	if sendErr == nil || ctx.Err() == nil {
 		// A send this worker cut short as it stops says nothing about the
@@ -400,7 +404,7 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		res.Error = sendErr.Error()
 		_, throttled := notify.IsThrottled(sendErr)
 		switch {
-		case throttled, notify.IsSenderDown(sendErr) && !w.cfg.OutageSpendsAttempts, ctx.Err() != nil:
+		case throttled, notify.IsSenderDown(sendErr) && !w.cfg.OutageSpendsAttempts, ctx.Err() != nil, ownLimit:
 			// The server failed or asked to slow down, or this worker is
 			// stopping and cut the send short: no fault of the message, no
 			// attempt spent.

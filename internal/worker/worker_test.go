@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -424,6 +425,19 @@ func TestLeaseBoundsTheSend(t *testing.T) {
 		require.WithinDuration(t, start.Add(6500*time.Millisecond), snd.deadlines[0], 400*time.Millisecond,
 			"the lease's bound, not the send timeout's (7s)")
 	})
+	t.Run("cut short and timed out", func(t *testing.T) {
+		t.Parallel()
+		// The send runs into the deadline the lease set (not the send
+		// timeout): a limit of the worker's own, so no attempt is spent.
+		store := &slowClaimStore{delay: 6 * time.Second}
+		w := newWorker(t, store, hangingSender{}, worker.Config{SendTimeout: 1400 * time.Millisecond, Lease: lease, MaxRetries: 0})
+		d := &fakeDelivery{msg: message(t, 0)}
+		w.Handle(context.Background(), d)
+		require.Equal(t, []string{"release"}, d.hows())
+		recs := store.recs()
+		require.Len(t, recs, 1)
+		require.Equal(t, notify.AttemptDeferred, recs[0].outcome, "no attempt spent on the worker's own deadline")
+	})
 	t.Run("no time left", func(t *testing.T) {
 		t.Parallel()
 		store := &slowClaimStore{delay: 7 * time.Second}
@@ -713,4 +727,13 @@ func (s *fakeStore) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimReque
 		}
 	}
 	return cs, ok, nil
+}
+
+// hangingSender answers only when its context ends, as a server that never
+// answers the message's DATA does.
+type hangingSender struct{}
+
+func (hangingSender) Send(ctx context.Context, _ notify.Email) error {
+	<-ctx.Done()
+	return fmt.Errorf("the message was not accepted in time: %w", ctx.Err())
 }

@@ -43,7 +43,7 @@ func TestStopDuringSilentReconnect(t *testing.T) {
 	require.Eventually(t, func() bool { return r.distinct() == 10 }, wait, tick)
 
 	srv.Kill()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the server's outage, not a synchronisation
 	srv.Start()
 	require.Eventually(t, func() bool {
 		return strings.Count(logs.String(), `msg="nats connection restored" role=consumer`) >= 1
