@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -204,11 +205,30 @@ func (h *harness) schedule() []step {
 	return h.leaveOut(out, skipped)
 }
 
+// knownFaults are the faults a schedule is made of, by the first word of
+// their steps' names: what --skip-faults accepts and what the README's fault
+// table lists (both checked by tests).
+var knownFaults = []string{
+	"kill-9", "crash", "pg-terminate", "pg-latency", "pg-reset", "pg-blackhole",
+	"broker-latency", "broker-reset", "broker-blackhole", "broker-hang", "broker-restart", "kill-leader",
+	"queue-purge", "retry-queue-delete", "smtp-4xx", "smtp-hang", "smtp-throttle", "smtp-drop",
+	"poison", "duplicates",
+}
+
+// faultOf is the fault a step's name belongs to: its first word.
+func faultOf(name string) string {
+	first, _, _ := strings.Cut(name, " ")
+	return first
+}
+
 // leaveOut drops the steps --skip-faults names for this transport and logs
 // every fault left out.
 func (h *harness) leaveOut(steps []step, skipped []string) []step {
 	var out []step
 	for _, st := range steps {
+		if !slices.Contains(knownFaults, faultOf(st.name)) {
+			panic("chaos: fault " + st.name + " is missing from knownFaults")
+		}
 		if h.o.skips(h.transport, st.name) {
 			skipped = append(skipped, st.name+" (--skip-faults)")
 			continue

@@ -145,8 +145,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if f == "" {
 			continue
 		}
-		if t, _, ok := strings.Cut(f, ":"); ok && !slices.Contains(knownTransports, t) {
+		t, fault, ok := strings.Cut(f, ":")
+		if !ok {
+			fault = f
+		} else if !slices.Contains(knownTransports, t) {
 			return options{}, fmt.Errorf("--skip-faults: unknown transport %q in %q", t, f)
+		}
+		if !slices.Contains(knownFaults, faultOf(fault)) {
+			return options{}, fmt.Errorf("--skip-faults: unknown fault %q in %q (known: %s)", fault, f, strings.Join(knownFaults, ", "))
 		}
 		o.skipFaults = append(o.skipFaults, f)
 	}

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +82,31 @@ func TestDropRecipient(t *testing.T) {
 	require.True(t, isDropRecipient("<Drop-abc-1@example.com>"))
 	require.False(t, isDropRecipient("user7@example.com"))
 	require.False(t, isDropRecipient("user-drop-1@example.com"))
+}
+
+// --skip-faults names faults the schedule has: a misspelt one is refused
+// instead of silently skipping nothing.
+func TestSkipFaultsKnown(t *testing.T) {
+	t.Setenv("HERALD_CHAOS_TRANSPORTS", "")
+	_, err := parseOptions([]string{"--skip-faults", "table:smtp-drop,smtp-throttle,crash after-send"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	_, err = parseOptions([]string{"--skip-faults", "smtp-trottle"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, `unknown fault "smtp-trottle"`)
+}
+
+// The README's table of faults lists every fault the schedules are made of.
+func TestReadmeListsEveryFault(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	var table []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			first, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " | ")
+			table = append(table, first)
+		}
+	}
+	cells := strings.Join(table, " ")
+	for _, f := range knownFaults {
+		require.Contains(t, cells, "`"+f, "README's chaos fault table lacks %s", f)
+	}
 }
