@@ -36,13 +36,14 @@ test-outage: ## tests that stop the broker (the outage test, the short chaos run
 
 # -fuzzminimizetime 1x: minimising a new interesting input can outlast a short
 # -fuzztime and end the run with "context deadline exceeded"; a short run only
-# looks for crashes.
+# looks for crashes. -fuzztime as a count of executions (not a duration): a
+# duration's deadline could still end the run that way (seen in CI with 10s).
 fuzz-short: ## a short fuzz run of the request decoder, the list query parser, the cursor decoder, the validator and the event decoder
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/api/
-	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/api/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/sender/mail/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s -fuzzminimizetime 1x ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/sender/mail/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/notify/
 
 FUZZTIME ?= 2m
 fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
