@@ -355,7 +355,13 @@ func newProviderStack(t *testing.T, env map[string]string) *providerStack {
 	s.start("relay")
 	addr := freeAddr(t)
 	w := s.startWith(map[string]string{"HERALD_METRICS_ADDR": addr}, "worker")
-	return &providerStack{stack: s, worker: w, up: sampleSenderUp(t, addr), metrics: addr}
+	up := sampleSenderUp(t, addr)
+	// The outage starts only once the sampler has seen the sender up: a
+	// fault set before the first scrape would hide the leading 1 (CI saw
+	// [0 1] when the first send failed 31 ms after the worker started).
+	waitFor(t, 30*time.Second, 20*time.Millisecond, func() bool { return slices.Contains(up.values(), 1) },
+		func() string { return fmt.Sprintf("herald_sender_up never read 1 at start (seen %v)", up.values()) })
+	return &providerStack{stack: s, worker: w, up: up, metrics: addr}
 }
 
 // requireNothingDead fails unless no notification failed, no attempt was
