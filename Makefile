@@ -24,8 +24,11 @@ test: services lint check-deploy test-go fuzz-short test-outage ## everything CI
 services: ## start (or install and start) PostgreSQL and RabbitMQ
 	@scripts/services.sh
 
+# -parallel 4: most end-to-end tests of cmd/herald wait on timers (an
+# outage's length, a retry delay) rather than burn CPU; two at a time (the
+# default on two cores) left the package at over four minutes.
 test-go: ## unit and integration tests (services required)
-	$(GO) test -count=1 -timeout 8m $(PKGS)
+	$(GO) test -count=1 -timeout 8m -parallel 4 $(PKGS)
 
 test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min): ~5 minutes
 	$(GO) test -count=1 -timeout 15m -tags long -run '^TestLong' ./cmd/herald/
