@@ -33,8 +33,7 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// DefaultTimeout is the Timeout herald uses when HERALD_WEBHOOK_TIMEOUT is
-// not set.
+// DefaultTimeout is the Timeout of a Config that leaves it zero.
 const DefaultTimeout = 10 * time.Second
 
 const (
@@ -63,18 +62,25 @@ type Config struct {
 	// unspecified and reserved addresses. Default: none.
 	Allow []netip.Prefix
 	// Timeout bounds one Send: connect, TLS, request and the reply's
-	// headers and body. Zero is refused (a Send must be bounded); herald
-	// passes HERALD_WEBHOOK_TIMEOUT, DefaultTimeout when unset.
+	// headers and body (HERALD_WEBHOOK_TIMEOUT). A Send is always bounded,
+	// so zero means DefaultTimeout (10s); it must not be negative.
 	Timeout time.Duration
 	// TLSConfig is the base TLS configuration (e.g. a private CA's
 	// RootCAs). Default: the system roots. InsecureSkipVerify is refused.
 	TLSConfig *tls.Config
 }
 
+func (c Config) withDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
 func (c Config) validate() error {
 	switch {
-	case c.Timeout <= 0:
-		return errors.New("webhook timeout must be positive")
+	case c.Timeout < 0:
+		return errors.New("webhook timeout must not be negative")
 	case c.TLSConfig != nil && c.TLSConfig.InsecureSkipVerify:
 		return errors.New("webhook certificate verification cannot be turned off")
 	case strings.TrimSpace(c.Secret) == "":
@@ -100,6 +106,7 @@ type Sender struct {
 // Proxy settings in the environment (HTTPS_PROXY, ...) are ignored: a
 // proxy would dial the destination itself, out of the guard's sight.
 func New(cfg Config) (*Sender, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

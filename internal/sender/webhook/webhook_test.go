@@ -331,6 +331,14 @@ func TestSendInvalidDestination(t *testing.T) {
 	}
 }
 
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	s, err := webhook.New(webhook.Config{Secret: testSecret})
+	require.NoError(t, err)
+	require.Equal(t, webhook.DefaultTimeout, s.Timeout())
+	require.Equal(t, 3*time.Second, newSender(t, webhook.Config{Timeout: 3 * time.Second}).Timeout())
+}
+
 func TestDestination(t *testing.T) {
 	t.Parallel()
 	s := newSender(t, webhook.Config{})
@@ -350,13 +358,13 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	t.Parallel()
 	secretKey := base64.StdEncoding.EncodeToString([]byte("a secret key of 32 bytes, hidden"))
 	for name, cfg := range map[string]webhook.Config{
-		"no secret":      {Timeout: time.Second},
-		"no prefix":      {Secret: secretKey, Timeout: time.Second},
-		"not base64":     {Secret: "whsec_" + secretKey[:len(secretKey)-3] + "!!!", Timeout: time.Second},
-		"short key":      {Secret: "whsec_" + base64.StdEncoding.EncodeToString([]byte("short")), Timeout: time.Second},
-		"bad second":     {Secret: testSecret + ",whsec_" + secretKey[:10] + "*", Timeout: time.Second},
-		"no timeout":     {Secret: testSecret},
-		"invalid prefix": {Secret: testSecret, Timeout: time.Second, Allow: []netip.Prefix{{}}},
+		"no secret":        {Timeout: time.Second},
+		"no prefix":        {Secret: secretKey, Timeout: time.Second},
+		"not base64":       {Secret: "whsec_" + secretKey[:len(secretKey)-3] + "!!!", Timeout: time.Second},
+		"short key":        {Secret: "whsec_" + base64.StdEncoding.EncodeToString([]byte("short")), Timeout: time.Second},
+		"bad second":       {Secret: testSecret + ",whsec_" + secretKey[:10] + "*", Timeout: time.Second},
+		"negative timeout": {Secret: testSecret, Timeout: -time.Second},
+		"invalid prefix":   {Secret: testSecret, Timeout: time.Second, Allow: []netip.Prefix{{}}},
 	} {
 		_, err := webhook.New(cfg)
 		require.Error(t, err, name)
