@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -370,4 +373,40 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		require.Error(t, err, name)
 		require.NotContains(t, err.Error(), secretKey[:10], "%s: the secret stays out of errors", name)
 	}
+}
+
+// HTTPS to an endpoint with a private CA, trusted through TLSConfig.
+func TestSendHTTPS(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 2)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	s := newSender(t, webhook.Config{Allow: loopback, TLSConfig: &tls.Config{RootCAs: pool}})
+	require.NoError(t, s.Send(context.Background(), notify.Outgoing{NotificationID: "s", To: srv.URL + "/h", Body: `{}`}))
+	require.Len(t, got, 1)
+	require.Equal(t, "msg_s", (<-got).Get("webhook-id"))
+
+	// Without the CA the handshake fails: the endpoint's outage.
+	err := newSender(t, webhook.Config{Allow: loopback}).Send(context.Background(), notify.Outgoing{NotificationID: "s", To: srv.URL + "/h", Body: `{}`})
+	require.Equal(t, sendertest.ProviderDown, sendertest.OutcomeOf(t, err), "error %v", err)
+	require.Empty(t, got, "no request reached the endpoint")
+}
+
+// A huge error page is read only up to a cap; the error quotes its start.
+func TestSendLongReply(t *testing.T) {
+	t.Parallel()
+	r := startReceiver(t)
+	r.answer(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(strings.Repeat("e", 8<<20)))
+	})
+	err := newSender(t, webhook.Config{Allow: loopback}).Send(context.Background(), r.outgoing("l", "/", `{}`))
+	require.Equal(t, sendertest.Retry, sendertest.OutcomeOf(t, err), "error %v", err)
+	require.Less(t, len(err.Error()), 400)
+	require.ErrorContains(t, err, "status 500: eeee")
 }
