@@ -2,6 +2,14 @@
 // passes: Run sends through the channel's real sender to a real peer (an
 // HTTP server, an SMTP server) made to behave in each way the worker must
 // tell apart, and checks how the sender classifies the outcome.
+//
+// The suite knows no protocol: a Harness maps each Behaviour onto its
+// peer. The webhook's maps them onto HTTP statuses (204, 410, 500, 429
+// with Retry-After, no answer) and a closed listener; an SMTP harness on
+// internal/smtptest would map Reject onto a 5xx to RCPT, Fail onto a 4xx
+// to DATA, Throttle onto a 421 (declaring NoRetryAfter: SMTP names no
+// wait), Hang onto no reply to DATA and Down onto a closed listener, with
+// the Message-ID as the identity.
 package sendertest
 
 import (
@@ -100,8 +108,13 @@ type Harness struct {
 	// Start starts a fresh peer for one subtest.
 	Start func(t *testing.T) Peer
 	// RetryAfter is the wait the peer names when it throttles; Run
-	// checks that the sender passes it through.
+	// checks that the sender passes it through. Zero only with
+	// NoRetryAfter.
 	RetryAfter time.Duration
+	// NoRetryAfter, when not empty, declares that the channel's provider
+	// names no wait when it throttles, and why (SMTP's 421 has none): Run
+	// then checks that the throttle carries none.
+	NoRetryAfter string
 	// Destination is non-nil for a channel whose failures of the provider
 	// (Down, Throttle) concern one destination, not the whole channel
 	// (webhook: one endpoint): it returns the key m's failures must be
@@ -117,7 +130,7 @@ type Harness struct {
 
 // hangTimeout is the sender timeout in the Hang case: long enough for a
 // loopback request to reach the peer on a loaded machine.
-const hangTimeout = 500 * time.Millisecond
+const hangTimeout = time.Second
 
 // sendTimeout bounds every other send of the suite.
 const sendTimeout = 10 * time.Second
@@ -125,7 +138,11 @@ const sendTimeout = 10 * time.Second
 // Run runs the suite against h.
 func Run(t *testing.T, h Harness) {
 	require.NotNil(t, h.Start, "Harness.Start")
-	require.Positive(t, h.RetryAfter, "Harness.RetryAfter: a throttle must name a wait for the suite to check it")
+	if h.NoRetryAfter == "" {
+		require.Positive(t, h.RetryAfter, "Harness.RetryAfter: the peer's throttle names a wait, or the harness declares NoRetryAfter")
+	} else {
+		require.Zero(t, h.RetryAfter, "Harness.RetryAfter given with NoRetryAfter")
+	}
 
 	cases := []struct {
 		b    Behaviour
@@ -164,6 +181,9 @@ func Run(t *testing.T, h Harness) {
 			case Throttled:
 				checkScope(t, h, m, err)
 				after, _ := notify.IsThrottled(err)
+				if h.NoRetryAfter != "" {
+					t.Logf("the channel declares no retry-after: %s", h.NoRetryAfter)
+				}
 				require.Equal(t, h.RetryAfter, after, "the peer's retry-after comes through")
 			default:
 				_, scoped := notify.DestinationOf(err)

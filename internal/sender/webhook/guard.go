@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"syscall"
 )
 
@@ -90,4 +91,26 @@ func (s *Sender) control(_ context.Context, _, address string, _ syscall.RawConn
 		return &RefusedError{Addr: ap.Addr().WithZone(""), Reason: reason}
 	}
 	return nil
+}
+
+// ParseAllow reads HERALD_WEBHOOK_ALLOW: CIDR prefixes, comma-separated
+// ("127.0.0.0/8, ::1/128"); a bare address stands for itself alone.
+func ParseAllow(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("webhook allow list: %q is not a CIDR prefix or an address", f)
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }

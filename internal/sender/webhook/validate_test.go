@@ -133,3 +133,20 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+func TestParseAllow(t *testing.T) {
+	t.Parallel()
+	got, err := webhook.ParseAllow(" 127.0.0.0/8, ::1/128,10.1.2.3,10.9.9.9/16,")
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{
+		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"),
+		netip.MustParsePrefix("10.1.2.3/32"), netip.MustParsePrefix("10.9.0.0/16"),
+	}, got)
+	got, err = webhook.ParseAllow("")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	for _, bad := range []string{"localhost", "10.0.0.0/33", "fe80::1%eth0", "10.0.0.0/8;"} {
+		_, err := webhook.ParseAllow(bad)
+		require.Error(t, err, bad)
+	}
+}

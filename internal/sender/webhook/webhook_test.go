@@ -235,7 +235,7 @@ func TestSendFailuresAfterHandOver(t *testing.T) {
 				case <-r.release:
 				}
 			}
-		}, 300 * time.Millisecond, "no reply within"},
+		}, time.Second, "no reply within"},
 		{"connection dropped", func(*receiver) http.HandlerFunc { return drop }, 5 * time.Second, "connection failed during the request"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
