@@ -41,12 +41,14 @@ test-outage: ## tests that stop the broker (the outage test, the short chaos run
 # -fuzztime and end the run with "context deadline exceeded"; a short run only
 # looks for crashes. -fuzztime as a count of executions (not a duration): a
 # duration's deadline could still end the run that way (seen in CI with 10s).
-fuzz-short: ## a short fuzz run of the request decoder, the list query parser, the cursor decoder, the validator and the event decoder
+fuzz-short: ## a short fuzz run of the request decoder, the list query parser, the cursor decoder, the validators (email, webhook, Telegram) and the event decoder
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/notify/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/sender/mail/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/sender/webhook/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/sender/telegram/
 
 FUZZTIME ?= 2m
 fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
@@ -56,6 +58,8 @@ fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
 	$(GO) test -run '^$$' -fuzz '^FuzzCreate$$' -fuzztime $(FUZZTIME) ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime $(FUZZTIME) ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime $(FUZZTIME) ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/webhook/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/telegram/
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
