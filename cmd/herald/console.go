@@ -11,7 +11,7 @@ import (
 )
 
 // consoleRefresh is how often the console's overview refreshes itself.
-const consoleRefresh = 5 * time.Second
+const consoleRefresh = 3 * time.Second
 
 // withConsole serves the web console at /ui beside the API on the API's
 // listener; every other path goes to the API as before.

@@ -151,10 +151,7 @@ func New(notes Notifications, stats Stats, dead DeadLetters, cfg Config) (*Conso
 	}
 	c := &Console{notes: notes, stats: stats, dead: dead, cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux()}
 	if cfg.Token != "" {
-		// Derived from the token, so that every API replica accepts the
-		// sessions of the others, and a new token ends every session.
-		k := sha256.Sum256([]byte("herald console session key\x00" + cfg.Token))
-		c.key = k[:]
+		c.key = sessionKey(cfg.Token)
 	} else {
 		c.key = make([]byte, 32)
 		_, _ = rand.Read(c.key)
@@ -163,6 +160,14 @@ func New(notes Notifications, stats Stats, dead DeadLetters, cfg Config) (*Conso
 	c.assets = http.StripPrefix(Prefix+"/assets/", http.FileServerFS(sub))
 	c.routes()
 	return c, nil
+}
+
+// sessionKey derives the key that signs sessions and CSRF tokens from the
+// API token, so that every API replica accepts the sessions of the others,
+// and a new token ends every session.
+func sessionKey(token string) []byte {
+	k := sha256.Sum256([]byte("herald console session key\x00" + token))
+	return k[:]
 }
 
 func (c *Console) routes() {

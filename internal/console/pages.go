@@ -321,6 +321,10 @@ func (c *Console) detail(w http.ResponseWriter, r *http.Request) {
 func history(n notify.Notification, as []notify.Attempt) []historyEntry {
 	h := []historyEntry{{At: n.CreatedAt, Status: "pending", Note: "created"}}
 	for _, a := range as {
+		if last := h[len(h)-1]; last.Status == "failed" {
+			// Only a redrive gives a dead letter another attempt.
+			h = append(h, historyEntry{At: a.StartedAt, Status: "pending", Note: "redriven (shown at the next attempt's start)"})
+		}
 		if a.FinishedAt == nil {
 			h = append(h, historyEntry{At: a.StartedAt, Status: "pending", Note: fmt.Sprintf("attempt %d in flight", a.Attempt)})
 			continue
@@ -340,7 +344,7 @@ func history(n notify.Notification, as []notify.Attempt) []historyEntry {
 		h = append(h, historyEntry{At: *n.FailedAt, Status: "failed", Note: "dead-lettered"})
 	}
 	if last := h[len(h)-1]; last.Status == "failed" && n.Status == notify.StatusPending {
-		h = append(h, historyEntry{At: n.UpdatedAt, Status: "pending", Note: "redriven"})
+		h = append(h, historyEntry{At: n.UpdatedAt, Status: "pending", Note: "redriven: waiting for its next attempt"})
 	}
 	return h
 }
