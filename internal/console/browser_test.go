@@ -176,7 +176,14 @@ func (b *tab) location() string {
 // eventually re-evaluates cond (a JS expression) until it is true.
 func (b *tab) eventually(cond string, within time.Duration, msg string) {
 	b.t.Helper()
-	require.Eventually(b.t, func() bool { return js[bool](b, cond) }, within, 100*time.Millisecond, msg)
+	require.Eventually(b.t, func() bool {
+		// An evaluation during a navigation fails (its document goes
+		// away): that is a "not yet".
+		ctx, cancel := context.WithTimeout(b.ctx, actionTimeout)
+		defer cancel()
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](cond))
+		return err == nil && ok
+	}, within, 100*time.Millisecond, msg)
 }
 
 // screenshot writes docs/console/NAME.png with -update.
@@ -291,8 +298,24 @@ func (s *stack) status(t *testing.T, id string) string {
 
 func (s *stack) waitStatus(t *testing.T, id, want string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return s.status(t, id) == want }, 20*time.Second, 50*time.Millisecond,
-		"notification %s never became %s", id, want)
+	require.Eventually(t, func() bool {
+		// No require here: the condition runs on another goroutine.
+		resp, err := http.DefaultClient.Do(s.request(http.MethodGet, "/notifications/"+id))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var n struct {
+			Status string `json:"status"`
+		}
+		return json.NewDecoder(resp.Body).Decode(&n) == nil && n.Status == want
+	}, 20*time.Second, 50*time.Millisecond, "notification %s never became %s", id, want)
+}
+
+func (s *stack) request(method, path string) *http.Request {
+	req, _ := http.NewRequest(method, s.url+path, nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	return req
 }
 
 // sentCount is how many times the mail server accepted the notification.
@@ -413,6 +436,18 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.do(chromedp.EmulateViewport(1280, 900))
 	})
 
+	t.Run("keyboard reaches every control", func(t *testing.T) {
+		b.t = t
+		require.Equal(t, http.StatusOK, b.nav(s.url+"/ui/dead-letters"))
+		want := js[[]string](b, `Array.from(document.querySelectorAll("a[href], input:not([type=hidden]), select, button")).map(e => e.id || e.getAttribute("href") || e.textContent.trim())`)
+		var reached []string
+		for range len(want) {
+			b.do(chromedp.KeyEvent("\t"))
+			reached = append(reached, js[string](b, `(e => e.id || e.getAttribute("href") || e.textContent.trim())(document.activeElement)`))
+		}
+		require.Equal(t, want, reached, "Tab visits every link and control, in document order")
+	})
+
 	t.Run("bad filters and cursors show the API's error next to the field", func(t *testing.T) {
 		b.t = t
 		require.Equal(t, http.StatusBadRequest, b.nav(s.url+"/ui/notifications?colour=red"))
@@ -485,9 +520,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Contains(t, b.text("#result .result"), "redriven")
 		require.Contains(t, b.text("#result-summary"), "1 redriven, 0 skipped")
 		require.Equal(t, http.StatusOK, b.load(chromedp.Click(chromedp.CSS(`#result a[href="/ui/notifications/`+bounced+`"]`))))
-		require.Eventually(t, func() bool {
-			return b.nav(s.url+"/ui/notifications/"+bounced) == http.StatusOK && strings.TrimSpace(b.text("#status")) == "sent"
-		}, 20*time.Second, 200*time.Millisecond, "the redriven notification is sent")
+		require.Equal(t, "/ui/notifications/"+bounced, b.location())
+		s.waitStatus(t, bounced, "sent")
+		require.Equal(t, http.StatusOK, b.load(chromedp.Reload()))
+		require.Equal(t, "sent", strings.TrimSpace(b.text("#status")), "the redriven notification is sent")
+		require.Equal(t, 1, s.sentCount(bounced), "sent once")
 		require.Equal(t, "sent", strings.TrimSpace(b.text("#attempts tbody tr:last-child td.outcome")))
 		require.Contains(t, b.text("#history"), "redriven")
 	})
@@ -514,6 +551,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	t.Run("an expired session goes back to the login with a message", func(t *testing.T) {
 		b.t = t
+		require.Equal(t, http.StatusOK, b.nav(s.url+"/ui/"))
 		old := &Console{cfg: Config{Token: s.token, SessionTTL: time.Hour}, key: sessionKey(s.token)}
 		expired := old.newSession(time.Now().Add(-2 * time.Hour))
 		b.do(chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
@@ -522,6 +560,11 @@ func TestConsoleInBrowser(t *testing.T) {
 			})
 			return err
 		}))
+		// The overview's refresh finds the session expired and moves the
+		// page to the login form.
+		b.eventually(`location.pathname + location.search === "/ui/login?reason=expired" && document.readyState === "complete"`, 15*time.Second, "the refresh went to the login form")
+		require.Contains(t, b.text(".notice"), "Your session expired")
+		// So does following a link.
 		require.Equal(t, http.StatusOK, b.nav(s.url+"/ui/notifications"))
 		require.Equal(t, "/ui/login?reason=expired", b.location())
 		require.Contains(t, b.text(".notice"), "Your session expired")

@@ -182,3 +182,40 @@ func TestAssetsAndNoInlineScript(t *testing.T) {
 		require.NotContains(t, page, "<b>hi</b>", path)
 	}
 }
+
+// The overview says what this process knows of the senders: nothing in
+// herald api (no worker here), the worker's state in herald serve.
+func TestOverviewSenders(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	require.NoError(t, st.Migrate(t.Context()))
+	for _, tc := range []struct {
+		name    string
+		senders func() ([]SenderState, bool)
+		want    []string
+	}{
+		{"api", nil, []string{"Not in this process"}},
+		{"api with a seam", func() ([]SenderState, bool) { return nil, false }, []string{"Not in this process"}},
+		{"serve, up", func() ([]SenderState, bool) { return []SenderState{{Channel: "email", Up: true}}, true },
+			[]string{"<td>email</td>", "status-sent\">up<"}},
+		{"serve, throttled", func() ([]SenderState, bool) {
+			return []SenderState{{Channel: "email", Reason: "mail server throttled: 421 <try later>"}}, true
+		}, []string{"<td>email</td>", "paused", "mail server throttled: 421 &lt;try later&gt;"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(st, st, deadletter.New(st, nil), Config{Senders: tc.senders, SessionTTL: time.Hour, RefreshEvery: time.Second})
+			require.NoError(t, err)
+			srv := httptest.NewServer(c)
+			defer srv.Close()
+			resp, err := http.Get(srv.URL + "/ui/overview")
+			require.NoError(t, err)
+			page := read(t, resp)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			for _, w := range tc.want {
+				require.Contains(t, page, w)
+			}
+		})
+	}
+}
