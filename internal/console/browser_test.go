@@ -433,6 +433,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Equal(t, http.StatusOK, b.nav(s.url+"/ui/notifications?user_id=u-list"))
 		require.LessOrEqual(t, js[int](b, `document.documentElement.scrollWidth`), 360)
 		b.screenshot("notifications-360")
+		for _, path := range []string{"/ui/", "/ui/notifications/" + bounced, "/ui/dead-letters"} {
+			require.Equal(t, http.StatusOK, b.nav(s.url+path))
+			require.LessOrEqual(t, js[int](b, `document.documentElement.scrollWidth`), 360, path)
+		}
 		b.do(chromedp.EmulateViewport(1280, 900))
 	})
 

@@ -182,7 +182,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"/notifications/{id}", c.authed(c.detail))
 	m.HandleFunc("GET "+Prefix+"/dead-letters", c.authed(c.deadLetters))
 	m.HandleFunc("POST "+Prefix+"/dead-letters/redrive", c.authed(c.redrive))
-	m.HandleFunc(Prefix+"/", c.notFound)
+	m.HandleFunc(Prefix+"/", c.authed(c.notFound))
 }
 
 // ServeHTTP serves the console's routes, all under Prefix.
