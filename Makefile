@@ -21,7 +21,7 @@ build: ## build bin/herald
 test: services lint check-deploy test-go fuzz-short test-outage ## everything CI runs: services, lint, deploy files, all tests
 	@echo "make test: all passed"
 
-services: ## start (or install and start) PostgreSQL and RabbitMQ
+services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS; install chromium
 	@scripts/services.sh
 
 # -parallel 4: most end-to-end tests of cmd/herald wait on timers (an

@@ -570,7 +570,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return h.Handler(), nil
+	return a.withConsole(h.Handler())
 }
 
 // apiParts builds what the api process runs: the HTTP server, the backlog
