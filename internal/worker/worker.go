@@ -357,7 +357,7 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	// The lease runs from the claim's transaction, which starts after this;
 	// measured from here, the send's deadline is on the safe side.
 	claimStart := time.Now()
-	c, err := w.claim(msg.ID, nid)
+	c, err := w.claim(msg, nid)
 	if err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
@@ -537,7 +537,7 @@ func (w *Worker) deadLetter(ctx context.Context, d notify.Delivery, msg notify.M
 	if nid == 0 {
 		return w.settleDead(ctx, d, msg, 0, cause)
 	}
-	c, err := w.claim(msg.ID, nid)
+	c, err := w.claim(msg, nid)
 	if err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
