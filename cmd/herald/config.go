@@ -83,7 +83,7 @@ const (
 var settings = []setting{
 	{env: "HERALD_DATABASE_URL", flag: "database-url", def: "sqlite:herald.db", usage: "store: postgres://... or sqlite:PATH",
 		field: func(c *Config) any { return &c.DatabaseURL }, cmds: cmdsStore},
-	{env: "HERALD_BROKER_URL", flag: "broker-url", def: "", usage: "transport: amqp://... (RabbitMQ), nats://... (NATS JetStream) or kafka://host:port; several comma-separated URLs or hosts: a cluster; unset: the outbox table, no broker",
+	{env: "HERALD_BROKER_URL", flag: "broker-url", def: "", usage: "transport: amqp://... (RabbitMQ), nats://... (NATS JetStream), kafka://host:port or sqs://REGION/PREFIX[?endpoint=URL&fifo=true] (Amazon SQS, credentials from the AWS SDK chain); several comma-separated URLs or hosts: a cluster; unset: the outbox table, no broker",
 		field: func(c *Config) any { return &c.BrokerURL }, cmds: cmdsBroker},
 	{env: "HERALD_HTTP_ADDR", flag: "http-addr", def: "127.0.0.1:8080", usage: "API listen address",
 		field: func(c *Config) any { return &c.HTTPAddr }, cmds: cmdsAPI},
