@@ -15,36 +15,38 @@ import (
 // from the settings table below: the flag when given, else the environment,
 // else the contract's default. Components take these values as they are.
 type Config struct {
-	DatabaseURL     string
-	BrokerURL       string
-	HTTPAddr        string
-	APIToken        string
-	SMTPURL         string
-	SMTPCAFile      string
-	SMTPRate        int
-	SMTPFrom        string
-	SMTPTimeout     time.Duration
-	SMTPOutage      string
-	MaxRetries      int
-	RetryDelays     []time.Duration
-	QueueType       string
-	RelayBatch      int
-	RelayInterval   time.Duration
-	Prefetch        int
-	AlertBacklog    int
-	AlertFor        time.Duration
-	MonitorInterval time.Duration
-	TelegramToken   string
-	TelegramChatID  string
-	TelegramAPI     string
-	MetricsAddr     string
-	Retention       time.Duration
-	MaxBacklog      int
-	DebugFaults     bool
-	DebugCrash      string
-	LogFormat       string
-	LogLevel        string
-	ReconcileAfter  time.Duration
+	DatabaseURL string
+	BrokerURL   string
+	HTTPAddr    string
+	APIToken    string
+	SMTPURL     string
+	SMTPCAFile  string
+	SMTPRate    int
+	SMTPFrom    string
+	SMTPTimeout time.Duration
+	SMTPOutage  string
+	// EmailConcurrency is the email channel's own concurrency limit.
+	EmailConcurrency int
+	MaxRetries       int
+	RetryDelays      []time.Duration
+	QueueType        string
+	RelayBatch       int
+	RelayInterval    time.Duration
+	Prefetch         int
+	AlertBacklog     int
+	AlertFor         time.Duration
+	MonitorInterval  time.Duration
+	TelegramToken    string
+	TelegramChatID   string
+	TelegramAPI      string
+	MetricsAddr      string
+	Retention        time.Duration
+	MaxBacklog       int
+	DebugFaults      bool
+	DebugCrash       string
+	LogFormat        string
+	LogLevel         string
+	ReconcileAfter   time.Duration
 }
 
 // setting is one configuration variable: its environment name, its flag,
@@ -101,6 +103,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SMTPTimeout }, cmds: cmdsWorker},
 	{env: "HERALD_SMTP_OUTAGE", flag: "smtp-outage", def: "wait", usage: "what an SMTP server that cannot be reached (or refuses TLS, AUTH, the greeting) costs: wait (no attempt spent; sends pause and resume when it is back) or attempt (each delivery spends an attempt, then dead-letters: the chapter's exercise 4)",
 		field: func(c *Config) any { return &c.SMTPOutage }, cmds: cmdsWorker, oneOf: "wait attempt"},
+	{env: "HERALD_EMAIL_CONCURRENCY", flag: "email-concurrency", def: "0", usage: "most emails this process sends at once (the email channel's HERALD_<CHANNEL>_CONCURRENCY; HERALD_SMTP_RATE is its rate, HERALD_SMTP_TIMEOUT its timeout); a delivery waits for a slot before it is claimed (0: no limit but HERALD_PREFETCH)",
+		field: func(c *Config) any { return &c.EmailConcurrency }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_MAX_RETRIES", flag: "max-retries", def: "5", usage: "retries after the first attempt; then dead-letter (0: dead-letter on the first failure)",
 		field: func(c *Config) any { return &c.MaxRetries }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_RETRY_DELAY", flag: "retry-delay", def: "30s", usage: "delay before each retry; a list (30s,5m,30m,2h) sets the delay of each retry in turn, the last one repeating",
