@@ -108,6 +108,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"ReconcileWaitsForRetryAndClaim", testReconcileWaitsForRetryAndClaim},
 		{"List", testList}, {"ListFilters", testListFilters}, {"ListTimeWindow", testListTimeWindow},
 		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
+		{"OtherChannels", testOtherChannels},
 	}, deliverTests...) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)
