@@ -33,6 +33,7 @@ func TestValidateByChannel(t *testing.T) {
 		{"webhook: the channel's check", two, notify.CreateRequest{UserID: "u", Channel: "webhook", To: "a@example.com", Body: "b"}, "to", "must be an https URL"},
 		{"webhook unknown to an email-only process", notify.EmailOnly(), notify.CreateRequest{UserID: "u", Channel: "webhook", To: "https://example.com/hook", Body: "b"}, "channel", `must be "email"`},
 		{"unknown channel lists the known", two, notify.CreateRequest{UserID: "u", Channel: "sms", To: "1", Body: "b"}, "channel", `must be one of "email", "webhook"`},
+		{"webhook has no subject", two, notify.CreateRequest{UserID: "u", Channel: "webhook", To: "https://example.com/hook", Subject: "s", Body: "b"}, "subject", "must be absent: the webhook channel has no subject"},
 		{"common check first", two, notify.CreateRequest{Channel: "sms"}, "user_id", "is required"},
 		{"channel required", two, notify.CreateRequest{UserID: "u"}, "channel", "is required"},
 	}

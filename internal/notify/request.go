@@ -43,6 +43,9 @@ func (r CreateRequest) Validate(channels Channels) error {
 	if !ok || ch.Validate == nil {
 		return &FieldError{Field: "channel", Message: channels.mustBe()}
 	}
+	if !ch.Subject && r.Subject != "" {
+		return &FieldError{Field: "subject", Message: "must be absent: the " + r.Channel + " channel has no subject"}
+	}
 	return ch.Validate(r)
 }
 
