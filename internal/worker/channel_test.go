@@ -236,3 +236,73 @@ func TestDestinationGatePausesOnlyItsDestination(t *testing.T) {
 		})
 	}
 }
+
+// blockingSender holds every send until release is closed, counting the
+// sends under way at once.
+type blockingSender struct {
+	release chan struct{}
+	mu      sync.Mutex
+	now     int
+	peak    int
+	started int
+}
+
+func (s *blockingSender) Send(ctx context.Context, _ notify.Outgoing) error {
+	s.mu.Lock()
+	s.now++
+	s.started++
+	s.peak = max(s.peak, s.now)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.now--
+		s.mu.Unlock()
+	}()
+	select {
+	case <-s.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *blockingSender) counts() (started, peak int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started, s.peak
+}
+
+// A channel's concurrency bounds its own sends under way, whatever the
+// transport hands over at once; another channel is not held by it.
+func TestChannelConcurrency(t *testing.T) {
+	t.Parallel()
+	hook := &blockingSender{release: make(chan struct{})}
+	mail := &fakeSender{}
+	w, err := worker.New(nil, &fakeStore{}, map[string]worker.Channel{
+		"webhook": {Sender: hook, Concurrency: 2},
+		"email":   {Sender: mail},
+	}, worker.Config{StoreBackoff: time.Millisecond})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var ds []*fakeDelivery
+	for i := range 6 {
+		d := &fakeDelivery{msg: messageOn(t, int64(300+i), "webhook", "https://example.com/hook")}
+		ds = append(ds, d)
+		wg.Go(func() { w.Handle(context.Background(), d) })
+	}
+	require.Eventually(t, func() bool { started, _ := hook.counts(); return started == 2 }, 5*time.Second, time.Millisecond)
+	// The other channel goes on while webhook's slots are taken.
+	d := &fakeDelivery{msg: message(t, 0)}
+	w.Handle(context.Background(), d)
+	require.Equal(t, []string{"ack"}, d.hows())
+	started, _ := hook.counts()
+	require.Equal(t, 2, started, "no third webhook send while two are under way")
+	close(hook.release)
+	wg.Wait()
+	started, peak := hook.counts()
+	require.Equal(t, 6, started)
+	require.Equal(t, 2, peak)
+	for _, d := range ds {
+		require.Equal(t, []string{"ack"}, d.hows())
+	}
+}
