@@ -32,7 +32,11 @@ type channelKind struct {
 // (an exported Validate, Config, New and Send) plus one line here and its
 // rows in the settings table, e.g.
 //
-//	{name: "webhook", spec: notify.ChannelSpec{Validate: webhook.Validate, JSONBody: true, To: "an http(s) URL"}, open: openWebhook, limits: webhookLimits},
+//	{name: "webhook", spec: notify.ChannelSpec{Validate: webhook.Validate, JSONBody: true, To: "an http(s) URL"}, open: openWebhook,
+//		limits: func(c Config) worker.Channel { return channelLimits(c.WebhookTimeout, c.WebhookRate, c.WebhookConcurrency) }},
+//
+// where openWebhook builds webhook.New(webhook.Config{...}) from its
+// settings.
 var channelKinds = []channelKind{
 	{name: notify.ChannelEmail, spec: notify.EmailSpec, open: openEmail, limits: emailLimits},
 }
@@ -91,12 +95,24 @@ func emailLimits(cfg Config) worker.Channel {
 	if timeout <= 0 {
 		timeout = smtp.DefaultTimeout // what the sender and the worker take for zero
 	}
-	return worker.Channel{
-		Provider:    "mail server",
-		SendTimeout: timeout,
-		Rate:        float64(cfg.SMTPRate),
-		Concurrency: cfg.EmailConcurrency,
+	ch := channelLimits(timeout, cfg.SMTPRate, cfg.EmailConcurrency)
+	ch.Provider = "mail server"
+	return ch
+}
+
+// defaultChannelTimeout is a channel's send timeout when its setting is
+// zero, as the worker takes it; set here so that the lease, derived from
+// the longest timeout, covers it.
+const defaultChannelTimeout = 30 * time.Second
+
+// channelLimits are a channel's limits from its settings
+// HERALD_<CHANNEL>_TIMEOUT (zero: 30s), _RATE (sends per second, 0: none)
+// and _CONCURRENCY (0: none but HERALD_PREFETCH).
+func channelLimits(timeout time.Duration, rate, concurrency int) worker.Channel {
+	if timeout <= 0 {
+		timeout = defaultChannelTimeout
 	}
+	return worker.Channel{SendTimeout: timeout, Rate: float64(rate), Concurrency: concurrency}
 }
 
 // newSender builds the email sender HERALD_SMTP_URL names (an mbox file
