@@ -25,8 +25,6 @@ import (
 	"github.com/heraldhq/herald/internal/reconcile"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
-	"github.com/heraldhq/herald/internal/sender/mbox"
-	"github.com/heraldhq/herald/internal/sender/smtp"
 	herstore "github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/postgres"
@@ -255,7 +253,9 @@ func tableTransport(cfg Config, log *slog.Logger, _ string) (transport, error) {
 const settleMargin = 15 * time.Second
 
 // deliveryLeases derives, in this one place, how long a delivery holds what
-// it claims, from HERALD_SMTP_TIMEOUT (which bounds each send):
+// it claims, from the longest send timeout of the channels
+// (HERALD_SMTP_TIMEOUT for email): one lease serves every channel, since
+// the claims of all channels go to the store together:
 //   - claim: the worker's lease on the message id and the notification,
 //     worker.DefaultLease: the claim's transaction, the send timeout and
 //     the record's transaction, each at its longest, plus a margin. After
@@ -268,15 +268,11 @@ const settleMargin = 15 * time.Second
 //
 // A delivery that waits at the worker's closed gate (the mail server is
 // down or throttling, up to worker.Config.SenderBackoffMax) or for its turn
-// under HERALD_SMTP_RATE does so before its claim; a row can outlast its
+// under a channel's rate does so before its claim; a row can outlast its
 // lease there, and its copy then waits too: no send goes out while the gate
 // is closed, and the claim on the message id lets one copy through.
 func deliveryLeases(cfg Config) (claim, row time.Duration) {
-	timeout := cfg.SMTPTimeout
-	if timeout <= 0 {
-		timeout = smtp.DefaultTimeout // what the sender and the worker take for zero
-	}
-	claim = worker.DefaultLease(timeout)
+	claim = worker.DefaultLease(longestSendTimeout(cfg))
 	return claim, claim + settleMargin
 }
 
@@ -466,37 +462,6 @@ func (d sqsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
 	return sqs.RemoveDeadLetters(ctx, d.cfg, ids)
 }
 
-// newSender builds the sender HERALD_SMTP_URL names (an mbox file for
-// mbox:PATH, and herald.mbox when it is unset, which only serve allows) and
-// its close func. The SMTP sender keeps one session per delivery
-// in flight (HERALD_PREFETCH), open and reused, and no more; its Timeout
-// (smtp.DefaultTimeout) bounds each send, so a claim held across a send
-// must last longer than that.
-func newSender(cfg Config) (worker.Sender, func(), error) {
-	if path, ok := mailTarget(cfg); ok {
-		if path == "" {
-			return nil, nil, usageError{errors.New("HERALD_SMTP_URL=mbox: needs a file: mbox:PATH")}
-		}
-		s, err := mbox.New(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func() {}, nil
-	}
-	s, err := smtp.New(smtp.Config{
-		URL:         cfg.SMTPURL,
-		From:        cfg.SMTPFrom,
-		CAFile:      cfg.SMTPCAFile,
-		MaxSessions: cfg.Prefetch,
-		MaxIdle:     cfg.Prefetch,
-		Timeout:     cfg.SMTPTimeout,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, func() { _ = s.Close() }, nil
-}
-
 // hooks change how build puts the parts together without building any of
 // them: herald bench uses them; the commands pass the zero value.
 type hooks struct {
@@ -626,6 +591,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 		Logger:      a.log.With("component", "api"),
 		Admission:   admission,
 		DeadLetters: deadletter.New(a.st, a.tr.deadLetters),
+		Channels:    channelSpecs(),
 	})
 	if err != nil {
 		return nil, err
@@ -697,56 +663,67 @@ func (a *app) newRelay() (*relay.Relay, error) {
 	return rl, nil
 }
 
-// newWorker builds the worker on the transport's source and the sender.
+// newWorker builds the worker on the transport's source and one sender
+// per registered channel.
 func (a *app) newWorker() (*worker.Worker, error) {
 	src, err := a.tr.source(a.st, "worker")
 	if err != nil {
 		return nil, err
 	}
-	snd, closeSender, err := newSender(a.cfg)
-	if err != nil {
-		return nil, err
-	}
-	a.close = append(a.close, closeSender)
-	if a.hooks.wrapSender != nil {
-		snd = a.hooks.wrapSender(snd)
+	channels := make(map[string]worker.Channel, len(channelKinds))
+	for _, k := range channelKinds {
+		snd, closeSender, err := k.open(a.cfg)
+		if err != nil {
+			return nil, err
+		}
+		a.close = append(a.close, closeSender)
+		if a.hooks.wrapSender != nil {
+			snd = a.hooks.wrapSender(snd)
+		}
+		// A channel's send timeout is its sender's own; the worker bounds
+		// every send with it too, and the claim lease follows the longest
+		// (the table transport's row lease is longer still). The rate is
+		// the worker's: a turn is waited for before the claim, never inside
+		// a send, so it never costs an attempt.
+		ch := k.limits(a.cfg)
+		ch.Sender = snd
+		if ch.Concurrency == 0 && ch.Rate > 0 {
+			ch.Concurrency = a.cfg.Prefetch // what can be in flight at most: checked against the rate
+		}
+		channels[k.name] = ch
 	}
 	crash, err := crashHook(a.cfg.DebugCrash, a.log)
 	if err != nil {
 		return nil, err
 	}
 	claimLease, _ := deliveryLeases(a.cfg)
-	w, err := worker.New(src, a.st, snd, worker.Config{
-		From:        a.cfg.SMTPFrom,
-		RetryDelays: a.cfg.RetryDelays,
-		MaxRetries:  a.cfg.MaxRetries,
-		// HERALD_SMTP_TIMEOUT bounds the SMTP sender's sends; the worker
-		// bounds every send with it too, and its claim lease follows
-		// (the table transport's row lease is longer still).
-		SendTimeout: a.cfg.SMTPTimeout,
-		Lease:       claimLease,
-		// The rate is the worker's: a turn is waited for before the claim,
-		// never inside a send, so it never costs an attempt.
-		Rate:                 float64(a.cfg.SMTPRate),
-		Concurrency:          a.cfg.Prefetch,
+	w, err := worker.New(src, a.st, channels, worker.Config{
+		RetryDelays:          a.cfg.RetryDelays,
+		MaxRetries:           a.cfg.MaxRetries,
+		Lease:                claimLease,
 		OutageSpendsAttempts: a.cfg.SMTPOutage == "attempt",
 		Logger:               a.log.With("component", "worker"),
 		Registerer:           a.reg,
 		Crash:                crash,
 	})
 	if err != nil {
-		return nil, usageError{fmt.Errorf("worker: %w (HERALD_SMTP_RATE=%d, HERALD_PREFETCH=%d)", err, a.cfg.SMTPRate, a.cfg.Prefetch)}
+		return nil, usageError{fmt.Errorf("worker: %w (HERALD_SMTP_RATE=%d, HERALD_PREFETCH=%d, HERALD_EMAIL_CONCURRENCY=%d)", err, a.cfg.SMTPRate, a.cfg.Prefetch, a.cfg.EmailConcurrency)}
 	}
-	a.checks = append(a.checks, api.Check{Name: "sender", Pinger: senderCheck{w}, ShowReason: true})
+	for _, name := range w.Channels() {
+		a.checks = append(a.checks, api.Check{Name: "sender:" + name, Pinger: senderCheck{w, name}, ShowReason: true})
+	}
 	return w, nil
 }
 
 // senderCheck is the worker's readiness as to its sender: not ready while
 // sends are paused (the provider down or throttling), with the reason.
-type senderCheck struct{ w *worker.Worker }
+type senderCheck struct {
+	w       *worker.Worker
+	channel string
+}
 
 func (c senderCheck) Ping(context.Context) error {
-	if up, reason := c.w.SenderStatus(); !up {
+	if up, reason := c.w.ChannelStatus(c.channel); !up {
 		return errors.New(reason)
 	}
 	return nil

@@ -15,36 +15,38 @@ import (
 // from the settings table below: the flag when given, else the environment,
 // else the contract's default. Components take these values as they are.
 type Config struct {
-	DatabaseURL     string
-	BrokerURL       string
-	HTTPAddr        string
-	APIToken        string
-	SMTPURL         string
-	SMTPCAFile      string
-	SMTPRate        int
-	SMTPFrom        string
-	SMTPTimeout     time.Duration
-	SMTPOutage      string
-	MaxRetries      int
-	RetryDelays     []time.Duration
-	QueueType       string
-	RelayBatch      int
-	RelayInterval   time.Duration
-	Prefetch        int
-	AlertBacklog    int
-	AlertFor        time.Duration
-	MonitorInterval time.Duration
-	TelegramToken   string
-	TelegramChatID  string
-	TelegramAPI     string
-	MetricsAddr     string
-	Retention       time.Duration
-	MaxBacklog      int
-	DebugFaults     bool
-	DebugCrash      string
-	LogFormat       string
-	LogLevel        string
-	ReconcileAfter  time.Duration
+	DatabaseURL string
+	BrokerURL   string
+	HTTPAddr    string
+	APIToken    string
+	SMTPURL     string
+	SMTPCAFile  string
+	SMTPRate    int
+	SMTPFrom    string
+	SMTPTimeout time.Duration
+	SMTPOutage  string
+	// EmailConcurrency is the email channel's own concurrency limit.
+	EmailConcurrency int
+	MaxRetries       int
+	RetryDelays      []time.Duration
+	QueueType        string
+	RelayBatch       int
+	RelayInterval    time.Duration
+	Prefetch         int
+	AlertBacklog     int
+	AlertFor         time.Duration
+	MonitorInterval  time.Duration
+	TelegramToken    string
+	TelegramChatID   string
+	TelegramAPI      string
+	MetricsAddr      string
+	Retention        time.Duration
+	MaxBacklog       int
+	DebugFaults      bool
+	DebugCrash       string
+	LogFormat        string
+	LogLevel         string
+	ReconcileAfter   time.Duration
 }
 
 // setting is one configuration variable: its environment name, its flag,
@@ -93,14 +95,16 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker"},
 	{env: "HERALD_SMTP_CA_FILE", flag: "smtp-ca-file", def: "", usage: "PEM certificates trusted besides the system's for the SMTP server's TLS (a private CA)",
 		field: func(c *Config) any { return &c.SMTPCAFile }, cmds: "serve worker"},
-	{env: "HERALD_SMTP_RATE", flag: "smtp-rate", def: "0", usage: "most emails per second this process hands the SMTP server (0: no limit); a delivery waits for its turn before it is claimed, so the limit never costs an attempt; a prefetch that could not get its turns within a minute is refused at start",
+	{env: "HERALD_SMTP_RATE", flag: "smtp-rate", def: "0", usage: "most emails per second this process hands the SMTP server: the email channel's HERALD_<CHANNEL>_RATE (0: no limit); a delivery waits for its turn before it is claimed, so the limit never costs an attempt; a prefetch that could not get its turns within a minute is refused at start",
 		field: func(c *Config) any { return &c.SMTPRate }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_SMTP_FROM", flag: "smtp-from", def: "herald@localhost", usage: "From address (its domain names the Message-ID)",
 		field: func(c *Config) any { return &c.SMTPFrom }, cmds: cmdsWorker},
-	{env: "HERALD_SMTP_TIMEOUT", flag: "smtp-timeout", def: "30s", usage: "bounds one send (dial, commands, data); a delivery's claim lasts 25s longer (its claim and record transactions, 10s each, and a margin), so a slow send is never repeated while it runs",
+	{env: "HERALD_SMTP_TIMEOUT", flag: "smtp-timeout", def: "30s", usage: "the email channel's send timeout: bounds one send (dial, commands, data); a delivery's claim, one for every channel, lasts 25s longer than the longest channel's timeout (its claim and record transactions, 10s each, and a margin), so a slow send is never repeated while it runs",
 		field: func(c *Config) any { return &c.SMTPTimeout }, cmds: cmdsWorker},
 	{env: "HERALD_SMTP_OUTAGE", flag: "smtp-outage", def: "wait", usage: "what an SMTP server that cannot be reached (or refuses TLS, AUTH, the greeting) costs: wait (no attempt spent; sends pause and resume when it is back) or attempt (each delivery spends an attempt, then dead-letters: the chapter's exercise 4)",
 		field: func(c *Config) any { return &c.SMTPOutage }, cmds: cmdsWorker, oneOf: "wait attempt"},
+	{env: "HERALD_EMAIL_CONCURRENCY", flag: "email-concurrency", def: "0", usage: "most emails this process sends at once (the email channel's HERALD_<CHANNEL>_CONCURRENCY; HERALD_SMTP_RATE is its rate, HERALD_SMTP_TIMEOUT its timeout); a delivery waits for a slot before it is claimed (0: no limit but HERALD_PREFETCH)",
+		field: func(c *Config) any { return &c.EmailConcurrency }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_MAX_RETRIES", flag: "max-retries", def: "5", usage: "retries after the first attempt; then dead-letter (0: dead-letter on the first failure)",
 		field: func(c *Config) any { return &c.MaxRetries }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_RETRY_DELAY", flag: "retry-delay", def: "30s", usage: "delay before each retry; a list (30s,5m,30m,2h) sets the delay of each retry in turn, the last one repeating",

@@ -7,7 +7,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/console"
 	"github.com/heraldhq/herald/internal/deadletter"
-	"github.com/heraldhq/herald/internal/notify"
 )
 
 // consoleRefresh is how often the console's overview refreshes itself.
@@ -18,6 +17,7 @@ const consoleRefresh = 3 * time.Second
 func (a *app) withConsole(apiHandler http.Handler) (http.Handler, error) {
 	c, err := console.New(a.st, a.st, deadletter.New(a.st, a.tr.deadLetters), console.Config{
 		Token:        a.cfg.APIToken,
+		Channels:     channelSpecs(),
 		From:         a.cfg.SMTPFrom,
 		Senders:      a.senderStates,
 		Metrics:      a.reg,
@@ -43,11 +43,12 @@ func (a *app) withConsole(apiHandler http.Handler) (http.Handler, error) {
 // after the API, so it is looked up at each request, not when the console
 // is built.
 func (a *app) senderStates() ([]console.SenderState, bool) {
+	var states []console.SenderState
 	for _, ch := range a.checks {
 		if sc, ok := ch.Pinger.(senderCheck); ok {
-			up, reason := sc.w.SenderStatus()
-			return []console.SenderState{{Channel: notify.ChannelEmail, Up: up, Reason: reason}}, true
+			up, reason := sc.w.ChannelStatus(sc.channel)
+			states = append(states, console.SenderState{Channel: sc.channel, Up: up, Reason: reason})
 		}
 	}
-	return nil, false
+	return states, len(states) > 0
 }

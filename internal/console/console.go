@@ -82,6 +82,9 @@ type Config struct {
 	// api: the workers run elsewhere), which the overview says. Default:
 	// nil, the same as false.
 	Senders func() ([]SenderState, bool)
+	// Channels are the channels the API accepts; the list's channel filter
+	// takes their names. Default: email alone.
+	Channels notify.Channels
 	// From is the email From address (HERALD_SMTP_FROM): the detail page
 	// shows the Message-ID every attempt carried, whose domain is its
 	// domain. Default: empty (the worker's fallback, localhost).
@@ -103,6 +106,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Channels == nil {
+		c.Channels = notify.EmailOnly()
 	}
 	return c
 }

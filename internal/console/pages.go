@@ -237,7 +237,7 @@ func cleanQuery(q url.Values) url.Values {
 func (c *Console) notifications(w http.ResponseWriter, r *http.Request) {
 	q := cleanQuery(r.URL.Query())
 	d := listData{Query: q, Errors: map[string]string{}}
-	f, err := api.ParseListFilter(q)
+	f, err := api.ParseListFilter(q, c.cfg.Channels)
 	if err != nil {
 		var pe *api.ParamError
 		msg, field := err.Error(), ""
@@ -310,8 +310,11 @@ func (c *Console) detail(w http.ResponseWriter, r *http.Request) {
 		c.unavailable(w, r, "read attempts", err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "detail", detailData{N: n, Attempts: as, History: history(n, as),
-		MessageID: notify.NewEmail(notify.Requested{NotificationID: notify.FormatID(n.ID)}, c.cfg.From).MessageID})
+	d := detailData{N: n, Attempts: as, History: history(n, as)}
+	if n.Channel == notify.ChannelEmail {
+		d.MessageID = notify.NewEmail(notify.Outgoing{NotificationID: notify.FormatID(n.ID)}, c.cfg.From).MessageID
+	}
+	c.render(w, r, http.StatusOK, "detail", d)
 }
 
 // history is the status history the store's record implies: herald keeps

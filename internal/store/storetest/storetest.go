@@ -109,6 +109,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"List", testList}, {"ListFilters", testListFilters}, {"ListTimeWindow", testListTimeWindow},
 		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
 		{"Activity", testActivity},
+		{"OtherChannels", testOtherChannels},
 	}, append(deliverTests, staleCopyTests...)...) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)

@@ -27,7 +27,7 @@ type heldFailingSender struct {
 	waiting int
 }
 
-func (s *heldFailingSender) Send(ctx context.Context, e notify.Email) error {
+func (s *heldFailingSender) Send(ctx context.Context, e notify.Outgoing) error {
 	s.mu.Lock()
 	if s.count == nil {
 		s.count = map[string]int{}
