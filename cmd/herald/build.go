@@ -582,6 +582,10 @@ func (a *app) apiHandler() (http.Handler, error) {
 	if a.cfg.MaxBacklog > 0 {
 		admission = api.BacklogGate(a.st, int64(a.cfg.MaxBacklog), 250*time.Millisecond)
 	}
+	channels, err := channelSpecs(a.cfg)
+	if err != nil {
+		return nil, err
+	}
 	h, err := api.New(a.st, api.Config{
 		Token:       a.cfg.APIToken,
 		DebugFaults: a.cfg.DebugFaults,
@@ -591,7 +595,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 		Logger:      a.log.With("component", "api"),
 		Admission:   admission,
 		DeadLetters: deadletter.New(a.st, a.tr.deadLetters),
-		Channels:    channelSpecs(),
+		Channels:    channels,
 	})
 	if err != nil {
 		return nil, err
@@ -671,7 +675,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		return nil, err
 	}
 	channels := make(map[string]worker.Channel, len(channelKinds))
-	for _, k := range channelKinds {
+	for _, k := range enabledChannels(a.cfg) {
 		snd, closeSender, err := k.open(a.cfg)
 		if err != nil {
 			return nil, err

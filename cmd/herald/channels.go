@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -9,6 +11,8 @@ import (
 	"github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/mbox"
 	"github.com/heraldhq/herald/internal/sender/smtp"
+	"github.com/heraldhq/herald/internal/sender/telegram"
+	"github.com/heraldhq/herald/internal/sender/webhook"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
@@ -19,7 +23,13 @@ import (
 // per channel.
 type channelKind struct {
 	name string
-	spec notify.ChannelSpec
+	// spec is what the domain knows of the channel under cfg (its
+	// validation may depend on settings: the webhook's allowed ranges).
+	spec func(cfg Config) (notify.ChannelSpec, error)
+	// enabled reports whether cfg enables the channel: the API accepts its
+	// requests and the worker builds its sender only then. Nil: always
+	// (email).
+	enabled func(cfg Config) bool
 	// open builds the channel's sender from cfg, and its close func.
 	open func(cfg Config) (worker.Sender, func(), error)
 	// limits are the channel's own worker limits from cfg: its send
@@ -29,32 +39,54 @@ type channelKind struct {
 }
 
 // channelKinds is the registration table: adding a channel is its package
-// (an exported Validate, Config, New and Send) plus one line here and its
-// rows in the settings table, e.g.
-//
-//	{name: "webhook", spec: notify.ChannelSpec{Validate: webhook.Validate, JSONBody: true, To: "an http(s) URL"}, open: openWebhook,
-//		limits: func(c Config) worker.Channel { return channelLimits(c.WebhookTimeout, c.WebhookRate, c.WebhookConcurrency) }},
-//
-// where openWebhook builds webhook.New(webhook.Config{...}) from its
-// settings.
+// (an exported Validate, Config, New and Send), one line here and its rows
+// in the settings table.
 var channelKinds = []channelKind{
-	{name: notify.ChannelEmail, spec: notify.EmailSpec, open: openEmail, limits: emailLimits},
+	{name: notify.ChannelEmail, spec: emailSpec, open: openEmail, limits: emailLimits},
+	{name: "webhook", spec: webhookSpec, enabled: webhookEnabled, open: openWebhook, limits: webhookLimits},
+	{name: "telegram", spec: telegramSpec, enabled: telegramEnabled, open: openTelegram, limits: telegramLimits},
 }
 
-// channelSpecs are the channels the API accepts, by name.
-func channelSpecs() notify.Channels {
-	cs := make(notify.Channels, len(channelKinds))
+// enabledChannels are the channels cfg enables.
+func enabledChannels(cfg Config) []channelKind {
+	var ks []channelKind
 	for _, k := range channelKinds {
-		cs[k.name] = k.spec
+		if k.enabled == nil || k.enabled(cfg) {
+			ks = append(ks, k)
+		}
 	}
-	return cs
+	return ks
 }
 
-// longestSendTimeout is the longest send timeout of the channels: the
-// claim lease, one for every channel, must cover it.
+// channelSpecs are the channels the API accepts under cfg, by name: the
+// enabled ones.
+func channelSpecs(cfg Config) (notify.Channels, error) {
+	return specsOf(cfg, enabledChannels(cfg))
+}
+
+// knownChannelSpecs are every registered channel, enabled or not: the
+// commands that read stored notifications know them all.
+func knownChannelSpecs(cfg Config) (notify.Channels, error) {
+	return specsOf(cfg, channelKinds)
+}
+
+func specsOf(cfg Config, ks []channelKind) (notify.Channels, error) {
+	cs := make(notify.Channels, len(ks))
+	for _, k := range ks {
+		spec, err := k.spec(cfg)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		cs[k.name] = spec
+	}
+	return cs, nil
+}
+
+// longestSendTimeout is the longest send timeout of the enabled channels:
+// the claim lease, one for every channel, must cover it.
 func longestSendTimeout(cfg Config) time.Duration {
 	var longest time.Duration
-	for _, k := range channelKinds {
+	for _, k := range enabledChannels(cfg) {
 		longest = max(longest, k.limits(cfg).SendTimeout)
 	}
 	return longest
@@ -68,6 +100,68 @@ func channelNames() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+func emailSpec(Config) (notify.ChannelSpec, error) { return notify.EmailSpec, nil }
+
+// webhookSpec: to is an http(s) URL, refused at create when it is a
+// literal address the SSRF guard refuses (HERALD_WEBHOOK_ALLOW opens
+// ranges); the body any JSON value; no subject.
+func webhookSpec(cfg Config) (notify.ChannelSpec, error) {
+	allow, err := webhook.ParseAllow(cfg.WebhookAllow)
+	if err != nil {
+		return notify.ChannelSpec{}, fmt.Errorf("HERALD_WEBHOOK_ALLOW: %w", err)
+	}
+	return notify.ChannelSpec{
+		Validate: func(r notify.CreateRequest) error { return webhook.ValidateAllowing(r, allow) },
+		JSONBody: true,
+		To:       "an http(s) URL",
+	}, nil
+}
+
+func webhookEnabled(cfg Config) bool { return cfg.WebhookSecret != "" }
+
+// openWebhook builds the webhook channel's sender: signed with the first
+// of HERALD_WEBHOOK_SECRET, guarded against internal destinations but
+// HERALD_WEBHOOK_ALLOW, each request bounded by HERALD_WEBHOOK_TIMEOUT.
+func openWebhook(cfg Config) (worker.Sender, func(), error) {
+	allow, err := webhook.ParseAllow(cfg.WebhookAllow)
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("HERALD_WEBHOOK_ALLOW: %w", err)}
+	}
+	s, err := webhook.New(webhook.Config{Secret: cfg.WebhookSecret, Allow: allow, Timeout: cfg.WebhookTimeout})
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("webhook channel: %w", err)}
+	}
+	return s, func() { _ = s.Close() }, nil
+}
+
+func webhookLimits(cfg Config) worker.Channel {
+	ch := channelLimits(cmp.Or(cfg.WebhookTimeout, webhook.DefaultTimeout), cfg.WebhookRate, cfg.WebhookConcurrency)
+	ch.Provider = "webhook endpoint"
+	return ch
+}
+
+func telegramSpec(Config) (notify.ChannelSpec, error) {
+	return notify.ChannelSpec{Validate: telegram.Validate, To: "a chat id or @channel"}, nil
+}
+
+func telegramEnabled(cfg Config) bool { return cfg.TelegramBotToken != "" }
+
+// openTelegram builds the telegram channel's sender: sendMessage with
+// HERALD_TELEGRAM_BOT_TOKEN at HERALD_TELEGRAM_API.
+func openTelegram(cfg Config) (worker.Sender, func(), error) {
+	s, err := telegram.New(telegram.Config{Token: cfg.TelegramBotToken, APIBase: cfg.TelegramAPI, Timeout: cfg.TelegramTimeout})
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("telegram channel: %w", err)}
+	}
+	return s, func() { _ = s.Close() }, nil
+}
+
+func telegramLimits(cfg Config) worker.Channel {
+	ch := channelLimits(cmp.Or(cfg.TelegramTimeout, telegram.DefaultTimeout), cfg.TelegramRate, cfg.TelegramConcurrency)
+	ch.Provider = "Telegram Bot API"
+	return ch
 }
 
 // openEmail builds the email channel's sender: the email of each

@@ -15,9 +15,13 @@ const consoleRefresh = 3 * time.Second
 // withConsole serves the web console at /ui beside the API on the API's
 // listener; every other path goes to the API as before.
 func (a *app) withConsole(apiHandler http.Handler) (http.Handler, error) {
+	channels, err := channelSpecs(a.cfg)
+	if err != nil {
+		return nil, err
+	}
 	c, err := console.New(a.st, a.st, deadletter.New(a.st, a.tr.deadLetters), console.Config{
 		Token:        a.cfg.APIToken,
-		Channels:     channelSpecs(),
+		Channels:     channels,
 		From:         a.cfg.SMTPFrom,
 		Senders:      a.senderStates,
 		Metrics:      a.reg,

@@ -60,7 +60,11 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 			q.Set(name, v)
 		}
 	}
-	f, err := api.ParseListFilter(q, channelSpecs())
+	known, err := knownChannelSpecs(cfg)
+	if err != nil {
+		return err
+	}
+	f, err := api.ParseListFilter(q, known)
 	if pe, ok := errors.AsType[*api.ParamError](err); ok {
 		return usageError{fmt.Errorf("notifications list: --%s: %s", strings.ReplaceAll(pe.Field, "_", "-"), pe.Message)}
 	}
@@ -167,7 +171,10 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 func writeNotification(w io.Writer, n notify.Notification) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
-	spec, known := channelSpecs()[n.Channel]
+	// How a channel's fields read needs no setting: the zero
+	// configuration's specs say it.
+	specs, _ := knownChannelSpecs(Config{})
+	spec, known := specs[n.Channel]
 	row("id", notify.FormatID(n.ID))
 	row("status", string(n.Status))
 	row("user_id", n.UserID)

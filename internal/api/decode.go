@@ -74,7 +74,10 @@ func decodeCreate(raw []byte, channels notify.Channels) (notify.CreateRequest, *
 		return req, &apiError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}
 	}
 	req = notify.CreateRequest{UserID: cb.UserID, Channel: cb.Channel, To: cb.To, Subject: cb.Subject}
-	body, e := decodeBody(cb.Body, channels[cb.Channel].JSONBody)
+	// A channel this server does not take is the error to report, whatever
+	// the body: its body is read leniently, and Validate names channel.
+	spec, known := channels[cb.Channel]
+	body, e := decodeBody(cb.Body, spec.JSONBody || !known)
 	if e != nil {
 		return req, e
 	}
