@@ -50,8 +50,12 @@ func (a *app) senderStates() ([]console.SenderState, bool) {
 	var states []console.SenderState
 	for _, ch := range a.checks {
 		if sc, ok := ch.Pinger.(senderCheck); ok {
-			up, reason := sc.w.ChannelStatus(sc.channel)
-			states = append(states, console.SenderState{Channel: sc.channel, Up: up, Reason: reason})
+			st, ok := sc.w.ChannelState(sc.channel)
+			if !ok {
+				continue
+			}
+			states = append(states, console.SenderState{Channel: sc.channel, Up: st.Up, Reason: st.Reason, Class: st.Class,
+				Until: st.Next, PausedDestinations: st.PausedDestinations})
 		}
 	}
 	return states, len(states) > 0

@@ -70,6 +70,14 @@ type SenderState struct {
 	Up bool
 	// Reason says why sends are paused (down, or throttled) when not Up.
 	Reason string
+	// Class is "down" or "throttled" when not Up.
+	Class string
+	// Until is the earliest next probe or trial send when not Up (for a
+	// throttled provider, at least its Retry-After); zero when unknown.
+	Until time.Time
+	// PausedDestinations counts the channel's destinations paused on
+	// their own (a webhook endpoint down or throttling).
+	PausedDestinations int
 }
 
 // Config configures the console.

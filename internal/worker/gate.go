@@ -402,6 +402,18 @@ func (g *gate) after(ev gateEvent) {
 }
 
 // status reports whether the gate is open, and when not, why.
+// state is the gate's state for people: open, or closed with its class
+// (down, throttled), its reason and the earliest next turn (a probe or the
+// trial).
+func (g *gate) state() ChannelState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.b.state == gateOpen {
+		return ChannelState{Up: true}
+	}
+	return ChannelState{Class: g.b.class, Reason: g.provider + " " + g.b.class + ": " + g.b.reason, Since: g.b.since, Next: g.b.next}
+}
+
 func (g *gate) status() (up bool, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

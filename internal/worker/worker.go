@@ -362,6 +362,36 @@ func (w *Worker) ChannelStatus(channel string) (up bool, reason string) {
 	return l.gate.status()
 }
 
+// ChannelState is what the worker knows of one channel's provider.
+type ChannelState struct {
+	// Up: the provider takes sends, as far as the worker knows.
+	Up bool
+	// Class is why sends are paused when not Up: "down" or "throttled".
+	Class string
+	// Reason is the provider's last failure, for people.
+	Reason string
+	// Since is when sends were paused.
+	Since time.Time
+	// Next is the earliest time of the next probe or trial send: for a
+	// throttled provider, at least its Retry-After.
+	Next time.Time
+	// PausedDestinations counts the destinations of the channel paused on
+	// their own (a webhook endpoint down or throttling).
+	PausedDestinations int
+}
+
+// ChannelState reports the state of channel's provider, and false for a
+// channel the worker has no sender for.
+func (w *Worker) ChannelState(channel string) (ChannelState, bool) {
+	l, ok := w.lanes[channel]
+	if !ok {
+		return ChannelState{}, false
+	}
+	st := l.gate.state()
+	st.PausedDestinations = w.PausedDestinations(channel)
+	return st, true
+}
+
 // SenderStatus reports whether the worker sends on every channel, and when
 // not, why (the first paused channel's reason).
 func (w *Worker) SenderStatus() (up bool, reason string) {
