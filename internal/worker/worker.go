@@ -612,8 +612,8 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	case notify.AttemptDeferred:
 		return "", w.release(ctx, d, 0, errDeferred)
 	case notify.AttemptRetry:
-		if err := d.Retry(ctx, res.Error); err != nil {
-			return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("schedule retry: %w", err))
+		if err := w.retryUntilPublished(ctx, d, res.Error); err != nil {
+			return "", w.release(ctx, d, 0, fmt.Errorf("schedule retry: %w", err))
 		}
 		w.log.Warn("delivery failed; retry scheduled", "message_id", msg.ID, "notification_id", nid,
 			"retry", msg.RetryCount+1, "err", res.Error)
@@ -701,6 +701,37 @@ func (w *Worker) recordUntilCommitted(ctx context.Context, res notify.DeliveryRe
 			}
 		}
 		pause = min(2*pause, recordBackoffMax)
+	}
+}
+
+// retryUntilPublished schedules the retry copy of d, again and again with
+// a growing pause while the transport fails (the broker down), until it
+// is published or ctx ends. The store has recorded the retry already, and
+// from then on refuses the original as a stale copy: handing the original
+// back would leave the notification to the reconciler (its retry overdue
+// by HERALD_RECONCILE_AFTER) rather than to its retry schedule. Only a
+// stopping worker gives up and hands it back.
+func (w *Worker) retryUntilPublished(ctx context.Context, d notify.Delivery, reason string) error {
+	pause := max(w.cfg.StoreBackoff, 10*time.Millisecond)
+	for failures := 0; ; failures++ {
+		err := d.Retry(ctx, reason)
+		if err == nil {
+			if failures > 0 {
+				w.log.Info("retry copy published after transport failures", "message_id", d.Message().ID, "failures", failures)
+			}
+			return nil
+		}
+		if failures == 0 {
+			w.log.Warn("retry copy not published; trying again until it is", "message_id", d.Message().ID, "err", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, max(w.cfg.SenderBackoffMax, pause))
 	}
 }
 

@@ -36,7 +36,12 @@ type fakeDelivery struct {
 	msg      notify.Message
 	settled  []settle
 	retryErr error
-	deadErr  error
+	// retryFails, when set, makes only the first retryFails Retry calls
+	// fail with retryErr; onRetryFail runs after each failed one.
+	retryFails  int
+	retryCalls  int
+	onRetryFail func(calls int)
+	deadErr     error
 }
 
 func (d *fakeDelivery) add(s settle) {
@@ -61,7 +66,14 @@ func (d *fakeDelivery) Ack(context.Context) error {
 	return nil
 }
 func (d *fakeDelivery) Retry(_ context.Context, reason string) error {
-	if d.retryErr != nil {
+	d.mu.Lock()
+	d.retryCalls++
+	calls := d.retryCalls
+	d.mu.Unlock()
+	if d.retryErr != nil && (d.retryFails == 0 || calls <= d.retryFails) {
+		if d.onRetryFail != nil {
+			d.onRetryFail(calls)
+		}
 		return d.retryErr
 	}
 	d.add(settle{"retry", reason})
@@ -255,10 +267,13 @@ func TestHandleDecisions(t *testing.T) {
 			settled: []string{"release"}, records: []rec{{"deferred", "dial: connection refused"}}, sends: 1},
 		{name: "claim lost during the send: acked, no retry", msg: func(t *testing.T) notify.Message { return message(t, 0) },
 			store: fakeStore{lost: true}, sendErr: transient, settled: []string{"ack"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
-		// Issue 11, defect 1: a failed forward hands the delivery back.
-		{name: "retry publish fails: released", msg: func(t *testing.T) notify.Message { return message(t, 0) },
-			sendErr: transient, dlvry: fakeDelivery{retryErr: errors.New("channel closed")},
-			settled: []string{"release"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
+		// A retry recorded makes the store refuse the original as a stale
+		// copy: a failed forward of the retry copy is tried again until it
+		// is published, not handed back (a stopping worker hands it back:
+		// TestRetryPublishGivenUpOnlyWhenStopping).
+		{name: "retry publish fails: tried again until published", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			sendErr: transient, dlvry: fakeDelivery{retryErr: errors.New("channel closed"), retryFails: 3},
+			settled: []string{"retry"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
 		{name: "dead-letter publish fails: released", msg: func(t *testing.T) notify.Message { return message(t, 0) },
 			sendErr: permanent, dlvry: fakeDelivery{deadErr: errors.New("channel closed")},
 			settled: []string{"release"}, records: []rec{{"dead", "550 no such mailbox"}}, sends: 1},
@@ -762,4 +777,26 @@ type hangingSender struct{}
 func (hangingSender) Send(ctx context.Context, _ notify.Outgoing) error {
 	<-ctx.Done()
 	return fmt.Errorf("the message was not accepted in time: %w", ctx.Err())
+}
+
+// Issue 11, defect 1, with the stale-copy guard: a retry copy the
+// transport cannot publish is tried again while the worker runs; only a
+// stopping worker hands the original back (the reconciler then re-announces
+// the notification once its retry is overdue).
+func TestRetryPublishGivenUpOnlyWhenStopping(t *testing.T) {
+	t.Parallel()
+	store := &fakeStore{}
+	snd := &fakeSender{err: errors.New("451 try later")}
+	w := newWorker(t, store, snd, worker.Config{MaxRetries: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := &fakeDelivery{msg: message(t, 0), retryErr: errors.New("channel closed"), onRetryFail: func(calls int) {
+		if calls == 4 {
+			cancel() // the worker stops while the broker is still down
+		}
+	}}
+	w.Handle(ctx, d)
+	require.Equal(t, []string{"release"}, d.hows())
+	require.Equal(t, 4, d.retryCalls, "tried until the stop")
+	require.Equal(t, []rec{{"retry", "451 try later"}}, store.recs())
 }
