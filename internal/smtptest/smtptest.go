@@ -153,6 +153,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	messages  []Message
+	received  []Message // every message whose data arrived, accepted or not
 	attempts  int // MAIL accepted
 	mails     int // MAIL received, refused or not
 	auths     int // AUTH received
@@ -286,6 +287,15 @@ func (s *Server) Messages() []Message {
 	out := make([]Message, len(s.messages))
 	copy(out, s.messages)
 	return out
+}
+
+// Received returns a copy of every message whose data reached the server
+// so far, in order, whatever the server answered (or did not answer) to
+// it: the ones it refused, dropped or was slow to take included.
+func (s *Server) Received() []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Message(nil), s.received...)
 }
 
 // Count returns the number of messages accepted so far.
@@ -577,6 +587,9 @@ func (se *session) Data(r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("read data: %w", err)
 	}
+	se.s.mu.Lock()
+	se.s.received = append(se.s.received, parse(data))
+	se.s.mu.Unlock()
 	if !se.s.waitWhileHung() {
 		return errClosing
 	}
