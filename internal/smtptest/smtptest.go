@@ -154,9 +154,9 @@ type Server struct {
 	mu        sync.Mutex
 	messages  []Message
 	received  []Message // every message whose data arrived, accepted or not
-	attempts  int // MAIL accepted
-	mails     int // MAIL received, refused or not
-	auths     int // AUTH received
+	attempts  int       // MAIL accepted
+	mails     int       // MAIL received, refused or not
+	auths     int       // AUTH received
 	fail      map[Step]reply
 	greylist  int
 	greyTries map[string]int
