@@ -199,14 +199,14 @@ func TestOverviewSenders(t *testing.T) {
 		{"api", nil, []string{"Not in this process"}},
 		{"api with a seam", func() ([]SenderState, bool) { return nil, false }, []string{"Not in this process"}},
 		{"serve, up", func() ([]SenderState, bool) { return []SenderState{{Channel: "email", Up: true}}, true },
-			[]string{"<td>email</td>", "status-sent\">up<"}},
+			[]string{"<td data-label=\"Channel\">email</td>", "status-sent\">up<"}},
 		{"serve, throttled", func() ([]SenderState, bool) {
 			return []SenderState{{Channel: "email", Reason: "mail server throttled: 421 <try later>"}}, true
-		}, []string{"<td>email</td>", "paused", "mail server throttled: 421 &lt;try later&gt;"}},
+		}, []string{"<td data-label=\"Channel\">email</td>", "paused", "mail server throttled: 421 &lt;try later&gt;"}},
 		{"serve, throttled until", func() ([]SenderState, bool) {
 			return []SenderState{{Channel: "telegram", Class: "throttled", Reason: "Telegram Bot API throttled: 429",
 				Until: time.Date(2026, 12, 1, 20, 0, 5, 0, time.UTC)}, {Channel: "webhook", Up: true, PausedDestinations: 2}}, true
-		}, []string{"<td>telegram</td>", ">throttled</span> until <time datetime=\"2026-12-01T20:00:05Z\"", "<td>webhook</td>", "<td>2</td>"}},
+		}, []string{"<td data-label=\"Channel\">telegram</td>", ">throttled</span> until <time datetime=\"2026-12-01T20:00:05Z\"", "<td data-label=\"Channel\">webhook</td>", "<td data-label=\"Paused destinations\">2</td>"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := New(st, st, deadletter.New(st, nil), Config{Senders: tc.senders, SessionTTL: time.Hour, RefreshEvery: time.Second})
