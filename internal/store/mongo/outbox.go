@@ -30,11 +30,11 @@ const markTimeout = 10 * time.Second
 const relayLease = time.Minute
 
 // candidates are the documents with an event due at t, in id order.
-func (s *Store) candidates(ctx context.Context, t time.Time, limit int) ([]int64, error) {
+func (s *Store) candidates(ctx context.Context, t time.Time, after int64, limit int) ([]int64, error) {
 	var ds []struct {
 		ID int64 `bson:"_id"`
 	}
-	cur, err := s.n.Find(ctx, bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}},
+	cur, err := s.n.Find(ctx, bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).
 			SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
@@ -54,11 +54,30 @@ func (s *Store) candidates(ctx context.Context, t time.Time, limit int) ([]int64
 // until+offset (offset from now when until is zero).
 func (s *Store) lease(ctx context.Context, token string, limit int, until func(t time.Time) time.Time) ([]eventDoc, error) {
 	t := now()
-	ids, err := s.candidates(ctx, t, limit)
-	if err != nil {
-		return nil, fmt.Errorf("find due events: %w", err)
-	}
 	var out []eventDoc
+	// A candidate another claimer leased meanwhile gives nothing: read on
+	// past the last candidate until the batch is full or none is left.
+	var last int64
+	for len(out) < limit {
+		ids, err := s.candidates(ctx, t, last, limit-len(out))
+		if err != nil {
+			return out, fmt.Errorf("find due events: %w", err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		last = ids[len(ids)-1]
+		if out, err = s.leaseIn(ctx, ids, token, limit, until, out); err != nil {
+			return out, err
+		}
+	}
+	slices.SortFunc(out, func(a, b eventDoc) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// leaseIn leases the due events of the documents ids, appending them to
+// out, up to limit in all.
+func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit int, until func(t time.Time) time.Time, out []eventDoc) ([]eventDoc, error) {
 	for _, id := range ids {
 		if len(out) >= limit {
 			break
@@ -89,7 +108,6 @@ func (s *Store) lease(ctx context.Context, token string, limit int, until func(t
 		}
 		out = append(out, got...)
 	}
-	slices.SortFunc(out, func(a, b eventDoc) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
