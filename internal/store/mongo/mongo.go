@@ -46,11 +46,18 @@ type Config struct {
 	// ConnectTimeout bounds each attempt to reach the server (the driver's
 	// server selection). Default 5s.
 	ConnectTimeout time.Duration
+	// StartTimeout is how long Open waits for an unreachable server,
+	// retrying with backoff (100ms doubling to 5s), before it fails.
+	// Default 1m; negative: do not wait (Open only checks the URL).
+	StartTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = 5 * time.Second
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = time.Minute
 	}
 	return c
 }
@@ -101,12 +108,12 @@ func DatabaseName(rawURL string) (string, error) {
 	return name, nil
 }
 
-// Open connects to the database rawURL names. It does not wait for the
-// server: the driver connects in the background and retries with backoff,
-// so an unreachable server at start is reported by Ping (readiness) and by
-// every call, not by Open. Unless the URL says otherwise, writes use
-// write concern majority and retryable writes. It does not create the
-// indexes: call Migrate.
+// Open connects to the database rawURL names, waiting for an unreachable
+// server up to cfg.StartTimeout with backoff. Later, the driver reconnects
+// by itself; meanwhile Ping (readiness) and every call fail with
+// notify.ErrUnavailable. Unless the URL says otherwise, writes use write
+// concern majority and retryable writes. It does not create the indexes:
+// call Migrate.
 func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -130,6 +137,12 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open mongodb: %w", err)
 	}
 	db := client.Database(name)
+	if cfg.StartTimeout > 0 {
+		if err := waitServer(ctx, db, cfg.StartTimeout); err != nil {
+			_ = client.Disconnect(context.Background())
+			return nil, fmt.Errorf("open mongodb database %s: %w", name, err)
+		}
+	}
 	return &Store{
 		client: client,
 		db:     db,
@@ -137,6 +150,28 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
 		revs:   db.Collection(collRevisions),
 		orph:   db.Collection(collOrphans),
 	}, nil
+}
+
+// waitServer pings until the server answers, with backoff, for at most
+// limit.
+func waitServer(ctx context.Context, db *mgo.Database, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	delay := 100 * time.Millisecond
+	for {
+		err := db.RunCommand(ctx, bson.D{{Key: "ping", Value: 1}}).Err()
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: server unreachable for %s: %w", notify.ErrUnavailable, limit, err)
+		case <-t.C:
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 // Close disconnects.
@@ -166,12 +201,10 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	var se mgo.ServerError
 	if mgo.IsNetworkError(err) || mgo.IsTimeout(err) || errors.Is(err, mgo.ErrClientDisconnected) ||
 		strings.Contains(err.Error(), "server selection") {
 		return fmt.Errorf("%w: %w", notify.ErrUnavailable, err)
 	}
-	_ = se
 	return err
 }
 

@@ -1,7 +1,9 @@
 package mongo_test
 
 import (
+	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -89,4 +91,37 @@ func count(t testing.TB, db *mgo.Database, table string) int {
 	}
 	t.Fatalf("count: unknown table %q", table)
 	return 0
+}
+
+// A URL without a database name is refused with a clear error before any
+// connection is tried.
+func TestOpenRejects(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"mongodb://127.0.0.1:1", "mongodb://127.0.0.1:1/", "mongodb://h/a.b", "postgres://h/db", "mongodb://%zz/db"} {
+		s, err := mongo.Open(t.Context(), u, mongo.Config{})
+		require.Error(t, err, u)
+		require.Nil(t, s, u)
+	}
+	_, err := mongo.Open(t.Context(), "mongodb://127.0.0.1:1/", mongo.Config{})
+	require.ErrorContains(t, err, "names no database")
+}
+
+// An unreachable server: Open waits with backoff up to StartTimeout and
+// then fails as unavailable; a store opened without waiting answers Ping
+// (readiness) with notify.ErrUnavailable.
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	u := "mongodb://" + addr + "/herald"
+	start := time.Now()
+	_, err = mongo.Open(t.Context(), u, mongo.Config{ConnectTimeout: 200 * time.Millisecond, StartTimeout: 700 * time.Millisecond})
+	require.ErrorIs(t, err, notify.ErrUnavailable)
+	require.GreaterOrEqual(t, time.Since(start), 700*time.Millisecond, "it waited")
+	s, err := mongo.Open(t.Context(), u, mongo.Config{ConnectTimeout: 200 * time.Millisecond, StartTimeout: -1})
+	require.NoError(t, err)
+	defer s.Close()
+	require.ErrorIs(t, s.Ping(t.Context()), notify.ErrUnavailable)
 }
