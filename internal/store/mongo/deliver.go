@@ -128,7 +128,7 @@ func (s *Store) claimOne(ctx context.Context, r notify.ClaimRequest, lease time.
 // recordOrphan records a message id whose notification does not exist as
 // processed, in orphan_messages (its _id is the message id).
 func (s *Store) recordOrphan(ctx context.Context, msg int64) error {
-	_, err := s.orph.InsertOne(ctx, bson.D{{Key: "_id", Value: msg}, {Key: "processed_at", Value: now()}})
+	_, err := s.orph.InsertOne(ctx, bson.D{{Key: "_id", Value: key(msg)}, {Key: "message_id", Value: msg}, {Key: "processed_at", Value: now()}})
 	if err != nil && !mgo.IsDuplicateKeyError(err) {
 		return fmt.Errorf("record message %d: %w", msg, classify(err))
 	}

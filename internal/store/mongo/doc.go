@@ -17,7 +17,11 @@ import (
 // doc is one notification document: the notification, its outbox events,
 // its claim, the message ids it has processed and its attempts.
 type doc struct {
-	ID             int64      `bson:"_id"`
+	// Key is the id as 19 decimal digits: FerretDB v1 serves a filter on
+	// a string _id from its primary key, and one on a number by reading
+	// every document; the digits sort as the numbers do.
+	Key            string     `bson:"_id"`
+	ID             int64      `bson:"id"`
 	Rev            int64      `bson:"rev"`
 	UserID         string     `bson:"user_id"`
 	Channel        string     `bson:"channel"`
@@ -202,6 +206,21 @@ func (d *doc) dropLease(pred func(p procDoc) bool) {
 	d.Processed = slices.DeleteFunc(d.Processed, func(p procDoc) bool { return p.ProcessedAt == nil && pred(p) })
 }
 
+// key is the _id of notification id (see doc.Key).
+func key(id int64) string { return fmt.Sprintf("%019d", id) }
+
+// keys is key of each id.
+func keys(ids []int64) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = key(id)
+	}
+	return out
+}
+
+// idOnly projects a document to its id.
+var idOnly = bson.D{{Key: "id", Value: 1}}
+
 // revision is the record that claims one revision of a notification
 // document for one writer (see the package doc).
 type revision struct {
@@ -221,7 +240,7 @@ var errNoChange = errors.New("no change")
 // load reads one notification document; found is false when there is none.
 func (s *Store) load(ctx context.Context, id int64) (doc, bool, error) {
 	var d doc
-	err := s.n.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
+	err := s.n.FindOne(ctx, bson.D{{Key: "_id", Value: key(id)}}).Decode(&d)
 	if errors.Is(err, mgo.ErrNoDocuments) {
 		return doc{}, false, nil
 	}
@@ -260,7 +279,7 @@ func (s *Store) change(ctx context.Context, id int64, fn func(d *doc) error) (fo
 			}
 			continue
 		}
-		res, err := s.n.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "rev", Value: prev}}, d)
+		res, err := s.n.ReplaceOne(ctx, bson.D{{Key: "_id", Value: key(id)}, {Key: "rev", Value: prev}}, d)
 		if err != nil {
 			return true, false, fmt.Errorf("write notification %d: %w", id, classify(err))
 		}
@@ -275,16 +294,16 @@ func (s *Store) change(ctx context.Context, id int64, fn func(d *doc) error) (fo
 // claimRevision inserts the revision record of d; false when another
 // writer has it (after rolling it forward if its writer seems dead).
 func (s *Store) claimRevision(ctx context.Context, d *doc) (bool, error) {
-	key := fmt.Sprintf("%d@%d", d.ID, d.Rev)
-	_, err := s.revs.InsertOne(ctx, revision{ID: key, At: time.Now().UTC(), Doc: *d})
+	rk := fmt.Sprintf("%d@%d", d.ID, d.Rev)
+	_, err := s.revs.InsertOne(ctx, revision{ID: rk, At: time.Now().UTC(), Doc: *d})
 	if err == nil {
 		return true, nil
 	}
 	if !mgo.IsDuplicateKeyError(err) {
-		return false, fmt.Errorf("claim revision %s: %w", key, classify(err))
+		return false, fmt.Errorf("claim revision %s: %w", rk, classify(err))
 	}
 	var r revision
-	if err := s.revs.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&r); err != nil {
+	if err := s.revs.FindOne(ctx, bson.D{{Key: "_id", Value: rk}}).Decode(&r); err != nil {
 		return false, nil
 	}
 	if time.Since(r.At) < rollForwardAfter {
@@ -292,7 +311,7 @@ func (s *Store) claimRevision(ctx context.Context, d *doc) (bool, error) {
 	}
 	// Its writer claimed it long ago and the document may still be
 	// before it: write it as that writer would have.
-	_, err = s.n.ReplaceOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "rev", Value: d.Rev - 1}}, r.Doc)
+	_, err = s.n.ReplaceOne(ctx, bson.D{{Key: "_id", Value: key(d.ID)}, {Key: "rev", Value: d.Rev - 1}}, r.Doc)
 	return false, classify(err)
 }
 

@@ -44,7 +44,7 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 		t := now()
 		n := nn.Pending(id, t)
 		d := doc{
-			ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
+			Key: key(id), ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
 			Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
 		}
 		if err := d.addEvent(n, t); err != nil {
@@ -97,10 +97,10 @@ func (s *Store) allocID(ctx context.Context) (int64, error) {
 		cur := s.nextID.Load()
 		if cur == 0 {
 			var d struct {
-				ID int64 `bson:"_id"`
+				ID int64 `bson:"id"`
 			}
 			err := s.n.FindOne(ctx, bson.D{}, options.FindOne().SetSort(bson.D{{Key: "_id", Value: -1}}).
-				SetProjection(bson.D{{Key: "_id", Value: 1}})).Decode(&d)
+				SetProjection(idOnly)).Decode(&d)
 			if err != nil && !errors.Is(err, mgo.ErrNoDocuments) {
 				return 0, fmt.Errorf("read the largest notification id: %w", classify(err))
 			}
@@ -119,7 +119,7 @@ func (s *Store) allocID(ctx context.Context) (int64, error) {
 // Get returns one notification, or an error wrapping notify.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) {
 	var d doc
-	err := s.n.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(noHeavy)).Decode(&d)
+	err := s.n.FindOne(ctx, bson.D{{Key: "_id", Value: key(id)}}, options.FindOne().SetProjection(noHeavy)).Decode(&d)
 	if errors.Is(err, mgo.ErrNoDocuments) {
 		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, notify.ErrNotFound)
 	}
@@ -133,7 +133,7 @@ func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) 
 // they were made, or notify.ErrNotFound.
 func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error) {
 	var d doc
-	err := s.n.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+	err := s.n.FindOne(ctx, bson.D{{Key: "_id", Value: key(id)}},
 		options.FindOne().SetProjection(bson.D{{Key: "history", Value: 1}})).Decode(&d)
 	if errors.Is(err, mgo.ErrNoDocuments) {
 		return nil, fmt.Errorf("attempts of notification %d: %w", id, notify.ErrNotFound)

@@ -22,7 +22,7 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 	}
 	filter := bson.D{{Key: "status", Value: string(notify.StatusFailed)}}
 	if len(f.IDs) > 0 {
-		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: f.IDs}}})
+		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: keys(f.IDs)}}})
 	}
 	if !f.Since.IsZero() {
 		filter = append(filter, bson.E{Key: "failed_at", Value: bson.D{{Key: "$gte", Value: msTime(f.Since)}}})
@@ -145,9 +145,9 @@ func (s *Store) Prune(ctx context.Context, before time.Time, batch int) (notify.
 		for {
 			cands, err := s.findDocs(ctx, bson.D{
 				{Key: "settled", Value: bson.D{{Key: "$lt", Value: cut}}},
-				{Key: "_id", Value: bson.D{{Key: "$gt", Value: last}}},
+				{Key: "_id", Value: bson.D{{Key: "$gt", Value: key(last)}}},
 			}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(batch)).
-				SetProjection(bson.D{{Key: "_id", Value: 1}}))
+				SetProjection(idOnly))
 			if err != nil {
 				return res, fmt.Errorf("prune: %w", err)
 			}
@@ -302,7 +302,7 @@ func listFilter(f notify.ListFilter) bson.D {
 		at := msTime(f.After.CreatedAt)
 		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
 			bson.D{{Key: "created_at", Value: bson.D{{Key: "$lt", Value: at}}}},
-			bson.D{{Key: "created_at", Value: at}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: f.After.ID}}}},
+			bson.D{{Key: "created_at", Value: at}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: key(f.After.ID)}}}},
 		}})
 	}
 	return filter

@@ -32,11 +32,11 @@ const relayLease = time.Minute
 // candidates are the documents with an event due at t, in id order.
 func (s *Store) candidates(ctx context.Context, t time.Time, after int64, limit int) ([]int64, error) {
 	var ds []struct {
-		ID int64 `bson:"_id"`
+		ID int64 `bson:"id"`
 	}
-	cur, err := s.n.Find(ctx, bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}}},
+	cur, err := s.n.Find(ctx, bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: key(after)}}}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).
-			SetProjection(bson.D{{Key: "_id", Value: 1}}))
+			SetProjection(idOnly))
 	if err != nil {
 		return nil, classify(err)
 	}

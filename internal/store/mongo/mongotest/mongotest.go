@@ -33,7 +33,10 @@ func Server(t testing.TB) string {
 			baseURI = strings.TrimSuffix(u, "/") + "/"
 			return
 		}
-		baseURI, initErr = StartFerret(context.Background(), "")
+		var f *Ferret
+		if f, initErr = StartFerret("", ""); initErr == nil {
+			baseURI = f.URI
+		}
 	})
 	if initErr != nil {
 		t.Fatalf("start embedded FerretDB: %v", initErr)
@@ -41,22 +44,26 @@ func Server(t testing.TB) string {
 	return baseURI
 }
 
-// StartFerret runs an embedded FerretDB on addr (127.0.0.1:0 when empty)
-// over SQLite files in a new temporary directory until ctx ends, and
-// returns its base URI (mongodb://host:port/).
-func StartFerret(ctx context.Context, addr string) (string, error) {
-	dir, err := os.MkdirTemp("", "herald-ferretdb-")
-	if err != nil {
-		return "", err
-	}
-	return StartFerretIn(ctx, addr, dir)
+// Ferret is an embedded FerretDB server.
+type Ferret struct {
+	// URI is its base URI, mongodb://host:port/.
+	URI    string
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
-// StartFerretIn is StartFerret over the SQLite files in dir (kept: a
-// restarted server finds its data).
-func StartFerretIn(ctx context.Context, addr, dir string) (string, error) {
+// StartFerret runs an embedded FerretDB on addr (127.0.0.1:0 when empty)
+// over the SQLite files in dir (a new temporary directory when empty; a
+// restarted server on the same dir finds its data) until Stop.
+func StartFerret(addr, dir string) (*Ferret, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
+	}
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "herald-ferretdb-"); err != nil {
+			return nil, err
+		}
 	}
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: addr},
@@ -67,10 +74,22 @@ func StartFerretIn(ctx context.Context, addr, dir string) (string, error) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	go func() { _ = f.Run(ctx) }()
-	return f.MongoDBURI(), nil
+	ctx, cancel := context.WithCancel(context.Background())
+	fd := &Ferret{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(fd.done)
+		_ = f.Run(ctx)
+	}()
+	fd.URI = f.MongoDBURI()
+	return fd, nil
+}
+
+// Stop stops the server (its connections are closed) and waits for it.
+func (f *Ferret) Stop() {
+	f.cancel()
+	<-f.done
 }
 
 // URL returns a mongodb:// URL on the test server naming a database of its
