@@ -112,4 +112,3 @@ func dumpPending(t *testing.T, uri string) {
 	}
 	t.Logf("%d not sent; now %s", len(ds), time.Now().UTC())
 }
-
