@@ -61,13 +61,13 @@ func TestLongServeMongoDBKilledAndServerRestarted(t *testing.T) {
 		}()
 	}
 	n := func() int { mu.Lock(); defer mu.Unlock(); return len(accepted) }
-	require.Eventually(t, func() bool { return n() >= 30 }, 60*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return n() >= 20 }, 60*time.Second, 5*time.Millisecond)
 	// The database goes away under the running herald, and comes back.
 	fdb.Stop()
 	fdb, err = mongotest.StartFerret(dbAddr, data)
 	require.NoError(t, err)
 	before := n()
-	require.Eventually(t, func() bool { return n() >= before+30 }, 60*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return n() >= before+20 }, 60*time.Second, 5*time.Millisecond)
 	p.Kill()
 	stop.Store(true)
 	wg.Wait()

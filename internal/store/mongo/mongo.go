@@ -213,3 +213,11 @@ func classify(err error) error {
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 
 func msTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+// Drop removes the whole database (for scratch databases: herald bench).
+func (s *Store) Drop(ctx context.Context) error {
+	if err := s.db.Drop(ctx); err != nil {
+		return fmt.Errorf("drop mongodb database: %w", classify(err))
+	}
+	return nil
+}
