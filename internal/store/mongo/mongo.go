@@ -86,6 +86,7 @@ type Store struct {
 	revs   *mgo.Collection
 	orph   *mgo.Collection
 	hub    wake.Hub
+	cands  candidateCache
 	// nextID is this process's guess of the next free notification id;
 	// a duplicate _id moves it past the largest id stored.
 	nextID atomic.Int64

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -50,16 +51,60 @@ func (s *Store) candidates(ctx context.Context, t time.Time, after int64, limit 
 	return out, nil
 }
 
+// candidateBatch is how many candidates one search reads. FerretDB v1
+// reads the whole collection for every search whatever its limit (the due
+// filter is not pushed down to SQLite), so one search serves the next
+// claims for candidateTTL.
+const (
+	candidateBatch = 512
+	candidateTTL   = 250 * time.Millisecond
+)
+
+// candidateCache holds the candidates a search read beyond its batch.
+type candidateCache struct {
+	mu  sync.Mutex
+	ids []int64
+	at  time.Time
+}
+
+func (c *candidateCache) put(ids []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ids, c.at = slices.Clone(ids), time.Now()
+}
+
+// take returns up to n cached candidates, none once they are older than
+// candidateTTL.
+func (c *candidateCache) take(n int) []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) > candidateTTL {
+		c.ids = nil
+	}
+	n = min(n, len(c.ids))
+	out := c.ids[:n:n]
+	c.ids = c.ids[n:]
+	return out
+}
+
 // lease leases up to limit events due at now, in id order, to token until
 // until+offset (offset from now when until is zero).
 func (s *Store) lease(ctx context.Context, token string, limit int, until func(t time.Time) time.Time) ([]eventDoc, error) {
 	t := now()
 	var out []eventDoc
+	// Candidates read recently come first (see candidateCache); each
+	// change sees the document as it is, so a stale one gives nothing.
+	if ids := s.cands.take(limit); len(ids) > 0 {
+		var err error
+		if out, err = s.leaseIn(ctx, ids, token, limit, until, out); err != nil {
+			return out, err
+		}
+	}
 	// A candidate another claimer leased meanwhile gives nothing: read on
 	// past the last candidate until the batch is full or none is left.
 	var last int64
 	for len(out) < limit {
-		ids, err := s.candidates(ctx, t, last, limit-len(out))
+		ids, err := s.candidates(ctx, t, last, candidateBatch)
 		if err != nil {
 			return out, fmt.Errorf("find due events: %w", err)
 		}
@@ -67,8 +112,17 @@ func (s *Store) lease(ctx context.Context, token string, limit int, until func(t
 			break
 		}
 		last = ids[len(ids)-1]
-		if out, err = s.leaseIn(ctx, ids, token, limit, until, out); err != nil {
-			return out, err
+		i := 0
+		for i < len(ids) && len(out) < limit {
+			j := min(len(ids), i+limit-len(out))
+			if out, err = s.leaseIn(ctx, ids[i:j], token, limit, until, out); err != nil {
+				return out, err
+			}
+			i = j
+		}
+		s.cands.put(ids[i:])
+		if len(ids) < candidateBatch {
+			break
 		}
 	}
 	slices.SortFunc(out, func(a, b eventDoc) int { return cmp.Compare(a.ID, b.ID) })
