@@ -223,6 +223,8 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			how += fmt.Sprintf(", and at the start after %s without warm-up work (a PostgreSQL 15+ connection reports within 10s of going idle; 0 = at once, then some of the warm-up's counts may be in the run's)", o.statsSettle)
 		}
 		report.Notes = append(report.Notes, "rows, commits and WAL cover the measured run only: "+how+"; commits include the idle polls of the relay and the workers")
+	} else if sc.store == "mongodb" {
+		report.Notes = append(report.Notes, "MongoDB: rows_per_notification, commits_per_notification, wal_bytes_per_notification and seq_scans_per_1k are not measured (SQL statistics views only)")
 	} else {
 		report.Notes = append(report.Notes, "SQLite: rows_per_notification, commits_per_notification and wal_bytes_per_notification are not measured (no statistics views; the store commits through its own connections, which the bench cannot count without changing it)")
 	}

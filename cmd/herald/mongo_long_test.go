@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/heraldhq/herald/internal/store/mongo/mongotest"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // herald serve on MongoDB (embedded FerretDB) with the outbox table as the
@@ -29,7 +30,10 @@ func TestLongServeMongoDBKilledAndServerRestarted(t *testing.T) {
 	t.Parallel()
 	dir, data := t.TempDir(), t.TempDir()
 	dbAddr := freeAddr(t)
-	fdb, err := mongotest.StartFerret(dbAddr, data)
+	// FerretDB's PostgreSQL handler: its SQLite handler reads a whole
+	// collection for every lookup, too slow for a burst of hundreds.
+	pg := testenv.PostgresURL(t)
+	fdb, err := mongotest.StartFerretOn(dbAddr, data, pg)
 	require.NoError(t, err)
 	t.Cleanup(func() { fdb.Stop() })
 	addr := freeAddr(t)
@@ -61,13 +65,13 @@ func TestLongServeMongoDBKilledAndServerRestarted(t *testing.T) {
 		}()
 	}
 	n := func() int { mu.Lock(); defer mu.Unlock(); return len(accepted) }
-	require.Eventually(t, func() bool { return n() >= 20 }, 60*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return n() >= 100 }, 60*time.Second, 5*time.Millisecond)
 	// The database goes away under the running herald, and comes back.
 	fdb.Stop()
-	fdb, err = mongotest.StartFerret(dbAddr, data)
+	fdb, err = mongotest.StartFerretOn(dbAddr, data, pg)
 	require.NoError(t, err)
 	before := n()
-	require.Eventually(t, func() bool { return n() >= before+20 }, 60*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return n() >= before+100 }, 60*time.Second, 5*time.Millisecond)
 	p.Kill()
 	stop.Store(true)
 	wg.Wait()

@@ -55,24 +55,34 @@ type Ferret struct {
 // StartFerret runs an embedded FerretDB on addr (127.0.0.1:0 when empty)
 // over the SQLite files in dir (a new temporary directory when empty; a
 // restarted server on the same dir finds its data) until Stop.
-func StartFerret(addr, dir string) (*Ferret, error) {
+func StartFerret(addr, dir string) (*Ferret, error) { return StartFerretOn(addr, dir, "") }
+
+// StartFerretOn is StartFerret with FerretDB's PostgreSQL handler on the
+// database pgURL names when pgURL is not empty (dir is then unused). It is
+// the faster backend: FerretDB v1's SQLite handler reads a whole
+// collection for every lookup, even by _id.
+func StartFerretOn(addr, dir, pgURL string) (*Ferret, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	if dir == "" {
+	if dir == "" && pgURL == "" {
 		var err error
 		if dir, err = os.MkdirTemp("", "herald-ferretdb-"); err != nil {
 			return nil, err
 		}
 	}
-	f, err := ferretdb.New(&ferretdb.Config{
+	cfg := &ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: addr},
 		Handler:   "sqlite",
 		SQLiteURL: "file:" + dir + "/",
 		// FerretDB logs every failed command at WARN with its whole
 		// message; a duplicate key is an answer here, not a problem.
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	if pgURL != "" {
+		cfg.Handler, cfg.SQLiteURL, cfg.PostgreSQLURL = "postgresql", "", pgURL
+	}
+	f, err := ferretdb.New(cfg)
 	if err != nil {
 		return nil, err
 	}
