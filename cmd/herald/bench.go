@@ -320,7 +320,7 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 		sc.cleanup = append(sc.cleanup, drop)
 		sc.pgDatabase, _ = mongo.DatabaseName(dbURL)
 	default:
-		return nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres:// or sqlite:, got %q", redact(cfg.DatabaseURL))
+		return nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres://, sqlite: or mongodb://, got %q", redact(cfg.DatabaseURL))
 	}
 	// The bench's own API takes no token and injects no faults.
 	sc.cfg.APIToken, sc.cfg.DebugFaults, sc.cfg.DebugCrash, sc.cfg.MaxBacklog = "", false, "", 0
