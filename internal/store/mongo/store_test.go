@@ -1,7 +1,9 @@
 package mongo_test
 
 import (
+	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +24,12 @@ var _ store.Store = (*mongo.Store)(nil)
 // openMigrated opens a store on a database of its own, migrated.
 func openMigrated(t testing.TB) (*mongo.Store, *mgo.Database) {
 	t.Helper()
-	u := mongotest.URL(t)
+	return openMigratedAt(t, mongotest.URL(t))
+}
+
+// openMigratedAt opens a store on the database u names, migrated.
+func openMigratedAt(t testing.TB, u string) (*mongo.Store, *mgo.Database) {
+	t.Helper()
 	s, err := mongo.Open(t.Context(), u, mongo.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
@@ -124,4 +131,70 @@ func TestUnreachable(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	require.ErrorIs(t, s.Ping(t.Context()), notify.ErrUnavailable)
+}
+
+// Racing creates with one idempotency key, each from its own store (as
+// from separate API processes): one creates, the others replay it (the
+// unique index idempotency_key_uq decides), one document is stored; a
+// racer with another request under the key gets notify.ErrConflict.
+func TestIdempotencyKeyRace(t *testing.T) {
+	t.Parallel()
+	u := mongotest.URL(t)
+	_, db := openMigratedAt(t, u)
+	req := notify.CreateRequest{UserID: "u", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b"}
+	other := req
+	other.Body = "different"
+	const racers = 8
+	results := make([]notify.Created, racers)
+	errs := make([]error, racers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range racers {
+		s, err := mongo.Open(t.Context(), u, mongo.Config{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r := req
+			if i == racers-1 {
+				r = other
+			}
+			results[i], errs[i] = s.Create(t.Context(), notify.NewNotification{Request: r, IdempotencyKey: "k-race"})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	created, replayed, conflicts := 0, 0, 0
+	var id int64
+	for i := range racers {
+		switch {
+		case errors.Is(errs[i], notify.ErrConflict):
+			conflicts++
+			continue
+		case errs[i] != nil:
+			t.Fatalf("racer %d: %v", i, errs[i])
+		case results[i].Replayed:
+			replayed++
+		default:
+			created++
+		}
+		if id == 0 {
+			id = results[i].Notification.ID
+		}
+		require.Equal(t, id, results[i].Notification.ID, "every answer names the one notification")
+	}
+	n, err := db.Collection("notifications").CountDocuments(t.Context(), bson.D{})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "one document")
+	if conflicts == 1 {
+		require.Equal(t, 1, created)
+		require.Equal(t, racers-2, replayed)
+	} else {
+		// The other request won the key: every racer with the first
+		// request is told conflict.
+		require.Equal(t, racers-1, conflicts)
+		require.Equal(t, 1, created)
+	}
 }
