@@ -21,11 +21,14 @@ build: ## build bin/herald
 test: services lint check-deploy test-go fuzz-short test-outage ## everything CI runs: services, lint, deploy files, all tests
 	@echo "make test: all passed"
 
-services: ## start (or install and start) PostgreSQL and RabbitMQ
+services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS; install chromium
 	@scripts/services.sh
 
+# -parallel 4: most end-to-end tests of cmd/herald wait on timers (an
+# outage's length, a retry delay) rather than burn CPU; two at a time (the
+# default on two cores) left the package at over four minutes.
 test-go: ## unit and integration tests (services required)
-	$(GO) test -count=1 -timeout 8m $(PKGS)
+	$(GO) test -count=1 -timeout 8m -parallel 4 $(PKGS)
 
 test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min): ~5 minutes
 	$(GO) test -count=1 -timeout 15m -tags long -run '^TestLong' ./cmd/herald/
@@ -38,12 +41,14 @@ test-outage: ## tests that stop the broker (the outage test, the short chaos run
 # -fuzztime and end the run with "context deadline exceeded"; a short run only
 # looks for crashes. -fuzztime as a count of executions (not a duration): a
 # duration's deadline could still end the run that way (seen in CI with 10s).
-fuzz-short: ## a short fuzz run of the request decoder, the list query parser, the cursor decoder, the validator and the event decoder
+fuzz-short: ## a short fuzz run of the request decoder, the list query parser, the cursor decoder, the validators (email, webhook, Telegram) and the event decoder
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/notify/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/sender/mail/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/sender/webhook/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime 20000x -fuzzminimizetime 1x ./internal/sender/telegram/
 
 FUZZTIME ?= 2m
 fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
@@ -53,6 +58,8 @@ fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
 	$(GO) test -run '^$$' -fuzz '^FuzzCreate$$' -fuzztime $(FUZZTIME) ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime $(FUZZTIME) ./internal/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime $(FUZZTIME) ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/webhook/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/telegram/
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests need are up on this machine: PostgreSQL on
 # 127.0.0.1:5432 (user postgres, trust auth), RabbitMQ on 127.0.0.1:5672
-# (guest/guest), and the nats-server binary (the NATS tests start servers of
+# (guest/guest), the nats-server binary (the NATS tests start servers of
 # their own on free ports; the machine's server on 4222 is started too when
-# it is installed but stopped). Starts them when stopped and installs
+# it is installed but stopped), and Debian's chromium (the console's browser
+# tests run it headless themselves). Starts them when stopped and installs
 # Debian's packages when absent. Safe to run again and again. Kafka needs
 # nothing: its tests run franz-go's kfake in process.
 set -euo pipefail
@@ -95,6 +96,14 @@ nats() {
 	log "NATS ready ($(nats-server --version 2>&1 | head -n 1))"
 }
 
+browser() {
+	if ! command -v chromium >/dev/null 2>&1; then
+		apt_install chromium
+	fi
+	log "chromium ready ($(chromium --version 2>/dev/null | head -n 1))"
+}
+
 postgres
 rabbitmq
 nats
+browser

@@ -14,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/internal/faultproxy"
 	"github.com/heraldhq/herald/internal/proctest"
 	"github.com/heraldhq/herald/internal/transport/kafka"
+	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
 
 // faultRecord is one fault as it happened.
@@ -189,9 +190,16 @@ func (h *harness) schedule() []step {
 	} else {
 		skipped = append(skipped, "retry-queue-delete (retries wait in the "+h.kind+" stream/topic itself, not in a queue of their own)")
 	}
+	var visibility []step
+	if h.kind == "sqs" {
+		visibility = []step{{name: "visibility-expiry", do: h.visibilityExpiry, est: faultPause}}
+	} else {
+		skipped = append(skipped, "visibility-expiry (SQS only)")
+	}
 	var out []step
 	add := func(ss ...step) { out = append(out, ss...) }
 	add(pg("pg-latency"), kill(h.relays[0]), kill(h.workers[0]))
+	add(visibility...)
 	add(mq("broker-latency")...)
 	add(crash(h.workers[1], "after-send"), pgTerminate, smtp4xx, smtpThrottle)
 	add(retryDelete...)
@@ -212,7 +220,7 @@ var knownFaults = []string{
 	"kill-9", "crash", "pg-terminate", "pg-latency", "pg-reset", "pg-blackhole",
 	"broker-latency", "broker-reset", "broker-blackhole", "broker-hang", "broker-restart", "kill-leader",
 	"queue-purge", "retry-queue-delete", "smtp-4xx", "smtp-hang", "smtp-throttle", "smtp-drop",
-	"poison", "duplicates",
+	"poison", "duplicates", "visibility-expiry",
 }
 
 // faultOf is the fault a step's name belongs to: its first word.
@@ -438,6 +446,17 @@ ORDER BY random() LIMIT $2`, poisonBase, n)
 func (h *harness) brokerRestart(ctx context.Context) (string, int, error) {
 	began := time.Now()
 	switch h.kind {
+	case "sqs":
+		// goaws keeps its queues in memory, as SQS never loses them: its
+		// listener and every connection go, the queues stay.
+		if err := h.sqsSrv.Stop(); err != nil {
+			return "", 0, err
+		}
+		_ = sleep(ctx, brokerPause)
+		if err := h.sqsSrv.Resume(); err != nil {
+			return "", 0, err
+		}
+		return fmt.Sprintf("goaws's listener and connections closed, back after %.1fs", time.Since(began).Seconds()), 0, nil
 	case "nats":
 		h.natsSrv.kill()
 		_ = sleep(ctx, brokerPause)
@@ -615,4 +634,25 @@ func publishConfirmed(ctx context.Context, ch *amqp.Channel, id int64, typ strin
 		return errors.New("broker nacked the publish")
 	}
 	return nil
+}
+
+// visibilityExpiry makes every message a worker holds on SQS visible again,
+// every 200ms for faultPause, as if its visibility timeout ran out while
+// its send was under way: another worker receives it, and the claim on the
+// message id must stop a second send. The SMTP sink answers each DATA
+// after 1s meanwhile (within HERALD_SMTP_TIMEOUT), so that sends are under
+// way when it strikes.
+func (h *harness) visibilityExpiry(ctx context.Context) (string, int, error) {
+	queue := h.br.(sqsBroker).cfg.Topology().Send
+	h.sink.SetDataLatency(time.Second)
+	defer h.sink.SetDataLatency(0)
+	n := 0
+	end := time.Now().Add(faultPause)
+	for time.Now().Before(end) {
+		n += sqstest.ExpireInFlight(queue)
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return "", 0, err
+		}
+	}
+	return fmt.Sprintf("%d in-flight messages made visible again over %s (DATA answered after 1s)", n, faultPause), 0, nil
 }

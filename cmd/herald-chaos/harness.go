@@ -21,6 +21,8 @@ import (
 	"github.com/heraldhq/herald/internal/proctest"
 	"github.com/heraldhq/herald/internal/smtptest"
 	heraldnats "github.com/heraldhq/herald/internal/transport/nats"
+	"github.com/heraldhq/herald/internal/transport/sqs"
+	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
 
 // Settings of the herald processes under test.
@@ -46,7 +48,7 @@ const (
 type harness struct {
 	o         options
 	transport string
-	// kind is the transport proper: table, rabbitmq, nats or kafka (the
+	// kind is the transport proper: table, rabbitmq, nats, kafka or sqs (the
 	// cluster run is rabbitmq with three nodes).
 	kind  string
 	nodes int
@@ -68,6 +70,7 @@ type harness struct {
 	br        broker
 	rabbit    []*proctest.RabbitNode // the harness's own RabbitMQ nodes
 	natsSrv   *natsServer
+	sqsSrv    *sqstest.Server
 	kafka     *kafkaCluster
 	sink      *smtptest.Server
 	db        *pgxpool.Pool
@@ -222,6 +225,33 @@ func (h *harness) setup(ctx context.Context) error {
 		// own connections instead.
 		h.env["HERALD_BROKER_URL"] = "kafka://" + strings.Join(h.kafka.addrs, ",")
 		h.br = kafkaBroker{kc: h.kafka.Cluster, brokers: h.kafka.addrs}
+	case "sqs":
+		// goaws in this process (one per process: its queues are package
+		// state), so each run takes a queue prefix of its own.
+		if h.sqsSrv, err = sqstest.Launch(); err != nil {
+			return fmt.Errorf("start goaws: %w", err)
+		}
+		for k, v := range sqstest.Credentials() {
+			h.env[k] = v
+		}
+		addrs, err := h.proxyBroker([]string{h.sqsSrv.Addr()})
+		if err != nil {
+			return err
+		}
+		prefix := "chaos-" + h.runID
+		h.env["HERALD_BROKER_URL"] = "sqs://" + sqstest.Region + "/" + prefix + "?endpoint=http://" + addrs[0]
+		cfg, err := sqs.ParseURL(h.sqsSrv.BrokerURL(prefix, false))
+		if err != nil {
+			return err
+		}
+		h.br = sqsBroker{srv: h.sqsSrv, cfg: cfg}
+		h.cleanups = append(h.cleanups, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := sqs.Delete(ctx, cfg); err != nil {
+				h.logf("delete queues %s-*: %v", prefix, err)
+			}
+		})
 	}
 	h.logf("scratch database %s, vhost %q, work dir %s", h.dbName, h.vhost, h.dir)
 	return nil

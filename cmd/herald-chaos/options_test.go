@@ -19,7 +19,7 @@ func TestOptions(t *testing.T) {
 	o, err := parseOptions(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, 42, o.n)
-	require.Equal(t, []string{"table", "rabbitmq", "nats", "kafka"}, o.transports)
+	require.Equal(t, []string{"table", "rabbitmq", "nats", "kafka", "sqs"}, o.transports)
 	require.Equal(t, 16, o.clients)
 	require.NotZero(t, o.seed)
 
@@ -43,7 +43,7 @@ func TestOptions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"rabbitmq", "rabbitmq-cluster"}, o.transports)
 
-	for _, bad := range []string{"sqs", "", "table,"} {
+	for _, bad := range []string{"sns", "", "table,"} {
 		_, err = parseOptions([]string{"--transport", bad}, &bytes.Buffer{})
 		if bad == "table," {
 			require.NoError(t, err, "a trailing comma is harmless")
@@ -60,7 +60,7 @@ func TestOptions(t *testing.T) {
 	require.False(t, o.skips("table", "smtp-drop"))
 	require.True(t, o.skips("table", "kill-9 worker1"), "a first word names every fault of its kind")
 	require.False(t, o.skips("table", "smtp-throttle"))
-	_, err = parseOptions([]string{"--skip-faults", "sqs:smtp-drop"}, &bytes.Buffer{})
+	_, err = parseOptions([]string{"--skip-faults", "sns:smtp-drop"}, &bytes.Buffer{})
 	require.Error(t, err)
 }
 

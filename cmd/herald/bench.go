@@ -24,6 +24,10 @@ import (
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/smtptest"
 	"github.com/heraldhq/herald/internal/store/mongo"
+	"github.com/heraldhq/herald/internal/transport/kafka"
+	"github.com/heraldhq/herald/internal/transport/nats"
+	"github.com/heraldhq/herald/internal/transport/rabbitmq"
+	"github.com/heraldhq/herald/internal/transport/sqs"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
@@ -263,9 +267,10 @@ type scratch struct {
 	cfg        Config // the user's configuration pointed at the scratch objects
 	store      string // the engine, as storeKind names it
 	tr         transport
-	sqlitePath string // the scratch file (SQLite only)
-	pgDatabase string // the scratch database (PostgreSQL and MongoDB)
-	prefix     string // the scratch broker names
+	broker     benchBroker // the bench's own needs of the broker
+	sqlitePath string      // the scratch file (SQLite only)
+	pgDatabase string      // the scratch database (PostgreSQL and MongoDB)
+	prefix     string      // the scratch broker names
 	cleanup    []func() error
 }
 
@@ -275,7 +280,7 @@ func (sc *scratch) describe() string {
 	if sc.store == "postgres" || sc.store == "mongodb" {
 		where = "scratch database " + sc.pgDatabase
 	}
-	if sc.tr.remove != nil {
+	if sc.broker.remove != nil {
 		where += " and scratch broker names " + sc.prefix + "*"
 	}
 	return where
@@ -327,11 +332,16 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 	if sc.tr, err = newTransport(sc.cfg, slog.New(slog.NewTextHandler(e.stderr, nil)), sc.prefix); err != nil {
 		return nil, err
 	}
-	if sc.tr.remove != nil {
+	if open := benchBrokers[sc.tr.name]; open != nil {
+		if sc.broker, err = open(sc.cfg, sc.prefix); err != nil {
+			return nil, err
+		}
+	}
+	if sc.broker.remove != nil {
 		sc.cleanup = append(sc.cleanup, func() error {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
 			defer cancel()
-			return sc.tr.remove(ctx)
+			return sc.broker.remove(ctx)
 		})
 	}
 	// The schema first: the raw PostgreSQL ceiling copies its tables.
@@ -376,11 +386,11 @@ func measureCeilings(ctx context.Context, sc *scratch, o benchOptions) (bench.Ce
 	}
 	notes = append(notes, fmt.Sprintf("raw_pipeline_per_s: %d notifications from %d clients, each through the store's own methods for %s, one notification per transaction, no HTTP, broker or SMTP; "+
 		"herald groups the claims and records of concurrent deliveries (and the table transport claims up to its prefetch in one statement), so delivered_vs_raw_pipeline above 1 is what that grouping gains", o.n, o.concurrency, steps))
-	if sc.tr.rawPublish == nil {
+	if sc.broker.rawPublish == nil {
 		notes = append(notes, sc.tr.name+" transport: no broker and no relay, so relay_per_s, raw_publish_per_s and relay_vs_raw_publish are 0")
 		return c, notes, nil
 	}
-	if c.PublishPerSec, err = sc.tr.rawPublish(ctx, o.n); err != nil {
+	if c.PublishPerSec, err = sc.broker.rawPublish(ctx, o.n); err != nil {
 		return c, nil, fmt.Errorf("herald bench: raw publish ceiling: %w", err)
 	}
 	return c, notes, nil
@@ -602,5 +612,99 @@ func scratchMongo(ctx context.Context, rawURL, name string) (string, func() erro
 		}
 		defer s.Close()
 		return s.Drop(ctx)
+	}, nil
+}
+
+// benchBroker is what herald bench needs of a broker beyond the transport
+// every command builds: its scratch names removed, and its raw publish
+// ceiling.
+type benchBroker struct {
+	// remove deletes the broker objects under the scratch prefix.
+	remove func(ctx context.Context) error
+	// rawPublish measures the broker's raw publish ceiling.
+	rawPublish func(ctx context.Context, n int) (float64, error)
+}
+
+// benchBrokers is bench's table, by transport name; a transport without a
+// row (the outbox table) has no broker.
+var benchBrokers = map[string]func(cfg Config, prefix string) (benchBroker, error){
+	"rabbitmq": rabbitBench,
+	"nats":     natsBench,
+	"kafka":    kafkaBench,
+	"sqs":      sqsBench,
+}
+
+var benchLog = slog.New(slog.DiscardHandler)
+
+func rabbitBench(cfg Config, prefix string) (benchBroker, error) {
+	return benchBroker{
+		remove: func(ctx context.Context) error {
+			if err := rabbitmq.Delete(ctx, rabbitConfig(cfg, benchLog, prefix, "bench")); err != nil {
+				return fmt.Errorf("delete broker topology %s*: %w", prefix, err)
+			}
+			return nil
+		},
+		rawPublish: func(ctx context.Context, n int) (float64, error) {
+			// The ceiling of one node: the first of a cluster's list.
+			first, _, _ := strings.Cut(cfg.BrokerURL, ",")
+			return raw.Publish(ctx, strings.TrimSpace(first), raw.PublishOptions{Queue: prefix + "raw", N: n, QueueType: cfg.QueueType})
+		},
+	}, nil
+}
+
+func natsBench(cfg Config, prefix string) (benchBroker, error) {
+	return benchBroker{
+		remove: func(ctx context.Context) error {
+			if err := nats.Delete(ctx, natsConfig(cfg, benchLog, prefix, "bench")); err != nil {
+				return fmt.Errorf("delete broker stream %s*: %w", prefix, err)
+			}
+			return nil
+		},
+		rawPublish: func(ctx context.Context, n int) (float64, error) {
+			topo := nats.NewTopology(prefix + "raw.")
+			return raw.PublishNATS(ctx, cfg.BrokerURL, raw.NATSPublishOptions{Stream: topo.Stream, Subject: topo.Requested, N: n})
+		},
+	}, nil
+}
+
+func kafkaBench(cfg Config, prefix string) (benchBroker, error) {
+	base, err := kafka.ParseURL(cfg.BrokerURL)
+	if err != nil {
+		return benchBroker{}, fmt.Errorf("HERALD_BROKER_URL: %w", err)
+	}
+	conf := kafkaConfig(cfg, benchLog, base, prefix, "bench")
+	return benchBroker{
+		remove: func(ctx context.Context) error {
+			if err := kafka.Delete(ctx, conf); err != nil {
+				return fmt.Errorf("delete broker topics %s*: %w", prefix, err)
+			}
+			return nil
+		},
+		rawPublish: func(ctx context.Context, n int) (float64, error) {
+			return raw.KafkaPublish(ctx, conf.ConnOpts(), raw.KafkaPublishOptions{Topic: prefix + "raw", N: n})
+		},
+	}, nil
+}
+
+func sqsBench(cfg Config, prefix string) (benchBroker, error) {
+	conf, err := sqsConfig(cfg, benchLog, prefix)
+	if err != nil {
+		return benchBroker{}, err
+	}
+	c := conf("bench")
+	return benchBroker{
+		remove: func(ctx context.Context) error {
+			if err := sqs.Delete(ctx, c); err != nil {
+				return fmt.Errorf("delete broker queues %s*: %w", c.Prefix, err)
+			}
+			return nil
+		},
+		rawPublish: func(ctx context.Context, n int) (float64, error) {
+			client, err := c.NewClient(ctx)
+			if err != nil {
+				return 0, err
+			}
+			return raw.SQSPublish(ctx, client, raw.SQSPublishOptions{Queue: c.Prefix + "-raw", N: n})
+		},
 	}, nil
 }

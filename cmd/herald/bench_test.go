@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
+	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
 
 // benchFields are the fields `herald bench --json` promises.
@@ -90,6 +91,23 @@ func TestBenchSmoke(t *testing.T) {
 		require.NotNil(t, m, "stderr names the scratch objects: %s", stderr)
 		requireDatabaseGone(t, admin, m[1])
 		requireQueuesGone(t, amqpURL, m[2])
+	})
+	t.Run("sqlite+sqs", func(t *testing.T) {
+		t.Parallel()
+		srv := sqstest.Start(t)
+		report, stderr := runBench(t, map[string]string{
+			"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "user.db"),
+			"HERALD_BROKER_URL":   srv.BrokerURL("notifications", false),
+		}, "--n", "200", "--concurrency", "4", "--stats-settle", "0", "--json")
+		require.Equal(t, "sqs", report["transport"])
+		require.EqualValues(t, 200, report["delivered"])
+		positive(t, report, "relay_per_s", "delivered_per_s", "raw_publish_per_s", "relay_vs_raw_publish")
+		m := regexp.MustCompile(`scratch broker names (bench-[0-9a-f]+)\.\*`).FindStringSubmatch(stderr)
+		require.NotNil(t, m, "stderr names the scratch objects: %s", stderr)
+		for _, q := range []string{"-notifications-send", "-notifications-send-dlq", "-notifications-raw"} {
+			_, ok := sqstest.Queue(m[1] + q)
+			require.False(t, ok, "queue %s%s left behind", m[1], q)
+		}
 	})
 	t.Run("sqlite+table", func(t *testing.T) {
 		t.Parallel()

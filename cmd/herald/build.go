@@ -20,14 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/heraldhq/herald/internal/api"
-	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/monitor"
 	"github.com/heraldhq/herald/internal/reconcile"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
-	"github.com/heraldhq/herald/internal/sender/mbox"
-	"github.com/heraldhq/herald/internal/sender/smtp"
 	herstore "github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/mongo"
@@ -36,6 +33,7 @@ import (
 	"github.com/heraldhq/herald/internal/transport/kafka"
 	"github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
+	"github.com/heraldhq/herald/internal/transport/sqs"
 	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/worker"
 )
@@ -164,7 +162,8 @@ func poolSize(Config) int {
 }
 
 // transport is the broker (or the outbox table) as herald's processes use
-// it. A new transport is one package plus one case in newTransport.
+// it. A new transport is one package plus one row in transports (and, for
+// herald bench, one in benchBrokers).
 type transport struct {
 	// name is the transport as reports and logs name it.
 	name string
@@ -181,51 +180,67 @@ type transport struct {
 	deadLetterName string
 	// probe reports the broker's reachability; nil without a broker.
 	probe api.Pinger
-	// remove deletes the transport's own objects (bench's scratch names);
-	// nil when there is nothing to remove.
-	remove func(ctx context.Context) error
-	// rawPublish measures the broker's raw publish ceiling for herald
-	// bench; nil without a broker.
-	rawPublish func(ctx context.Context, n int) (float64, error)
 }
 
-// newTransport builds the transport HERALD_BROKER_URL names. prefix is
-// prepended to every broker object name (bench's scratch topology).
+// transportKind is one row of the transport table: the URL schemes that
+// pick it and its constructor. prefix is prepended to every broker object
+// name (bench's scratch topology).
+type transportKind struct {
+	name    string
+	schemes []string // "" alone: HERALD_BROKER_URL unset
+	open    func(cfg Config, log *slog.Logger, prefix string) (transport, error)
+}
+
+// transports is the transport choice: the first row whose scheme starts
+// HERALD_BROKER_URL builds the transport.
+var transports = []transportKind{
+	{name: "table", schemes: []string{""}, open: tableTransport},
+	{name: "rabbitmq", schemes: []string{"amqp://", "amqps://"}, open: rabbitTransport},
+	// nats://host:4222[,nats://host2:4222...]: the seeds of a cluster.
+	{name: "nats", schemes: []string{"nats://"}, open: natsTransport},
+	{name: "kafka", schemes: []string{"kafka://", "kafkas://"}, open: kafkaTransport},
+	{name: "sqs", schemes: []string{"sqs://"}, open: sqsTransport},
+}
+
+// newTransport builds the transport HERALD_BROKER_URL names.
 func newTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
-	switch brokerKind(cfg.BrokerURL) {
-	case "table":
-		return tableTransport(cfg, log), nil
-	case "rabbitmq":
-		return rabbitTransport(cfg, log, prefix), nil
-	case "nats":
-		return natsTransport(cfg, log, prefix), nil
-	case "kafka":
-		return kafkaTransport(cfg, log, prefix)
-	default:
-		return transport{}, fmt.Errorf("HERALD_BROKER_URL must start with amqp://, amqps://, nats:// or kafka:// (or be unset for the outbox table), got %q", redact(cfg.BrokerURL))
+	k, ok := transportFor(cfg.BrokerURL)
+	if !ok {
+		var schemes []string
+		for _, k := range transports {
+			for _, s := range k.schemes {
+				if s != "" {
+					schemes = append(schemes, s)
+				}
+			}
+		}
+		return transport{}, fmt.Errorf("HERALD_BROKER_URL must start with %s (or be unset for the outbox table), got %q", strings.Join(schemes, ", "), redact(cfg.BrokerURL))
 	}
+	return k.open(cfg, log, prefix)
 }
 
-// brokerKind names the transport a HERALD_BROKER_URL picks.
-func brokerKind(url string) string {
-	switch {
-	case url == "":
-		return "table"
-	case strings.HasPrefix(url, "amqp://"), strings.HasPrefix(url, "amqps://"):
-		return "rabbitmq"
-	case strings.HasPrefix(url, "nats://"):
-		// nats://host:4222[,nats://host2:4222...]: the seeds of a cluster.
-		return "nats"
-	case strings.HasPrefix(url, "kafka://"), strings.HasPrefix(url, "kafkas://"):
-		return "kafka"
+// transportFor finds the row of a HERALD_BROKER_URL.
+func transportFor(url string) (transportKind, bool) {
+	for _, k := range transports {
+		for _, s := range k.schemes {
+			if (s == "" && url == "") || (s != "" && strings.HasPrefix(url, s)) {
+				return k, true
+			}
+		}
 	}
-	return ""
+	return transportKind{}, false
+}
+
+// brokerKind names the transport a HERALD_BROKER_URL picks ("" for none).
+func brokerKind(url string) string {
+	k, _ := transportFor(url)
+	return k.name
 }
 
 // tableTransport is the outbox table as the queue. Its row lease comes from
 // deliveryLeases: longer than the worker's claim, so a row stays with the
 // worker that claimed it until that worker has sent, recorded and settled it.
-func tableTransport(cfg Config, log *slog.Logger) transport {
+func tableTransport(cfg Config, log *slog.Logger, _ string) (transport, error) {
 	_, rowLease := deliveryLeases(cfg)
 	return transport{
 		name: "table",
@@ -238,7 +253,7 @@ func tableTransport(cfg Config, log *slog.Logger) transport {
 				Logger:       log.With("component", role),
 			})
 		},
-	}
+	}, nil
 }
 
 // settleMargin is what the table transport's row lease adds to the worker's
@@ -247,7 +262,9 @@ func tableTransport(cfg Config, log *slog.Logger) transport {
 const settleMargin = 15 * time.Second
 
 // deliveryLeases derives, in this one place, how long a delivery holds what
-// it claims, from HERALD_SMTP_TIMEOUT (which bounds each send):
+// it claims, from the longest send timeout of the channels
+// (HERALD_SMTP_TIMEOUT for email): one lease serves every channel, since
+// the claims of all channels go to the store together:
 //   - claim: the worker's lease on the message id and the notification,
 //     worker.DefaultLease: the claim's transaction, the send timeout and
 //     the record's transaction, each at its longest, plus a margin. After
@@ -260,33 +277,16 @@ const settleMargin = 15 * time.Second
 //
 // A delivery that waits at the worker's closed gate (the mail server is
 // down or throttling, up to worker.Config.SenderBackoffMax) or for its turn
-// under HERALD_SMTP_RATE does so before its claim; a row can outlast its
+// under a channel's rate does so before its claim; a row can outlast its
 // lease there, and its copy then waits too: no send goes out while the gate
 // is closed, and the claim on the message id lets one copy through.
 func deliveryLeases(cfg Config) (claim, row time.Duration) {
-	timeout := cfg.SMTPTimeout
-	if timeout <= 0 {
-		timeout = smtp.DefaultTimeout // what the sender and the worker take for zero
-	}
-	claim = worker.DefaultLease(timeout)
+	claim = worker.DefaultLease(longestSendTimeout(cfg))
 	return claim, claim + settleMargin
 }
 
-func rabbitTransport(cfg Config, log *slog.Logger, prefix string) transport {
-	conf := func(role string) rabbitmq.Config {
-		// RetryDelay is the list's first delay only, until the RabbitMQ
-		// transport takes the list (one retry queue per distinct delay).
-		// The settings table never yields an empty list.
-		return rabbitmq.Config{
-			URL:            cfg.BrokerURL,
-			Prefix:         prefix,
-			RetryDelays:    cfg.RetryDelays,
-			QueueType:      cfg.QueueType,
-			Prefetch:       cfg.Prefetch,
-			ConnectionName: "herald " + role,
-			Logger:         log.With("component", role),
-		}
-	}
+func rabbitTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
+	conf := func(role string) rabbitmq.Config { return rabbitConfig(cfg, log, prefix, role) }
 	return transport{
 		name: "rabbitmq",
 		publisher: func(role string) (relay.Publisher, func(), error) {
@@ -302,17 +302,22 @@ func rabbitTransport(cfg Config, log *slog.Logger, prefix string) transport {
 		deadLetters:    rabbitDeadLetters{cfg: conf("dlq")},
 		deadLetterName: prefix + "notifications.send.dlq",
 		probe:          rabbitmq.Pinger{URL: cfg.BrokerURL},
-		remove: func(ctx context.Context) error {
-			if err := rabbitmq.Delete(ctx, conf("bench")); err != nil {
-				return fmt.Errorf("delete broker topology %s*: %w", prefix, err)
-			}
-			return nil
-		},
-		rawPublish: func(ctx context.Context, n int) (float64, error) {
-			// The ceiling of one node: the first of a cluster's list.
-			first, _, _ := strings.Cut(cfg.BrokerURL, ",")
-			return raw.Publish(ctx, strings.TrimSpace(first), raw.PublishOptions{Queue: prefix + "raw", N: n, QueueType: cfg.QueueType})
-		},
+	}, nil
+}
+
+// rabbitConfig is the RabbitMQ transport's configuration for role.
+func rabbitConfig(cfg Config, log *slog.Logger, prefix, role string) rabbitmq.Config {
+	// RetryDelay is the list's first delay only, until the RabbitMQ
+	// transport takes the list (one retry queue per distinct delay).
+	// The settings table never yields an empty list.
+	return rabbitmq.Config{
+		URL:            cfg.BrokerURL,
+		Prefix:         prefix,
+		RetryDelays:    cfg.RetryDelays,
+		QueueType:      cfg.QueueType,
+		Prefetch:       cfg.Prefetch,
+		ConnectionName: "herald " + role,
+		Logger:         log.With("component", role),
 	}
 }
 
@@ -325,15 +330,7 @@ func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, err
 	if err != nil {
 		return transport{}, fmt.Errorf("HERALD_BROKER_URL: %w", err)
 	}
-	conf := func(role string) kafka.Config {
-		c := base
-		c.Prefix = prefix
-		c.RetryDelays = cfg.RetryDelays
-		c.Prefetch = cfg.Prefetch
-		c.ClientID = "herald-" + role
-		c.Logger = log.With("component", role)
-		return c
-	}
+	conf := func(role string) kafka.Config { return kafkaConfig(cfg, log, base, prefix, role) }
 	return transport{
 		name: "kafka",
 		publisher: func(role string) (relay.Publisher, func(), error) {
@@ -347,16 +344,19 @@ func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, err
 			return kafka.NewConsumer(conf(role))
 		},
 		probe: kafka.Pinger{Config: base},
-		remove: func(ctx context.Context) error {
-			if err := kafka.Delete(ctx, conf("bench")); err != nil {
-				return fmt.Errorf("delete broker topics %s*: %w", prefix, err)
-			}
-			return nil
-		},
-		rawPublish: func(ctx context.Context, n int) (float64, error) {
-			return raw.KafkaPublish(ctx, conf("bench").ConnOpts(), raw.KafkaPublishOptions{Topic: prefix + "raw", N: n})
-		},
 	}, nil
+}
+
+// kafkaConfig is the Kafka transport's configuration for role, on base
+// (what the URL says).
+func kafkaConfig(cfg Config, log *slog.Logger, base kafka.Config, prefix, role string) kafka.Config {
+	c := base
+	c.Prefix = prefix
+	c.RetryDelays = cfg.RetryDelays
+	c.Prefetch = cfg.Prefetch
+	c.ClientID = "herald-" + role
+	c.Logger = log.With("component", role)
+	return c
 }
 
 // rabbitDeadLetters removes redriven messages from the RabbitMQ dead-letter
@@ -369,17 +369,8 @@ func (d rabbitDeadLetters) Remove(ctx context.Context, ids []int64) (int, error)
 
 // natsTransport is NATS JetStream: stream NOTIFICATIONS, the relay
 // publishing with acknowledgements, workers on the durable pull consumer.
-func natsTransport(cfg Config, log *slog.Logger, prefix string) transport {
-	conf := func(role string) nats.Config {
-		return nats.Config{
-			URL:            cfg.BrokerURL,
-			Prefix:         prefix,
-			RetryDelays:    cfg.RetryDelays,
-			Prefetch:       cfg.Prefetch,
-			ConnectionName: "herald " + role,
-			Logger:         log.With("component", role),
-		}
-	}
+func natsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
+	conf := func(role string) nats.Config { return natsConfig(cfg, log, prefix, role) }
 	return transport{
 		name: "nats",
 		publisher: func(role string) (relay.Publisher, func(), error) {
@@ -395,16 +386,18 @@ func natsTransport(cfg Config, log *slog.Logger, prefix string) transport {
 		deadLetters:    natsDeadLetters{cfg: conf("dlq")},
 		deadLetterName: nats.NewTopology(prefix).DeadLetter,
 		probe:          nats.Pinger{URL: cfg.BrokerURL},
-		remove: func(ctx context.Context) error {
-			if err := nats.Delete(ctx, conf("bench")); err != nil {
-				return fmt.Errorf("delete broker stream %s*: %w", prefix, err)
-			}
-			return nil
-		},
-		rawPublish: func(ctx context.Context, n int) (float64, error) {
-			topo := nats.NewTopology(prefix + "raw.")
-			return raw.PublishNATS(ctx, cfg.BrokerURL, raw.NATSPublishOptions{Stream: topo.Stream, Subject: topo.Requested, N: n})
-		},
+	}, nil
+}
+
+// natsConfig is the NATS transport's configuration for role.
+func natsConfig(cfg Config, log *slog.Logger, prefix, role string) nats.Config {
+	return nats.Config{
+		URL:            cfg.BrokerURL,
+		Prefix:         prefix,
+		RetryDelays:    cfg.RetryDelays,
+		Prefetch:       cfg.Prefetch,
+		ConnectionName: "herald " + role,
+		Logger:         log.With("component", role),
 	}
 }
 
@@ -415,35 +408,67 @@ func (d natsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
 	return nats.RemoveDeadLetters(ctx, d.cfg, ids)
 }
 
-// newSender builds the sender HERALD_SMTP_URL names (an mbox file for
-// mbox:PATH, and herald.mbox when it is unset, which only serve allows) and
-// its close func. The SMTP sender keeps one session per delivery
-// in flight (HERALD_PREFETCH), open and reused, and no more; its Timeout
-// (smtp.DefaultTimeout) bounds each send, so a claim held across a send
-// must last longer than that.
-func newSender(cfg Config) (worker.Sender, func(), error) {
-	if path, ok := mailTarget(cfg); ok {
-		if path == "" {
-			return nil, nil, usageError{errors.New("HERALD_SMTP_URL=mbox: needs a file: mbox:PATH")}
-		}
-		s, err := mbox.New(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func() {}, nil
-	}
-	s, err := smtp.New(smtp.Config{
-		URL:         cfg.SMTPURL,
-		From:        cfg.SMTPFrom,
-		CAFile:      cfg.SMTPCAFile,
-		MaxSessions: cfg.Prefetch,
-		MaxIdle:     cfg.Prefetch,
-		Timeout:     cfg.SMTPTimeout,
-	})
+// sqsTransport is Amazon SQS on sqs://REGION/PREFIX[?endpoint=...&fifo=true]
+// (credentials from the AWS SDK's chain): the relay sends with
+// SendMessageBatch, workers long-poll PREFIX-send.
+func sqsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
+	conf, err := sqsConfig(cfg, log, prefix)
 	if err != nil {
-		return nil, nil, err
+		return transport{}, err
 	}
-	return s, func() { _ = s.Close() }, nil
+	return transport{
+		name: "sqs",
+		publisher: func(role string) (relay.Publisher, func(), error) {
+			c := conf(role)
+			p, err := sqs.NewPublisher(c)
+			if err != nil {
+				return nil, nil, err
+			}
+			return p, func() { _ = p.Close() }, nil
+		},
+		source: func(_ store, role string) (worker.Source, error) {
+			return sqs.NewConsumer(conf(role))
+		},
+		deadLetters:    sqsDeadLetters{cfg: conf("dlq")},
+		deadLetterName: conf("dlq").Topology().DeadLetter,
+		probe:          sqs.Pinger{Config: conf("probe")},
+	}, nil
+}
+
+// sqsConfig returns the SQS transport's configuration for a role. Its
+// visibility timeout is the table transport's row lease (see
+// deliveryLeases): longer than the worker's claim, and extended while a
+// send runs, so a message reaches another worker only when its holder
+// stopped extending it; that worker's claim then stops a second send. The
+// bench's scratch prefix (whose dots a queue name cannot hold) is
+// prepended with dashes.
+func sqsConfig(cfg Config, log *slog.Logger, prefix string) (func(role string) sqs.Config, error) {
+	base, err := sqs.ParseURL(cfg.BrokerURL)
+	if err != nil {
+		return nil, fmt.Errorf("HERALD_BROKER_URL: %w", err)
+	}
+	if prefix != "" {
+		if base.Prefix == "" {
+			base.Prefix = sqs.DefaultPrefix
+		}
+		base.Prefix = strings.NewReplacer(".", "-").Replace(prefix) + base.Prefix
+	}
+	_, row := deliveryLeases(cfg)
+	base.VisibilityTimeout = row
+	base.RetryDelays = cfg.RetryDelays
+	base.Prefetch = cfg.Prefetch
+	return func(role string) sqs.Config {
+		c := base
+		c.Logger = log.With("component", role)
+		return c
+	}, nil
+}
+
+// sqsDeadLetters removes redriven messages from PREFIX-send-dlq.
+type sqsDeadLetters struct{ cfg sqs.Config }
+
+func (d sqsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
+	return sqs.RemoveDeadLetters(ctx, d.cfg, ids)
 }
 
 // hooks change how build puts the parts together without building any of
@@ -566,6 +591,10 @@ func (a *app) apiHandler() (http.Handler, error) {
 	if a.cfg.MaxBacklog > 0 {
 		admission = api.BacklogGate(a.st, int64(a.cfg.MaxBacklog), 250*time.Millisecond)
 	}
+	channels, err := channelSpecs(a.cfg)
+	if err != nil {
+		return nil, err
+	}
 	h, err := api.New(a.st, api.Config{
 		Token:       a.cfg.APIToken,
 		DebugFaults: a.cfg.DebugFaults,
@@ -575,11 +604,12 @@ func (a *app) apiHandler() (http.Handler, error) {
 		Logger:      a.log.With("component", "api"),
 		Admission:   admission,
 		DeadLetters: deadletter.New(a.st, a.tr.deadLetters),
+		Channels:    channels,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return h.Handler(), nil
+	return a.withConsole(h.Handler())
 }
 
 // apiParts builds what the api process runs: the HTTP server, the backlog
@@ -646,56 +676,67 @@ func (a *app) newRelay() (*relay.Relay, error) {
 	return rl, nil
 }
 
-// newWorker builds the worker on the transport's source and the sender.
+// newWorker builds the worker on the transport's source and one sender
+// per registered channel.
 func (a *app) newWorker() (*worker.Worker, error) {
 	src, err := a.tr.source(a.st, "worker")
 	if err != nil {
 		return nil, err
 	}
-	snd, closeSender, err := newSender(a.cfg)
-	if err != nil {
-		return nil, err
-	}
-	a.close = append(a.close, closeSender)
-	if a.hooks.wrapSender != nil {
-		snd = a.hooks.wrapSender(snd)
+	channels := make(map[string]worker.Channel, len(channelKinds))
+	for _, k := range enabledChannels(a.cfg) {
+		snd, closeSender, err := k.open(a.cfg)
+		if err != nil {
+			return nil, err
+		}
+		a.close = append(a.close, closeSender)
+		if a.hooks.wrapSender != nil {
+			snd = a.hooks.wrapSender(snd)
+		}
+		// A channel's send timeout is its sender's own; the worker bounds
+		// every send with it too, and the claim lease follows the longest
+		// (the table transport's row lease is longer still). The rate is
+		// the worker's: a turn is waited for before the claim, never inside
+		// a send, so it never costs an attempt.
+		ch := k.limits(a.cfg)
+		ch.Sender = snd
+		if ch.Concurrency == 0 && ch.Rate > 0 {
+			ch.Concurrency = a.cfg.Prefetch // what can be in flight at most: checked against the rate
+		}
+		channels[k.name] = ch
 	}
 	crash, err := crashHook(a.cfg.DebugCrash, a.log)
 	if err != nil {
 		return nil, err
 	}
 	claimLease, _ := deliveryLeases(a.cfg)
-	w, err := worker.New(src, a.st, snd, worker.Config{
-		From:        a.cfg.SMTPFrom,
-		RetryDelays: a.cfg.RetryDelays,
-		MaxRetries:  a.cfg.MaxRetries,
-		// HERALD_SMTP_TIMEOUT bounds the SMTP sender's sends; the worker
-		// bounds every send with it too, and its claim lease follows
-		// (the table transport's row lease is longer still).
-		SendTimeout: a.cfg.SMTPTimeout,
-		Lease:       claimLease,
-		// The rate is the worker's: a turn is waited for before the claim,
-		// never inside a send, so it never costs an attempt.
-		Rate:                 float64(a.cfg.SMTPRate),
-		Concurrency:          a.cfg.Prefetch,
+	w, err := worker.New(src, a.st, channels, worker.Config{
+		RetryDelays:          a.cfg.RetryDelays,
+		MaxRetries:           a.cfg.MaxRetries,
+		Lease:                claimLease,
 		OutageSpendsAttempts: a.cfg.SMTPOutage == "attempt",
 		Logger:               a.log.With("component", "worker"),
 		Registerer:           a.reg,
 		Crash:                crash,
 	})
 	if err != nil {
-		return nil, usageError{fmt.Errorf("worker: %w (HERALD_SMTP_RATE=%d, HERALD_PREFETCH=%d)", err, a.cfg.SMTPRate, a.cfg.Prefetch)}
+		return nil, usageError{fmt.Errorf("worker: %w (HERALD_SMTP_RATE=%d, HERALD_PREFETCH=%d, HERALD_EMAIL_CONCURRENCY=%d)", err, a.cfg.SMTPRate, a.cfg.Prefetch, a.cfg.EmailConcurrency)}
 	}
-	a.checks = append(a.checks, api.Check{Name: "sender", Pinger: senderCheck{w}, ShowReason: true})
+	for _, name := range w.Channels() {
+		a.checks = append(a.checks, api.Check{Name: "sender:" + name, Pinger: senderCheck{w, name}, ShowReason: true})
+	}
 	return w, nil
 }
 
 // senderCheck is the worker's readiness as to its sender: not ready while
 // sends are paused (the provider down or throttling), with the reason.
-type senderCheck struct{ w *worker.Worker }
+type senderCheck struct {
+	w       *worker.Worker
+	channel string
+}
 
 func (c senderCheck) Ping(context.Context) error {
-	if up, reason := c.w.SenderStatus(); !up {
+	if up, reason := c.w.ChannelStatus(c.channel); !up {
 		return errors.New(reason)
 	}
 	return nil

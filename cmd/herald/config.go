@@ -15,36 +15,48 @@ import (
 // from the settings table below: the flag when given, else the environment,
 // else the contract's default. Components take these values as they are.
 type Config struct {
-	DatabaseURL     string
-	BrokerURL       string
-	HTTPAddr        string
-	APIToken        string
-	SMTPURL         string
-	SMTPCAFile      string
-	SMTPRate        int
-	SMTPFrom        string
-	SMTPTimeout     time.Duration
-	SMTPOutage      string
-	MaxRetries      int
-	RetryDelays     []time.Duration
-	QueueType       string
-	RelayBatch      int
-	RelayInterval   time.Duration
-	Prefetch        int
-	AlertBacklog    int
-	AlertFor        time.Duration
-	MonitorInterval time.Duration
-	TelegramToken   string
-	TelegramChatID  string
-	TelegramAPI     string
-	MetricsAddr     string
-	Retention       time.Duration
-	MaxBacklog      int
-	DebugFaults     bool
-	DebugCrash      string
-	LogFormat       string
-	LogLevel        string
-	ReconcileAfter  time.Duration
+	DatabaseURL string
+	BrokerURL   string
+	HTTPAddr    string
+	APIToken    string
+	SMTPURL     string
+	SMTPCAFile  string
+	SMTPRate    int
+	SMTPFrom    string
+	SMTPTimeout time.Duration
+	SMTPOutage  string
+	// EmailConcurrency is the email channel's own concurrency limit.
+	EmailConcurrency int
+	// The webhook and Telegram channels' settings.
+	WebhookSecret       string
+	WebhookAllow        string
+	WebhookTimeout      time.Duration
+	WebhookRate         int
+	WebhookConcurrency  int
+	TelegramBotToken    string
+	TelegramTimeout     time.Duration
+	TelegramRate        int
+	TelegramConcurrency int
+	MaxRetries          int
+	RetryDelays         []time.Duration
+	QueueType           string
+	RelayBatch          int
+	RelayInterval       time.Duration
+	Prefetch            int
+	AlertBacklog        int
+	AlertFor            time.Duration
+	MonitorInterval     time.Duration
+	TelegramToken       string
+	TelegramChatID      string
+	TelegramAPI         string
+	MetricsAddr         string
+	Retention           time.Duration
+	MaxBacklog          int
+	DebugFaults         bool
+	DebugCrash          string
+	LogFormat           string
+	LogLevel            string
+	ReconcileAfter      time.Duration
 }
 
 // setting is one configuration variable: its environment name, its flag,
@@ -71,19 +83,22 @@ type setting struct {
 
 // Command groups, as the cmds of a setting name them.
 const (
-	cmdsStore   = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive notifications-list notifications-show bench"
-	cmdsAPI     = "serve api"
-	cmdsRelay   = "serve relay bench"
-	cmdsWorker  = "serve worker bench"
-	cmdsBroker  = "serve api relay worker dlq-redrive bench"
-	cmdsProcess = "relay worker"
-	cmdsLong    = "serve api relay worker"
+	cmdsStore  = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive notifications-list notifications-show bench"
+	cmdsAPI    = "serve api"
+	cmdsRelay  = "serve relay bench"
+	cmdsWorker = "serve worker bench"
+	// cmdsChannels take the settings that enable a channel: the API
+	// accepts its requests, the worker sends them.
+	cmdsChannels = "serve api worker bench"
+	cmdsBroker   = "serve api relay worker dlq-redrive bench"
+	cmdsProcess  = "relay worker"
+	cmdsLong     = "serve api relay worker"
 )
 
 var settings = []setting{
 	{env: "HERALD_DATABASE_URL", flag: "database-url", def: "sqlite:herald.db", usage: "store: postgres://..., sqlite:PATH or mongodb://host/DATABASE",
 		field: func(c *Config) any { return &c.DatabaseURL }, cmds: cmdsStore},
-	{env: "HERALD_BROKER_URL", flag: "broker-url", def: "", usage: "transport: amqp://... (RabbitMQ), nats://... (NATS JetStream) or kafka://host:port; several comma-separated URLs or hosts: a cluster; unset: the outbox table, no broker",
+	{env: "HERALD_BROKER_URL", flag: "broker-url", def: "", usage: "transport: amqp://... (RabbitMQ), nats://... (NATS JetStream), kafka://host:port or sqs://REGION/PREFIX[?endpoint=URL&fifo=true] (Amazon SQS, credentials from the AWS SDK chain); several comma-separated URLs or hosts: a cluster; unset: the outbox table, no broker",
 		field: func(c *Config) any { return &c.BrokerURL }, cmds: cmdsBroker},
 	{env: "HERALD_HTTP_ADDR", flag: "http-addr", def: "127.0.0.1:8080", usage: "API listen address",
 		field: func(c *Config) any { return &c.HTTPAddr }, cmds: cmdsAPI},
@@ -93,14 +108,34 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker"},
 	{env: "HERALD_SMTP_CA_FILE", flag: "smtp-ca-file", def: "", usage: "PEM certificates trusted besides the system's for the SMTP server's TLS (a private CA)",
 		field: func(c *Config) any { return &c.SMTPCAFile }, cmds: "serve worker"},
-	{env: "HERALD_SMTP_RATE", flag: "smtp-rate", def: "0", usage: "most emails per second this process hands the SMTP server (0: no limit); a delivery waits for its turn before it is claimed, so the limit never costs an attempt; a prefetch that could not get its turns within a minute is refused at start",
+	{env: "HERALD_SMTP_RATE", flag: "smtp-rate", def: "0", usage: "most emails per second this process hands the SMTP server: the email channel's HERALD_<CHANNEL>_RATE (0: no limit); a delivery waits for its turn before it is claimed, so the limit never costs an attempt; a prefetch that could not get its turns within a minute is refused at start",
 		field: func(c *Config) any { return &c.SMTPRate }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_SMTP_FROM", flag: "smtp-from", def: "herald@localhost", usage: "From address (its domain names the Message-ID)",
 		field: func(c *Config) any { return &c.SMTPFrom }, cmds: cmdsWorker},
-	{env: "HERALD_SMTP_TIMEOUT", flag: "smtp-timeout", def: "30s", usage: "bounds one send (dial, commands, data); a delivery's claim lasts 25s longer (its claim and record transactions, 10s each, and a margin), so a slow send is never repeated while it runs",
+	{env: "HERALD_SMTP_TIMEOUT", flag: "smtp-timeout", def: "30s", usage: "the email channel's send timeout: bounds one send (dial, commands, data); a delivery's claim, one for every channel, lasts 25s longer than the longest channel's timeout (its claim and record transactions, 10s each, and a margin), so a slow send is never repeated while it runs",
 		field: func(c *Config) any { return &c.SMTPTimeout }, cmds: cmdsWorker},
 	{env: "HERALD_SMTP_OUTAGE", flag: "smtp-outage", def: "wait", usage: "what an SMTP server that cannot be reached (or refuses TLS, AUTH, the greeting) costs: wait (no attempt spent; sends pause and resume when it is back) or attempt (each delivery spends an attempt, then dead-letters: the chapter's exercise 4)",
 		field: func(c *Config) any { return &c.SMTPOutage }, cmds: cmdsWorker, oneOf: "wait attempt"},
+	{env: "HERALD_EMAIL_CONCURRENCY", flag: "email-concurrency", def: "0", usage: "most emails this process sends at once (the email channel's HERALD_<CHANNEL>_CONCURRENCY; HERALD_SMTP_RATE is its rate, HERALD_SMTP_TIMEOUT its timeout); a delivery waits for a slot before it is claimed (0: no limit but HERALD_PREFETCH)",
+		field: func(c *Config) any { return &c.EmailConcurrency }, cmds: cmdsWorker, min: 0},
+	{env: "HERALD_WEBHOOK_SECRET", flag: "webhook-secret", def: "", usage: "the webhook channel's signing secrets (Standard Webhooks whsec_<base64>, comma-separated: requests are signed with the first); set, it enables the channel webhook",
+		field: func(c *Config) any { return &c.WebhookSecret }, cmds: cmdsChannels, secret: true},
+	{env: "HERALD_WEBHOOK_ALLOW", flag: "webhook-allow", def: "", usage: "CIDR ranges (comma-separated) a webhook may reach although the SSRF guard refuses them: loopback, private, link-local, CGNAT, multicast, unspecified",
+		field: func(c *Config) any { return &c.WebhookAllow }, cmds: cmdsChannels},
+	{env: "HERALD_WEBHOOK_TIMEOUT", flag: "webhook-timeout", def: "10s", usage: "bound on one webhook request: connect, TLS, request, reply",
+		field: func(c *Config) any { return &c.WebhookTimeout }, cmds: cmdsWorker},
+	{env: "HERALD_WEBHOOK_RATE", flag: "webhook-rate", def: "0", usage: "most webhooks per second this process sends (0: no limit)",
+		field: func(c *Config) any { return &c.WebhookRate }, cmds: cmdsWorker, min: 0},
+	{env: "HERALD_WEBHOOK_CONCURRENCY", flag: "webhook-concurrency", def: "0", usage: "most webhooks this process sends at once (0: no limit but HERALD_PREFETCH)",
+		field: func(c *Config) any { return &c.WebhookConcurrency }, cmds: cmdsWorker, min: 0},
+	{env: "HERALD_TELEGRAM_BOT_TOKEN", flag: "telegram-bot-token", def: "", usage: "the telegram channel's bot token (at HERALD_TELEGRAM_API); set, it enables the channel telegram (alerts keep HERALD_TELEGRAM_TOKEN)",
+		field: func(c *Config) any { return &c.TelegramBotToken }, cmds: cmdsChannels, secret: true},
+	{env: "HERALD_TELEGRAM_TIMEOUT", flag: "telegram-timeout", def: "10s", usage: "bound on one Bot API request of the telegram channel",
+		field: func(c *Config) any { return &c.TelegramTimeout }, cmds: cmdsWorker},
+	{env: "HERALD_TELEGRAM_RATE", flag: "telegram-rate", def: "0", usage: "most Telegram messages per second this process sends (0: no limit; the Bot API allows about 30)",
+		field: func(c *Config) any { return &c.TelegramRate }, cmds: cmdsWorker, min: 0},
+	{env: "HERALD_TELEGRAM_CONCURRENCY", flag: "telegram-concurrency", def: "0", usage: "most Telegram messages this process sends at once (0: no limit but HERALD_PREFETCH)",
+		field: func(c *Config) any { return &c.TelegramConcurrency }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_MAX_RETRIES", flag: "max-retries", def: "5", usage: "retries after the first attempt; then dead-letter (0: dead-letter on the first failure)",
 		field: func(c *Config) any { return &c.MaxRetries }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_RETRY_DELAY", flag: "retry-delay", def: "30s", usage: "delay before each retry; a list (30s,5m,30m,2h) sets the delay of each retry in turn, the last one repeating",
@@ -123,8 +158,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.TelegramToken }, cmds: cmdsAPI, secret: true},
 	{env: "HERALD_TELEGRAM_CHAT_ID", flag: "telegram-chat-id", def: "", usage: "Telegram chat for alerts",
 		field: func(c *Config) any { return &c.TelegramChatID }, cmds: cmdsAPI},
-	{env: "HERALD_TELEGRAM_API", flag: "telegram-api", def: "https://api.telegram.org", usage: "Telegram Bot API base URL",
-		field: func(c *Config) any { return &c.TelegramAPI }, cmds: cmdsAPI},
+	{env: "HERALD_TELEGRAM_API", flag: "telegram-api", def: "https://api.telegram.org", usage: "Telegram Bot API base URL (the alert's and the telegram channel's)",
+		field: func(c *Config) any { return &c.TelegramAPI }, cmds: cmdsAPI + " worker bench"},
 	{env: "HERALD_METRICS_ADDR", flag: "metrics-addr", def: "", usage: "own /metrics listener for relay and worker",
 		field: func(c *Config) any { return &c.MetricsAddr }, cmds: cmdsProcess},
 	{env: "HERALD_RETENTION", flag: "retention", def: "168h", usage: "age after which processed outbox and dedup rows are pruned",

@@ -110,7 +110,7 @@ func TestDuplicatePublishAppliedOnce(t *testing.T) {
 
 	s.waitStatus(r.ID, "sent", 30*time.Second)
 	require.Eventually(t, func() bool {
-		return scrape(t, "http://"+metrics+"/metrics", `herald_worker_deliveries_total{outcome="duplicate"}`) == 1
+		return scrape(t, "http://"+metrics+"/metrics", `herald_worker_deliveries_total{channel="email",outcome="duplicate"}`) == 1
 	}, 30*time.Second, 20*time.Millisecond, "the second copy was never absorbed")
 	require.Equal(t, 1, s.smtp.CountByMessageID()["<"+r.ID+"@example.com>"])
 	require.Equal(t, 1, s.smtp.Count())
@@ -135,7 +135,7 @@ func TestWorkerKilledAfterCommit(t *testing.T) {
 	metrics := freeAddr(t)
 	s.startWith(map[string]string{"HERALD_METRICS_ADDR": metrics}, "worker")
 	require.Eventually(t, func() bool {
-		return scrape(t, "http://"+metrics+"/metrics", `herald_worker_deliveries_total{outcome="duplicate"}`) == 1
+		return scrape(t, "http://"+metrics+"/metrics", `herald_worker_deliveries_total{channel="email",outcome="duplicate"}`) == 1
 	}, 30*time.Second, 20*time.Millisecond, "the unacked message was never redelivered")
 	require.Equal(t, 1, s.smtp.Count(), "the redelivery sent nothing")
 	require.Equal(t, 1, s.count("SELECT count(*) FROM processed_messages"))

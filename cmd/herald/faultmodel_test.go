@@ -109,7 +109,7 @@ func TestDroppedConnectionMessageDeadLettered(t *testing.T) {
 	for id, c := range srv.CountByMessageID() {
 		require.Equal(t, 1, c, id)
 	}
-	require.Equal(t, float64(1), scrape(t, s.api.base+"/metrics", "herald_sender_up"), "the sender was never taken for down")
+	require.Equal(t, float64(1), scrape(t, s.api.base+"/metrics", `herald_sender_up{channel="email"}`), "the sender was never taken for down")
 	require.NotContains(t, s.proc.Log(), "sends paused", "no outage was declared for one message's fault")
 }
 
@@ -188,8 +188,8 @@ func TestWorkerReadyzNamesSenderReason(t *testing.T) {
 	waitFor(t, 30*time.Second, 50*time.Millisecond, func() bool {
 		code, b := get(t, readyz)
 		body = b
-		return code == http.StatusServiceUnavailable && strings.Contains(b, "421")
-	}, func() string { return "worker /readyz never named the 421: " + body })
+		return code == http.StatusServiceUnavailable && strings.Contains(b, "421") && strings.Contains(b, `"sender:email"`)
+	}, func() string { return "worker /readyz never named the 421 under sender:email: " + body })
 	p.smtp.FailAt(smtptest.StepMail, 0, "")
 	p.waitAllSent(p.smtp, ids, 90*time.Second)
 	waitFor(t, 30*time.Second, 50*time.Millisecond, func() bool {

@@ -28,20 +28,21 @@ func cmdNotifications(ctx context.Context, args []string, e env) error {
 	case "show":
 		return cmdNotificationsShow(ctx, args, e)
 	default:
-		return groupUsage(e, sub, "Usage: herald notifications list [--user-id ID] [--status S] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.")
+		return groupUsage(e, sub, "Usage: herald notifications list [--user-id ID] [--status S] [--channel C] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.")
 	}
 }
 
 func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 	var (
-		userID, status, after, before, cursor string
-		limit                                 int
-		asJSON                                bool
+		userID, status, channel, after, before, cursor string
+		limit                                          int
+		asJSON                                         bool
 	)
 	cfg, err := parseFlags("notifications list", "Lists notifications newest first, a page at a time, as GET /notifications does. The next page's cursor is printed on stderr (in the JSON with --json); pass it with the same filters.",
 		args, e, func(fs *flag.FlagSet) {
 			fs.StringVar(&userID, "user-id", "", "only this user's notifications")
 			fs.StringVar(&status, "status", "", "only notifications in this status: pending, sent or failed")
+			fs.StringVar(&channel, "channel", "", "only notifications of this channel: "+strings.Join(channelNames(), ", "))
 			fs.StringVar(&after, "created-after", "", "only those created at or after this RFC 3339 time")
 			fs.StringVar(&before, "created-before", "", "only those created before this RFC 3339 time")
 			fs.IntVar(&limit, "limit", api.DefaultListLimit, "page size, from 1 to "+strconv.Itoa(api.MaxListLimit))
@@ -54,12 +55,16 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 	// The flags go through the API's own parser: the same rules, the same
 	// cursors, usable with either.
 	q := url.Values{"limit": {strconv.Itoa(limit)}}
-	for name, v := range map[string]string{"user_id": userID, "status": status, "created_after": after, "created_before": before, "cursor": cursor} {
+	for name, v := range map[string]string{"user_id": userID, "status": status, "channel": channel, "created_after": after, "created_before": before, "cursor": cursor} {
 		if v != "" {
 			q.Set(name, v)
 		}
 	}
-	f, err := api.ParseListFilter(q)
+	known, err := knownChannelSpecs(cfg)
+	if err != nil {
+		return err
+	}
+	f, err := api.ParseListFilter(q, known)
 	if pe, ok := errors.AsType[*api.ParamError](err); ok {
 		return usageError{fmt.Errorf("notifications list: --%s: %s", strings.ReplaceAll(pe.Field, "_", "-"), pe.Message)}
 	}
@@ -81,10 +86,14 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 		return enc.Encode(api.NewPageView(f, page))
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCREATED_AT\tSTATUS\tATTEMPTS\tUSER_ID\tTO\tSUBJECT")
+	fmt.Fprintln(tw, "ID\tCREATED_AT\tSTATUS\tATTEMPTS\tUSER_ID\tCHANNEL\tTO\tSUBJECT")
 	for _, n := range page.Items {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", n.ID, n.CreatedAt.UTC().Format(time.RFC3339), n.Status, n.Attempts,
-			oneLine(n.UserID, 40), oneLine(n.To, 40), oneLine(n.Subject, 50))
+		subject := oneLine(n.Subject, 50)
+		if subject == "" {
+			subject = "-" // a channel without one
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.ID, n.CreatedAt.UTC().Format(time.RFC3339), n.Status, n.Attempts,
+			oneLine(n.UserID, 40), n.Channel, oneLine(n.To, 40), subject)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -156,16 +165,29 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 }
 
 // writeNotification prints a notification's fields, one per line, as
-// `notifications show` and `dlq show` do.
+// `notifications show` and `dlq show` do: the fields its channel has (a
+// subject only for a channel with one, email), and what its to is (an
+// email address, an http(s) URL, a chat id).
 func writeNotification(w io.Writer, n notify.Notification) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	// How a channel's fields read needs no setting: the zero
+	// configuration's specs say it.
+	specs, _ := knownChannelSpecs(Config{})
+	spec, known := specs[n.Channel]
 	row("id", notify.FormatID(n.ID))
 	row("status", string(n.Status))
 	row("user_id", n.UserID)
 	row("channel", n.Channel)
-	row("to", n.To)
-	row("subject", n.Subject)
+	switch {
+	case known && spec.To != "":
+		row("to", n.To+"  ("+spec.To+")")
+	default:
+		row("to", n.To)
+	}
+	if spec.Subject || n.Subject != "" {
+		row("subject", n.Subject)
+	}
 	row("attempts", strconv.Itoa(n.Attempts))
 	row("last_error", n.LastError)
 	row("created_at", n.CreatedAt.UTC().Format(time.RFC3339Nano))

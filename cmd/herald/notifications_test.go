@@ -186,3 +186,46 @@ func TestDLQRedriveExplainsSkips(t *testing.T) {
 	_, _, err = cliRun(t, dbURL, "dlq", "redrive", "--all", "--id", a)
 	require.ErrorIs(t, err, errUsage)
 }
+
+// Issue 17 point 5: show prints what the notification's channel has: a
+// subject for email (and what its to is), none for a channel without one;
+// list names each row's channel and filters by a known one.
+func TestNotificationsShowByChannel(t *testing.T) {
+	t.Parallel()
+	dbURL, ids := notificationsDB(t, 1)
+	st, err := sqlite.Open(t.Context(), strings.TrimPrefix(dbURL, "sqlite:"), sqlite.Config{})
+	require.NoError(t, err)
+	c, err := st.Create(t.Context(), notify.NewNotification{Request: notify.CreateRequest{
+		UserID: "u-9", Channel: "webhook", To: "https://hooks.example.com/in", Body: `{"event":"paid"}`,
+	}})
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+
+	out, _, err := cliRun(t, dbURL, "notifications", "show", notify.FormatID(ids[0]))
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^to\s+a@example.com  \(an email address\)$`, out)
+	require.Regexp(t, `(?m)^subject\s+Subject 0$`, out)
+
+	out, _, err = cliRun(t, dbURL, "notifications", "show", notify.FormatID(c.Notification.ID))
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^channel\s+webhook$`, out)
+	require.Regexp(t, `(?m)^to\s+https://hooks.example.com/in  \(an http\(s\) URL\)$`, out)
+	require.NotRegexp(t, `(?m)^subject`, out, "no subject line for a channel without one")
+	require.Contains(t, out, "body:\n{\"event\":\"paid\"}\n")
+
+	out, _, err = cliRun(t, dbURL, "notifications", "list")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^ID\s+CREATED_AT\s+STATUS\s+ATTEMPTS\s+USER_ID\s+CHANNEL\s+TO\s+SUBJECT$`, out)
+	require.Regexp(t, `(?m)\s+u-9\s+webhook\s+https://hooks.example.com/in\s+-$`, out)
+	out, _, err = cliRun(t, dbURL, "notifications", "list", "--channel", "email")
+	require.NoError(t, err)
+	require.Contains(t, out, "a@example.com")
+	require.NotContains(t, out, "hooks.example.com")
+	out, _, err = cliRun(t, dbURL, "notifications", "list", "--channel", "webhook")
+	require.NoError(t, err, "a registered channel is a filter though no setting enables it here")
+	require.Contains(t, out, "hooks.example.com")
+	require.NotContains(t, out, "a@example.com")
+	_, _, err = cliRun(t, dbURL, "notifications", "list", "--channel", "pigeon")
+	require.ErrorIs(t, err, errUsage)
+	require.ErrorContains(t, err, "--channel: channel must be one of email")
+}

@@ -263,7 +263,7 @@ func TestSameMessageToTwoWorkersAtOnceSendsOnce(t *testing.T) {
 	sum := func(outcome string) float64 {
 		var total float64
 		for _, addr := range metrics {
-			total += max(scrape(t, "http://"+addr+"/metrics", `herald_worker_deliveries_total{outcome="`+outcome+`"}`), 0)
+			total += max(scrape(t, "http://"+addr+"/metrics", `herald_worker_deliveries_total{channel="email",outcome="`+outcome+`"}`), 0)
 		}
 		return total
 	}
@@ -301,7 +301,7 @@ func sampleSenderUp(t *testing.T, metricsAddr string) *upSampler {
 				return
 			case <-tick.C:
 			}
-			v := scrape(t, "http://"+metricsAddr+"/metrics", "herald_sender_up")
+			v := scrape(t, "http://"+metricsAddr+"/metrics", `herald_sender_up{channel="email"}`)
 			if v < 0 {
 				continue // not listening yet
 			}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // DefaultMaxBodyBytes is the default limit on a request body: 1 MiB, as the
@@ -77,9 +79,17 @@ type Config struct {
 	// POST /dead-letters/redrive (behind the token). Default: nil (no
 	// dead-letter routes).
 	DeadLetters DeadLetters
+	// Channels are the channels a create may name, with their validation.
+	// A create naming another is refused (400, field channel, listing
+	// them). No channel at all means nothing; so the zero value means the
+	// default. Default: notify.EmailOnly().
+	Channels notify.Channels
 }
 
 func (c Config) withDefaults() Config {
+	if len(c.Channels) == 0 {
+		c.Channels = notify.EmailOnly()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

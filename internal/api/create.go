@@ -103,11 +103,11 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNoti
 		}
 		return nn, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
 	}
-	req, e := decodeCreate(raw)
+	req, e := decodeCreate(raw, a.cfg.Channels)
 	if e != nil {
 		return nn, e, http.StatusBadRequest
 	}
-	if err := req.Validate(); err != nil {
+	if err := req.Validate(a.cfg.Channels); err != nil {
 		if fe, ok := errors.AsType[*notify.FieldError](err); ok {
 			return nn, &apiError{Code: "invalid_field", Message: fe.Field + " " + fe.Message, Field: fe.Field}, http.StatusBadRequest
 		}

@@ -38,13 +38,25 @@ func clip(s string, n int) string {
 	return s[:cut]
 }
 
+// createBody is a create body as decoded: the body is kept as JSON text
+// until the channel says whether it must be a string.
+type createBody struct {
+	UserID  string          `json:"user_id"`
+	Channel string          `json:"channel"`
+	To      string          `json:"to"`
+	Subject string          `json:"subject"`
+	Body    json.RawMessage `json:"body"`
+}
+
 // decodeCreate decodes a create body strictly: valid UTF-8 (encoding/json
 // would silently replace bad bytes), one JSON object with exactly spelled,
 // unique, known keys of the right types, and nothing after it. Its error is
 // the reply, with one of the codes invalid_utf8, invalid_json, unknown_field
-// or invalid_field. It does not validate the values (CreateRequest.Validate
-// does).
-func decodeCreate(raw []byte) (notify.CreateRequest, *apiError) {
+// or invalid_field. The body is a string, except for a channel of channels
+// that takes a JSON body (webhook): there any JSON value other than null is
+// accepted, and one that is not a string is held as its compact JSON text.
+// It does not validate the values (CreateRequest.Validate does).
+func decodeCreate(raw []byte, channels notify.Channels) (notify.CreateRequest, *apiError) {
 	var req notify.CreateRequest
 	if !utf8.Valid(raw) {
 		return req, &apiError{Code: "invalid_utf8", Message: "the request body is not valid UTF-8"}
@@ -52,15 +64,49 @@ func decodeCreate(raw []byte) (notify.CreateRequest, *apiError) {
 	if e := scanKeys(raw); e != nil {
 		return req, e
 	}
+	var cb createBody
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(&cb); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
 			return req, &apiError{Code: "invalid_field", Message: te.Field + " must be a " + te.Type.String(), Field: te.Field}
 		}
 		return req, &apiError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}
 	}
+	req = notify.CreateRequest{UserID: cb.UserID, Channel: cb.Channel, To: cb.To, Subject: cb.Subject}
+	// A channel this server does not take is the error to report, whatever
+	// the body: its body is read leniently, and Validate names channel.
+	spec, known := channels[cb.Channel]
+	body, e := decodeBody(cb.Body, spec.JSONBody || !known)
+	if e != nil {
+		return req, e
+	}
+	req.Body = body
 	return req, nil
+}
+
+// decodeBody reads the body's JSON value: a string (absent or null: empty,
+// as encoding/json leaves a string field), or, when jsonBody, any other
+// JSON value as its compact text.
+func decodeBody(v json.RawMessage, jsonBody bool) (string, *apiError) {
+	if len(v) == 0 || string(v) == "null" {
+		return "", nil
+	}
+	if v[0] == '"' {
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return "", &apiError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}
+		}
+		return s, nil
+	}
+	if !jsonBody {
+		return "", &apiError{Code: "invalid_field", Message: "body must be a string", Field: "body"}
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return "", &apiError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}
+	}
+	return b.String(), nil
 }
 
 // scanKeys checks the shape of the body before it is decoded: one object,

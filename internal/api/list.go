@@ -23,15 +23,16 @@ const (
 
 // listParams are the query parameters of GET /notifications.
 var listParams = map[string]bool{
-	"user_id": true, "status": true, "created_after": true, "created_before": true, "limit": true, "cursor": true,
+	"user_id": true, "status": true, "channel": true, "created_after": true, "created_before": true, "limit": true, "cursor": true,
 }
 
 // parseListQuery reads the query of GET /notifications into a filter, the
 // resumed position included. Its error is the 400 to answer, naming the
 // parameter at fault: an unknown or repeated parameter, a value of the wrong
 // type or out of range, an unknown status, an empty time window, a cursor
-// that herald did not issue or that belongs to other filters.
-func parseListQuery(q url.Values) (notify.ListFilter, *apiError) {
+// that herald did not issue or that belongs to other filters, a channel
+// not among channels.
+func parseListQuery(q url.Values, channels notify.Channels) (notify.ListFilter, *apiError) {
 	f := notify.ListFilter{Limit: DefaultListLimit}
 	for name, vs := range q {
 		if name == "" {
@@ -58,6 +59,12 @@ func parseListQuery(q url.Values) (notify.ListFilter, *apiError) {
 		default:
 			return f, invalidParam("status", "must be pending, sent or failed")
 		}
+	}
+	if v, ok := one(q, "channel"); ok {
+		if _, known := channels[v]; !known {
+			return f, invalidParam("channel", "must be one of "+strings.Join(channels.Names(), ", "))
+		}
+		f.Channel = v
 	}
 	for _, p := range []struct {
 		name string
@@ -99,7 +106,7 @@ func parseListQuery(q url.Values) (notify.ListFilter, *apiError) {
 // ParamError is a query parameter (or the flag that stands for it) that a
 // listing refuses.
 type ParamError struct {
-	// Field names the parameter: user_id, status, created_after,
+	// Field names the parameter: user_id, status, channel, created_after,
 	// created_before, limit or cursor.
 	Field   string
 	Message string
@@ -111,9 +118,10 @@ func (e *ParamError) Error() string { return e.Message }
 // ParseListFilter reads the filters of a listing given as GET
 // /notifications query parameters, with the API's rules (see the OpenAPI
 // document); `herald notifications list` passes its flags through it, so
-// that both refuse the same input the same way. Its error is a *ParamError.
-func ParseListFilter(q url.Values) (notify.ListFilter, error) {
-	f, e := parseListQuery(q)
+// that both refuse the same input the same way. channels are the channels
+// a channel filter may name. Its error is a *ParamError.
+func ParseListFilter(q url.Values, channels notify.Channels) (notify.ListFilter, error) {
+	f, e := parseListQuery(q, channels)
 	if e != nil {
 		return f, &ParamError{Field: e.Field, Message: e.Message}
 	}
@@ -177,7 +185,7 @@ func NewPageView(f notify.ListFilter, p notify.ListPage) any {
 
 // list handles GET /notifications.
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
-	f, e := parseListQuery(r.URL.Query())
+	f, e := parseListQuery(r.URL.Query(), a.cfg.Channels)
 	if e != nil {
 		writeError(w, http.StatusBadRequest, *e)
 		return

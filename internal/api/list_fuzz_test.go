@@ -22,12 +22,13 @@ func FuzzListQuery(f *testing.F) {
 		"user_id=u-1&status=pending&cursor=" + url.QueryEscape(cursor), "cursor=" + url.QueryEscape(cursor),
 		"created_after=2026-01-01T00:00:00Z&created_before=2026-01-02T00:00:00%2B01:00",
 		"created_after=0000-01-01T00:00:00%2B01:00", "user_id=%FF", "user_id=%00", "x=1", "limit=1&limit=2", "a;b",
+		"channel=webhook&status=failed", "channel=sms", "channel=",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		q, _ := url.ParseQuery(raw) // what r.URL.Query() keeps of a bad query
-		lf, e := parseListQuery(q)
+		lf, e := parseListQuery(q, fuzzChannels)
 		if e != nil {
 			switch e.Code {
 			case "invalid_field", "unknown_field", "invalid_cursor":
@@ -47,6 +48,9 @@ func FuzzListQuery(f *testing.F) {
 		default:
 			t.Fatalf("status %q accepted", lf.Status)
 		}
+		if _, ok := fuzzChannels[lf.Channel]; !ok && lf.Channel != "" {
+			t.Fatalf("channel %q accepted", lf.Channel)
+		}
 		if checkQueryText("user_id", lf.UserID, notify.MaxUserIDLen) != nil && lf.UserID != "" {
 			t.Fatalf("user_id %q accepted", lf.UserID)
 		}
@@ -59,7 +63,7 @@ func FuzzListQuery(f *testing.F) {
 		p := notify.ListPosition{CreatedAt: time.Date(2026, 1, 1, 0, 0, 0, 1000, time.UTC), ID: 7}
 		again, _ := url.ParseQuery(raw)
 		again.Set("cursor", lf.EncodeCursor(p))
-		lf2, e := parseListQuery(again)
+		lf2, e := parseListQuery(again, fuzzChannels)
 		if e != nil {
 			t.Fatalf("a cursor issued for the query is refused: %+v", e)
 		}
@@ -68,3 +72,6 @@ func FuzzListQuery(f *testing.F) {
 		}
 	})
 }
+
+// fuzzChannels are the channels a listing may filter on in the fuzz run.
+var fuzzChannels = notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": {}}

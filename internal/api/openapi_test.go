@@ -23,6 +23,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // docURL is where the test's schema compiler keeps the document.
@@ -220,6 +221,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		Metrics:     promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
 		DeadLetters: deadletter.New(e.store, nil),
 		Ready:       []api.Check{{Name: "store", Pinger: e.store}},
+		Channels:    notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hookSpec},
 		Admission: func(context.Context) error {
 			shedMu.Lock()
 			defer shedMu.Unlock()
@@ -258,6 +260,15 @@ func TestOpenAPIResponses(t *testing.T) {
 	for i := range 3 {
 		require.Equal(t, 201, call("POST", "/notifications", jsonHeaders(), body(t, map[string]any{"user_id": "u-" + strconv.Itoa(i)})).status)
 	}
+
+	// Another channel: its create, detail and listing answer the same
+	// shapes; an unknown channel is a 400.
+	hook := call("POST", "/notifications", jsonHeaders(), `{"user_id":"u","channel":"webhook","to":"https://example.com/hook","body":{"event":"paid"}}`)
+	require.Equal(t, 201, hook.status)
+	require.Equal(t, 200, call("GET", "/notifications/"+hook.json["id"].(string), nil, "").status)
+	require.Equal(t, 200, call("GET", "/notifications?channel=webhook", nil, "").status)
+	require.Equal(t, 400, call("GET", "/notifications?channel=sms", nil, "").status)
+	require.Equal(t, 400, call("POST", "/notifications", jsonHeaders(), body(t, map[string]any{"channel": "sms"})).status)
 
 	// Reads and listings.
 	require.Equal(t, 200, call("GET", "/notifications/"+id, nil, "").status)
@@ -405,6 +416,30 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 	page := s.schema(t, "/components/schemas/NotificationPage")
 	require.NoError(t, page.Validate(map[string]any{"items": []any{valid}, "next_cursor": "abc"}))
 	require.Error(t, page.Validate(map[string]any{"items": []any{valid}, "cursor": "abc"}))
+	// The create request is one of the channels' shapes, told apart by
+	// channel.
+	req := s.schema(t, "/components/schemas/CreateRequest")
+	for _, ok := range []map[string]any{
+		{"user_id": "u", "channel": "email", "to": "a@example.com", "subject": "s", "body": "b"},
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": map[string]any{"a": float64(1)}},
+		{"user_id": "u", "channel": "webhook", "to": "http://example.com/hook", "body": "text", "subject": ""},
+		{"user_id": "u", "channel": "telegram", "to": "-1001234567890", "body": "text"},
+		{"user_id": "u", "channel": "telegram", "to": "@herald_news", "body": "text"},
+	} {
+		require.NoError(t, req.Validate(ok), "%v", ok)
+	}
+	for _, bad := range []map[string]any{
+		{"user_id": "u", "channel": "email", "to": "a@example.com", "body": "b"},
+		{"user_id": "u", "channel": "email", "to": "a@example.com", "subject": "s", "body": map[string]any{"a": float64(1)}},
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "subject": "s", "body": "b"},
+		{"user_id": "u", "channel": "webhook", "to": "ftp://example.com/x", "body": "b"},
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": nil},
+		{"user_id": "u", "channel": "telegram", "to": "not a chat", "body": "text"},
+		{"user_id": "u", "channel": "telegram", "to": "@herald", "body": map[string]any{}},
+		{"user_id": "u", "channel": "sms", "to": "+3312345678", "body": "b"},
+	} {
+		require.Error(t, req.Validate(bad), "%v", bad)
+	}
 	skip := s.schema(t, "/components/schemas/Skipped")
 	require.NoError(t, skip.Validate(map[string]any{"id": "3", "reason": "not_found"}))
 	require.Error(t, skip.Validate(map[string]any{"id": "3", "reason": "gone"}))

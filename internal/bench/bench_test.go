@@ -19,6 +19,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/smtptest"
 	"github.com/heraldhq/herald/internal/store"
@@ -70,7 +71,7 @@ func TestNotificationID(t *testing.T) {
 // without a database, so the load generator can be tested alone.
 type fakeAPI struct {
 	next  atomic.Int64
-	send  func(ctx context.Context, e notify.Email) error
+	send  func(ctx context.Context, e notify.Outgoing) error
 	delay time.Duration
 	// reject, when set, answers every create whose number it returns true
 	// for with 503.
@@ -79,7 +80,7 @@ type fakeAPI struct {
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var req notify.CreateRequest
-	if r.Method != http.MethodPost || r.URL.Path != "/notifications" || json.NewDecoder(r.Body).Decode(&req) != nil || req.Validate() != nil {
+	if r.Method != http.MethodPost || r.URL.Path != "/notifications" || json.NewDecoder(r.Body).Decode(&req) != nil || req.Validate(notify.EmailOnly()) != nil {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
 	}
@@ -91,8 +92,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := strconv.FormatInt(n, 10)
 	go func() {
 		time.Sleep(f.delay) // the simulated pipeline's latency, not a synchronisation
-		email := notify.NewEmail(notify.Requested{NotificationID: id, To: req.To, Subject: req.Subject, Body: req.Body}, "herald@bench.test")
-		_ = f.send(context.Background(), email)
+		_ = f.send(context.Background(), notify.Outgoing{NotificationID: id, UserID: req.UserID, Channel: req.Channel, To: req.To, Subject: req.Subject, Body: req.Body})
 	}()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
@@ -107,7 +107,9 @@ func setup(t *testing.T, delay time.Duration) (*fakeAPI, *httptest.Server, *smtp
 	snd, err := smtp.New(smtp.Config{URL: sink.URL(), MaxIdle: 4})
 	require.NoError(t, err)
 	rec := bench.NewRecorder()
-	f := &fakeAPI{send: rec.Sender(snd).Send, delay: delay}
+	email, err := mail.NewSender("herald@bench.test", snd)
+	require.NoError(t, err)
+	f := &fakeAPI{send: rec.Sender(email).Send, delay: delay}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	return f, srv, sink, rec
@@ -166,7 +168,7 @@ func TestRunCountsRejections(t *testing.T) {
 func TestRunFailsWhenDeliveryStalls(t *testing.T) {
 	t.Parallel()
 	f, srv, _, rec := setup(t, 0)
-	f.send = func(context.Context, notify.Email) error { return errors.New("never delivered") }
+	f.send = func(context.Context, notify.Outgoing) error { return errors.New("never delivered") }
 	_, err := bench.Run(t.Context(), rec, bench.Config{URL: srv.URL, N: 5, Concurrency: 2, Stall: 200 * time.Millisecond})
 	require.ErrorContains(t, err, "stalled: 0 of 5")
 }
@@ -175,7 +177,7 @@ func TestRunFailsWhenTheSinkMissesMail(t *testing.T) {
 	t.Parallel()
 	f, srv, sink, rec := setup(t, 0)
 	// A sender that claims success without reaching the SMTP server.
-	liar := rec.Sender(senderFunc(func(context.Context, notify.Email) error { return nil }))
+	liar := rec.Sender(senderFunc(func(context.Context, notify.Outgoing) error { return nil }))
 	f.send = liar.Send
 	_, err := bench.Run(t.Context(), rec, bench.Config{URL: srv.URL, N: 5, Concurrency: 2, Sink: sink.CountByMessageID})
 	require.ErrorContains(t, err, "misses 5 of 5")
@@ -189,9 +191,9 @@ func TestRunFailsWhenNothingIsAccepted(t *testing.T) {
 	require.ErrorContains(t, err, "no create was accepted")
 }
 
-type senderFunc func(context.Context, notify.Email) error
+type senderFunc func(context.Context, notify.Outgoing) error
 
-func (f senderFunc) Send(ctx context.Context, e notify.Email) error { return f(ctx, e) }
+func (f senderFunc) Send(ctx context.Context, e notify.Outgoing) error { return f(ctx, e) }
 
 type publisherFunc func(context.Context, []notify.Event) ([]int64, error)
 
@@ -390,17 +392,17 @@ func TestRecorderReset(t *testing.T) {
 	t.Parallel()
 	rec := bench.NewRecorder()
 	snd := rec.Sender(nopSender{})
-	require.NoError(t, snd.Send(context.Background(), notify.Email{MessageID: "<1@x>"}))
+	require.NoError(t, snd.Send(context.Background(), notify.Outgoing{NotificationID: "1"}))
 	require.Equal(t, 1, rec.Sent())
 	rec.Reset()
 	require.Zero(t, rec.Sent())
-	require.NoError(t, snd.Send(context.Background(), notify.Email{MessageID: "<2@x>"}))
+	require.NoError(t, snd.Send(context.Background(), notify.Outgoing{NotificationID: "2"}))
 	require.Equal(t, 1, rec.Sent())
 }
 
 type nopSender struct{}
 
-func (nopSender) Send(context.Context, notify.Email) error { return nil }
+func (nopSender) Send(context.Context, notify.Outgoing) error { return nil }
 
 // The report divides the database's activity by the notifications
 // delivered, and leaves it null when it was not measured.

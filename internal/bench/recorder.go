@@ -10,9 +10,9 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// Sender is the worker's sender as the Recorder wraps it (worker.Sender).
+// Sender is a channel's sender as the Recorder wraps it (worker.Sender).
 type Sender interface {
-	Send(ctx context.Context, e notify.Email) error
+	Send(ctx context.Context, m notify.Outgoing) error
 }
 
 // Publisher is the relay's publisher as the Recorder wraps it
@@ -59,9 +59,10 @@ func (r *Recorder) Reset() {
 	r.first, r.last, r.firstPub, r.lastPub = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 }
 
-// Sender returns s wrapped so that every email s delivers is recorded, at
-// the moment Send returns nil: the SMTP server has answered 250 to the
-// message's data, so it holds that Message-ID.
+// Sender returns s wrapped so that every notification s delivers is
+// recorded, by notification id, at the moment Send returns nil: the
+// provider has accepted it (for email: the SMTP server has answered 250 to
+// the message's data, so it holds that Message-ID).
 func (r *Recorder) Sender(s Sender) Sender { return recordingSender{s: s, r: r} }
 
 // Publisher returns p wrapped so that the events the broker confirmed are
@@ -73,7 +74,7 @@ type recordingSender struct {
 	r *Recorder
 }
 
-func (rs recordingSender) Send(ctx context.Context, e notify.Email) error {
+func (rs recordingSender) Send(ctx context.Context, e notify.Outgoing) error {
 	n := rs.r.inFlight.Add(1)
 	for {
 		m := rs.r.inFlightMax.Load()
@@ -86,7 +87,7 @@ func (rs recordingSender) Send(ctx context.Context, e notify.Email) error {
 	if err != nil {
 		return err
 	}
-	rs.r.sentAt(NotificationID(e.MessageID), time.Now())
+	rs.r.sentAt(e.NotificationID, time.Now())
 	return nil
 }
 

@@ -7,6 +7,14 @@ import "time"
 type ClaimRequest struct {
 	MessageID      int64
 	NotificationID int64
+	// RetryCount is the delivered message's retry count (Message.RetryCount,
+	// the x-retry-count of a broker's copy). A message and its retry copies
+	// share one id; once a retry of the delivery with count k was recorded,
+	// only a copy with count k+1 or more may be claimed: one with a lower
+	// count is a stale copy of an attempt already spent (an original a
+	// broker redelivered after the retry's copy was published) and is
+	// answered ClaimDuplicate.
+	RetryCount int
 }
 
 // ClaimStatus is what became of one ClaimRequest.
@@ -19,7 +27,9 @@ const (
 	ClaimTaken ClaimStatus = "claimed"
 	// ClaimDuplicate: the message was applied already, or its notification
 	// is no longer pending (sent, or dead-lettered): acknowledge it without
-	// sending. The message id is recorded as processed.
+	// sending. The message id is recorded as processed. A stale copy (see
+	// ClaimRequest.RetryCount) is answered ClaimDuplicate too, but its
+	// message id stays open for the copy that carries the next retry.
 	ClaimDuplicate ClaimStatus = "duplicate"
 	// ClaimBusy: another delivery of the notification holds a live lease
 	// (a copy of the message, or another message for the same
@@ -41,6 +51,9 @@ type Claim struct {
 	AttemptID int64
 	// Attempt is the number of that attempt (see Attempt.Attempt).
 	Attempt int
+	// RetryCount is the request's RetryCount, echoed: a retry recorded for
+	// the claim marks the copies with this count or less as spent.
+	RetryCount int
 	// Until is when the lease runs out; after it another delivery of the
 	// notification may take the claim over (its holder is presumed dead).
 	Until time.Time

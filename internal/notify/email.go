@@ -14,9 +14,9 @@ type Email struct {
 	Body      string
 }
 
-// NewEmail builds the email for a requested notification. from is the
+// NewEmail builds the email of an outgoing notification. from is the
 // configured From address; the Message-ID domain is its domain part.
-func NewEmail(r Requested, from string) Email {
+func NewEmail(r Outgoing, from string) Email {
 	domain := "localhost"
 	if addr, err := ParseAddress(from); err == nil {
 		if i := strings.LastIndexByte(addr, '@'); i >= 0 && i+1 < len(addr) {

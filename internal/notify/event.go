@@ -60,7 +60,9 @@ type Message struct {
 
 // Decode checks a message's type and decodes its payload. Every error it
 // returns is permanent: the message can never be processed and goes to the
-// dead letters at once.
+// dead letters at once. Its checks are the ones every channel shares (the
+// API validated the rest, and each channel's sender refuses what it cannot
+// send): a valid notification of any channel decodes.
 func (m Message) Decode() (Requested, int64, error) {
 	if m.Type != EventRequested {
 		return Requested{}, 0, Permanent(fmt.Errorf("unknown event type %q", m.Type))
@@ -78,8 +80,7 @@ func (m Message) Decode() (Requested, int64, error) {
 	if !ok {
 		return Requested{}, 0, Permanent(fmt.Errorf("payload: invalid notification_id %q", r.NotificationID))
 	}
-	req := CreateRequest{UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body}
-	if err := req.Validate(); err != nil {
+	if err := r.check(); err != nil {
 		return Requested{}, 0, Permanent(fmt.Errorf("payload: %v", err))
 	}
 	return r, id, nil
@@ -105,4 +106,24 @@ type OutboxStats struct {
 	OldestAge time.Duration
 	// DeadLetters is the number of notifications in status failed.
 	DeadLetters int64
+}
+
+// check is the channel-neutral check of a payload: the fields every
+// channel has are present and hold text.
+func (r Requested) check() error {
+	if err := checkText("user_id", r.UserID, MaxUserIDLen, false); err != nil {
+		return err
+	}
+	if err := checkText("channel", r.Channel, MaxUserIDLen, false); err != nil {
+		return err
+	}
+	if err := checkText("to", r.To, MaxBodyLen, false); err != nil {
+		return err
+	}
+	if r.Subject != "" {
+		if err := checkText("subject", r.Subject, MaxSubjectLen, false); err != nil {
+			return err
+		}
+	}
+	return CheckBody(r.Body)
 }

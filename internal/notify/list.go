@@ -18,6 +18,8 @@ type ListFilter struct {
 	UserID string
 	// Status, when not empty, keeps the notifications in that status.
 	Status Status
+	// Channel, when not empty, keeps the notifications of that channel.
+	Channel string
 	// CreatedAfter, when not zero, keeps those created at or after it.
 	CreatedAfter time.Time
 	// CreatedBefore, when not zero, keeps those created strictly before it;
@@ -84,7 +86,13 @@ type cursorBody struct {
 // client may change its page size between pages, nor After).
 func (f ListFilter) fingerprint() string {
 	var b bytes.Buffer
-	for _, s := range []string{f.UserID, string(f.Status), stamp(f.CreatedAfter), stamp(f.CreatedBefore)} {
+	fields := []string{f.UserID, string(f.Status), stamp(f.CreatedAfter), stamp(f.CreatedBefore)}
+	if f.Channel != "" {
+		// Only when set, so that the cursors issued before the channel
+		// filter existed stay valid.
+		fields = append(fields, "channel", f.Channel)
+	}
+	for _, s := range fields {
 		// Length-prefixed, so that no two filter sets share an encoding.
 		b.WriteString(strconv.Itoa(len(s)))
 		b.WriteByte(':')

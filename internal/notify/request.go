@@ -20,23 +20,38 @@ type CreateRequest struct {
 	UserID  string `json:"user_id"`
 	Channel string `json:"channel"`
 	To      string `json:"to"`
+	// Subject is empty for a channel that has none.
 	Subject string `json:"subject"`
-	Body    string `json:"body"`
+	// Body is the text to send; for a channel that takes a JSON body
+	// (webhook), a body given as another JSON value is held as its compact
+	// JSON text.
+	Body string `json:"body"`
 }
 
-// Validate checks a request against the contract. It returns a *FieldError
-// naming the first offending field, or nil.
-func (r CreateRequest) Validate() error {
+// Validate checks a request against the contract: the checks every
+// channel shares (user_id, a known channel), then the channel's own (to,
+// subject, body). It returns a *FieldError naming the first offending
+// field, or nil.
+func (r CreateRequest) Validate(channels Channels) error {
 	if err := checkText("user_id", r.UserID, MaxUserIDLen, false); err != nil {
 		return err
 	}
-	switch r.Channel {
-	case "":
+	if r.Channel == "" {
 		return &FieldError{Field: "channel", Message: "is required"}
-	case ChannelEmail:
-	default:
-		return &FieldError{Field: "channel", Message: `must be "email"`}
 	}
+	ch, ok := channels[r.Channel]
+	if !ok || ch.Validate == nil {
+		return &FieldError{Field: "channel", Message: channels.mustBe()}
+	}
+	if !ch.Subject && r.Subject != "" {
+		return &FieldError{Field: "subject", Message: "must be absent: the " + r.Channel + " channel has no subject"}
+	}
+	return ch.Validate(r)
+}
+
+// ValidateEmail is the email channel's validator: to is one RFC 5322
+// address, subject a line of text, body text.
+func ValidateEmail(r CreateRequest) error {
 	if err := checkText("to", r.To, MaxToLen, false); err != nil {
 		return err
 	}
@@ -46,8 +61,17 @@ func (r CreateRequest) Validate() error {
 	if err := checkText("subject", r.Subject, MaxSubjectLen, false); err != nil {
 		return err
 	}
-	return checkText("body", r.Body, MaxBodyLen, true)
+	return CheckBody(r.Body)
 }
+
+// CheckBody is the body check every channel shares: non-empty, valid
+// UTF-8, at most MaxBodyLen bytes, no control characters but line breaks
+// and tabs.
+func CheckBody(body string) error { return checkText("body", body, MaxBodyLen, true) }
+
+// CheckText is the check of a one-line text field: non-empty, valid UTF-8,
+// at most max bytes, no control character but tab.
+func CheckText(field, v string, max int) error { return checkText(field, v, max, false) }
 
 // ParseAddress parses a single RFC 5322 address ("a@example.com" or
 // "Name <a@example.com>") and returns the bare address.

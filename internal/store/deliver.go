@@ -31,7 +31,15 @@ const deliverLease = 5 * time.Minute
 // The worker does the same with its own retry limit and groups many
 // deliveries per transaction; Deliver serves tests and benchmarks.
 func Deliver(ctx context.Context, s Deliverer, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error) {
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msgID, NotificationID: notificationID}}, deliverLease)
+	return DeliverCopy(ctx, s, notify.ClaimRequest{MessageID: msgID, NotificationID: notificationID}, send)
+}
+
+// DeliverCopy is Deliver for the delivery req names, with its retry count:
+// a retry's copy (a stale copy, below the count the store expects, is a
+// duplicate).
+func DeliverCopy(ctx context.Context, s Deliverer, req notify.ClaimRequest, send func(context.Context) error) (notify.Outcome, error) {
+	msgID, notificationID := req.MessageID, req.NotificationID
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{req}, deliverLease)
 	if err != nil {
 		return "", fmt.Errorf("deliver message %d: %w", msgID, err)
 	}

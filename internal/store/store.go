@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/console"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/monitor"
 	"github.com/heraldhq/herald/internal/notify"
@@ -41,6 +42,7 @@ type Store interface {
 	monitor.Stats
 	api.BacklogStats
 	reconcile.Store
+	console.Stats
 
 	// ClaimDeliveries and RecordDeliveries are the two halves of
 	// worker.Store's ClaimAndRecord, each alone in its transaction.

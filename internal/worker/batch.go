@@ -141,9 +141,11 @@ func bookkeeping(store Store, lease time.Duration) func(context.Context, []bookO
 	}
 }
 
-// claim takes a delivery's claim, in the next group.
-func (w *Worker) claim(msgID, nid int64) (notify.Claim, error) {
-	r, err := w.books.do(bookOp{claim: &notify.ClaimRequest{MessageID: msgID, NotificationID: nid}})
+// claim takes the claim of a delivery of msg for notification nid, in the
+// next group. The request carries msg's retry count: the store refuses a
+// stale copy, one whose retry was recorded already.
+func (w *Worker) claim(msg notify.Message, nid int64) (notify.Claim, error) {
+	r, err := w.books.do(bookOp{claim: &notify.ClaimRequest{MessageID: msg.ID, NotificationID: nid, RetryCount: msg.RetryCount}})
 	if err != nil {
 		return notify.Claim{}, fmt.Errorf("claim: %w", err)
 	}

@@ -18,7 +18,7 @@ import (
 // errHeld: a delivery waited at the closed gate for as long as one may; it
 // is handed back (and comes back to wait again) so that no transport sees
 // it unsettled for the whole outage.
-var errHeld = errors.New("mail server unavailable: delivery handed back")
+var errHeld = errors.New("provider unavailable: delivery handed back")
 
 // gateState is where the gate stands.
 type gateState int
@@ -266,25 +266,29 @@ func (b *breaker) backoff(after time.Duration) time.Duration {
 // breaker decides, deliveries wait in enter for their turn, and the probe
 // and the trial run in the delivery that got the turn.
 type gate struct {
-	prober  Prober // nil: no probe; the trial is the first check
-	timeout time.Duration
-	hold    time.Duration
-	log     *slog.Logger
-	up      prometheus.Gauge
+	prober Prober // nil: no probe; the trial is the first check
+	// provider names the channel's provider in logs and reasons ("mail
+	// server").
+	provider string
+	timeout  time.Duration
+	hold     time.Duration
+	log      *slog.Logger
+	up       prometheus.Gauge
 
 	mu      sync.Mutex
 	b       breaker
 	changed chan struct{} // closed (and replaced) when waiters should look again
 }
 
-func newGate(prober Prober, cfg Config, up prometheus.Gauge) *gate {
+func newGate(prober Prober, provider string, timeout time.Duration, cfg Config, up prometheus.Gauge) *gate {
 	up.Set(1)
 	return &gate{
-		prober:  prober,
-		timeout: cfg.SendTimeout,
-		hold:    cfg.SenderBackoffMax,
-		log:     cfg.Logger,
-		up:      up,
+		prober:   prober,
+		provider: provider,
+		timeout:  timeout,
+		hold:     cfg.SenderBackoffMax,
+		log:      cfg.Logger,
+		up:       up,
 		b: breaker{
 			base:       cfg.SenderBackoff,
 			ceiling:    cfg.SenderBackoffMax,
@@ -381,12 +385,12 @@ func (g *gate) after(ev gateEvent) {
 	b := &g.b
 	switch ev {
 	case eventClosed:
-		g.log.Error("mail server "+b.class+": sends paused; no attempt is spent meanwhile", "class", b.class, "reason", b.reason)
+		g.log.Error(g.provider+" "+b.class+": sends paused; no attempt is spent meanwhile", "class", b.class, "reason", b.reason)
 	case eventReason:
-		g.log.Error("mail server still "+b.class+", now for another reason", "class", b.class, "reason", b.reason,
+		g.log.Error(g.provider+" still "+b.class+", now for another reason", "class", b.class, "reason", b.reason,
 			"down_for", time.Since(b.since).Round(time.Millisecond))
 	case eventOpened:
-		g.log.Info("mail server back: sends resumed", "down_for", time.Since(b.since).Round(time.Millisecond), "tries", b.tries)
+		g.log.Info(g.provider+" back: sends resumed", "down_for", time.Since(b.since).Round(time.Millisecond), "tries", b.tries)
 	}
 	if b.state == gateOpen {
 		g.up.Set(1)
@@ -398,11 +402,23 @@ func (g *gate) after(ev gateEvent) {
 }
 
 // status reports whether the gate is open, and when not, why.
+// state is the gate's state for people: open, or closed with its class
+// (down, throttled), its reason and the earliest next turn (a probe or the
+// trial).
+func (g *gate) state() ChannelState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.b.state == gateOpen {
+		return ChannelState{Up: true}
+	}
+	return ChannelState{Class: g.b.class, Reason: g.provider + " " + g.b.class + ": " + g.b.reason, Since: g.b.since, Next: g.b.next}
+}
+
 func (g *gate) status() (up bool, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.b.state == gateOpen {
 		return true, ""
 	}
-	return false, "mail server " + g.b.class + ": " + g.b.reason
+	return false, g.provider + " " + g.b.class + ": " + g.b.reason
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/smtptest"
 	"github.com/heraldhq/herald/internal/store/postgres"
@@ -205,9 +206,20 @@ func newSMTP(t *testing.T, srv *smtptest.Server, sessions int, timeout time.Dura
 	return snd
 }
 
+// emailChannels is the email channel on the email sender next, From
+// herald@example.com, with ch's limits.
+func emailChannels(t *testing.T, next mail.EmailSender, ch worker.Channel) map[string]worker.Channel {
+	t.Helper()
+	snd, err := mail.NewSender("herald@example.com", next)
+	require.NoError(t, err)
+	ch.Sender = snd
+	ch.Provider = "mail server"
+	return map[string]worker.Channel{notify.ChannelEmail: ch}
+}
+
 // timedSender notes when each send starts.
 type timedSender struct {
-	worker.Sender
+	mail.EmailSender
 	mu     sync.Mutex
 	starts []time.Time
 }
@@ -216,7 +228,7 @@ func (s *timedSender) Send(ctx context.Context, e notify.Email) error {
 	s.mu.Lock()
 	s.starts = append(s.starts, time.Now())
 	s.mu.Unlock()
-	return s.Sender.Send(ctx, e)
+	return s.EmailSender.Send(ctx, e)
 }
 
 // Issue 16, defect 1: the worker owns the rate limit, and waiting for a
@@ -232,11 +244,11 @@ func TestRateLimitIsNoAttempt(t *testing.T) {
 	)
 	st := openSQLite(t)
 	srv := smtptest.Start(t)
-	snd := &timedSender{Sender: newSMTP(t, srv, 8, time.Second)}
+	snd := &timedSender{EmailSender: newSMTP(t, srv, 8, time.Second)}
 	ids, msgs := create(t, st, recipients(n, "r%d@example.com")...)
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(newSliceSource(8, msgs), st, snd, worker.Config{
-		From: "herald@example.com", Rate: rate, SendTimeout: time.Second, MaxRetries: 2, Concurrency: 8,
+	w, err := worker.New(newSliceSource(8, msgs), st, emailChannels(t, snd, worker.Channel{Rate: rate, SendTimeout: time.Second, Concurrency: 8}), worker.Config{
+		MaxRetries:   2,
 		StoreBackoff: 10 * time.Millisecond, Registerer: reg,
 	})
 	require.NoError(t, err)
@@ -283,7 +295,13 @@ func outcomes(t *testing.T, reg *prometheus.Registry) map[notify.Outcome]float64
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			out[notify.Outcome(m.GetLabel()[0].GetValue())] = m.GetCounter().GetValue()
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["channel"] == notify.ChannelEmail {
+				out[notify.Outcome(labels["outcome"])] = m.GetCounter().GetValue()
+			}
 		}
 	}
 	return out
@@ -309,9 +327,9 @@ func (s throttling) Send(ctx context.Context, e notify.Email) error {
 // every passing probe (157 MAIL commands for 5 messages in 20s).
 func TestGateDoesNotHammerAThrottlingServer(t *testing.T) {
 	t.Parallel()
-	for name, wrap := range map[string]func(*smtp.Sender) worker.Sender{
-		"as the sender classifies 421": func(s *smtp.Sender) worker.Sender { return s },
-		"421 as throttling":            func(s *smtp.Sender) worker.Sender { return throttling{s} },
+	for name, wrap := range map[string]func(*smtp.Sender) mail.EmailSender{
+		"as the sender classifies 421": func(s *smtp.Sender) mail.EmailSender { return s },
+		"421 as throttling":            func(s *smtp.Sender) mail.EmailSender { return throttling{s} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -325,8 +343,8 @@ func TestGateDoesNotHammerAThrottlingServer(t *testing.T) {
 			began := time.Now()
 			logs := &syncBuffer{}
 			ids, msgs := create(t, st, recipients(n, "r%d@example.com")...)
-			w, err := worker.New(newSliceSource(n, msgs), st, wrap(newSMTP(t, srv, n, 5*time.Second)), worker.Config{
-				From: "herald@example.com", MaxRetries: 2, SendTimeout: 5 * time.Second, StoreBackoff: 10 * time.Millisecond,
+			w, err := worker.New(newSliceSource(n, msgs), st, emailChannels(t, wrap(newSMTP(t, srv, n, 5*time.Second)), worker.Channel{SendTimeout: 5 * time.Second}), worker.Config{
+				MaxRetries: 2, StoreBackoff: 10 * time.Millisecond,
 				SenderBackoff: time.Second, SenderBackoffMax: 8 * time.Second,
 				Logger: slog.New(slog.NewTextHandler(logs, nil)), Registerer: prometheus.NewRegistry(),
 			})
@@ -396,8 +414,8 @@ func TestDropAfterDataSpendsAttemptsOnly(t *testing.T) {
 	logs := &syncBuffer{}
 	ids, msgs := create(t, st, append([]string{"crash@example.com"}, recipients(good, "r%d@example.com")...)...)
 	src := newSliceSource(4, msgs)
-	w, err := worker.New(src, st, transactionFailure{newSMTP(t, srv, 4, 5*time.Second)}, worker.Config{
-		From: "herald@example.com", MaxRetries: 2, StoreBackoff: 10 * time.Millisecond,
+	w, err := worker.New(src, st, emailChannels(t, transactionFailure{newSMTP(t, srv, 4, 5*time.Second)}, worker.Channel{}), worker.Config{
+		MaxRetries: 2, StoreBackoff: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), Registerer: prometheus.NewRegistry(),
 	})
 	require.NoError(t, err)
@@ -448,9 +466,9 @@ func TestFailedRecordDoesNotSendTwice(t *testing.T) {
 			ids, msgs := create(t, st, "a@example.com")
 			faulty := &failFirstSentRecord{Store: st}
 			src := newSliceSource(2, msgs)
-			w, err := worker.New(src, faulty, newSMTP(t, srv, 2, time.Second), worker.Config{
-				From: "herald@example.com", SendTimeout: time.Second, StoreBackoff: 10 * time.Millisecond,
-				Registerer: prometheus.NewRegistry(),
+			w, err := worker.New(src, faulty, emailChannels(t, newSMTP(t, srv, 2, time.Second), worker.Channel{SendTimeout: time.Second}), worker.Config{
+				StoreBackoff: 10 * time.Millisecond,
+				Registerer:   prometheus.NewRegistry(),
 			})
 			require.NoError(t, err)
 			runWorker(t, w)

@@ -42,21 +42,33 @@ type Store interface {
 	ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error)
 }
 
-// Sender delivers one email. A notify.Permanent error (an SMTP 5xx to this
-// message) means retrying cannot help; a notify.SenderDown error (the
-// server unreachable, TLS, authentication) means the server, not the
-// message, failed; a notify.Throttled error means the provider asks to slow
-// down. Neither of the last two spends an attempt (SenderDown does with
-// Config.OutageSpendsAttempts); both pause sends. Any other error is this
-// message's attempt.
+// Sender delivers one notification of its channel. A notify.Permanent
+// error means retrying cannot help; a notify.SenderDown error (the
+// provider unreachable, TLS, authentication) means the provider, not the
+// message, failed; a notify.Throttled error means the provider asks to
+// slow down. Neither of the last two spends an attempt (SenderDown does
+// with Config.OutageSpendsAttempts); both pause the channel's sends, or
+// only the sends to one destination when the error is scoped with
+// notify.ForDestination. Any other error is this message's attempt.
 type Sender interface {
-	Send(ctx context.Context, e notify.Email) error
+	Send(ctx context.Context, m notify.Outgoing) error
 }
 
-// Prober is implemented by a Sender that can check its server without
-// sending mail. While the server is down the worker probes it before its
-// one trial send; a sender without Probe goes straight to the trial.
+// Prober is implemented by a Sender that can check its provider without
+// sending. While the provider is down the worker probes it before its one
+// trial send; a sender without Probe goes straight to the trial.
 type Prober interface {
-	// Probe returns nil when the server accepts sessions again.
+	// Probe returns nil when the provider accepts sends again.
 	Probe(ctx context.Context) error
+}
+
+// Destinations is implemented by a Sender whose channel has several
+// providers, one per destination (a webhook endpoint): it names the
+// destination key of a message before it is sent, the key its errors are
+// scoped to with notify.ForDestination. A delivery to a destination whose
+// gate is closed is handed back without a send; other destinations go on.
+// A sender without it (email, Telegram) has one provider: its gate is the
+// channel's.
+type Destinations interface {
+	Destination(m notify.Outgoing) string
 }

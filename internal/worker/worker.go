@@ -1,6 +1,7 @@
-// Package worker applies deliveries: it sends each notification's email at
-// most once per message id, retries transient failures and dead-letters the
-// rest.
+// Package worker applies deliveries: it sends each notification once per
+// message id, through the sender of the notification's channel, retries
+// transient failures and dead-letters the rest. It knows "a sender of this
+// channel" and an outcome, never the provider (SMTP, HTTP) behind it.
 //
 // Each delivery is claimed, sent and recorded: the claim (a lease on the
 // message id and on the notification) commits before the send, the send
@@ -19,6 +20,8 @@ import (
 	"log/slog"
 	"math"
 	"regexp"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -31,9 +34,6 @@ import (
 // Config tunes a Worker. A zero that means something is honoured (no
 // retries); only values where zero is meaningless get a default.
 type Config struct {
-	// From is the email From address; the Message-ID domain is its domain.
-	// Default "herald@localhost".
-	From string
 	// MaxRetries is the number of retries after the first attempt; a
 	// delivery that fails after the last one is dead-lettered. Zero means
 	// no retries: the first failure is dead-lettered. Default 0 (herald's
@@ -45,54 +45,39 @@ type Config struct {
 	// letter. Zero would redeliver in a hot loop, so it means the default.
 	// Default 5s.
 	StoreBackoff time.Duration
-	// SendTimeout bounds each send. It should be the sender's own timeout
-	// (the SMTP sender's Timeout), so that the worker never gives up on a
-	// send the sender still runs. A send is also cut short where the claim's
-	// lease, as measured here, no longer leaves time to record it. Zero
-	// means the default. Default 30s.
-	SendTimeout time.Duration
 	// Lease is how long a claim holds the message id and the notification:
 	// after it another delivery of the notification may take the claim over
 	// and send again (the holder is presumed to have died between its send
 	// and its record). It must cover what a living holder does with it: the
 	// claim's transaction, the send and the record's transaction, so it must
-	// be longer than SendTimeout plus two store transactions (20s). Zero
-	// means the default. Default DefaultLease(SendTimeout).
+	// be longer than the longest channel's SendTimeout plus two store
+	// transactions (20s): one lease serves every channel, as the claims of
+	// all channels go to the store in one group. Zero means the default.
+	// Default DefaultLease(the longest channel's SendTimeout).
 	Lease time.Duration
-	// SenderBackoff is the first pause after the mail server went down or
-	// throttled: when it has passed, one delivery probes (Prober) and then
+	// SenderBackoff is the first pause after a channel's provider (or one
+	// destination of it) went down or throttled: when it has passed, one delivery probes (Prober) and then
 	// tries one real send; each failed probe or try doubles it, up to
-	// SenderBackoffMax, with jitter, and only a sent mail resets it. Zero
-	// means the default. Default 1s.
+	// SenderBackoffMax, with jitter, and only a sent notification resets
+	// it. It is also the longest a delivery to a paused destination is held
+	// before it is handed back. Zero means the default. Default 1s.
 	SenderBackoff time.Duration
 	// SenderBackoffMax caps that pause, and is the longest a delivery waits
-	// (for the server, or for its turn under Rate) before it is handed back
-	// to come again. Zero means the default. Default 60s.
+	// (for the provider, or for its turn under a channel's Rate) before it
+	// is handed back to come again. Zero means the default. Default 60s.
 	SenderBackoffMax time.Duration
-	// Rate is the most sends per second this worker makes (a provider's
-	// limit, HERALD_SMTP_RATE), in bursts of up to one second's worth (at
-	// least one). A delivery waits for its turn before its claim, so the
-	// wait is neither part of the send's timeout nor an attempt; a turn
-	// further away than SenderBackoffMax is not waited for: the delivery is
-	// handed back. Zero means no limit; it must not be negative.
-	Rate float64
-	// Concurrency is the most deliveries the transport hands this worker at
-	// once (HERALD_PREFETCH). With a Rate, it may be at most what the rate
-	// lets through in SenderBackoffMax, or deliveries would queue for turns
-	// they cannot wait for. Zero means unknown: not checked.
-	Concurrency int
-	// OutageSpendsAttempts makes a send that failed because the mail server
+	// OutageSpendsAttempts makes a send that failed because the provider
 	// is down (notify.SenderDown) the message's attempt, retried and
 	// dead-lettered like any failure, and it leaves the gate open.
 	// Throttling never spends an attempt. Default false: an outage spends
-	// none, and sends pause until the server is back.
+	// none, and sends pause until the provider is back.
 	OutageSpendsAttempts bool
 	// RetryDelays is the retry schedule the transport follows (the i-th
 	// retry waits the i-th delay, the last repeating), so that the store
 	// can record when a retry is due. Empty: due at once.
 	RetryDelays []time.Duration
-	// Logger receives one record per failed delivery, and one when the mail
-	// server goes down and comes back. Default: discard.
+	// Logger receives one record per failed delivery, and one when a
+	// channel's provider goes down and comes back. Default: discard.
 	Logger *slog.Logger
 	// Registerer, when set, receives the worker's metrics. Default: none.
 	Registerer prometheus.Registerer
@@ -136,18 +121,78 @@ func DefaultLease(sendTimeout time.Duration) time.Duration {
 // maxGroup caps the deliveries one claim or record transaction serves.
 const maxGroup = 256
 
-func (c Config) withDefaults() Config {
-	if c.From == "" {
-		c.From = "herald@localhost"
-	}
-	if c.StoreBackoff == 0 {
-		c.StoreBackoff = 5 * time.Second
+// Channel is one channel the worker delivers on: its sender and its
+// limits. Every field but Sender has a default.
+type Channel struct {
+	// Sender sends the channel's notifications. When it also implements
+	// Prober, the worker probes with it while the provider is down; when it
+	// implements Destinations, it keeps a gate per destination.
+	Sender Sender
+	// Provider names the channel's provider in the logs and in
+	// SenderStatus ("mail server"). Default "<channel> provider".
+	Provider string
+	// SendTimeout bounds each send. It should be the sender's own timeout
+	// (the SMTP sender's Timeout), so that the worker never gives up on a
+	// send the sender still runs. A send is also cut short where the claim's
+	// lease, as measured here, no longer leaves time to record it. Zero
+	// means the default. Default 30s.
+	SendTimeout time.Duration
+	// Rate is the most sends per second this worker makes on the channel
+	// (a provider's limit, HERALD_<CHANNEL>_RATE), in bursts of up to one
+	// second's worth (at least one). A delivery waits for its turn before
+	// its claim, so the wait is neither part of the send's timeout nor an
+	// attempt; a turn further away than Config.SenderBackoffMax is not
+	// waited for: the delivery is handed back. Zero means no limit; it must
+	// not be negative.
+	Rate float64
+	// Concurrency is the most of the channel's sends under way at once
+	// (HERALD_<CHANNEL>_CONCURRENCY; a delivery waits for a slot before its
+	// claim, like a rate turn). With a Rate, it may be at most what the
+	// rate lets through in Config.SenderBackoffMax, or deliveries would
+	// queue for turns they cannot wait for. Zero means no limit of the
+	// channel's own: the transport's prefetch bounds it.
+	Concurrency int
+}
+
+func (c Channel) withDefaults(name string) Channel {
+	if c.Provider == "" {
+		c.Provider = name + " provider"
 	}
 	if c.SendTimeout == 0 {
 		c.SendTimeout = defaultSendTimeout
 	}
+	return c
+}
+
+func (c Channel) validate(hold time.Duration) error {
+	switch {
+	case c.Sender == nil:
+		return errors.New("no sender")
+	case c.SendTimeout < 0:
+		return fmt.Errorf("send timeout must not be negative, got %s", c.SendTimeout)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("rate must be a non-negative number of sends per second, got %g", c.Rate)
+	case c.Concurrency < 0:
+		return fmt.Errorf("concurrency must not be negative, got %d", c.Concurrency)
+	}
+	return c.checkRate(hold)
+}
+
+// longestTimeout is the longest SendTimeout of channels (with defaults).
+func longestTimeout(channels map[string]Channel) time.Duration {
+	var longest time.Duration
+	for name, ch := range channels {
+		longest = max(longest, ch.withDefaults(name).SendTimeout)
+	}
+	return longest
+}
+
+func (c Config) withDefaults(longest time.Duration) Config {
+	if c.StoreBackoff == 0 {
+		c.StoreBackoff = 5 * time.Second
+	}
 	if c.Lease == 0 {
-		c.Lease = DefaultLease(c.SendTimeout)
+		c.Lease = DefaultLease(longest)
 	}
 	if c.SenderBackoff == 0 {
 		c.SenderBackoff = time.Second
@@ -164,29 +209,17 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
+func (c Config) validate(longest time.Duration) error {
 	switch {
 	case c.MaxRetries < 0:
 		return fmt.Errorf("max retries must not be negative, got %d", c.MaxRetries)
 	case c.StoreBackoff < 0:
 		return fmt.Errorf("store backoff must not be negative, got %s", c.StoreBackoff)
-	case c.SendTimeout < 0:
-		return fmt.Errorf("send timeout must not be negative, got %s", c.SendTimeout)
-	case c.Lease <= c.SendTimeout+2*storeTimeout:
+	case c.Lease <= longest+2*storeTimeout:
 		return fmt.Errorf("lease (%s) must be longer than the send timeout (%s) plus two store transactions (%s each): the claim's and the record's",
-			c.Lease, c.SendTimeout, storeTimeout)
+			c.Lease, longest, storeTimeout)
 	case c.SenderBackoff < 0 || c.SenderBackoffMax < c.SenderBackoff:
 		return fmt.Errorf("sender backoff must be positive and at most its maximum, got %s and %s", c.SenderBackoff, c.SenderBackoffMax)
-	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
-		return fmt.Errorf("rate must be a non-negative number of sends per second, got %g", c.Rate)
-	case c.Concurrency < 0:
-		return fmt.Errorf("concurrency must not be negative, got %d", c.Concurrency)
-	}
-	if err := c.checkRate(); err != nil {
-		return err
-	}
-	if _, err := notify.ParseAddress(c.From); err != nil {
-		return fmt.Errorf("from address %q: %w", c.From, err)
 	}
 	return nil
 }
@@ -195,11 +228,10 @@ func (c Config) validate() error {
 // in the time a delivery may wait: once the burst is spent, the last of
 // them would wait longer than that for its turn, be handed back, and come
 // back to wait again, for ever.
-func (c Config) checkRate() error {
+func (c Channel) checkRate(hold time.Duration) error {
 	if c.Rate == 0 || c.Concurrency == 0 {
 		return nil
 	}
-	hold := c.SenderBackoffMax
 	through := int(math.Floor(c.Rate * hold.Seconds()))
 	if c.Concurrency <= through {
 		return nil
@@ -208,55 +240,101 @@ func (c Config) checkRate() error {
 		return fmt.Errorf("rate %g/s lets no send through in the %s a delivery may wait: raise the rate to at least %g/s",
 			c.Rate, hold, 1/hold.Seconds())
 	}
-	return fmt.Errorf("rate %g/s lets %d sends through in the %s a delivery may wait; %d deliveries in flight would wait longer: lower the prefetch to at most %d or raise the rate",
+	return fmt.Errorf("rate %g/s lets %d sends through in the %s a delivery may wait; %d deliveries in flight would wait longer: lower the concurrency to at most %d or raise the rate",
 		c.Rate, through, hold, c.Concurrency, through)
 }
 
 // Worker consumes deliveries from a Source and applies them.
 type Worker struct {
 	src     Source
-	sender  Sender
 	cfg     Config
 	log     *slog.Logger
 	metrics metrics
 	books   *batcher[bookOp, bookResult]
-	gate    *gate
-	limiter *rate.Limiter // nil without a Rate
+	lanes   map[string]*lane
+	names   []string // the channels, sorted
 
 	// handedBack counts the deliveries that ended unsettled after shutdown
 	// began (the transport redelivers them), for the "worker stopped" log.
 	handedBack atomic.Int64
 }
 
+// lane is one channel as the worker runs it: its sender, gates and limits.
+type lane struct {
+	name    string
+	sender  Sender
+	dests   Destinations // nil: the channel's gate is the only one
+	timeout time.Duration
+	gate    *gate
+	dgates  *destGates    // nil without dests
+	limiter *rate.Limiter // nil without a Rate
+	slots   chan struct{} // nil without a Concurrency
+}
+
+// unknownChannel is the channel label of a delivery whose channel could not
+// be read or has no sender here, so that a bad payload cannot add labels.
+const unknownChannel = "unknown"
+
 type metrics struct {
 	deliveries *prometheus.CounterVec
 	latency    prometheus.Histogram
-	senderUp   prometheus.Gauge
+	senderUp   *prometheus.GaugeVec
 }
 
-// New returns a Worker. When sender also implements Prober, the worker
-// probes with it while the mail server is down.
-func New(src Source, store Store, sender Sender, cfg Config) (*Worker, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+// New returns a Worker that delivers on channels, by name. A message of a
+// channel not among them is dead-lettered at once, with the reason.
+func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Worker, error) {
+	if len(channels) == 0 {
+		return nil, errors.New("no channel to deliver on")
+	}
+	longest := longestTimeout(channels)
+	cfg = cfg.withDefaults(longest)
+	if err := cfg.validate(longest); err != nil {
 		return nil, err
 	}
-	w := &Worker{src: src, sender: sender, cfg: cfg, log: cfg.Logger}
+	w := &Worker{src: src, cfg: cfg, log: cfg.Logger, lanes: make(map[string]*lane, len(channels))}
 	w.metrics.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_worker_deliveries_total",
-		Help: "Deliveries handled by the worker, by outcome.",
-	}, []string{"outcome"})
+		Help: "Deliveries handled by the worker, by channel and outcome.",
+	}, []string{"channel", "outcome"})
 	w.metrics.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "herald_delivery_seconds",
-		Help:    "Time from a notification's create to its email being sent.",
+		Help:    "Time from a notification's create to its being sent.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
 	})
-	w.metrics.senderUp = prometheus.NewGauge(prometheus.GaugeOpts{
+	w.metrics.senderUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "herald_sender_up",
-		Help: "1 while the mail server takes sends, 0 while the worker has paused them because it is down or throttling.",
-	})
-	for _, o := range []notify.Outcome{notify.OutcomeSent, notify.OutcomeRetried, notify.OutcomeDead, notify.OutcomeDuplicate} {
-		w.metrics.deliveries.WithLabelValues(string(o))
+		Help: "1 while the channel's provider takes sends, 0 while the worker has paused them because it is down or throttling.",
+	}, []string{"channel"})
+	for name, ch := range channels {
+		ch = ch.withDefaults(name)
+		if name == "" || name == unknownChannel {
+			return nil, fmt.Errorf("channel name %q is reserved", name)
+		}
+		if err := ch.validate(cfg.SenderBackoffMax); err != nil {
+			return nil, fmt.Errorf("channel %s: %w", name, err)
+		}
+		prober, _ := ch.Sender.(Prober)
+		l := &lane{name: name, sender: ch.Sender, timeout: ch.SendTimeout,
+			gate: newGate(prober, ch.Provider, ch.SendTimeout, cfg, w.metrics.senderUp.WithLabelValues(name))}
+		if d, ok := ch.Sender.(Destinations); ok {
+			l.dests = d
+			l.dgates = newDestGates(ch.Provider, cfg)
+		}
+		if ch.Rate > 0 {
+			l.limiter = rate.NewLimiter(rate.Limit(ch.Rate), max(1, int(ch.Rate)))
+		}
+		if ch.Concurrency > 0 {
+			l.slots = make(chan struct{}, ch.Concurrency)
+		}
+		w.lanes[name] = l
+		w.names = append(w.names, name)
+	}
+	slices.Sort(w.names)
+	for _, name := range append(slices.Clone(w.names), unknownChannel) {
+		for _, o := range []notify.Outcome{notify.OutcomeSent, notify.OutcomeRetried, notify.OutcomeDead, notify.OutcomeDuplicate} {
+			w.metrics.deliveries.WithLabelValues(name, string(o))
+		}
 	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{w.metrics.deliveries, w.metrics.latency, w.metrics.senderUp} {
@@ -266,20 +344,73 @@ func New(src Source, store Store, sender Sender, cfg Config) (*Worker, error) {
 		}
 	}
 	w.books = &batcher[bookOp, bookResult]{run: bookkeeping(store, cfg.Lease), max: maxGroup, timeout: storeTimeout}
-	prober, _ := sender.(Prober)
-	w.gate = newGate(prober, cfg, w.metrics.senderUp)
-	if cfg.Rate > 0 {
-		w.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate)))
-	}
 	return w, nil
 }
 
-// SenderStatus reports whether the worker sends (the mail server takes
-// mail, as far as it knows), and when not, why: the server is down or
-// throttling, with the last reason it gave. herald_sender_up says the
-// same.
+// Channels returns the channels the worker delivers on, sorted.
+func (w *Worker) Channels() []string { return slices.Clone(w.names) }
+
+// ChannelStatus reports whether the worker sends on channel (its provider
+// takes sends, as far as it knows), and when not, why: the provider is
+// down or throttling, with the last reason it gave. herald_sender_up says
+// the same. A paused destination of the channel does not make it down.
+func (w *Worker) ChannelStatus(channel string) (up bool, reason string) {
+	l, ok := w.lanes[channel]
+	if !ok {
+		return false, "no sender for channel " + channel
+	}
+	return l.gate.status()
+}
+
+// ChannelState is what the worker knows of one channel's provider.
+type ChannelState struct {
+	// Up: the provider takes sends, as far as the worker knows.
+	Up bool
+	// Class is why sends are paused when not Up: "down" or "throttled".
+	Class string
+	// Reason is the provider's last failure, for people.
+	Reason string
+	// Since is when sends were paused.
+	Since time.Time
+	// Next is the earliest time of the next probe or trial send: for a
+	// throttled provider, at least its Retry-After.
+	Next time.Time
+	// PausedDestinations counts the destinations of the channel paused on
+	// their own (a webhook endpoint down or throttling).
+	PausedDestinations int
+}
+
+// ChannelState reports the state of channel's provider, and false for a
+// channel the worker has no sender for.
+func (w *Worker) ChannelState(channel string) (ChannelState, bool) {
+	l, ok := w.lanes[channel]
+	if !ok {
+		return ChannelState{}, false
+	}
+	st := l.gate.state()
+	st.PausedDestinations = w.PausedDestinations(channel)
+	return st, true
+}
+
+// SenderStatus reports whether the worker sends on every channel, and when
+// not, why (the first paused channel's reason).
 func (w *Worker) SenderStatus() (up bool, reason string) {
-	return w.gate.status()
+	for _, name := range w.names {
+		if up, reason := w.lanes[name].gate.status(); !up {
+			return false, reason
+		}
+	}
+	return true, ""
+}
+
+// PausedDestinations reports how many destinations of channel are paused
+// (their own provider down or throttling).
+func (w *Worker) PausedDestinations(channel string) int {
+	l, ok := w.lanes[channel]
+	if !ok || l.dgates == nil {
+		return 0
+	}
+	return l.dgates.closed()
 }
 
 // Run consumes until ctx ends, then waits for in-flight deliveries.
@@ -295,9 +426,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // was handed back.
 var errBusy = errors.New("notification claimed by another delivery")
 
-// errDeferred: the mail server is down or throttling; the delivery was
-// handed back with no attempt spent.
-var errDeferred = errors.New("mail server unavailable: delivery handed back, no attempt spent")
+// errDeferred: the provider (or the destination) is down or throttling;
+// the delivery was handed back with no attempt spent.
+var errDeferred = errors.New("provider unavailable: delivery handed back, no attempt spent")
 
 // errRateHeld: the delivery's turn under the rate limit was further away
 // than a delivery may wait; it was handed back, with no attempt spent.
@@ -311,13 +442,14 @@ var errNoTimeLeft = errors.New("claim took too long: no time left in its lease f
 // Handle applies one delivery and settles it.
 func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	msg := d.Message()
-	outcome, err := w.apply(ctx, d, msg)
+	channel := unknownChannel
+	outcome, err := w.apply(ctx, d, msg, &channel)
 	if err != nil && ctx.Err() != nil {
 		w.handedBack.Add(1)
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld), errors.Is(err, errRateHeld):
+	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld), errors.Is(err, errRateHeld), errors.Is(err, errDestHeld):
 		// Expected while a claim runs, the server is down or the rate
 		// limit is reached; the gate logs the outage once.
 		w.log.Debug("delivery handed back", "message_id", msg.ID, "reason", err)
@@ -326,38 +458,73 @@ func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 		w.log.Error("delivery not settled; it will come back", "message_id", msg.ID, "retry_count", msg.RetryCount, "err", err)
 		return
 	}
-	w.metrics.deliveries.WithLabelValues(string(outcome)).Inc()
+	w.metrics.deliveries.WithLabelValues(channel, string(outcome)).Inc()
 	if outcome == notify.OutcomeSent && !msg.OccurredAt.IsZero() {
 		w.metrics.latency.Observe(time.Since(msg.OccurredAt).Seconds())
 	}
 }
 
-// apply runs one delivery to its settlement. An error means the delivery was
-// not settled (it was handed back, or stays with the transport, and is
+// apply runs one delivery to its settlement, and sets *channel to the
+// delivery's channel once it is known. An error means the delivery was not
+// settled (it was handed back, or stays with the transport, and is
 // redelivered).
-func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Message) (notify.Outcome, error) {
+func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Message, channel *string) (notify.Outcome, error) {
 	req, nid, err := msg.Decode()
 	if err != nil {
 		return w.undecodable(ctx, d, msg, err)
 	}
-	trial, err := w.gate.enter(ctx)
+	l, ok := w.lanes[req.Channel]
+	if !ok {
+		// The API refuses a channel it does not know; one it knows but this
+		// worker has no sender for (a configuration that differs between
+		// processes) fails the notification with the reason: herald dlq
+		// redrive sends it again once the channel is configured.
+		return w.deadLetter(ctx, d, msg, nid, notify.Permanent(fmt.Errorf("channel %q has no sender in this worker (it delivers on %s)",
+			req.Channel, strings.Join(w.names, ", "))))
+	}
+	*channel = l.name
+	out := notify.NewOutgoing(req)
+	trial, err := l.gate.enter(ctx)
 	if err != nil {
 		return "", w.release(ctx, d, 0, err)
 	}
 	reported := false
 	defer func() {
 		if !reported {
-			w.gate.abandon(trial)
+			l.gate.abandon(trial)
 		}
 	}()
-	if pause, err := w.waitTurn(ctx); err != nil {
+	dest, destTrial := "", false
+	if l.dests != nil {
+		dest = l.dests.Destination(out)
+		var ok bool
+		var pause time.Duration
+		if destTrial, ok, pause = l.dgates.enter(dest, time.Now()); !ok {
+			return "", w.release(ctx, d, pause, errDestHeld)
+		}
+	}
+	destReported := false
+	defer func() {
+		if !destReported && l.dgates != nil {
+			l.dgates.abandon(dest, destTrial)
+		}
+	}()
+	if pause, err := l.waitTurn(ctx, w.cfg.SenderBackoffMax); err != nil {
 		return "", w.release(ctx, d, pause, err)
+	}
+	if l.slots != nil {
+		select {
+		case l.slots <- struct{}{}:
+		case <-ctx.Done():
+			return "", w.release(ctx, d, 0, ctx.Err())
+		}
+		defer func() { <-l.slots }()
 	}
 
 	// The lease runs from the claim's transaction, which starts after this;
 	// measured from here, the send's deadline is on the safe side.
 	claimStart := time.Now()
-	c, err := w.claim(msg.ID, nid)
+	c, err := w.claim(msg, nid)
 	if err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
@@ -371,7 +538,7 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	}
 
 	// The send must end in time for its record to commit within the lease.
-	deadline := time.Now().Add(w.cfg.SendTimeout)
+	deadline := time.Now().Add(l.timeout)
 	cut := false // the lease, a limit of this worker's, bounds the send
 	if byLease := claimStart.Add(w.cfg.Lease - storeTimeout - leaseMargin); byLease.Before(deadline) {
 		deadline, cut = byLease, true
@@ -384,7 +551,7 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, errNoTimeLeft)
 	}
 	sctx, cancel := context.WithDeadline(ctx, deadline)
-	sendErr := w.sender.Send(sctx, notify.NewEmail(req, w.cfg.From))
+	sendErr := l.sender.Send(sctx, out)
 	// A send that ran out of the time this worker's own lease left it says
 	// nothing about the message: no attempt is spent on it.
 	ownLimit := cut && sendErr != nil && errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
@@ -392,8 +559,14 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	if sendErr == nil || ctx.Err() == nil {
 		// A send this worker cut short as it stops says nothing about the
 		// server: its turn, if it was the trial, is abandoned.
-		w.gate.report(trial, sendErr)
+		// A failure scoped to one destination says nothing about the
+		// channel's provider: to the channel's gate it is the message's.
+		l.gate.report(trial, channelError(sendErr))
 		reported = true
+		if l.dgates != nil {
+			l.dgates.report(dest, destTrial, sendErr, time.Now())
+			destReported = true
+		}
 	}
 	if sendErr == nil {
 		w.cfg.Crash("after-send")
@@ -439,8 +612,8 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	case notify.AttemptDeferred:
 		return "", w.release(ctx, d, 0, errDeferred)
 	case notify.AttemptRetry:
-		if err := d.Retry(ctx, res.Error); err != nil {
-			return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("schedule retry: %w", err))
+		if err := w.retryUntilPublished(ctx, d, res.Error); err != nil {
+			return "", w.release(ctx, d, 0, fmt.Errorf("schedule retry: %w", err))
 		}
 		w.log.Warn("delivery failed; retry scheduled", "message_id", msg.ID, "notification_id", nid,
 			"retry", msg.RetryCount+1, "err", res.Error)
@@ -450,18 +623,28 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	}
 }
 
-// waitTurn waits for the delivery's turn under the rate limit, on the
-// delivery's ctx. A turn further away than a delivery may wait is given
-// back (errRateHeld) with the pause after which it would be near enough.
-func (w *Worker) waitTurn(ctx context.Context) (pause time.Duration, err error) {
-	if w.limiter == nil {
+// channelError is err as the channel's gate sees it: a failure scoped to
+// one destination is that delivery's own (it neither closes the channel's
+// gate nor fails its trial).
+func channelError(err error) error {
+	if _, ok := notify.DestinationOf(err); ok {
+		return errors.New(err.Error())
+	}
+	return err
+}
+
+// waitTurn waits for the delivery's turn under the channel's rate limit,
+// on the delivery's ctx. A turn further away than hold is given back
+// (errRateHeld) with the pause after which it would be near enough.
+func (l *lane) waitTurn(ctx context.Context, hold time.Duration) (pause time.Duration, err error) {
+	if l.limiter == nil {
 		return 0, nil
 	}
-	r := w.limiter.Reserve()
+	r := l.limiter.Reserve()
 	wait := r.Delay()
-	if wait > w.cfg.SenderBackoffMax {
+	if wait > hold {
 		r.Cancel()
-		return min(wait-w.cfg.SenderBackoffMax, w.cfg.SenderBackoffMax), errRateHeld
+		return min(wait-hold, hold), errRateHeld
 	}
 	if wait <= 0 {
 		return 0, nil
@@ -521,6 +704,37 @@ func (w *Worker) recordUntilCommitted(ctx context.Context, res notify.DeliveryRe
 	}
 }
 
+// retryUntilPublished schedules the retry copy of d, again and again with
+// a growing pause while the transport fails (the broker down), until it
+// is published or ctx ends. The store has recorded the retry already, and
+// from then on refuses the original as a stale copy: handing the original
+// back would leave the notification to the reconciler (its retry overdue
+// by HERALD_RECONCILE_AFTER) rather than to its retry schedule. Only a
+// stopping worker gives up and hands it back.
+func (w *Worker) retryUntilPublished(ctx context.Context, d notify.Delivery, reason string) error {
+	pause := max(w.cfg.StoreBackoff, 10*time.Millisecond)
+	for failures := 0; ; failures++ {
+		err := d.Retry(ctx, reason)
+		if err == nil {
+			if failures > 0 {
+				w.log.Info("retry copy published after transport failures", "message_id", d.Message().ID, "failures", failures)
+			}
+			return nil
+		}
+		if failures == 0 {
+			w.log.Warn("retry copy not published; trying again until it is", "message_id", d.Message().ID, "err", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, max(w.cfg.SenderBackoffMax, pause))
+	}
+}
+
 func (w *Worker) ack(ctx context.Context, d notify.Delivery, outcome notify.Outcome) (notify.Outcome, error) {
 	if err := d.Ack(ctx); err != nil {
 		return "", fmt.Errorf("ack: %w", err)
@@ -537,7 +751,7 @@ func (w *Worker) deadLetter(ctx context.Context, d notify.Delivery, msg notify.M
 	if nid == 0 {
 		return w.settleDead(ctx, d, msg, 0, cause)
 	}
-	c, err := w.claim(msg.ID, nid)
+	c, err := w.claim(msg, nid)
 	if err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}

@@ -36,7 +36,12 @@ type fakeDelivery struct {
 	msg      notify.Message
 	settled  []settle
 	retryErr error
-	deadErr  error
+	// retryFails, when set, makes only the first retryFails Retry calls
+	// fail with retryErr; onRetryFail runs after each failed one.
+	retryFails  int
+	retryCalls  int
+	onRetryFail func(calls int)
+	deadErr     error
 }
 
 func (d *fakeDelivery) add(s settle) {
@@ -61,7 +66,14 @@ func (d *fakeDelivery) Ack(context.Context) error {
 	return nil
 }
 func (d *fakeDelivery) Retry(_ context.Context, reason string) error {
-	if d.retryErr != nil {
+	d.mu.Lock()
+	d.retryCalls++
+	calls := d.retryCalls
+	d.mu.Unlock()
+	if d.retryErr != nil && (d.retryFails == 0 || calls <= d.retryFails) {
+		if d.onRetryFail != nil {
+			d.onRetryFail(calls)
+		}
 		return d.retryErr
 	}
 	d.add(settle{"retry", reason})
@@ -147,10 +159,10 @@ func (s *fakeStore) recs() []rec {
 type fakeSender struct {
 	mu   sync.Mutex
 	err  error
-	sent []notify.Email
+	sent []notify.Outgoing
 }
 
-func (s *fakeSender) Send(_ context.Context, e notify.Email) error {
+func (s *fakeSender) Send(_ context.Context, e notify.Outgoing) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sent = append(s.sent, e)
@@ -183,15 +195,24 @@ func message(t *testing.T, retries int) notify.Message {
 
 func newWorker(t *testing.T, store worker.Store, snd worker.Sender, cfg worker.Config) *worker.Worker {
 	t.Helper()
-	if cfg.From == "" {
-		cfg.From = "herald@example.com"
-	}
+	return newWorkerOn(t, store, worker.Channel{Sender: snd, Provider: "mail server"}, cfg)
+}
+
+// newWorkerOn returns a worker whose email channel is ch.
+func newWorkerOn(t *testing.T, store worker.Store, ch worker.Channel, cfg worker.Config) *worker.Worker {
+	t.Helper()
 	if cfg.StoreBackoff == 0 {
 		cfg.StoreBackoff = time.Millisecond
 	}
-	w, err := worker.New(nil, store, snd, cfg)
+	w, err := worker.New(nil, store, map[string]worker.Channel{notify.ChannelEmail: ch}, cfg)
 	require.NoError(t, err)
 	return w
+}
+
+// email is the email channel on snd with ch's limits.
+func email(snd worker.Sender, ch worker.Channel) map[string]worker.Channel {
+	ch.Sender = snd
+	return map[string]worker.Channel{notify.ChannelEmail: ch}
 }
 
 func TestHandleDecisions(t *testing.T) {
@@ -246,10 +267,13 @@ func TestHandleDecisions(t *testing.T) {
 			settled: []string{"release"}, records: []rec{{"deferred", "dial: connection refused"}}, sends: 1},
 		{name: "claim lost during the send: acked, no retry", msg: func(t *testing.T) notify.Message { return message(t, 0) },
 			store: fakeStore{lost: true}, sendErr: transient, settled: []string{"ack"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
-		// Issue 11, defect 1: a failed forward hands the delivery back.
-		{name: "retry publish fails: released", msg: func(t *testing.T) notify.Message { return message(t, 0) },
-			sendErr: transient, dlvry: fakeDelivery{retryErr: errors.New("channel closed")},
-			settled: []string{"release"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
+		// A retry recorded makes the store refuse the original as a stale
+		// copy: a failed forward of the retry copy is tried again until it
+		// is published, not handed back (a stopping worker hands it back:
+		// TestRetryPublishGivenUpOnlyWhenStopping).
+		{name: "retry publish fails: tried again until published", msg: func(t *testing.T) notify.Message { return message(t, 0) },
+			sendErr: transient, dlvry: fakeDelivery{retryErr: errors.New("channel closed"), retryFails: 3},
+			settled: []string{"retry"}, records: []rec{{"retry", "451 try later"}}, sends: 1},
 		{name: "dead-letter publish fails: released", msg: func(t *testing.T) notify.Message { return message(t, 0) },
 			sendErr: permanent, dlvry: fakeDelivery{deadErr: errors.New("channel closed")},
 			settled: []string{"release"}, records: []rec{{"dead", "550 no such mailbox"}}, sends: 1},
@@ -272,7 +296,8 @@ func TestHandleDecisions(t *testing.T) {
 			require.Equal(t, tt.records, store.recs())
 			require.Len(t, snd.sent, tt.sends)
 			for _, e := range snd.sent {
-				require.Equal(t, "<7@example.com>", e.MessageID)
+				require.Equal(t, "7", e.NotificationID)
+				require.Equal(t, "a@example.com", e.To)
 			}
 		})
 	}
@@ -286,7 +311,7 @@ func TestUndecodableNamingItsNotificationFailsIt(t *testing.T) {
 	for name, p := range map[string][]byte{
 		"cut short":      []byte(`{"notification_id":"7","user_id":"u","to":`),
 		"unknown field":  []byte(`{"notification_id":"7","user_id":"u","channel":"email","to":"a@example.com","subject":"s","body":"b","x":1}`),
-		"invalid fields": []byte(`{"notification_id":"7","user_id":"u","channel":"pigeon","to":"nobody","subject":"s","body":"b"}`),
+		"invalid fields": []byte(`{"notification_id":"7","user_id":"u","channel":"pigeon","to":"","subject":"s","body":"b"}`),
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -316,33 +341,47 @@ func TestUndecodableNamingItsNotificationFailsIt(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []worker.Config{
-		{From: "not an address"},
-		{MaxRetries: -1},
-		{StoreBackoff: -time.Second},
-		{SendTimeout: 10 * time.Second, Lease: 10 * time.Second},
-		{SendTimeout: 10 * time.Second, Lease: 5 * time.Second},
-		{SenderBackoff: time.Minute, SenderBackoffMax: time.Second},
+	type both struct {
+		ch  worker.Channel
+		cfg worker.Config
+	}
+	for _, c := range []both{
+		{cfg: worker.Config{MaxRetries: -1}},
+		{cfg: worker.Config{StoreBackoff: -time.Second}},
+		{worker.Channel{SendTimeout: 10 * time.Second}, worker.Config{Lease: 10 * time.Second}},
+		{worker.Channel{SendTimeout: 10 * time.Second}, worker.Config{Lease: 5 * time.Second}},
+		{cfg: worker.Config{SenderBackoff: time.Minute, SenderBackoffMax: time.Second}},
 		// The lease must cover the claim's and the record's transactions
 		// (10s each) besides the send.
-		{SendTimeout: 10 * time.Second, Lease: 30 * time.Second},
-		{Rate: -1},
-		{Rate: math.NaN()},
-		{Rate: math.Inf(1)},
-		{Concurrency: -1},
+		{worker.Channel{SendTimeout: 10 * time.Second}, worker.Config{Lease: 30 * time.Second}},
+		{ch: worker.Channel{Rate: -1}},
+		{ch: worker.Channel{Rate: math.NaN()}},
+		{ch: worker.Channel{Rate: math.Inf(1)}},
+		{ch: worker.Channel{Concurrency: -1}},
+		{ch: worker.Channel{SendTimeout: -1}},
 	} {
-		_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, cfg)
-		require.Error(t, err, "%+v", cfg)
+		_, err := worker.New(nil, &fakeStore{}, email(&fakeSender{}, c.ch), c.cfg)
+		require.Error(t, err, "%+v", c)
 	}
-	for _, cfg := range []worker.Config{
-		{SendTimeout: time.Minute},
-		{SendTimeout: 10 * time.Second, Lease: 30*time.Second + time.Millisecond},
-		{Rate: 0.1, Concurrency: 6}, // 0.1/s lets 6 through in the default 60s hold
-		{Rate: 0.5},                 // the concurrency unknown: not checked
+	for _, c := range []both{
+		{ch: worker.Channel{SendTimeout: time.Minute}},
+		{worker.Channel{SendTimeout: 10 * time.Second}, worker.Config{Lease: 30*time.Second + time.Millisecond}},
+		{ch: worker.Channel{Rate: 0.1, Concurrency: 6}}, // 0.1/s lets 6 through in the default 60s hold
+		{ch: worker.Channel{Rate: 0.5}},                 // no concurrency of its own: not checked
 	} {
-		_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, cfg)
-		require.NoError(t, err, "%+v", cfg)
+		_, err := worker.New(nil, &fakeStore{}, email(&fakeSender{}, c.ch), c.cfg)
+		require.NoError(t, err, "%+v", c)
 	}
+	_, err := worker.New(nil, &fakeStore{}, nil, worker.Config{})
+	require.Error(t, err, "no channel")
+	_, err = worker.New(nil, &fakeStore{}, map[string]worker.Channel{"email": {}}, worker.Config{})
+	require.Error(t, err, "no sender")
+	// One lease serves every channel: it must cover the longest timeout.
+	_, err = worker.New(nil, &fakeStore{}, map[string]worker.Channel{
+		"email":   {Sender: &fakeSender{}, SendTimeout: time.Second},
+		"webhook": {Sender: &fakeSender{}, SendTimeout: 40 * time.Second},
+	}, worker.Config{Lease: worker.DefaultLease(time.Second)})
+	require.ErrorContains(t, err, "send timeout (40s)")
 }
 
 // Issue 16, defect 1: more deliveries in flight than the rate lets through
@@ -350,10 +389,10 @@ func TestNewValidates(t *testing.T) {
 // largest prefetch that works.
 func TestNewRefusesMorePrefetchThanTheRateServes(t *testing.T) {
 	t.Parallel()
-	_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{Rate: 0.1, Concurrency: 32})
-	require.EqualError(t, err, "rate 0.1/s lets 6 sends through in the 1m0s a delivery may wait; "+
-		"32 deliveries in flight would wait longer: lower the prefetch to at most 6 or raise the rate")
-	_, err = worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{Rate: 0.01, Concurrency: 1})
+	_, err := worker.New(nil, &fakeStore{}, email(&fakeSender{}, worker.Channel{Rate: 0.1, Concurrency: 32}), worker.Config{})
+	require.EqualError(t, err, "channel email: rate 0.1/s lets 6 sends through in the 1m0s a delivery may wait; "+
+		"32 deliveries in flight would wait longer: lower the concurrency to at most 6 or raise the rate")
+	_, err = worker.New(nil, &fakeStore{}, email(&fakeSender{}, worker.Channel{Rate: 0.01, Concurrency: 1}), worker.Config{})
 	require.ErrorContains(t, err, "lets no send through in the 1m0s")
 }
 
@@ -366,7 +405,7 @@ func TestDefaultLease(t *testing.T) {
 	require.Equal(t, 55*time.Second, worker.DefaultLease(0), "zero: the default send timeout")
 	require.Equal(t, 26*time.Second, worker.DefaultLease(time.Second))
 	for _, st := range []time.Duration{time.Second, 30 * time.Second, 5 * time.Minute} {
-		_, err := worker.New(nil, &fakeStore{}, &fakeSender{}, worker.Config{SendTimeout: st, Lease: worker.DefaultLease(st)})
+		_, err := worker.New(nil, &fakeStore{}, email(&fakeSender{}, worker.Channel{SendTimeout: st}), worker.Config{Lease: worker.DefaultLease(st)})
 		require.NoError(t, err)
 	}
 }
@@ -396,7 +435,7 @@ type deadlineSender struct {
 	deadlines []time.Time
 }
 
-func (s *deadlineSender) Send(ctx context.Context, e notify.Email) error {
+func (s *deadlineSender) Send(ctx context.Context, e notify.Outgoing) error {
 	d, _ := ctx.Deadline()
 	s.mu.Lock()
 	s.deadlines = append(s.deadlines, d)
@@ -416,7 +455,7 @@ func TestLeaseBoundsTheSend(t *testing.T) {
 		t.Parallel()
 		store := &slowClaimStore{delay: 6 * time.Second}
 		snd := &deadlineSender{}
-		w := newWorker(t, store, snd, worker.Config{SendTimeout: time.Second, Lease: lease})
+		w := newWorkerOn(t, store, worker.Channel{Sender: snd, SendTimeout: time.Second}, worker.Config{Lease: lease})
 		d := &fakeDelivery{msg: message(t, 0)}
 		start := time.Now()
 		w.Handle(context.Background(), d)
@@ -430,7 +469,7 @@ func TestLeaseBoundsTheSend(t *testing.T) {
 		// The send runs into the deadline the lease set (not the send
 		// timeout): a limit of the worker's own, so no attempt is spent.
 		store := &slowClaimStore{delay: 6 * time.Second}
-		w := newWorker(t, store, hangingSender{}, worker.Config{SendTimeout: 1400 * time.Millisecond, Lease: lease, MaxRetries: 0})
+		w := newWorkerOn(t, store, worker.Channel{Sender: hangingSender{}, SendTimeout: 1400 * time.Millisecond}, worker.Config{Lease: lease, MaxRetries: 0})
 		d := &fakeDelivery{msg: message(t, 0)}
 		w.Handle(context.Background(), d)
 		require.Equal(t, []string{"release"}, d.hows())
@@ -442,7 +481,7 @@ func TestLeaseBoundsTheSend(t *testing.T) {
 		t.Parallel()
 		store := &slowClaimStore{delay: 7 * time.Second}
 		snd := &deadlineSender{}
-		w := newWorker(t, store, snd, worker.Config{SendTimeout: time.Second, Lease: lease})
+		w := newWorkerOn(t, store, worker.Channel{Sender: snd, SendTimeout: time.Second}, worker.Config{Lease: lease})
 		d := &fakeDelivery{msg: message(t, 0)}
 		w.Handle(context.Background(), d)
 		require.Equal(t, []string{"release"}, d.hows())
@@ -461,7 +500,7 @@ func TestRateTurnTooFarHandsBack(t *testing.T) {
 	store := &fakeStore{}
 	snd := &fakeSender{}
 	// 0.5/s: one send each 2s; a delivery may wait 1s.
-	w := newWorker(t, store, snd, worker.Config{Rate: 0.5, SenderBackoff: 100 * time.Millisecond, SenderBackoffMax: time.Second})
+	w := newWorkerOn(t, store, worker.Channel{Sender: snd, Rate: 0.5}, worker.Config{SenderBackoff: 100 * time.Millisecond, SenderBackoffMax: time.Second})
 	first := &fakeDelivery{msg: message(t, 0)}
 	w.Handle(context.Background(), first)
 	require.Equal(t, []string{"ack"}, first.hows())
@@ -540,7 +579,7 @@ type cancelingSender struct {
 	cancel func()
 }
 
-func (s *cancelingSender) Send(ctx context.Context, e notify.Email) error {
+func (s *cancelingSender) Send(ctx context.Context, e notify.Outgoing) error {
 	defer s.cancel()
 	return s.fakeSender.Send(ctx, e)
 }
@@ -650,6 +689,8 @@ func TestSenderDownPausesProbesAndResumes(t *testing.T) {
 				require.NoError(t, err)
 				for _, mf := range mfs {
 					if mf.GetName() == "herald_sender_up" {
+						require.Equal(t, "channel", mf.GetMetric()[0].GetLabel()[0].GetName())
+						require.Equal(t, "email", mf.GetMetric()[0].GetLabel()[0].GetValue())
 						return mf.GetMetric()[0].GetGauge().GetValue()
 					}
 				}
@@ -705,7 +746,7 @@ func TestSenderDownPausesProbesAndResumes(t *testing.T) {
 			require.Equal(t, 1, strings.Count(out, "sends paused"), out)
 			require.Contains(t, out, "535 authentication failed")
 			require.Equal(t, 1, strings.Count(out, "mail server back"), out)
-			require.Equal(t, 0, testutil.CollectAndCount(reg, "herald_worker_deliveries_total")-4, "outcome labels")
+			require.Equal(t, 0, testutil.CollectAndCount(reg, "herald_worker_deliveries_total")-8, "outcome labels of email and unknown")
 		})
 	}
 }
@@ -733,7 +774,29 @@ func (s *fakeStore) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimReque
 // answers the message's DATA does.
 type hangingSender struct{}
 
-func (hangingSender) Send(ctx context.Context, _ notify.Email) error {
+func (hangingSender) Send(ctx context.Context, _ notify.Outgoing) error {
 	<-ctx.Done()
 	return fmt.Errorf("the message was not accepted in time: %w", ctx.Err())
+}
+
+// Issue 11, defect 1, with the stale-copy guard: a retry copy the
+// transport cannot publish is tried again while the worker runs; only a
+// stopping worker hands the original back (the reconciler then re-announces
+// the notification once its retry is overdue).
+func TestRetryPublishGivenUpOnlyWhenStopping(t *testing.T) {
+	t.Parallel()
+	store := &fakeStore{}
+	snd := &fakeSender{err: errors.New("451 try later")}
+	w := newWorker(t, store, snd, worker.Config{MaxRetries: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := &fakeDelivery{msg: message(t, 0), retryErr: errors.New("channel closed"), onRetryFail: func(calls int) {
+		if calls == 4 {
+			cancel() // the worker stops while the broker is still down
+		}
+	}}
+	w.Handle(ctx, d)
+	require.Equal(t, []string{"release"}, d.hows())
+	require.Equal(t, 4, d.retryCalls, "tried until the stop")
+	require.Equal(t, []rec{{"retry", "451 try later"}}, store.recs())
 }

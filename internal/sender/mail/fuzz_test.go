@@ -26,7 +26,7 @@ func FuzzValidate(f *testing.F) {
 	f.Add("", "sms", "nobody", "", "")
 	f.Fuzz(func(t *testing.T, user, channel, to, subject, body string) {
 		req := notify.CreateRequest{UserID: user, Channel: channel, To: to, Subject: subject, Body: body}
-		if err := req.Validate(); err != nil {
+		if err := req.Validate(notify.EmailOnly()); err != nil {
 			return
 		}
 		payload, err := json.Marshal(notify.Requested{NotificationID: "7", UserID: user, Channel: channel, To: to, Subject: subject, Body: body})
@@ -37,7 +37,7 @@ func FuzzValidate(f *testing.F) {
 		if err != nil {
 			t.Fatalf("a valid request does not decode as an event: %v", err)
 		}
-		raw := mail.Render(notify.NewEmail(r, "herald@example.com"), time.Unix(0, 0))
+		raw := mail.Render(notify.NewEmail(notify.NewOutgoing(r), "herald@example.com"), time.Unix(0, 0))
 		m, err := netmail.ReadMessage(bytes.NewReader(raw))
 		if err != nil {
 			t.Fatalf("rendered email does not parse: %v", err)

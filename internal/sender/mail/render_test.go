@@ -158,7 +158,7 @@ func TestRenderRefusesHeaderInjection(t *testing.T) {
 
 func TestRenderUsesNewEmailMessageID(t *testing.T) {
 	t.Parallel()
-	e := notify.NewEmail(notify.Requested{NotificationID: "7", To: "a@example.org", Subject: "s", Body: "b"}, "Herald <herald@mail.example.com>")
+	e := notify.NewEmail(notify.Outgoing{NotificationID: "7", To: "a@example.org", Subject: "s", Body: "b"}, "Herald <herald@mail.example.com>")
 	msg, err := netmail.ReadMessage(bytes.NewReader(mail.Render(e, time.Now())))
 	require.NoError(t, err)
 	require.Equal(t, "<7@mail.example.com>", msg.Header.Get("Message-ID"))

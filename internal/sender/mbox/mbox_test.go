@@ -19,11 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	heraldmail "github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/mbox"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
-var _ worker.Sender = (*mbox.Sender)(nil)
+var _ heraldmail.EmailSender = (*mbox.Sender)(nil)
 
 var separator = regexp.MustCompile(`^From herald@localhost (Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d \d{4}$`)
 

@@ -14,12 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/smtptest"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
-var _ worker.Sender = (*smtp.Sender)(nil)
+var _ mail.EmailSender = (*smtp.Sender)(nil)
 
 func email(id string) notify.Email {
 	return notify.Email{

@@ -39,20 +39,27 @@ const (
 	lockNotifications = `SELECT id FROM notifications WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
 	// claimDeliveries decides every request in SQL: missing notification,
-	// duplicate (message done, or notification no longer pending), busy
-	// (a live lease), else claimed. A claim inserts its attempt row, leases
-	// the notification and the message id, and drops the lease row of an
-	// expired claim on another message of the notification (its holder is
-	// presumed dead; its late record will fail the compare-and-set). A
-	// duplicate or missing message id is recorded as done.
+	// duplicate (message done, or notification no longer pending), stale
+	// (a copy whose retry count is below the message's next_retry_count:
+	// its attempt was spent, and the retry's copy carries the delivery on),
+	// busy (a live lease), else claimed. A claim inserts its attempt row,
+	// leases the notification and the message id, and releases the lease
+	// row of an expired claim on another message of the notification (its
+	// holder is presumed dead; its late record will fail the
+	// compare-and-set): deleted, or, when it holds a retry mark, kept with
+	// the mark. A duplicate or missing message id is recorded as done; a
+	// stale one is answered duplicate and changes nothing, so that the
+	// message id stays open for its next copy.
 	// $1 message ids, $2 notification ids (no id twice), $3 lease in
-	// microseconds. The lease runs from the moment the attempt row is
-	// written; the answer returns the very value stored.
+	// microseconds, $4 the requests' retry counts. The lease runs from the
+	// moment the attempt row is written; the answer returns the very value
+	// stored.
 	claimDeliveries = `
 WITH req AS (
 	SELECT r.msg, r.nid, n.id IS NOT NULL AS found, n.status, n.claimed_until,
-		n.claim_attempt_id, COALESCE(pm.processed_at IS NOT NULL, false) AS done
-	FROM unnest($1::bigint[], $2::bigint[]) AS r(msg, nid)
+		n.claim_attempt_id, COALESCE(pm.processed_at IS NOT NULL, false) AS done,
+		COALESCE(pm.next_retry_count, 0) > r.rc AS spent
+	FROM unnest($1::bigint[], $2::bigint[], $4::bigint[]) AS r(msg, nid, rc)
 	LEFT JOIN notifications AS n ON n.id = r.nid
 	LEFT JOIN processed_messages AS pm ON pm.message_id = r.msg
 ),
@@ -60,6 +67,7 @@ decided AS (
 	SELECT msg, nid, claim_attempt_id AS stale,
 		CASE WHEN NOT found THEN 'missing'
 			WHEN done OR status <> 'pending' THEN 'duplicate'
+			WHEN spent THEN 'stale'
 			WHEN claimed_until > clock_timestamp() THEN 'busy'
 			ELSE 'claimed' END AS status
 	FROM req
@@ -80,13 +88,23 @@ lease AS (
 	FROM attempt AS a
 	WHERE n.id = a.notification_id
 ),
+-- The stale claim's message id comes from its attempt row (primary key):
+-- processed_messages has no index on attempt_id. Its row is deleted, or
+-- released when it holds a retry mark (the two touch different rows).
 stale AS (
-	-- The stale claim's message id comes from its attempt row (primary
-	-- key): processed_messages has no index on attempt_id.
 	DELETE FROM processed_messages AS pm
 	USING decided AS d, delivery_attempts AS sa
 	WHERE d.status = 'claimed' AND sa.id = d.stale AND pm.message_id = sa.message_id
 		AND pm.attempt_id = d.stale AND pm.message_id <> d.msg AND pm.processed_at IS NULL
+		AND pm.next_retry_count = 0
+),
+stale_marked AS (
+	UPDATE processed_messages AS pm
+	SET lease_until = NULL, attempt_id = NULL
+	FROM decided AS d, delivery_attempts AS sa
+	WHERE d.status = 'claimed' AND sa.id = d.stale AND pm.message_id = sa.message_id
+		AND pm.attempt_id = d.stale AND pm.message_id <> d.msg AND pm.processed_at IS NULL
+		AND pm.next_retry_count > 0
 ),
 held AS (
 	INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
@@ -97,7 +115,8 @@ held AS (
 	SET processed_at = excluded.processed_at, lease_until = excluded.lease_until, attempt_id = excluded.attempt_id
 	WHERE processed_messages.processed_at IS NULL
 )
-SELECT d.msg, d.status, COALESCE(a.id, 0), COALESCE(a.attempt, 0), a.until
+SELECT d.msg, CASE d.status WHEN 'stale' THEN 'duplicate' ELSE d.status END,
+	COALESCE(a.id, 0), COALESCE(a.attempt, 0), a.until
 FROM decided AS d
 LEFT JOIN attempt AS a ON a.message_id = d.msg`
 
@@ -105,20 +124,24 @@ LEFT JOIN attempt AS a ON a.message_id = d.msg`
 	// notification (compare-and-set on claim_attempt_id, status pending)
 	// and returns the attempt ids it applied. sent and dead settle the
 	// message id (processed_at); retry and deferred release it (the retried
-	// copy has the same id and must be able to claim it). deferred spends
-	// no attempt. Every attempt row named is finished with its outcome, even
+	// copy has the same id and must be able to claim it). A retry keeps the
+	// released row and raises its next_retry_count past the claim's retry
+	// count, so that a stale copy with that count or less is refused; a
+	// deferred release deletes the row unless it holds such a mark. deferred
+	// spends no attempt. Every attempt row named is finished with its outcome, even
 	// when its claim was lost: the send happened, and the history says so.
 	// $1 attempt ids, $2 notification ids, $3 message ids, $4 outcomes,
 	// $5 errors, $6 microseconds until a retry is due (retry_due_at, on
-	// the database's clock: the worker sends a duration, not its time).
+	// the database's clock: the worker sends a duration, not its time), $7
+	// the retry counts the claims were taken for.
 	// The compare-and-set on status is written (n.status || '') so that it
 	// cannot be answered from notifications_pending_idx: walking every
 	// pending notification to find a batch's few is what a plan made for a
 	// young database does once the backlog has grown.
 	recordDeliveries = `
 WITH r AS (
-	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[])
-		AS r(aid, nid, msg, outcome, err, retry_in)
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
+		AS r(aid, nid, msg, outcome, err, retry_in, rc)
 ),
 applied AS (
 	UPDATE notifications AS n SET
@@ -133,7 +156,7 @@ applied AS (
 		claimed_until = NULL
 	FROM r
 	WHERE n.id = r.nid AND n.claim_attempt_id = r.aid AND (n.status || '') = 'pending'
-	RETURNING r.aid, r.msg, r.outcome
+	RETURNING r.aid, r.msg, r.outcome, r.rc
 ),
 finished AS (
 	UPDATE delivery_attempts AS a
@@ -151,7 +174,15 @@ done AS (
 freed AS (
 	DELETE FROM processed_messages AS pm
 	USING applied AS ap
-	WHERE pm.message_id = ap.msg AND ap.outcome IN ('retry', 'deferred')
+	WHERE pm.message_id = ap.msg AND ap.outcome = 'deferred'
+		AND pm.attempt_id = ap.aid AND pm.processed_at IS NULL AND pm.next_retry_count = 0
+),
+spent AS (
+	UPDATE processed_messages AS pm
+	SET lease_until = NULL, attempt_id = NULL,
+		next_retry_count = GREATEST(pm.next_retry_count, CASE WHEN ap.outcome = 'retry' THEN ap.rc + 1 ELSE 0 END)
+	FROM applied AS ap
+	WHERE pm.message_id = ap.msg AND (ap.outcome = 'retry' OR (ap.outcome = 'deferred' AND pm.next_retry_count > 0))
 		AND pm.attempt_id = ap.aid AND pm.processed_at IS NULL
 )
 SELECT aid FROM applied`
@@ -191,21 +222,23 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	n := len(results)
 	aids, rnids, rmsgs := make([]int64, n), make([]int64, n), make([]int64, n)
 	outcomes, errs := make([]string, n), make([]string, n)
-	retryIn := make([]int64, n)
+	retryIn, rcs := make([]int64, n), make([]int64, n)
 	for i, r := range results {
 		if err := checkOutcome(r.Outcome); err != nil {
 			return nil, nil, err
 		}
 		aids[i], rnids[i], rmsgs[i] = r.Claim.AttemptID, r.Claim.NotificationID, r.Claim.MessageID
 		outcomes[i], errs[i], retryIn[i] = r.Outcome, r.Error, r.RetryIn.Microseconds()
+		rcs[i] = int64(r.Claim.RetryCount)
 		lockIDs = append(lockIDs, r.Claim.NotificationID)
 	}
 
 	var msgs, nids []int64
+	var reqRCs []int64
 	at := make(map[int64]int, len(reqs)) // message id -> index in claims
 	seenN := make(map[int64]bool, len(reqs))
 	for i, r := range reqs {
-		claims[i] = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy}
+		claims[i] = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy, RetryCount: r.RetryCount}
 		if _, dup := at[r.MessageID]; dup || seenN[r.NotificationID] {
 			continue
 		}
@@ -213,6 +246,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		seenN[r.NotificationID] = true
 		msgs = append(msgs, r.MessageID)
 		nids = append(nids, r.NotificationID)
+		reqRCs = append(reqRCs, int64(r.RetryCount))
 		lockIDs = append(lockIDs, r.NotificationID)
 	}
 	if len(lockIDs) == 0 {
@@ -222,10 +256,10 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	b := &pgx.Batch{}
 	b.Queue(lockNotifications, lockIDs)
 	if n > 0 {
-		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn)
+		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn, rcs)
 	}
 	if len(msgs) > 0 {
-		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds())
+		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds(), reqRCs)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	fail := func(op string, err error) ([]notify.Claim, []bool, error) {
@@ -276,6 +310,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 			}
 			i := at[msg]
 			c.MessageID, c.NotificationID, c.Status = msg, claims[i].NotificationID, notify.ClaimStatus(status)
+			c.RetryCount = claims[i].RetryCount
 			switch {
 			case c.Status != notify.ClaimTaken:
 				c.AttemptID, c.Attempt = 0, 0

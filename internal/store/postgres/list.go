@@ -25,6 +25,7 @@ const (
 	listSelect        = `SELECT ` + listColumns + ` FROM notifications`
 	listByUser        = `user_id = $%d`
 	listByStatus      = `status = $%d`
+	listByChannel     = `channel = $%d`
 	listCreatedAfter  = `created_at >= $%d`
 	listCreatedBefore = `created_at < $%d`
 	// listAfterPosition is a row comparison: the index scan starts right
@@ -77,6 +78,9 @@ func listQuery(f notify.ListFilter) (string, []any) {
 	}
 	if f.Status != "" {
 		add(listByStatus, string(f.Status))
+	}
+	if f.Channel != "" {
+		add(listByChannel, f.Channel)
 	}
 	if !f.CreatedAfter.IsZero() {
 		add(listCreatedAfter, f.CreatedAfter)

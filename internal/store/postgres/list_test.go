@@ -58,7 +58,7 @@ func TestListUsesIndexes(t *testing.T) {
 	// 30 days.
 	_, err := s.pool.Exec(ctx, `INSERT INTO notifications
 		(user_id, channel, recipient, subject, body, status, created_at, updated_at)
-		SELECT 'user-' || (i % 2000), 'email', 'a@example.com', 's', repeat('b', 200),
+		SELECT 'user-' || (i % 2000), CASE WHEN i % 20 = 0 THEN 'webhook' ELSE 'email' END, 'a@example.com', 's', repeat('b', 200),
 			CASE WHEN i % 50 = 0 THEN 'failed' WHEN i % 3 = 0 THEN 'sent' ELSE 'pending' END,
 			now() - (i || ' seconds')::interval * 13, now()
 		FROM generate_series(1, $1::int) AS i`, listRows)
@@ -89,6 +89,10 @@ func TestListUsesIndexes(t *testing.T) {
 		{"user in a window", notify.ListFilter{UserID: "user-7", CreatedAfter: now.Add(-7 * 24 * time.Hour)}, "notifications_user_created_idx"},
 		{"status", notify.ListFilter{Status: notify.StatusFailed}, "notifications_status_created_idx"},
 		{"status pending", notify.ListFilter{Status: notify.StatusPending}, "notifications_status_created_idx|notifications_created_idx"},
+		{"channel", notify.ListFilter{Channel: "webhook"}, "notifications_channel_created_idx"},
+		{"channel, next page", notify.ListFilter{Channel: "webhook", After: cursor}, "notifications_channel_created_idx"},
+		{"channel and user", notify.ListFilter{Channel: "webhook", UserID: "user-20"}, "notifications_user_created_idx"},
+		{"channel and status", notify.ListFilter{Channel: "webhook", Status: notify.StatusFailed}, "notifications_status_created_idx|notifications_channel_created_idx"},
 		{"status, next page, window", notify.ListFilter{Status: notify.StatusPending, After: cursor, CreatedAfter: now.Add(-48 * time.Hour)}, "notifications_status_created_idx|notifications_created_idx"},
 	} {
 		tc.f.Limit = 50

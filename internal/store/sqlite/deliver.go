@@ -16,10 +16,14 @@ import (
 // between a read and the write that depends on it inside one transaction,
 // and there is no lock order to get wrong.
 
+// selectClaimState reads what a claim decides on: the notification's state,
+// and whether the message id is done and which retry count a copy of it
+// must carry at least (next_retry_count, 0 without a row: no mark).
 const selectClaimState = `
 SELECT n.status, n.claimed_until, n.claim_attempt_id,
-	(SELECT pm.processed_at IS NOT NULL FROM processed_messages AS pm WHERE pm.message_id = ?2)
-FROM notifications AS n WHERE n.id = ?1`
+	COALESCE(pm.processed_at IS NOT NULL, 0), COALESCE(pm.next_retry_count, 0)
+FROM notifications AS n LEFT JOIN processed_messages AS pm ON pm.message_id = ?2
+WHERE n.id = ?1`
 
 // markProcessed records a message id as done, unless it is done already.
 const markProcessed = `
@@ -36,9 +40,14 @@ const leaseNotification = `UPDATE notifications SET claim_attempt_id = ?1, claim
 
 // dropStaleLease removes the lease row of an expired claim on another
 // message of the notification: its holder is presumed dead, and its late
-// record will fail the compare-and-set.
+// record will fail the compare-and-set. A row that holds a retry mark is
+// kept, released (releaseMarked), for the mark.
 const dropStaleLease = `
 DELETE FROM processed_messages
+WHERE attempt_id = ?1 AND message_id <> ?2 AND processed_at IS NULL AND next_retry_count = 0`
+
+const releaseStaleMarked = `
+UPDATE processed_messages SET lease_until = NULL, attempt_id = NULL
 WHERE attempt_id = ?1 AND message_id <> ?2 AND processed_at IS NULL`
 
 const leaseMessage = `
@@ -114,7 +123,7 @@ func claimTx(ctx context.Context, tx txStmts, reqs []notify.ClaimRequest, t time
 	seenM := make(map[int64]bool, len(reqs))
 	seenN := make(map[int64]bool, len(reqs))
 	for i, r := range reqs {
-		c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy}
+		c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy, RetryCount: r.RetryCount}
 		if !seenM[r.MessageID] && !seenN[r.NotificationID] {
 			seenM[r.MessageID], seenN[r.NotificationID] = true, true
 			var err error
@@ -129,20 +138,27 @@ func claimTx(ctx context.Context, tx txStmts, reqs []notify.ClaimRequest, t time
 
 func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string, until time.Time) (notify.Claim, error) {
 	c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID}
+	c.RetryCount = r.RetryCount
 	var (
 		status       string
 		claimedUntil sql.NullString
 		stale        sql.NullInt64
-		done         sql.NullBool
+		done         bool
+		next         int64 // the least retry count a copy may carry
 	)
-	err := tx.QueryRowContext(ctx, selectClaimState, r.NotificationID, r.MessageID).Scan(&status, &claimedUntil, &stale, &done)
+	err := tx.QueryRowContext(ctx, selectClaimState, r.NotificationID, r.MessageID).Scan(&status, &claimedUntil, &stale, &done, &next)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		c.Status = notify.ClaimMissing
 	case err != nil:
 		return c, fmt.Errorf("read notification %d: %w", r.NotificationID, classify(err))
-	case done.Bool || notify.Status(status) != notify.StatusPending:
+	case done || notify.Status(status) != notify.StatusPending:
 		c.Status = notify.ClaimDuplicate
+	case int64(r.RetryCount) < next:
+		// A stale copy: its attempt was spent and a retry recorded. The
+		// message id stays open for the retry's copy.
+		c.Status = notify.ClaimDuplicate
+		return c, nil
 	case claimedUntil.Valid && claimedUntil.String > ts:
 		c.Status = notify.ClaimBusy
 		return c, nil
@@ -165,6 +181,9 @@ func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string,
 	if stale.Valid {
 		if _, err := tx.ExecContext(ctx, dropStaleLease, stale.Int64, r.MessageID); err != nil {
 			return c, fmt.Errorf("drop stale lease of notification %d: %w", r.NotificationID, classify(err))
+		}
+		if _, err := tx.ExecContext(ctx, releaseStaleMarked, stale.Int64, r.MessageID); err != nil {
+			return c, fmt.Errorf("release stale lease of notification %d: %w", r.NotificationID, classify(err))
 		}
 	}
 	if _, err := tx.ExecContext(ctx, leaseMessage, r.MessageID, u, c.AttemptID); err != nil {
@@ -196,8 +215,18 @@ const finishAttempt = `
 UPDATE delivery_attempts SET finished_at = ?1, outcome = ?2, error = ?3
 WHERE id = ?4 AND finished_at IS NULL`
 
+// releaseMessage deletes the lease row of a deferred claim that holds no
+// retry mark; releaseMarked releases the row of a retried claim, or of a
+// deferred one with a mark, and keeps it: a retry raises next_retry_count
+// (?3, the claim's retry count + 1; 0 for deferred) so that a stale copy
+// with the claim's count or less is refused.
 const releaseMessage = `
-DELETE FROM processed_messages WHERE message_id = ?1 AND attempt_id = ?2 AND processed_at IS NULL`
+DELETE FROM processed_messages
+WHERE message_id = ?1 AND attempt_id = ?2 AND processed_at IS NULL AND next_retry_count = 0`
+
+const releaseMarked = `
+UPDATE processed_messages SET lease_until = NULL, attempt_id = NULL, next_retry_count = max(next_retry_count, ?3)
+WHERE message_id = ?1 AND attempt_id = ?2 AND processed_at IS NULL`
 
 func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, ts string, out []bool) error {
 	for i, r := range results {
@@ -217,10 +246,15 @@ func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, 
 			continue
 		}
 		out[i] = true
-		if r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead {
+		switch r.Outcome {
+		case notify.AttemptSent, notify.AttemptDead:
 			_, err = tx.ExecContext(ctx, markProcessed, c.MessageID, ts)
-		} else {
-			_, err = tx.ExecContext(ctx, releaseMessage, c.MessageID, c.AttemptID)
+		case notify.AttemptRetry:
+			_, err = tx.ExecContext(ctx, releaseMarked, c.MessageID, c.AttemptID, c.RetryCount+1)
+		default:
+			if _, err = tx.ExecContext(ctx, releaseMessage, c.MessageID, c.AttemptID); err == nil {
+				_, err = tx.ExecContext(ctx, releaseMarked, c.MessageID, c.AttemptID, 0)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("settle message %d: %w", c.MessageID, classify(err))
@@ -231,7 +265,7 @@ func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, 
 
 // deliveryStatements are the statements ClaimAndRecord runs, prepared once.
 var deliveryStatements = []string{selectClaimState, markProcessed, insertAttempt, leaseNotification,
-	dropStaleLease, leaseMessage, applyResult, finishAttempt, releaseMessage}
+	dropStaleLease, releaseStaleMarked, leaseMessage, applyResult, finishAttempt, releaseMessage, releaseMarked}
 
 // txStmts runs prepared statements inside one transaction.
 type txStmts struct {

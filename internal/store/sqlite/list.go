@@ -23,6 +23,7 @@ const (
 	listSelect        = `SELECT ` + listColumns + ` FROM notifications`
 	listByUser        = `user_id = ?`
 	listByStatus      = `status = ?`
+	listByChannel     = `channel = ?`
 	listCreatedAfter  = `created_at >= ?`
 	listCreatedBefore = `created_at < ?`
 	// listAfterPosition is a row-value comparison, which SQLite turns into
@@ -53,6 +54,9 @@ func listQuery(f notify.ListFilter) (string, []any) {
 	}
 	if f.Status != "" {
 		where, args = append(where, listByStatus), append(args, string(f.Status))
+	}
+	if f.Channel != "" {
+		where, args = append(where, listByChannel), append(args, f.Channel)
 	}
 	if !f.CreatedAfter.IsZero() {
 		where, args = append(where, listCreatedAfter), append(args, formatTime(f.CreatedAfter))

@@ -22,7 +22,7 @@ func TestListUsesIndexes(t *testing.T) {
 	_, err := s.write.ExecContext(ctx, `
 WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < 20000)
 INSERT INTO notifications (user_id, channel, recipient, subject, body, status, created_at, updated_at)
-SELECT 'user-' || (n % 500), 'email', 'a@example.com', 's', 'b',
+SELECT 'user-' || (n % 500), CASE WHEN n % 20 = 0 THEN 'webhook' ELSE 'email' END, 'a@example.com', 's', 'b',
 	CASE WHEN n % 50 = 0 THEN 'failed' WHEN n % 3 = 0 THEN 'sent' ELSE 'pending' END,
 	strftime('%Y-%m-%dT%H:%M:%f000Z', 'now', '-' || (n * 13) || ' seconds'), '2026-01-01T00:00:00.000000Z'
 FROM i`)
@@ -44,6 +44,9 @@ FROM i`)
 		{"user, next page", notify.ListFilter{UserID: "user-7", After: cursor}, "notifications_user_created_idx"},
 		{"user and status", notify.ListFilter{UserID: "user-7", Status: notify.StatusFailed}, "notifications_user_created_idx"},
 		{"status", notify.ListFilter{Status: notify.StatusFailed}, "notifications_status_created_idx"},
+		{"channel", notify.ListFilter{Channel: "webhook"}, "notifications_channel_created_idx"},
+		{"channel, next page", notify.ListFilter{Channel: "webhook", After: cursor}, "notifications_channel_created_idx"},
+		{"channel and user", notify.ListFilter{Channel: "webhook", UserID: "user-20"}, "notifications_user_created_idx"},
 		{"status, next page, window", notify.ListFilter{Status: notify.StatusPending, After: cursor, CreatedAfter: now.Add(-48 * time.Hour)}, "notifications_status_created_idx"},
 	} {
 		tc.f.Limit = 50

@@ -102,7 +102,7 @@ func TestMigrateSchema(t *testing.T) {
 		"claim_attempt_id", "claimed_until", "retry_due_at"}, columns("notifications"))
 	require.Equal(t, []string{"id", "event_type", "payload", "occurred_at", "processed_at", "attempts",
 		"available_at", "locked_until", "locked_by", "last_error"}, columns("outbox"))
-	require.Equal(t, []string{"message_id", "processed_at", "lease_until", "attempt_id"}, columns("processed_messages"))
+	require.Equal(t, []string{"message_id", "processed_at", "lease_until", "attempt_id", "next_retry_count"}, columns("processed_messages"))
 
 	// The status check holds even against a hand-written row.
 	_, err = db.ExecContext(ctx, `INSERT INTO notifications (user_id, channel, recipient, subject, body, status, created_at, updated_at)

@@ -33,11 +33,19 @@ const lease = time.Minute
 
 func claim1(t *testing.T, ctx context.Context, s store.Store, msgID, nid int64, lease time.Duration) notify.Claim {
 	t.Helper()
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msgID, NotificationID: nid}}, lease)
+	return claimCopy(t, ctx, s, msgID, 0, nid, lease)
+}
+
+// claimCopy claims the delivery of msgID that carries retryCount: a retry's
+// copy.
+func claimCopy(t *testing.T, ctx context.Context, s store.Store, msgID int64, retryCount int, nid int64, lease time.Duration) notify.Claim {
+	t.Helper()
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msgID, NotificationID: nid, RetryCount: retryCount}}, lease)
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	require.Equal(t, msgID, cs[0].MessageID)
 	require.Equal(t, nid, cs[0].NotificationID)
+	require.Equal(t, retryCount, cs[0].RetryCount, "the claim echoes the request's retry count")
 	return cs[0]
 }
 
@@ -53,7 +61,14 @@ func record1(t *testing.T, ctx context.Context, s store.Store, c notify.Claim, o
 // then a retry (or, with dead, a dead) record. A message that cannot be
 // claimed (duplicate, missing) records nothing.
 func recordFailure(ctx context.Context, s store.Store, msgID, nid int64, reason string, dead bool) error {
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msgID, NotificationID: nid}}, lease)
+	return recordCopyFailure(ctx, s, notify.ClaimRequest{MessageID: msgID, NotificationID: nid}, reason, dead)
+}
+
+// recordCopyFailure is recordFailure for the delivery req names, with its
+// retry count.
+func recordCopyFailure(ctx context.Context, s store.Store, req notify.ClaimRequest, reason string, dead bool) error {
+	msgID, nid := req.MessageID, req.NotificationID
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{req}, lease)
 	if err != nil {
 		return err
 	}
@@ -219,7 +234,7 @@ func testClaimAfterSentIsDuplicate(t *testing.T, ctx context.Context, h Harness)
 }
 
 // A transient failure spends an attempt and releases the claim: the retried
-// copy, with the same message id, claims it again.
+// copy, with the same message id and the next retry count, claims it again.
 func testRecordRetryReleasesClaim(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
@@ -229,9 +244,9 @@ func testRecordRetryReleasesClaim(t *testing.T, ctx context.Context, h Harness) 
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.Equal(t, "451 try later", got.LastError)
-	require.Zero(t, h.Count(t, "processed_messages"), "released, not done")
+	require.Equal(t, 1, h.Count(t, "processed_messages"), "released, not done: the row keeps the retry mark")
 
-	retry := claim1(t, ctx, s, 9, n.ID, lease)
+	retry := claimCopy(t, ctx, s, 9, 1, n.ID, lease)
 	require.Equal(t, notify.ClaimTaken, retry.Status)
 	require.Equal(t, 2, retry.Attempt)
 	require.True(t, record1(t, ctx, s, retry, notify.AttemptSent, ""))

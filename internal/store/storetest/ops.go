@@ -214,7 +214,9 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	})
 	require.NoError(t, err)
 	require.NoError(t, recordFailure(ctx, s, old, n.ID, "421 busy", false))
-	deadLetter(t, ctx, s, old, n, "550 mailbox unavailable")
+	// The retry's copy (retry count 1) is the one dead-lettered.
+	require.NoError(t, recordCopyFailure(ctx, s, notify.ClaimRequest{MessageID: old, NotificationID: n.ID, RetryCount: 1}, "550 mailbox unavailable", true))
+	require.Equal(t, notify.StatusFailed, get(t, ctx, s, n.ID).Status)
 	require.EqualValues(t, 1, deadLetterCount(t, ctx, s))
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Equal(t, 1, h.Count(t, "outbox"))
@@ -322,7 +324,7 @@ func testRedriveNotFailed(t *testing.T, ctx context.Context, h Harness) {
 		require.Equal(t, before[n.ID], got, "a redrive that did not apply changes nothing")
 	}
 	require.Equal(t, 2, h.Count(t, "outbox"), "no event written")
-	require.Equal(t, 1, h.Count(t, "processed_messages"))
+	require.Equal(t, 2, h.Count(t, "processed_messages"), "the sent message, and the retried one's mark")
 
 	ok, err := s.Redrive(ctx, 987654)
 	require.ErrorIs(t, err, notify.ErrNotFound)

@@ -108,7 +108,9 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"ReconcileWaitsForRetryAndClaim", testReconcileWaitsForRetryAndClaim},
 		{"List", testList}, {"ListFilters", testListFilters}, {"ListTimeWindow", testListTimeWindow},
 		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
-	}, deliverTests...) {
+		{"Activity", testActivity},
+		{"OtherChannels", testOtherChannels},
+	}, append(deliverTests, staleCopyTests...)...) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)
 			tc.fn(t, ctx, h)
@@ -560,7 +562,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	_, err := store.Deliver(ctx, s, msg, n.ID, func(context.Context) error { sends.Add(1); return boom })
 	require.ErrorIs(t, err, boom, "send's error must be returned as is")
 	require.EqualValues(t, 1, sends.Load())
-	require.Zero(t, h.Count(t, "processed_messages"), "a failed send releases the message id")
+	require.Equal(t, 1, h.Count(t, "processed_messages"), "a failed send releases the message id, keeping its retry mark")
 	got, err := s.Get(ctx, n.ID)
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusPending, got.Status)
@@ -568,8 +570,9 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, "451 try later", got.LastError)
 	require.Nil(t, got.SentAt)
 
-	// The same message id delivers later.
-	out, err := store.Deliver(ctx, s, msg, n.ID, func(context.Context) error { sends.Add(1); return nil })
+	// The same message id delivers later, in the retry's copy.
+	out, err := store.DeliverCopy(ctx, s, notify.ClaimRequest{MessageID: msg, NotificationID: n.ID, RetryCount: 1},
+		func(context.Context) error { sends.Add(1); return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.EqualValues(t, 2, sends.Load())
@@ -681,10 +684,11 @@ func testRecordFailureTransient(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Equal(t, 2, got.Attempts)
 	require.Equal(t, "connection refused", got.LastError)
-	require.Zero(t, h.Count(t, "processed_messages"), "a transient failure does not consume the message")
+	require.Equal(t, 2, h.Count(t, "processed_messages"), "a transient failure does not consume the message (its row keeps the retry mark)")
 
 	// The retry delivers; attempts keeps counting.
-	out, err := store.Deliver(ctx, s, 5, n.ID, func(context.Context) error { return nil })
+	out, err := store.DeliverCopy(ctx, s, notify.ClaimRequest{MessageID: 5, NotificationID: n.ID, RetryCount: 1},
+		func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	got, err = s.Get(ctx, n.ID)

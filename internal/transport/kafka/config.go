@@ -84,6 +84,20 @@ const finalCommitTimeout = 2 * time.Second
 // once the member's session times out.
 const closeTimeout = 2 * time.Second
 
+// The group session of a Consumer (see doc.go, "Membership"): a member
+// that sends no heartbeat for groupSessionTimeout is dropped from the group
+// and its partitions go to the others. franz-go's default, 45s, kept the
+// partitions of a worker killed with SIGKILL assigned to it, their records
+// undelivered, for that long. Brokers accept session timeouts between
+// group.min.session.timeout.ms (6s by default) and
+// group.max.session.timeout.ms (30 minutes); 10s leaves room above the
+// minimum, and a heartbeat every second lets a member miss several
+// before it is dropped.
+const (
+	groupSessionTimeout = 10 * time.Second
+	groupHeartbeat      = time.Second
+)
+
 // Config configures a Publisher or a Consumer. Fields whose zero cannot
 // work (no topic has zero partitions, a zero timeout gives up at once) get
 // a default; the others are honoured as given.

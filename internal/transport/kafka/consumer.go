@@ -109,6 +109,8 @@ func (c *Consumer) session(ctx, hctx context.Context, adm *kadm.Client, handle n
 	opts := append(c.cfg.ConnOpts(), c.cfg.producerOpts()...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.topics.Group),
+		kgo.SessionTimeout(groupSessionTimeout),
+		kgo.HeartbeatInterval(groupHeartbeat),
 		kgo.ConsumeTopics(c.topics.Requested, c.topics.Retry),
 		// A group that never committed starts at the beginning: the relay
 		// may have published before the first worker joined.

@@ -64,6 +64,19 @@
 // delays. A Consumer holds at most MaxBuffered records of each topic; past
 // that it pauses fetching the topic.
 //
+// # Membership
+//
+// A Consumer heartbeats to the group every second and is dropped from it
+// after 10s without one (the session timeout; franz-go's default is 45s).
+// A worker that dies without leaving the group (SIGKILL, a lost machine)
+// thus keeps its partitions, and their records wait, for at most about
+// 10s before the other members take them over. Brokers refuse a session
+// timeout below group.min.session.timeout.ms (6s by default): a cluster
+// configured above 10s rejects the Consumer's join, and needs that setting
+// lowered. A member that stalls for longer than the session (a paused
+// process) loses its partitions; its handlers' settles then go to the
+// store's deduplication and stale-copy guard like any revoked delivery's.
+//
 // # Stopping
 //
 // When Consume's context ends (SIGTERM), the Consumer stops fetching and

@@ -33,7 +33,7 @@ type recordingSender struct {
 	count map[string]int
 }
 
-func (s *recordingSender) Send(ctx context.Context, e notify.Email) error {
+func (s *recordingSender) Send(ctx context.Context, e notify.Outgoing) error {
 	if s.maxLatency > 0 {
 		t := time.NewTimer(rand.N(s.maxLatency))
 		select {
@@ -76,8 +76,8 @@ func runWorker(t *testing.T, p pipeline, cfg kafka.Config, s worker.Sender) (reg
 	src, err := kafka.NewConsumer(cfg)
 	require.NoError(t, err)
 	reg = prometheus.NewRegistry()
-	w, err := worker.New(src, p.store, s, worker.Config{
-		From: "herald@herald.test", MaxRetries: 2, StoreBackoff: 100 * time.Millisecond, Registerer: reg,
+	w, err := worker.New(src, p.store, map[string]worker.Channel{notify.ChannelEmail: {Sender: s}}, worker.Config{
+		MaxRetries: 2, StoreBackoff: 100 * time.Millisecond, Registerer: reg,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -111,7 +111,7 @@ func outcomes(t require.TestingT, reg *prometheus.Registry) map[string]float64 {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "outcome" {
-					out[l.GetValue()] = m.GetCounter().GetValue()
+					out[l.GetValue()] += m.GetCounter().GetValue() // summed over channels
 				}
 			}
 		}

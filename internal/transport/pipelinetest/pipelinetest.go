@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/mail"
 	smtpsender "github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/smtptest"
 	"github.com/heraldhq/herald/internal/worker"
@@ -154,7 +155,7 @@ func sourceConfig() SourceConfig {
 }
 
 // sender returns a real SMTP sender pointed at the test's server.
-func (e *env) sender(t *testing.T) worker.Sender {
+func (e *env) sender(t *testing.T) mail.EmailSender {
 	t.Helper()
 	s, err := smtpsender.New(smtpsender.Config{URL: e.smtp.URL(), Timeout: 5 * time.Second})
 	require.NoError(t, err)
@@ -193,11 +194,13 @@ type runningWorker struct {
 
 // startWorker runs a real worker on a fresh source, with its own metrics
 // registry, until stop or the end of the test.
-func (e *env) startWorker(t *testing.T, sender worker.Sender) *runningWorker {
+func (e *env) startWorker(t *testing.T, sender mail.EmailSender) *runningWorker {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(e.h.NewSource(t, sourceConfig()), e.h.Store, sender, worker.Config{
-		From:         from,
+	email, err := mail.NewSender(from, sender)
+	require.NoError(t, err)
+	channels := map[string]worker.Channel{notify.ChannelEmail: {Sender: email, Provider: "mail server"}}
+	w, err := worker.New(e.h.NewSource(t, sourceConfig()), e.h.Store, channels, worker.Config{
 		MaxRetries:   maxRetries,
 		StoreBackoff: 100 * time.Millisecond,
 		Registerer:   reg,
@@ -219,7 +222,7 @@ func (w *runningWorker) outcomes(t require.TestingT) map[notify.Outcome]float64 
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "outcome" {
-					out[notify.Outcome(l.GetValue())] = m.GetCounter().GetValue()
+					out[notify.Outcome(l.GetValue())] += m.GetCounter().GetValue() // summed over channels
 				}
 			}
 		}
@@ -274,7 +277,7 @@ func (e *env) createN(t *testing.T, n int) []notify.Notification {
 
 // messageID is the Message-ID every email for n carries.
 func messageID(n notify.Notification) string {
-	return notify.NewEmail(notify.NewRequested(n), from).MessageID
+	return notify.NewEmail(notify.NewOutgoing(notify.NewRequested(n)), from).MessageID
 }
 
 // oneEach is the CountByMessageID of exactly one email per notification.
@@ -341,7 +344,7 @@ func testDelivery(t *testing.T, e *env) {
 // returned, before the worker schedules the next one, so the number of
 // refused transactions is exact.
 type failFirst struct {
-	next worker.Sender
+	next mail.EmailSender
 	srv  *smtptest.Server
 	n    int
 }
@@ -473,7 +476,7 @@ func testRedeliveryAfterCrash(t *testing.T, e *env) {
 // holds the others until open is closed, so that a worker can be stopped
 // with deliveries in flight.
 type gated struct {
-	next    worker.Sender
+	next    mail.EmailSender
 	free    int64
 	started atomic.Int64
 	open    chan struct{}

@@ -1,0 +1,226 @@
+// Package console is herald's web console for operators, served at /ui on
+// the API's listener: an overview of the backlog, the dead letters and the
+// senders, the notifications with their attempts, and the dead-letter
+// redrive.
+//
+// Pages are rendered on the server with html/template, so every read-only
+// view works without JavaScript; one small script (assets/console.js, no
+// library) shows times in the browser's zone and refreshes the overview.
+// With an API token configured the console is behind a login form that sets
+// an HttpOnly, SameSite=Strict session cookie; every POST carries a CSRF
+// token; every reply carries a Content-Security-Policy that allows no inline
+// script.
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Prefix is the path the console is served under.
+const Prefix = "/ui"
+
+// DefaultSessionTTL is how long a login lasts.
+const DefaultSessionTTL = 12 * time.Hour
+
+// Notifications reads notifications. The stores implement it.
+type Notifications interface {
+	// Get returns one notification, with its body, or notify.ErrNotFound.
+	Get(ctx context.Context, id int64) (notify.Notification, error)
+	// List returns a page of the notifications f selects, newest first.
+	List(ctx context.Context, f notify.ListFilter) (notify.ListPage, error)
+	// Attempts returns every delivery attempt of a notification, in order.
+	Attempts(ctx context.Context, id int64) ([]notify.Attempt, error)
+}
+
+// Stats answers the overview's counts. The stores implement it.
+type Stats interface {
+	// OutboxStats reports the backlog and the number of dead letters.
+	OutboxStats(ctx context.Context) (notify.OutboxStats, error)
+	// Activity counts what was created, delivered and dead-lettered since.
+	Activity(ctx context.Context, since time.Time) (notify.Activity, error)
+}
+
+// DeadLetters lists and redrives dead letters. internal/deadletter's Service
+// implements it: the console redrives exactly as POST /dead-letters/redrive.
+type DeadLetters interface {
+	List(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error)
+	Redrive(ctx context.Context, sel notify.RedriveSelection) (notify.RedriveResult, error)
+}
+
+// SenderState is what a worker in this process knows of one channel's
+// sender.
+type SenderState struct {
+	// Channel is the channel the sender delivers ("email").
+	Channel string
+	// Up is true while the provider takes sends.
+	Up bool
+	// Reason says why sends are paused (down, or throttled) when not Up.
+	Reason string
+	// Class is "down" or "throttled" when not Up.
+	Class string
+	// Until is the earliest next probe or trial send when not Up (for a
+	// throttled provider, at least its Retry-After); zero when unknown.
+	Until time.Time
+	// PausedDestinations counts the channel's destinations paused on
+	// their own (a webhook endpoint down or throttling).
+	PausedDestinations int
+}
+
+// Config configures the console.
+type Config struct {
+	// Token, when not empty, is the API token: the console asks for it on a
+	// login form. Default: empty (no login, as the API needs no token).
+	Token string
+	// Senders, when set, reports the senders of the worker running in this
+	// process (herald serve), and false when no worker runs in it (herald
+	// api: the workers run elsewhere), which the overview says. Default:
+	// nil, the same as false.
+	Senders func() ([]SenderState, bool)
+	// Channels are the channels the API accepts; the list's channel filter
+	// takes their names. Default: email alone.
+	Channels notify.Channels
+	// From is the email From address (HERALD_SMTP_FROM): the detail page
+	// shows the Message-ID every attempt carried, whose domain is its
+	// domain. Default: empty (the worker's fallback, localhost).
+	From string
+	// Metrics, when set, is the process's registry; the overview reads
+	// herald_reconciled_total from it. Default: nil (no count shown).
+	Metrics prometheus.Gatherer
+	// SessionTTL is how long a login lasts. Default: DefaultSessionTTL (set
+	// by the caller; zero is refused).
+	SessionTTL time.Duration
+	// RefreshEvery is how often the overview refreshes itself in the
+	// browser. Default: 5s (set by the caller; zero is refused).
+	RefreshEvery time.Duration
+	// Logger receives store failures, which pages only name. Default: a
+	// logger that discards everything.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Channels == nil {
+		c.Channels = notify.EmailOnly()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.SessionTTL <= 0 {
+		return fmt.Errorf("session TTL must be positive, got %s", c.SessionTTL)
+	}
+	if c.RefreshEvery <= 0 {
+		return fmt.Errorf("refresh interval must be positive, got %s", c.RefreshEvery)
+	}
+	return nil
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed assets
+var assetFS embed.FS
+
+// Console serves the web console.
+type Console struct {
+	notes  Notifications
+	stats  Stats
+	dead   DeadLetters
+	cfg    Config
+	log    *slog.Logger
+	pages  map[string]*template.Template
+	mux    *http.ServeMux
+	key    []byte // signs sessions and CSRF tokens
+	assets http.Handler
+}
+
+// New returns the console over its sources.
+func New(notes Notifications, stats Stats, dead DeadLetters, cfg Config) (*Console, error) {
+	if notes == nil || stats == nil || dead == nil {
+		return nil, errors.New("new console: notifications, stats and dead letters are required")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("new console: %w", err)
+	}
+	pages, err := parseTemplates()
+	if err != nil {
+		return nil, fmt.Errorf("new console: %w", err)
+	}
+	c := &Console{notes: notes, stats: stats, dead: dead, cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux()}
+	if cfg.Token != "" {
+		c.key = sessionKey(cfg.Token)
+	} else {
+		c.key = make([]byte, 32)
+		_, _ = rand.Read(c.key)
+	}
+	sub, _ := fs.Sub(assetFS, "assets")
+	c.assets = http.StripPrefix(Prefix+"/assets/", http.FileServerFS(sub))
+	c.routes()
+	return c, nil
+}
+
+// sessionKey derives the key that signs sessions and CSRF tokens from the
+// API token, so that every API replica accepts the sessions of the others,
+// and a new token ends every session.
+func sessionKey(token string) []byte {
+	k := sha256.Sum256([]byte("herald console session key\x00" + token))
+	return k[:]
+}
+
+func (c *Console) routes() {
+	m := c.mux
+	m.HandleFunc("GET "+Prefix+"/assets/", c.serveAsset)
+	m.HandleFunc("GET "+Prefix+"/login", c.loginPage)
+	m.HandleFunc("POST "+Prefix+"/login", c.login)
+	m.HandleFunc("POST "+Prefix+"/logout", c.authed(c.logout))
+	m.HandleFunc("GET "+Prefix+"/{$}", c.authed(c.overview))
+	m.HandleFunc("GET "+Prefix+"/overview", c.authed(c.overviewFragment))
+	m.HandleFunc("GET "+Prefix+"/notifications", c.authed(c.notifications))
+	m.HandleFunc("GET "+Prefix+"/notifications/{id}", c.authed(c.detail))
+	m.HandleFunc("GET "+Prefix+"/dead-letters", c.authed(c.deadLetters))
+	m.HandleFunc("POST "+Prefix+"/dead-letters/redrive", c.authed(c.redrive))
+	m.HandleFunc(Prefix+"/", c.authed(c.notFound))
+}
+
+// ServeHTTP serves the console's routes, all under Prefix.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// No inline script, no inline style, nothing from elsewhere: the page
+	// loads its one stylesheet and its one script from the console itself.
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("X-Frame-Options", "DENY")
+	if r.URL.Path == Prefix {
+		http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-cache")
+	c.assets.ServeHTTP(w, r)
+}
+
+func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Message: "There is no such page in the console."})
+}

@@ -1,0 +1,571 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// page is what every template gets: the layout's needs and the page's data.
+type page struct {
+	Title string
+	Nav   string
+	CSRF  string
+	Auth  bool
+	Data  any
+}
+
+type errorPage struct {
+	Title   string
+	Message string
+}
+
+var pageTitles = map[string][2]string{
+	"login":         {"Log in", ""},
+	"error":         {"", ""},
+	"overview":      {"Overview", "overview"},
+	"notifications": {"Notifications", "notifications"},
+	"detail":        {"Notification", "notifications"},
+	"deadletters":   {"Dead letters", "deadletters"},
+	"confirm":       {"Confirm redrive", "deadletters"},
+	"redriven":      {"Redrive result", "deadletters"},
+}
+
+func parseTemplates() (map[string]*template.Template, error) {
+	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*template.Template{}
+	for name := range pageTitles {
+		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
+		if err != nil {
+			return nil, err
+		}
+		out[name] = t
+	}
+	return out, nil
+}
+
+// render writes a whole page. It renders into a buffer first, so that a
+// template failure is a clean 500, never half a page.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
+	p := page{Title: pageTitles[name][0], Nav: pageTitles[name][1], CSRF: c.csrfToken(w, r), Auth: c.cfg.Token != "", Data: data}
+	if e, ok := data.(errorPage); ok {
+		p.Title = e.Title
+	}
+	c.write(w, status, c.pages[name], "layout.html", p)
+}
+
+func (c *Console) write(w http.ResponseWriter, status int, t *template.Template, name string, data any) {
+	var b bytes.Buffer
+	if err := t.ExecuteTemplate(&b, name, data); err != nil {
+		c.log.Error("console: render", "template", name, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
+}
+
+// unavailable answers a page whose data the store did not give: the error
+// is logged, the page only says so (a driver error may quote a DSN).
+func (c *Console) unavailable(w http.ResponseWriter, r *http.Request, op string, err error) {
+	c.log.Error("console: "+op, "err", err)
+	c.render(w, r, http.StatusServiceUnavailable, "error", errorPage{Title: "Store unavailable", Message: "The store did not answer (" + op + "). Try again shortly."})
+}
+
+// stamp is a time as the pages show it: UTC in the markup (and on hover),
+// the browser's zone once the script has run.
+type stamp struct {
+	ISO, UTC string
+}
+
+var funcs = template.FuncMap{
+	"stamp": func(v any) *stamp {
+		var t time.Time
+		switch x := v.(type) {
+		case time.Time:
+			t = x
+		case *time.Time:
+			if x == nil {
+				return nil
+			}
+			t = *x
+		default:
+			return nil
+		}
+		if t.IsZero() {
+			return nil
+		}
+		t = t.UTC()
+		return &stamp{ISO: t.Format(time.RFC3339Nano), UTC: t.Format("2006-01-02 15:04:05 UTC")}
+	},
+	"id": notify.FormatID,
+}
+
+// --- overview ---
+
+type overviewData struct {
+	Backlog     int64
+	OldestAge   string
+	DeadLetters int64
+	SentHour    int64
+	FailedHour  int64
+	SendersHere bool
+	Senders     []SenderState
+	Reconciled  string
+	Chart       chart
+	At          time.Time
+	RefreshMS   int64
+}
+
+func (c *Console) overviewData(r *http.Request) (overviewData, error) {
+	ctx := r.Context()
+	now := time.Now().UTC()
+	st, err := c.stats.OutboxStats(ctx)
+	if err != nil {
+		return overviewData{}, err
+	}
+	start := now.Truncate(time.Minute).Add(-59 * time.Minute)
+	act, err := c.stats.Activity(ctx, start)
+	if err != nil {
+		return overviewData{}, err
+	}
+	d := overviewData{
+		Backlog: st.Unprocessed, DeadLetters: st.DeadLetters, FailedHour: act.Failed,
+		At: now, RefreshMS: c.cfg.RefreshEvery.Milliseconds(), Chart: newChart(start, act),
+	}
+	if st.Unprocessed > 0 {
+		d.OldestAge = st.OldestAge.Round(time.Second).String()
+	}
+	for _, n := range act.Delivered {
+		d.SentHour += n
+	}
+	if c.cfg.Senders != nil {
+		d.Senders, d.SendersHere = c.cfg.Senders()
+	}
+	d.Reconciled = c.reconciled()
+	return d, nil
+}
+
+// reconciled reads herald_reconciled_total from the process's registry:
+// the reconciler runs in the API's process.
+func (c *Console) reconciled() string {
+	if c.cfg.Metrics == nil {
+		return ""
+	}
+	mfs, err := c.cfg.Metrics.Gather()
+	if err != nil {
+		return ""
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "herald_reconciled_total" {
+			continue
+		}
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+		return strconv.FormatFloat(sum, 'f', -1, 64)
+	}
+	return ""
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	d, err := c.overviewData(r)
+	if err != nil {
+		c.unavailable(w, r, "overview", err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "overview", d)
+}
+
+// overviewFragment is the overview's body alone, which the script fetches
+// to refresh the page without reloading it.
+func (c *Console) overviewFragment(w http.ResponseWriter, r *http.Request) {
+	d, err := c.overviewData(r)
+	if err != nil {
+		c.log.Error("console: overview", "err", err)
+		http.Error(w, "store unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	c.write(w, http.StatusOK, c.pages["overview"], "overview-body", d)
+}
+
+// --- notifications ---
+
+// listFields are the filters the list's form has; an error about another
+// parameter is shown above the form.
+var listFields = []string{"user_id", "status", "created_after", "created_before", "limit", "cursor"}
+
+type listData struct {
+	Query     url.Values
+	Errors    map[string]string
+	FormError string
+	Items     []notify.Notification
+	Next      string
+	First     string
+	Searched  bool
+}
+
+// cleanQuery drops the parameters a form sends empty (a filter left
+// blank): the API refuses an empty value, the form means "no filter".
+func cleanQuery(q url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range q {
+		if len(vs) == 1 && vs[0] == "" {
+			continue
+		}
+		out[k] = vs
+	}
+	return out
+}
+
+func (c *Console) notifications(w http.ResponseWriter, r *http.Request) {
+	q := cleanQuery(r.URL.Query())
+	d := listData{Query: q, Errors: map[string]string{}}
+	f, err := api.ParseListFilter(q, c.cfg.Channels)
+	if err != nil {
+		var pe *api.ParamError
+		msg, field := err.Error(), ""
+		if errors.As(err, &pe) {
+			field = pe.Field
+		}
+		if slices.Contains(listFields, field) {
+			d.Errors[field] = msg
+		} else {
+			d.FormError = msg
+		}
+		c.render(w, r, http.StatusBadRequest, "notifications", d)
+		return
+	}
+	p, err := c.notes.List(r.Context(), f)
+	if err != nil {
+		c.unavailable(w, r, "list notifications", err)
+		return
+	}
+	d.Items, d.Searched = p.Items, true
+	rest := url.Values{}
+	for k, vs := range q {
+		if k != "cursor" {
+			rest[k] = vs
+		}
+	}
+	if q.Has("cursor") {
+		d.First = Prefix + "/notifications?" + rest.Encode()
+	}
+	if p.Next != nil {
+		rest.Set("cursor", f.EncodeCursor(*p.Next))
+		d.Next = Prefix + "/notifications?" + rest.Encode()
+	}
+	c.render(w, r, http.StatusOK, "notifications", d)
+}
+
+// historyEntry is one step of a notification's status history.
+type historyEntry struct {
+	At     time.Time
+	Status string
+	Note   string
+}
+
+type detailData struct {
+	N        notify.Notification
+	Attempts []notify.Attempt
+	History  []historyEntry
+	// MessageID is the email Message-ID of every attempt.
+	MessageID string
+}
+
+func (c *Console) detail(w http.ResponseWriter, r *http.Request) {
+	notFound := errorPage{Title: "Not found", Message: "There is no such notification."}
+	id, ok := notify.ParseID(r.PathValue("id"))
+	if !ok {
+		c.render(w, r, http.StatusNotFound, "error", notFound)
+		return
+	}
+	n, err := c.notes.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, notify.ErrNotFound):
+		c.render(w, r, http.StatusNotFound, "error", notFound)
+		return
+	case err != nil:
+		c.unavailable(w, r, "read notification", err)
+		return
+	}
+	as, err := c.notes.Attempts(r.Context(), id)
+	if err != nil && !errors.Is(err, notify.ErrNotFound) {
+		c.unavailable(w, r, "read attempts", err)
+		return
+	}
+	d := detailData{N: n, Attempts: as, History: history(n, as)}
+	if n.Channel == notify.ChannelEmail {
+		d.MessageID = notify.NewEmail(notify.Outgoing{NotificationID: notify.FormatID(n.ID)}, c.cfg.From).MessageID
+	}
+	c.render(w, r, http.StatusOK, "detail", d)
+}
+
+// history is the status history the store's record implies: herald keeps
+// the times of the create, of every attempt, of the send and of the
+// dead-lettering, not a log of transitions. A redrive shows as attempts
+// after a dead attempt, and the notification pending again.
+func history(n notify.Notification, as []notify.Attempt) []historyEntry {
+	h := []historyEntry{{At: n.CreatedAt, Status: "pending", Note: "created"}}
+	for _, a := range as {
+		if last := h[len(h)-1]; last.Status == "failed" {
+			// Only a redrive gives a dead letter another attempt.
+			h = append(h, historyEntry{At: a.StartedAt, Status: "pending", Note: "redriven (shown at the next attempt's start)"})
+		}
+		if a.FinishedAt == nil {
+			h = append(h, historyEntry{At: a.StartedAt, Status: "pending", Note: fmt.Sprintf("attempt %d in flight", a.Attempt)})
+			continue
+		}
+		switch a.Outcome {
+		case notify.AttemptSent:
+			h = append(h, historyEntry{At: *a.FinishedAt, Status: "sent", Note: fmt.Sprintf("attempt %d sent", a.Attempt)})
+		case notify.AttemptDead:
+			h = append(h, historyEntry{At: *a.FinishedAt, Status: "failed", Note: fmt.Sprintf("attempt %d failed for good: dead-lettered", a.Attempt)})
+		case notify.AttemptRetry:
+			h = append(h, historyEntry{At: *a.FinishedAt, Status: "pending", Note: fmt.Sprintf("attempt %d failed: retry scheduled", a.Attempt)})
+		default:
+			h = append(h, historyEntry{At: *a.FinishedAt, Status: "pending", Note: fmt.Sprintf("attempt %d deferred: the provider was unavailable", a.Attempt)})
+		}
+	}
+	if n.FailedAt != nil && (len(h) == 0 || h[len(h)-1].Status != "failed") {
+		h = append(h, historyEntry{At: *n.FailedAt, Status: "failed", Note: "dead-lettered"})
+	}
+	if last := h[len(h)-1]; last.Status == "failed" && n.Status == notify.StatusPending {
+		h = append(h, historyEntry{At: n.UpdatedAt, Status: "pending", Note: "redriven: waiting for its next attempt"})
+	}
+	return h
+}
+
+// --- dead letters ---
+
+// dlParams are the dead-letter listing's filters, as GET /dead-letters
+// takes them.
+var dlParams = []string{"since", "error", "limit"}
+
+const (
+	defaultDeadLetterLimit = 100
+	maxDeadLetterLimit     = 10000
+)
+
+type deadLettersData struct {
+	Query     url.Values
+	Errors    map[string]string
+	FormError string
+	Items     []notify.Notification
+	Searched  bool
+}
+
+// deadLetterFilter reads since, error and limit with the rules of GET
+// /dead-letters and POST /dead-letters/redrive; the error names the field.
+func deadLetterFilter(q url.Values) (notify.DeadLetterFilter, string, string) {
+	var f notify.DeadLetterFilter
+	if v := q.Get("since"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return f, "since", "since must be a positive duration like 24h"
+		}
+		f.Since = time.Now().Add(-d)
+	}
+	f.ErrorContains = q.Get("error")
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxDeadLetterLimit {
+			return f, "limit", "limit must be an integer from 1 to " + strconv.Itoa(maxDeadLetterLimit)
+		}
+		f.Limit = n
+	}
+	return f, "", ""
+}
+
+func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
+	q := cleanQuery(r.URL.Query())
+	d := deadLettersData{Query: q, Errors: map[string]string{}}
+	for k := range q {
+		if !slices.Contains(dlParams, k) {
+			d.FormError = "unknown filter " + strconv.Quote(k) + ": the filters are since, error and limit"
+			c.render(w, r, http.StatusBadRequest, "deadletters", d)
+			return
+		}
+	}
+	f, field, msg := deadLetterFilter(q)
+	if field != "" {
+		d.Errors[field] = msg
+		c.render(w, r, http.StatusBadRequest, "deadletters", d)
+		return
+	}
+	if f.Limit == 0 {
+		f.Limit = defaultDeadLetterLimit
+	}
+	ns, err := c.dead.List(r.Context(), f)
+	if err != nil {
+		c.unavailable(w, r, "list dead letters", err)
+		return
+	}
+	d.Items, d.Searched = ns, true
+	c.render(w, r, http.StatusOK, "deadletters", d)
+}
+
+type confirmData struct {
+	IDs      []string
+	All      bool
+	Query    url.Values
+	Selected int
+	Named    int
+}
+
+type redrivenData struct {
+	Selected int
+	Redriven []int64
+	Skipped  []skipView
+	Removed  int
+}
+
+type skipView struct {
+	ID     int64
+	Reason string
+}
+
+// skipReasons say in words why a redrive skipped a notification.
+var skipReasons = map[string]string{
+	api.SkipNotFound:    "skipped: no such notification",
+	api.SkipNotFailed:   "skipped: no longer failed (pending or sent; it is never sent twice)",
+	api.SkipFilteredOut: "skipped: left out by the filters",
+}
+
+// redrive handles the dead-letter form: step "confirm" says how many would
+// be sent again (a dry run); step "redrive" redrives, as POST
+// /dead-letters/redrive does, and says what became of each.
+func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
+		c.forbidden(w, r)
+		return
+	}
+	form := r.PostForm
+	q := url.Values{}
+	for _, k := range dlParams {
+		if v := form.Get(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	back := deadLettersData{Query: q, Errors: map[string]string{}}
+	f, field, msg := deadLetterFilter(q)
+	if field != "" {
+		back.Errors[field] = msg
+		c.render(w, r, http.StatusBadRequest, "deadletters", back)
+		return
+	}
+	all := form.Get("all") == "1"
+	var ids []int64
+	for _, s := range form["id"] {
+		id, ok := notify.ParseID(s)
+		if !ok {
+			back.FormError = "ids must be notification ids"
+			c.render(w, r, http.StatusBadRequest, "deadletters", back)
+			return
+		}
+		ids = append(ids, id)
+	}
+	sel := notify.RedriveSelection{All: all}
+	switch {
+	case all:
+		// Every dead letter the filters match, as the listing showed them.
+		sel.Filter = f
+	case len(ids) > 0:
+		sel.Filter = notify.DeadLetterFilter{IDs: ids}
+	default:
+		back.FormError = "Select dead letters to redrive, or all that match the filters."
+		c.render(w, r, http.StatusBadRequest, "deadletters", back)
+		return
+	}
+	if form.Get("step") != "redrive" {
+		sel.DryRun = true
+		res, err := c.dead.Redrive(r.Context(), sel)
+		if err != nil {
+			c.unavailable(w, r, "redrive (dry run)", err)
+			return
+		}
+		d := confirmData{All: all, Query: q, Selected: res.Selected, Named: len(ids)}
+		for _, id := range ids {
+			d.IDs = append(d.IDs, notify.FormatID(id))
+		}
+		c.render(w, r, http.StatusOK, "confirm", d)
+		return
+	}
+	res, err := c.dead.Redrive(r.Context(), sel)
+	if err != nil {
+		c.unavailable(w, r, "redrive", err)
+		return
+	}
+	skips, err := api.ExplainSkips(r.Context(), c.notes.Get, sel.Filter.IDs, res)
+	if err != nil {
+		c.unavailable(w, r, "redrive", err)
+		return
+	}
+	d := redrivenData{Selected: res.Selected, Redriven: res.Redriven, Removed: res.RemovedFromQueue}
+	for _, s := range skips {
+		reason := skipReasons[s.Reason]
+		if reason == "" {
+			reason = "skipped: " + s.Reason
+		}
+		d.Skipped = append(d.Skipped, skipView{ID: s.ID, Reason: reason})
+	}
+	c.render(w, r, http.StatusOK, "redriven", d)
+}
+
+// --- chart ---
+
+// chart is the overview's created-vs-delivered chart: one point per minute
+// of the last hour, drawn as SVG on the server (no script needed), with the
+// same figures in a table for screen readers and for the curious.
+type chart struct {
+	Created, Delivered string // SVG polyline points
+	Max                int64
+	Rows               []chartRow
+}
+
+type chartRow struct {
+	Minute             time.Time
+	Created, Delivered int64
+}
+
+const (
+	chartW, chartH = 600, 150
+)
+
+func newChart(start time.Time, a notify.Activity) chart {
+	var ch chart
+	for i := range 60 {
+		m := start.Add(time.Duration(i) * time.Minute)
+		row := chartRow{Minute: m, Created: a.Created[m], Delivered: a.Delivered[m]}
+		ch.Max = max(ch.Max, row.Created, row.Delivered)
+		ch.Rows = append(ch.Rows, row)
+	}
+	top := max(ch.Max, 1)
+	var cp, dp strings.Builder
+	for i, row := range ch.Rows {
+		x := float64(i) * chartW / 59
+		fmt.Fprintf(&cp, "%.1f,%.1f ", x, chartH-float64(row.Created)*chartH/float64(top))
+		fmt.Fprintf(&dp, "%.1f,%.1f ", x, chartH-float64(row.Delivered)*chartH/float64(top))
+	}
+	ch.Created, ch.Delivered = strings.TrimSpace(cp.String()), strings.TrimSpace(dp.String())
+	// Newest first in the table, as every list of the console.
+	slices.Reverse(ch.Rows)
+	return ch
+}

@@ -1,0 +1,59 @@
+package notify
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ChannelSpec is what the domain knows of one channel: its request
+// validation, and how its request's fields read. A channel package exports
+// its Validate; cmd/herald registers it under the channel's name.
+type ChannelSpec struct {
+	// Validate checks the channel's own fields (to, subject, body) of a
+	// request whose common fields passed, and returns a *FieldError naming
+	// the first offending one. It is pure.
+	Validate func(CreateRequest) error
+	// JSONBody: the body may be any JSON value; one given as another value
+	// than a string is held as its compact JSON text (webhook).
+	JSONBody bool
+	// Subject: the channel has a subject (email). A channel without one
+	// stores an empty subject.
+	Subject bool
+	// To says what the channel's to is, for people ("an email address",
+	// "an https URL").
+	To string
+}
+
+// Channels are the channels a process knows, by name.
+type Channels map[string]ChannelSpec
+
+// EmailSpec is the email channel: to an RFC 5322 address, a subject, a
+// text body.
+var EmailSpec = ChannelSpec{Validate: ValidateEmail, Subject: true, To: "an email address"}
+
+// EmailOnly is the set of channels that holds email alone.
+func EmailOnly() Channels { return Channels{ChannelEmail: EmailSpec} }
+
+// Names returns the channel names, sorted.
+func (cs Channels) Names() []string {
+	names := make([]string, 0, len(cs))
+	for n := range cs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// mustBe says which names a channel must be: `must be "email"`, `must
+// be one of "email", "webhook"`.
+func (cs Channels) mustBe() string {
+	names := cs.Names()
+	for i, n := range names {
+		names[i] = strconv.Quote(n)
+	}
+	if len(names) == 1 {
+		return "must be " + names[0]
+	}
+	return "must be one of " + strings.Join(names, ", ")
+}

@@ -1,0 +1,311 @@
+// Package webhook is the webhook channel: it POSTs a notification's JSON
+// body to the URL in its "to", signed the Standard Webhooks way
+// (webhook-id, webhook-timestamp, webhook-signature), and refuses
+// destinations inside the host's own networks (the SSRF guard).
+//
+// A Send's error says whose fault a failure was, by the phase it happened
+// in. Before the request reached the endpoint (refused connection, DNS,
+// TLS): the endpoint is down, notify.SenderDown scoped to it with
+// notify.ForDestination, no attempt spent. After: a 2xx is sent; 408 and
+// 5xx, a timeout or a dropped connection are this message's attempt; 429,
+// and 503 with Retry-After, are notify.Throttled scoped to the endpoint;
+// every other status (410, other 4xx, a 3xx: redirects are not followed)
+// is notify.Permanent, as is a destination the guard refuses.
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// DefaultTimeout is the Timeout of a Config that leaves it zero.
+const DefaultTimeout = 10 * time.Second
+
+const (
+	// maxReason is how much of a response body an error quotes.
+	maxReason = 200
+	// maxDrain is how much of a response body is read (and dropped) so
+	// that its connection can be reused; a longer body closes it.
+	maxDrain = 64 << 10
+	// maxRetryAfter caps the wait an endpoint can ask for: it pauses only
+	// deliveries to that endpoint, and is asked again after.
+	maxRetryAfter = time.Hour
+	// idlePerHost is the connections kept open to one endpoint.
+	idlePerHost = 32
+)
+
+// Config configures a Sender.
+type Config struct {
+	// Secret is HERALD_WEBHOOK_SECRET: one or more Standard Webhooks
+	// secrets (whsec_<base64 key>, a key of at least 24 bytes),
+	// comma-separated. Each request is signed with the first only; the
+	// others are checked and kept for rotation, on the receiver's side.
+	// Required: an unsigned webhook could be forged by anyone.
+	Secret string
+	// Allow lists ranges (HERALD_WEBHOOK_ALLOW) opened although the SSRF
+	// guard refuses them: loopback, private, link-local, CGNAT, multicast,
+	// unspecified and reserved addresses. Default: none.
+	Allow []netip.Prefix
+	// Timeout bounds one Send: connect, TLS, request and the reply's
+	// headers and body (HERALD_WEBHOOK_TIMEOUT). A Send is always bounded,
+	// so zero means DefaultTimeout (10s); it must not be negative.
+	Timeout time.Duration
+	// TLSConfig is the base TLS configuration (e.g. a private CA's
+	// RootCAs). Default: the system roots. InsecureSkipVerify is refused.
+	TLSConfig *tls.Config
+}
+
+func (c Config) withDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Timeout < 0:
+		return errors.New("webhook timeout must not be negative")
+	case c.TLSConfig != nil && c.TLSConfig.InsecureSkipVerify:
+		return errors.New("webhook certificate verification cannot be turned off")
+	case strings.TrimSpace(c.Secret) == "":
+		return errors.New("webhook secret is required (whsec_<base64>)")
+	}
+	for _, p := range c.Allow {
+		if !p.IsValid() {
+			return errors.New("webhook allow list holds an invalid prefix")
+		}
+	}
+	return nil
+}
+
+// Sender POSTs webhooks. It is safe for concurrent use.
+type Sender struct {
+	cfg    Config
+	key    []byte // the first secret's key: the one that signs
+	client *http.Client
+	now    func() time.Time
+}
+
+// New checks cfg and returns a Sender. It does not touch the network.
+// Proxy settings in the environment (HTTPS_PROXY, ...) are ignored: a
+// proxy would dial the destination itself, out of the guard's sight.
+func New(cfg Config) (*Sender, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	keys, err := parseSecrets(cfg.Secret)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Allow = append([]netip.Prefix(nil), cfg.Allow...)
+	for i, p := range cfg.Allow {
+		cfg.Allow[i] = p.Masked()
+	}
+	s := &Sender{cfg: cfg, key: keys[0], now: time.Now}
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, ControlContext: s.control}
+	var tlsConfig *tls.Config
+	if cfg.TLSConfig != nil {
+		tlsConfig = cfg.TLSConfig.Clone()
+	}
+	s.client = &http.Client{
+		Transport: &http.Transport{
+			Proxy:                  nil,
+			DialContext:            dialer.DialContext,
+			TLSClientConfig:        tlsConfig,
+			TLSHandshakeTimeout:    cfg.Timeout,
+			ForceAttemptHTTP2:      true,
+			MaxIdleConns:           1024,
+			MaxIdleConnsPerHost:    idlePerHost,
+			IdleConnTimeout:        90 * time.Second,
+			MaxResponseHeaderBytes: 64 << 10,
+		},
+		// No redirect is followed: a 3xx is the endpoint's answer.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return s, nil
+}
+
+// Timeout is the longest one Send takes: whoever holds a claim across a
+// Send must hold it longer.
+func (s *Sender) Timeout() time.Duration { return s.cfg.Timeout }
+
+// Validate is ValidateAllowing with the sender's Allow: what this sender
+// would refuse is refused at create.
+func (s *Sender) Validate(r notify.CreateRequest) error { return ValidateAllowing(r, s.cfg.Allow) }
+
+// Destination is the key m's endpoint is paused under when it is down or
+// throttles: scheme://host:port. It is "" for a URL that cannot be parsed.
+func (s *Sender) Destination(m notify.Outgoing) string {
+	u, err := url.Parse(m.To)
+	if err != nil || u.Hostname() == "" {
+		return ""
+	}
+	return destination(u)
+}
+
+// Close closes the kept connections.
+func (s *Sender) Close() error {
+	s.client.CloseIdleConnections()
+	return nil
+}
+
+// Send POSTs m's body to m.To. A nil return means the endpoint answered
+// 2xx. Otherwise the error is marked as the package doc says.
+func (s *Sender) Send(ctx context.Context, m notify.Outgoing) error {
+	u, err := parseURL(m.To, s.cfg.Allow)
+	if err != nil {
+		return notify.Permanent(fmt.Errorf("webhook: %w", err))
+	}
+	key := destination(u)
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("webhook to %s: "+format, append([]any{key}, args...)...)
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up before anything was tried.
+		return fail("before sending: %w", err)
+	}
+
+	var connected, wrote atomic.Bool
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	tctx = httptrace.WithClientTrace(tctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	})
+	req, err := http.NewRequestWithContext(tctx, http.MethodPost, u.String(), strings.NewReader(m.Body))
+	if err != nil {
+		return notify.Permanent(fail("build request: %w", err))
+	}
+	id := messageID(m.NotificationID)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "herald-webhook")
+	req.Header.Set("webhook-id", id)
+	ts := s.now().Unix()
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", signature(s.key, id, ts, m.Body))
+
+	resp, err := s.client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// Its message quotes the whole URL, whose path may hold a
+			// receiver's token: the key names the endpoint instead.
+			err = ue.Err
+		}
+		var refused *RefusedError
+		switch {
+		case errors.As(err, &refused):
+			return notify.Permanent(fail("%w", refused))
+		case ctx.Err() != nil:
+			return fail("the caller gave up: %w (%v)", ctx.Err(), err)
+		case !connected.Load():
+			// Nothing reached the endpoint: it is down, not the message.
+			if tctx.Err() != nil {
+				err = fmt.Errorf("no connection within the %s timeout: %w", s.cfg.Timeout, err)
+			}
+			return notify.ForDestination(notify.SenderDown(fail("cannot connect: %w", err)), key)
+		case tctx.Err() != nil:
+			return fail("no reply within the %s timeout (request sent: %t): %w", s.cfg.Timeout, wrote.Load(), err)
+		default:
+			return fail("connection failed during the request (request sent: %t): %w", wrote.Load(), err)
+		}
+	}
+	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxReason))
+	// Drain a little more so the connection can be reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	return s.classify(resp, head, key, fail)
+}
+
+// classify reads the endpoint's answer.
+func (s *Sender) classify(resp *http.Response, head []byte, key string, fail func(string, ...any) error) error {
+	code := resp.StatusCode
+	if code/100 == 2 {
+		return nil
+	}
+	err := fail("status %d%s", code, quote(head))
+	switch {
+	case code/100 == 3:
+		loc := resp.Header.Get("Location")
+		if len(loc) > maxReason {
+			loc = loc[:maxReason] + "..."
+		}
+		return notify.Permanent(fail("status %d, a redirect to %q, which webhooks do not follow", code, printable(loc)))
+	case code == http.StatusTooManyRequests:
+		after, _ := retryAfter(resp.Header.Get("Retry-After"), s.now())
+		return notify.ForDestination(notify.Throttled(err, after), key)
+	case code == http.StatusServiceUnavailable:
+		if after, ok := retryAfter(resp.Header.Get("Retry-After"), s.now()); ok {
+			return notify.ForDestination(notify.Throttled(err, after), key)
+		}
+		return err
+	case code == http.StatusRequestTimeout, code/100 == 5:
+		return err
+	case code/100 == 4:
+		return notify.Permanent(err)
+	}
+	return err
+}
+
+// retryAfter parses a Retry-After header: delay-seconds or an HTTP date.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		d = time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = max(t.Sub(now), 0)
+	} else {
+		return 0, false
+	}
+	return min(d, maxRetryAfter), true
+}
+
+// quote renders the start of a response body for an error: ": <text>".
+func quote(b []byte) string {
+	s := strings.TrimSpace(printable(string(b)))
+	if s == "" {
+		return ""
+	}
+	if len(b) >= maxReason {
+		s += "..."
+	}
+	return ": " + s
+}
+
+// printable replaces control characters and invalid UTF-8 in s.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == unicode.ReplacementChar || unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, " "))
+}

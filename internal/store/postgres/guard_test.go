@@ -1,0 +1,56 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/migrate"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// Migration 0008 (the stale-copy guard) applies to a database with rows in
+// processed_messages, done and claimed, and leaves them unmarked: every
+// retry count passes.
+func TestMigrateRetryGuardOnExistingRows(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, testenv.PostgresURL(t), Config{})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	ms, err := migrate.Load(migrationFS, "migrations")
+	require.NoError(t, err)
+	var before []migrate.Migration
+	for _, m := range ms {
+		if m.Version < 8 {
+			before = append(before, m)
+		}
+	}
+	require.Len(t, before, 7)
+	require.NoError(t, migrate.Run(ctx, migrator{s}, before))
+
+	c, err := s.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
+		UserID: "u", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b"}})
+	require.NoError(t, err)
+	nid := c.Notification.ID
+	_, err = s.pool.Exec(ctx, `INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
+		VALUES (1, now(), NULL, NULL), (2, NULL, now(), 99)`)
+	require.NoError(t, err)
+
+	require.NoError(t, s.Migrate(ctx))
+	require.Zero(t, count(t, s, `SELECT count(*) FROM processed_messages WHERE next_retry_count <> 0`))
+	require.Equal(t, 2, count(t, s, `SELECT count(*) FROM processed_messages`))
+
+	// The done row is a duplicate; the claimed one (no mark) is taken by
+	// its message's redelivery, whatever its count.
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: 1, NotificationID: nid}}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, notify.ClaimDuplicate, cs[0].Status)
+	cs, err = s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: 2, NotificationID: nid}}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, notify.ClaimTaken, cs[0].Status)
+}

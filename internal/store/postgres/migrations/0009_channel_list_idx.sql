@@ -1,0 +1,13 @@
+-- Issue 17: notifications of every channel. Nothing in the schema stopped a
+-- non-email row (recipient and subject are TEXT with no length limit or
+-- check; a channel without a subject stores ''), so rows are unchanged.
+-- What is new is the listing's channel filter (GET
+-- /notifications?channel=webhook): like the other filters of migration 0005
+-- it gets an index read backwards in (created_at, id) order, so that a page
+-- of a rare channel costs its own size, not a scan past the other channels'
+-- rows. A channel with a user or a status uses that filter's index and
+-- filters the channel.
+--
+-- Built in the migration's transaction, so not CONCURRENTLY: on a large
+-- notifications table, apply it at a quiet time (creates wait for the build).
+CREATE INDEX notifications_channel_created_idx ON notifications (channel, created_at, id);

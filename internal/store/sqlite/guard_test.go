@@ -1,0 +1,54 @@
+package sqlite
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/migrate"
+)
+
+// Migration 0008 (the stale-copy guard) applies to a database with rows in
+// processed_messages, done and claimed, and leaves them unmarked: every
+// retry count passes.
+func TestMigrateRetryGuardOnExistingRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openTemp(t)
+	ms, err := migrate.Load(migrationFS, "migrations")
+	require.NoError(t, err)
+	var before []migrate.Migration
+	for _, m := range ms {
+		if m.Version < 8 {
+			before = append(before, m)
+		}
+	}
+	require.Len(t, before, 7)
+	require.NoError(t, migrate.Run(ctx, migrator{s}, before))
+
+	c, err := s.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
+		UserID: "u", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b"}})
+	require.NoError(t, err)
+	nid := c.Notification.ID
+	ts := formatTime(now())
+	_, err = s.write.ExecContext(ctx, `INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
+		VALUES (1, ?1, NULL, NULL), (2, NULL, ?1, 99)`, ts)
+	require.NoError(t, err)
+
+	require.NoError(t, s.Migrate(ctx))
+	var marked int
+	require.NoError(t, s.read.QueryRowContext(ctx, `SELECT count(*) FROM processed_messages WHERE next_retry_count <> 0`).Scan(&marked))
+	require.Zero(t, marked)
+	require.Equal(t, 2, countRows(t, s, "processed_messages"))
+
+	// The done row is a duplicate; the claimed one (its lease expired, no
+	// mark) is taken by its message's redelivery, whatever its count.
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: 1, NotificationID: nid}}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, notify.ClaimDuplicate, cs[0].Status)
+	cs, err = s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: 2, NotificationID: nid}}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, notify.ClaimTaken, cs[0].Status)
+}

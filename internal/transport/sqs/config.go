@@ -1,0 +1,246 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// DefaultPrefix is the queue-name prefix of an sqs:// URL without a path.
+const DefaultPrefix = "notifications"
+
+// DefaultVisibilityTimeout is Config.VisibilityTimeout's default.
+const DefaultVisibilityTimeout = 5 * time.Minute
+
+// DefaultMaxReceiveCount is Config.MaxReceiveCount's default: the redrive
+// policy's backstop, far above any retry count herald itself would spend.
+const DefaultMaxReceiveCount = 1000
+
+// DefaultShutdownGrace is Config.ShutdownGrace's default.
+const DefaultShutdownGrace = 5 * time.Second
+
+// maxDelay is the longest DelaySeconds SQS accepts on a message (15
+// minutes); a longer retry delay hops (see Consumer).
+const maxDelay = 900 * time.Second
+
+// maxVisibility is the longest visibility timeout SQS accepts (12 hours).
+const maxVisibility = 12 * time.Hour
+
+// Config configures a Publisher, a Consumer or the dead-letter tools. Every
+// field whose zero is meaningless gets a default; the others are honoured
+// as given.
+type Config struct {
+	// Region is the AWS region (us-east-1). Required.
+	Region string
+	// Prefix names the queues: Prefix-send and Prefix-send-dlq (with
+	// ".fifo" appended when FIFO). Default DefaultPrefix.
+	Prefix string
+	// Endpoint, when set, replaces the region's endpoint (a local
+	// SQS-compatible server: http://127.0.0.1:4100). Default: the region's.
+	Endpoint string
+	// FIFO uses FIFO queues: MessageGroupId is the notification's user_id
+	// (per-user order), MessageDeduplicationId the outbox id (a relay's
+	// re-publish within SQS's five minutes is stored once).
+	FIFO bool
+	// RetryDelays is the retry schedule: retry n waits RetryDelays[n-1],
+	// the last one repeating. SQS delays whole seconds: a delay is rounded
+	// up to the next second. Nil or empty means the default. Default [30s].
+	RetryDelays []time.Duration
+	// Prefetch is the number of deliveries a Consumer holds at once and
+	// the number of handler goroutines it runs. Zero means the default.
+	// Default 10.
+	Prefetch int
+	// VisibilityTimeout is how long a received message stays invisible to
+	// the other consumers. The Consumer extends it (ChangeMessageVisibility)
+	// every third of it while the handler runs, so it only bounds how late
+	// a message held by a crashed worker comes back; it must be longer than
+	// the worker's claim lease so that a worker that stopped extending (a
+	// wedged network) loses the message only after its claim expired. Whole
+	// seconds, at most 12h. Zero means the default. Default 5m.
+	VisibilityTimeout time.Duration
+	// WaitTime is the long poll of each ReceiveMessage (at most 20s). A
+	// stopping Consumer lets its last receive finish (see Consume), so it
+	// also bounds a stop. Zero means the default. Default 5s.
+	WaitTime time.Duration
+	// MaxReceiveCount is the redrive policy of the send queue: a message
+	// received this often without being deleted goes to the DLQ by SQS's
+	// own hand. It is a backstop only (herald dead-letters on its own
+	// count), so it is far above the retries. Zero means the default.
+	// Default DefaultMaxReceiveCount.
+	MaxReceiveCount int
+	// Logger receives what the Consumer cannot return to anybody. Default:
+	// discard.
+	Logger *slog.Logger
+	// ReconnectMin is the first wait after a failed receive; it doubles on
+	// each further failure. Zero means the default. Default 100ms.
+	ReconnectMin time.Duration
+	// ReconnectMax caps that wait. Zero means the default. Default 5s.
+	ReconnectMax time.Duration
+	// ShutdownGrace bounds how long handlers in flight when Consume's
+	// context ends may still run before their context is cancelled. Zero
+	// means the default. Default 5s.
+	ShutdownGrace time.Duration
+	// Client, when set, is used instead of a client built from the SDK's
+	// default chain (environment, shared files, the instance's role). For
+	// tests and tools; Region and Endpoint are then not used.
+	Client *awssqs.Client
+}
+
+// ParseURL reads sqs://REGION/PREFIX[?endpoint=URL&fifo=true]. It never
+// quotes the URL in an error: credentials come from the SDK's chain, but a
+// mistyped URL may still hold one.
+func ParseURL(s string) (Config, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "sqs" {
+		return Config{}, errors.New("sqs: the broker URL must be sqs://REGION/QUEUE-PREFIX[?endpoint=URL&fifo=true]")
+	}
+	if u.User != nil {
+		return Config{}, errors.New("sqs: the broker URL must not hold credentials: they come from the AWS SDK's chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, the instance's role)")
+	}
+	c := Config{Region: u.Host, Prefix: strings.Trim(u.Path, "/")}
+	if c.Region == "" {
+		return Config{}, errors.New("sqs: the broker URL names no region: sqs://REGION/QUEUE-PREFIX")
+	}
+	q := u.Query()
+	for k := range q {
+		switch k {
+		case "endpoint", "fifo":
+		default:
+			return Config{}, fmt.Errorf("sqs: unknown broker URL option %q (known: endpoint, fifo)", k)
+		}
+	}
+	if e := q.Get("endpoint"); e != "" {
+		eu, err := url.Parse(e)
+		if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
+			return Config{}, errors.New("sqs: the endpoint option must be an http:// or https:// URL")
+		}
+		c.Endpoint = e
+	}
+	if f := q.Get("fifo"); f != "" {
+		b, err := strconv.ParseBool(f)
+		if err != nil {
+			return Config{}, fmt.Errorf("sqs: fifo must be true or false, got %q", f)
+		}
+		c.FIFO = b
+	}
+	return c, nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if len(c.RetryDelays) == 0 {
+		c.RetryDelays = []time.Duration{30 * time.Second}
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 10
+	}
+	if c.VisibilityTimeout == 0 {
+		c.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	if c.WaitTime == 0 {
+		c.WaitTime = 5 * time.Second
+	}
+	if c.MaxReceiveCount == 0 {
+		c.MaxReceiveCount = DefaultMaxReceiveCount
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = 100 * time.Millisecond
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = 5 * time.Second
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	for _, d := range c.RetryDelays {
+		if d < 0 {
+			return fmt.Errorf("sqs: retry delays must not be negative, got %s", d)
+		}
+	}
+	switch {
+	case c.Client == nil && strings.TrimSpace(c.Region) == "":
+		return errors.New("sqs: region is required")
+	case !validName(c.Topology().DeadLetter):
+		return fmt.Errorf("sqs: queue prefix %q makes an invalid queue name (letters, digits, - and _, at most 80 characters with the suffix)", c.Prefix)
+	case c.Prefetch < 1:
+		return fmt.Errorf("sqs: prefetch must be at least 1, got %d", c.Prefetch)
+	case c.VisibilityTimeout < time.Second || c.VisibilityTimeout > maxVisibility:
+		return fmt.Errorf("sqs: visibility timeout must be between 1s and 12h, got %s", c.VisibilityTimeout)
+	case c.WaitTime < 0 || c.WaitTime > 20*time.Second:
+		return fmt.Errorf("sqs: receive wait time must be between 0 and 20s, got %s", c.WaitTime)
+	case c.MaxReceiveCount < 1 || c.MaxReceiveCount > 1000:
+		return fmt.Errorf("sqs: max receive count must be between 1 and 1000, got %d", c.MaxReceiveCount)
+	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
+		return fmt.Errorf("sqs: reconnect backoff must satisfy 0 < min <= max, got %s / %s", c.ReconnectMin, c.ReconnectMax)
+	case c.ShutdownGrace <= 0:
+		return fmt.Errorf("sqs: shutdown grace must be positive, got %s", c.ShutdownGrace)
+	}
+	return nil
+}
+
+// retryDelay is the wait before retry n (n >= 1).
+func (c Config) retryDelay(n int) time.Duration {
+	return c.RetryDelays[min(max(n, 1), len(c.RetryDelays))-1]
+}
+
+// Topology returns the queue names the configuration uses.
+func (c Config) Topology() Topology {
+	p := c.Prefix
+	if p == "" {
+		p = DefaultPrefix
+	}
+	return NewTopology(p, c.FIFO)
+}
+
+// where names the server for error messages: the endpoint override, or the
+// region. Neither holds a secret.
+func (c Config) where() string {
+	if c.Endpoint != "" {
+		return "endpoint " + c.Endpoint
+	}
+	if c.Client != nil {
+		return "the given client"
+	}
+	return "region " + c.Region
+}
+
+// NewClient returns the SQS client the configuration names (herald
+// bench's raw ceiling sends with it).
+func (c Config) NewClient(ctx context.Context) (*awssqs.Client, error) { return c.client(ctx) }
+
+// client returns the SQS client: Config.Client, or one from the SDK's
+// default chain (credentials are never read or logged here).
+func (c Config) client(ctx context.Context) (*awssqs.Client, error) {
+	if c.Client != nil {
+		return c.Client, nil
+	}
+	ac, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(c.Region))
+	if err != nil {
+		return nil, fmt.Errorf("sqs: load AWS configuration: %w", err)
+	}
+	endpoint := c.Endpoint
+	return awssqs.NewFromConfig(ac, func(o *awssqs.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+	}), nil
+}

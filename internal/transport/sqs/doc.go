@@ -1,0 +1,60 @@
+// Package sqs is herald's Amazon SQS transport: a Publisher the relay
+// hands outbox events to, and a Consumer the worker receives them from.
+//
+// HERALD_BROKER_URL=sqs://REGION/PREFIX[?endpoint=URL&fifo=true] names the
+// region, the queue-name prefix (default "notifications") and, for a local
+// SQS-compatible server, the endpoint. Credentials come from the AWS SDK's
+// default chain (environment, shared files, the instance's or task's
+// role); they are never read, logged or quoted here.
+//
+// Two queues, declared at start if missing (CreateQueue): PREFIX-send,
+// which the relay publishes to and the workers receive from, and
+// PREFIX-send-dlq, herald's dead letters. Both end in ".fifo" with
+// fifo=true. The send queue's redrive policy moves a message to the DLQ
+// after MaxReceiveCount receipts (1000 by default): a backstop only, since
+// herald dead-letters on its own retry count long before.
+//
+// Every message carries its outbox id in the attribute herald-message-id,
+// its event type in herald-type and when it was written in
+// herald-occurred-at (Unix microseconds); copies carry x-retry-count and
+// x-last-error.
+//
+// The relay sends with SendMessageBatch, ten entries at a time, each
+// entry's result checked: the rows of refused entries stay unprocessed and
+// are published again. On a FIFO queue MessageGroupId is the user_id (one
+// user's messages in order, as on Kafka) and MessageDeduplicationId the
+// outbox id, so a relay's re-publish within SQS's five minutes is stored
+// once.
+//
+// A worker long-polls (WaitTime) for as many messages as it has idle
+// handlers (Prefetch in flight at most). A received message is invisible
+// for VisibilityTimeout, longer than the worker's claim lease, and the
+// Consumer extends it (ChangeMessageVisibility) every third of that while
+// the handler runs, so a slow send keeps its message; if the extension
+// fails and the message reaches another worker, the worker's claim on the
+// message id stops a second send. Settling:
+//   - Ack deletes the message: the acks waiting at the same moment (up to
+//     ten) go in one DeleteMessageBatch, each entry's result checked.
+//   - Retry sends a copy with x-retry-count one higher, delayed by the
+//     retry delay, and then deletes the original. SQS delays a message 15
+//     minutes at most: a longer delay hops. The copy carries what is left
+//     in x-retry-hold-ms, and on arrival it is sent again, delayed by up to
+//     15 more minutes, until nothing is left; no clock is compared with
+//     another. A FIFO queue has no per-message delay: its copy is made
+//     invisible for the delay (12 hours at most) on its first receipt.
+//   - DeadLetter sends a copy with the reason in x-last-error to the DLQ,
+//     then deletes the original.
+//   - Release makes the message visible again (visibility 0).
+//
+// A message that is not herald's (no valid herald-message-id) is
+// dead-lettered with the reason. A queue deleted while herald runs is
+// declared again on the next call that found it missing.
+//
+// When Consume's context ends it lets the receive under way finish (a
+// receive cancelled on its way back would leave its messages invisible for
+// a whole visibility timeout) and hands what it brought back, gives the
+// handlers in flight ShutdownGrace before cancelling their context, and
+// hands every message left unsettled back (visibility 0); one whose
+// hand-back failed comes back after its visibility timeout. A stop takes
+// at most about max(WaitTime, ShutdownGrace) + 2s: 7s by default.
+package sqs

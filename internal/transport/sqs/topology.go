@@ -1,0 +1,215 @@
+package sqs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// The message attributes of the public contract.
+const (
+	// AttrMessageID holds the outbox id: the message id of herald's
+	// deduplication (processed_messages).
+	AttrMessageID = "herald-message-id"
+	// AttrRetryCount holds how many retries came before this copy.
+	AttrRetryCount = "x-retry-count"
+	// AttrLastError holds the reason of the last retry or of the dead
+	// letter.
+	AttrLastError = "x-last-error"
+	// AttrType holds the event type (notification.requested).
+	AttrType = "herald-type"
+	// AttrOccurredAt holds when the event was written, in Unix
+	// microseconds.
+	AttrOccurredAt = "herald-occurred-at"
+	// AttrHold holds, on a retry copy, how much of its delay (in
+	// milliseconds) is still to wait when it arrives: SQS delays a message
+	// at most 15 minutes, so a longer delay hops (the copy is sent again,
+	// delayed by the rest) and no clock is ever compared with another.
+	AttrHold = "x-retry-hold-ms"
+)
+
+// Topology is the set of queue names one configuration uses.
+type Topology struct {
+	// Send is the queue the relay publishes to and the workers receive
+	// from: PREFIX-send.
+	Send string
+	// DeadLetter is where herald's dead letters go (and, as a backstop,
+	// SQS's redrive policy): PREFIX-send-dlq.
+	DeadLetter string
+	// FIFO says both are FIFO queues (their names end in ".fifo").
+	FIFO bool
+}
+
+// NewTopology returns the queue names for prefix.
+func NewTopology(prefix string, fifo bool) Topology {
+	t := Topology{Send: prefix + "-send", DeadLetter: prefix + "-send-dlq", FIFO: fifo}
+	if fifo {
+		t.Send += ".fifo"
+		t.DeadLetter += ".fifo"
+	}
+	return t
+}
+
+// validName reports whether SQS accepts name as a queue name.
+func validName(name string) bool {
+	base := name
+	if len(base) > 5 && base[len(base)-5:] == ".fifo" {
+		base = base[:len(base)-5]
+	}
+	if base == "" || len(name) > 80 {
+		return false
+	}
+	for _, r := range base {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// queues holds a client and the URLs of the topology's queues, declared on
+// first use and again after SQS said a queue does not exist.
+type queues struct {
+	cfg Config
+
+	mu       sync.Mutex
+	client   *awssqs.Client
+	send     string
+	dlq      string
+	declared bool
+}
+
+// urls declares the queues if they were not declared yet and returns the
+// client and their URLs.
+func (q *queues) urls(ctx context.Context) (*awssqs.Client, string, string, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.client == nil {
+		c, err := q.cfg.client(ctx)
+		if err != nil {
+			return nil, "", "", err
+		}
+		q.client = c
+	}
+	if !q.declared {
+		send, dlq, err := declare(ctx, q.client, q.cfg)
+		if err != nil {
+			return nil, "", "", err
+		}
+		q.send, q.dlq, q.declared = send, dlq, true
+	}
+	return q.client, q.send, q.dlq, nil
+}
+
+// forget makes the next urls declare the queues again.
+func (q *queues) forget() {
+	q.mu.Lock()
+	q.declared = false
+	q.mu.Unlock()
+}
+
+// retention is both queues' message retention: the longest SQS keeps.
+const retention = 14 * 24 * 3600
+
+// declare creates the queues if they are missing (CreateQueue returns an
+// existing queue with the same attributes as it is) and returns their URLs.
+func declare(ctx context.Context, c *awssqs.Client, cfg Config) (send, dlq string, err error) {
+	topo := cfg.Topology()
+	attrs := map[string]string{"MessageRetentionPeriod": strconv.Itoa(retention)}
+	if topo.FIFO {
+		attrs["FifoQueue"] = "true"
+	}
+	out, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(topo.DeadLetter), Attributes: attrs})
+	if err != nil {
+		return "", "", fmt.Errorf("sqs: create queue %s at %s: %w", topo.DeadLetter, cfg.where(), err)
+	}
+	dlq = aws.ToString(out.QueueUrl)
+	ga, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(dlq), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("sqs: read the ARN of queue %s at %s: %w", topo.DeadLetter, cfg.where(), err)
+	}
+	arn := ga.Attributes[string(types.QueueAttributeNameQueueArn)]
+	if arn == "" {
+		return "", "", fmt.Errorf("sqs: queue %s at %s has no ARN", topo.DeadLetter, cfg.where())
+	}
+	policy, _ := json.Marshal(map[string]string{
+		"deadLetterTargetArn": arn,
+		"maxReceiveCount":     strconv.Itoa(cfg.MaxReceiveCount),
+	})
+	sendAttrs := map[string]string{
+		"MessageRetentionPeriod": strconv.Itoa(retention),
+		"VisibilityTimeout":      strconv.Itoa(seconds(cfg.VisibilityTimeout)),
+		"RedrivePolicy":          string(policy),
+	}
+	if topo.FIFO {
+		sendAttrs["FifoQueue"] = "true"
+	}
+	out, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(topo.Send), Attributes: sendAttrs})
+	if err != nil {
+		var exists *types.QueueNameExists
+		if errors.As(err, &exists) {
+			// Retrying cannot help: the relay stops with this (see
+			// relay.Publisher), an operator has to align or delete it.
+			return "", "", notify.Permanent(fmt.Errorf("sqs: queue %s at %s exists with other attributes (visibility timeout, redrive policy): %w", topo.Send, cfg.where(), err))
+		}
+		return "", "", fmt.Errorf("sqs: create queue %s at %s: %w", topo.Send, cfg.where(), err)
+	}
+	return aws.ToString(out.QueueUrl), dlq, nil
+}
+
+// seconds rounds d up to whole seconds.
+func seconds(d time.Duration) int {
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// isMissingQueue reports whether err says the queue does not exist.
+func isMissingQueue(err error) bool {
+	var missing *types.QueueDoesNotExist
+	if errors.As(err, &missing) {
+		return true
+	}
+	var api interface{ ErrorCode() string }
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue":
+			return true
+		}
+	}
+	return false
+}
+
+// Delete removes the topology's queues (bench's scratch queues, tests).
+func Delete(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	c, err := cfg.client(ctx)
+	if err != nil {
+		return err
+	}
+	topo := cfg.Topology()
+	var errs []error
+	for _, name := range []string{topo.Send, topo.DeadLetter} {
+		u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
+		if err != nil {
+			if !isMissingQueue(err) {
+				errs = append(errs, fmt.Errorf("sqs: find queue %s: %w", name, err))
+			}
+			continue
+		}
+		if _, err := c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: u.QueueUrl}); err != nil && !isMissingQueue(err) {
+			errs = append(errs, fmt.Errorf("sqs: delete queue %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
