@@ -57,7 +57,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	seenM := make(map[int64]bool, len(reqs))
 	seenN := make(map[int64]bool, len(reqs))
 	for i, r := range reqs {
-		c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy}
+		c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy, RetryCount: r.RetryCount}
 		if !seenM[r.MessageID] && !seenN[r.NotificationID] {
 			seenM[r.MessageID], seenN[r.NotificationID] = true, true
 			var err error
@@ -73,7 +73,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 func (s *Store) claimOne(ctx context.Context, r notify.ClaimRequest, lease time.Duration) (notify.Claim, error) {
 	var c notify.Claim
 	found, _, err := s.change(ctx, r.NotificationID, func(d *doc) error {
-		c = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID}
+		c = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, RetryCount: r.RetryCount}
 		t := now()
 		p := d.processed(r.MessageID)
 		switch {
@@ -83,6 +83,12 @@ func (s *Store) claimOne(ctx context.Context, r notify.ClaimRequest, lease time.
 				return errNoChange
 			}
 			return nil
+		case p != nil && r.RetryCount < p.NextRetryCount:
+			// A stale copy: its delivery's retry was recorded, and the
+			// retry's copy carries the delivery on. Nothing changes, so
+			// that the message id stays open for that copy.
+			c.Status = notify.ClaimDuplicate
+			return errNoChange
 		case d.Claim != nil && d.Claim.Until.After(t):
 			c.Status = notify.ClaimBusy
 			return errNoChange
@@ -117,7 +123,7 @@ func (s *Store) claimOne(ctx context.Context, r notify.ClaimRequest, lease time.
 		return notify.Claim{}, fmt.Errorf("claim message %d of notification %d: %w", r.MessageID, r.NotificationID, err)
 	}
 	if !found {
-		c = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimMissing}
+		c = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimMissing, RetryCount: r.RetryCount}
 		if err := s.recordOrphan(ctx, r.MessageID); err != nil {
 			return notify.Claim{}, err
 		}
@@ -177,10 +183,20 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 			d.RetryDueAt = &due
 		}
 		d.Claim = nil
+		held := func(p procDoc) bool { return p.MessageID == c.MessageID && p.AttemptID == c.AttemptID }
 		if r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead {
 			d.markProcessed(c.MessageID, t)
 		} else {
-			d.dropLease(func(p procDoc) bool { return p.MessageID == c.MessageID && p.AttemptID == c.AttemptID })
+			if r.Outcome == notify.AttemptRetry {
+				// The stale-copy guard: copies with the claim's retry
+				// count or less are spent (the retry's copy has one more).
+				for i := range d.Processed {
+					if p := &d.Processed[i]; p.ProcessedAt == nil && held(*p) {
+						p.NextRetryCount = max(p.NextRetryCount, c.RetryCount+1)
+					}
+				}
+			}
+			d.dropLease(held)
 		}
 		return nil
 	})

@@ -79,12 +79,19 @@ type eventDoc struct {
 	LastError   string     `bson:"last_error,omitempty"`
 }
 
-// procDoc is a message id applied (ProcessedAt set) or leased to a claim.
+// procDoc is a message id applied (ProcessedAt set), leased to a claim, or
+// released with a retry mark.
 type procDoc struct {
 	MessageID   int64      `bson:"message_id"`
 	ProcessedAt *time.Time `bson:"processed_at,omitempty"`
 	LeaseUntil  *time.Time `bson:"lease_until,omitempty"`
 	AttemptID   int64      `bson:"attempt_id,omitempty"`
+	// NextRetryCount is the stale-copy guard's mark: once a retry of a
+	// claim taken for a copy with retry count k is recorded, it is at
+	// least k+1, and a copy of the message with a lower count is spent
+	// (answered duplicate). A marked entry is released, never dropped,
+	// until the message is settled.
+	NextRetryCount int `bson:"next_retry_count,omitempty"`
 }
 
 // attDoc is one delivery attempt.
@@ -202,8 +209,17 @@ func (d *doc) markProcessed(msg int64, t time.Time) bool {
 	return true
 }
 
+// dropLease releases the leased (unprocessed) message ids pred selects:
+// an entry without a retry mark goes, a marked one stays with its mark.
 func (d *doc) dropLease(pred func(p procDoc) bool) {
-	d.Processed = slices.DeleteFunc(d.Processed, func(p procDoc) bool { return p.ProcessedAt == nil && pred(p) })
+	d.Processed = slices.DeleteFunc(d.Processed, func(p procDoc) bool {
+		return p.ProcessedAt == nil && p.NextRetryCount == 0 && pred(p)
+	})
+	for i := range d.Processed {
+		if p := &d.Processed[i]; p.ProcessedAt == nil && pred(*p) {
+			p.LeaseUntil, p.AttemptID = nil, 0
+		}
+	}
 }
 
 // key is the _id of notification id (see doc.Key).

@@ -58,6 +58,15 @@ var migrations = []migration{
 			{Keys: bson.D{{Key: "processed_at", Value: 1}}, Options: options.Index().SetName("processed_at_idx")},
 		},
 	}},
+	// The listing's channel filter (GET /notifications?channel=webhook):
+	// a page of a rare channel reads its own entries, not the other
+	// channels'. With a user or a status, that filter's index serves.
+	{version: 2, name: "channel_list_idx", indexes: map[string][]mgo.IndexModel{
+		collNotifications: {
+			{Keys: bson.D{{Key: "channel", Value: 1}, {Key: "created_at", Value: -1}, {Key: "_id", Value: -1}},
+				Options: options.Index().SetName("list_channel_idx")},
+		},
+	}},
 }
 
 // Migrations lists the migrations this binary ships, as migrate.Migration

@@ -247,7 +247,7 @@ func (s *Store) PruneOlderThan(ctx context.Context, age time.Duration, batch int
 }
 
 // List returns a page of the notifications f selects, newest first, without
-// their bodies (index list_idx and its user and status variants).
+// their bodies (index list_idx and its user, status and channel variants).
 func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage, error) {
 	if f.Limit < 1 {
 		return notify.ListPage{}, fmt.Errorf("list notifications: limit must be at least 1, got %d", f.Limit)
@@ -285,6 +285,9 @@ func listFilter(f notify.ListFilter) bson.D {
 	}
 	if f.Status != "" {
 		filter = append(filter, bson.E{Key: "status", Value: string(f.Status)})
+	}
+	if f.Channel != "" {
+		filter = append(filter, bson.E{Key: "channel", Value: f.Channel})
 	}
 	created := bson.D{}
 	if !f.CreatedAfter.IsZero() {
