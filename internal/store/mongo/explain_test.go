@@ -13,7 +13,8 @@ import (
 // number is filtered after reading every document), which is why _id is
 // the id as 19 digits. The listing's and the due events' filters are not
 // pushed down by FerretDB v1 at all (it reads the collection); on MongoDB
-// the migration's indexes (list_idx, due_idx, ...) serve them. Run with
+// the migrations' indexes (list_idx, list_channel_idx, due_idx, ...)
+// serve them. Run with
 // -v to see the plans.
 func TestExplain(t *testing.T) {
 	t.Parallel()
@@ -37,4 +38,6 @@ func TestExplain(t *testing.T) {
 	}
 	explain(bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: int64(0)}}}}, bson.D{{Key: "_id", Value: 1}})
 	explain(bson.D{{Key: "user_id", Value: "u"}}, bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}})
+	explain(bson.D{{Key: "channel", Value: "webhook"}}, bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}})
+	explain(bson.D{{Key: "status", Value: "sent"}, {Key: "created_at", Value: bson.D{{Key: "$gte", Value: int64(0)}}}}, nil)
 }
