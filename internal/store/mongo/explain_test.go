@@ -14,8 +14,7 @@ import (
 // the id as 19 digits. The listing's and the due events' filters are not
 // pushed down by FerretDB v1 at all (it reads the collection); on MongoDB
 // the migrations' indexes (list_idx, list_channel_idx, due_idx, ...)
-// serve them. Run with
-// -v to see the plans.
+// serve them. Run with -v to see the plans.
 func TestExplain(t *testing.T) {
 	t.Parallel()
 	_, db := openMigrated(t)
