@@ -23,6 +23,7 @@ import (
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/store/mongo"
 	"github.com/heraldhq/herald/internal/transport/kafka"
 	"github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
@@ -226,6 +227,8 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			how += fmt.Sprintf(", and at the start after %s without warm-up work (a PostgreSQL 15+ connection reports within 10s of going idle; 0 = at once, then some of the warm-up's counts may be in the run's)", o.statsSettle)
 		}
 		report.Notes = append(report.Notes, "rows, commits and WAL cover the measured run only: "+how+"; commits include the idle polls of the relay and the workers")
+	} else if sc.store == "mongodb" {
+		report.Notes = append(report.Notes, "MongoDB: rows_per_notification, commits_per_notification, wal_bytes_per_notification and seq_scans_per_1k are not measured (SQL statistics views only)")
 	} else {
 		report.Notes = append(report.Notes, "SQLite: rows_per_notification, commits_per_notification and wal_bytes_per_notification are not measured (no statistics views; the store commits through its own connections, which the bench cannot count without changing it)")
 	}
@@ -266,7 +269,7 @@ type scratch struct {
 	tr         transport
 	broker     benchBroker // the bench's own needs of the broker
 	sqlitePath string      // the scratch file (SQLite only)
-	pgDatabase string      // the scratch database (PostgreSQL only)
+	pgDatabase string      // the scratch database (PostgreSQL and MongoDB)
 	prefix     string      // the scratch broker names
 	cleanup    []func() error
 }
@@ -274,7 +277,7 @@ type scratch struct {
 // describe names the scratch objects for the user.
 func (sc *scratch) describe() string {
 	where := "scratch file " + sc.sqlitePath
-	if sc.store == "postgres" {
+	if sc.store == "postgres" || sc.store == "mongodb" {
 		where = "scratch database " + sc.pgDatabase
 	}
 	if sc.broker.remove != nil {
@@ -313,8 +316,16 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 		sc.cleanup = append(sc.cleanup, func() error { return os.RemoveAll(dir) })
 		sc.sqlitePath = filepath.Join(dir, "herald.db")
 		sc.cfg.DatabaseURL = "sqlite:" + sc.sqlitePath
+	case "mongodb":
+		dbURL, drop, err := scratchMongo(ctx, cfg.DatabaseURL, "bench_"+strings.TrimSuffix(sc.prefix, "."))
+		if err != nil {
+			return nil, fmt.Errorf("herald bench: %w", err)
+		}
+		sc.cfg.DatabaseURL = dbURL
+		sc.cleanup = append(sc.cleanup, drop)
+		sc.pgDatabase, _ = mongo.DatabaseName(dbURL)
 	default:
-		return nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres:// or sqlite:, got %q", redact(cfg.DatabaseURL))
+		return nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres://, sqlite: or mongodb://, got %q", redact(cfg.DatabaseURL))
 	}
 	// The bench's own API takes no token and injects no faults.
 	sc.cfg.APIToken, sc.cfg.DebugFaults, sc.cfg.DebugCrash, sc.cfg.MaxBacklog = "", false, "", 0
@@ -355,9 +366,12 @@ func measureCeilings(ctx context.Context, sc *scratch, o benchOptions) (bench.Ce
 		err   error
 	)
 	txo := raw.TxOptions{N: o.n, Clients: o.concurrency}
-	if sc.store == "postgres" {
+	switch sc.store {
+	case "postgres":
 		c.TxPerSec, err = raw.PostgresTx(ctx, sc.cfg.DatabaseURL, txo)
-	} else {
+	case "mongodb":
+		notes = append(notes, "MongoDB: no raw transaction ceiling (tx_per_s 0): the store writes one document per change, without transactions")
+	default:
 		c.TxPerSec, err = raw.SQLiteTx(ctx, sc.sqlitePath, txo)
 	}
 	if err != nil {
@@ -395,11 +409,16 @@ func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, e
 		dbURL  string
 		remove func() error
 	)
-	if sc.store == "postgres" {
+	switch sc.store {
+	case "postgres":
 		if dbURL, remove, err = raw.ScratchSchema(ctx, sc.cfg.DatabaseURL, rawPipelineSchema); err != nil {
 			return 0, err
 		}
-	} else {
+	case "mongodb":
+		if dbURL, remove, err = scratchMongo(ctx, sc.cfg.DatabaseURL, sc.pgDatabase+"_raw"); err != nil {
+			return 0, err
+		}
+	default:
 		var path string
 		path, remove = raw.ScratchFile(sc.sqlitePath, rawPipelineSchema)
 		dbURL = "sqlite:" + path
@@ -573,6 +592,27 @@ func terminal(e env) io.Writer {
 		return nil
 	}
 	return f
+}
+
+// scratchMongo returns rawURL naming database name instead, and a func
+// that drops it.
+func scratchMongo(ctx context.Context, rawURL, name string) (string, func() error, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("scratch database: %w", err)
+	}
+	u.Path = "/" + strings.NewReplacer("-", "_", ".", "_").Replace(name)
+	dbURL := u.String()
+	return dbURL, func() error {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
+		defer cancel()
+		s, err := mongo.Open(ctx, dbURL, mongo.Config{StartTimeout: -1})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return s.Drop(ctx)
+	}, nil
 }
 
 // benchBroker is what herald bench needs of a broker beyond the transport

@@ -27,6 +27,7 @@ import (
 	"github.com/heraldhq/herald/internal/retention"
 	herstore "github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/migrate"
+	"github.com/heraldhq/herald/internal/store/mongo"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/transport/kafka"
@@ -92,8 +93,14 @@ func openStore(ctx context.Context, url string, conns int, create bool) (store, 
 			return nil, nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 		}
 		return s, func() { _ = s.Close() }, nil
+	case "mongodb":
+		s, err := mongo.Open(ctx, url, mongo.Config{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("open mongodb store: %w", err)
+		}
+		return s, func() { _ = s.Close() }, nil
 	default:
-		return nil, nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres:// or sqlite:, got %q", redact(url))
+		return nil, nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres://, sqlite: or mongodb://, got %q", redact(url))
 	}
 }
 
@@ -126,13 +133,15 @@ type schemaCheck struct{ st store }
 func (c schemaCheck) Ping(ctx context.Context) error { return checkMigrated(ctx, c.st) }
 
 // storeKind names the engine a HERALD_DATABASE_URL picks: "postgres",
-// "sqlite", or "" for neither.
+// "sqlite", "mongodb", or "" for none.
 func storeKind(url string) string {
 	switch {
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		return "postgres"
 	case strings.HasPrefix(url, "sqlite:"):
 		return "sqlite"
+	case strings.HasPrefix(url, "mongodb://"), strings.HasPrefix(url, "mongodb+srv://"):
+		return "mongodb"
 	}
 	return ""
 }

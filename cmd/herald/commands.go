@@ -92,8 +92,11 @@ func senderKind(cfg Config) string {
 func (a *app) logStartup(w io.Writer) {
 	c := a.cfg
 	store, transport, mail := "PostgreSQL "+redact(c.DatabaseURL), a.tr.name+" "+redact(c.BrokerURL)+" (relay + worker)", "SMTP "+redact(c.SMTPURL)
-	if storeKind(c.DatabaseURL) == "sqlite" {
+	switch storeKind(c.DatabaseURL) {
+	case "sqlite":
 		store = "SQLite file " + sqlitePath(c.DatabaseURL)
+	case "mongodb":
+		store = "MongoDB " + redact(c.DatabaseURL)
 	}
 	if a.tr.publisher == nil {
 		transport = "outbox table (no broker)"

@@ -96,7 +96,7 @@ const (
 )
 
 var settings = []setting{
-	{env: "HERALD_DATABASE_URL", flag: "database-url", def: "sqlite:herald.db", usage: "store: postgres://... or sqlite:PATH",
+	{env: "HERALD_DATABASE_URL", flag: "database-url", def: "sqlite:herald.db", usage: "store: postgres://..., sqlite:PATH or mongodb://host/DATABASE",
 		field: func(c *Config) any { return &c.DatabaseURL }, cmds: cmdsStore},
 	{env: "HERALD_BROKER_URL", flag: "broker-url", def: "", usage: "transport: amqp://... (RabbitMQ), nats://... (NATS JetStream), kafka://host:port or sqs://REGION/PREFIX[?endpoint=URL&fifo=true] (Amazon SQS, credentials from the AWS SDK chain); several comma-separated URLs or hosts: a cluster; unset: the outbox table, no broker",
 		field: func(c *Config) any { return &c.BrokerURL }, cmds: cmdsBroker},

@@ -1,0 +1,207 @@
+package mongo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	mgo "go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// A claim and a record are each one change of the notification document
+// (see change): the claim, the attempt it starts and the message's lease are
+// written together, and so are a record's status, attempt and message.
+
+// ClaimDeliveries claims every request and returns the answers in request
+// order (see notify.ClaimStatus). A request whose message id or
+// notification id came earlier in reqs is answered ClaimBusy.
+func (s *Store) ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
+	cs, _, err := s.ClaimAndRecord(ctx, reqs, lease, nil)
+	return cs, err
+}
+
+// RecordDeliveries records the results of taken claims and reports, in
+// order, which were applied (see the SQL stores).
+func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
+	_, ok, err := s.ClaimAndRecord(ctx, nil, 0, results)
+	return ok, err
+}
+
+// ClaimAndRecord records results, then answers claims. Each is its own
+// change of one document: there is no transaction around the group, and
+// none is needed, since no guarantee spans two notifications. It
+// implements worker.Store.
+func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
+	if len(reqs) > 0 && lease <= 0 {
+		return nil, nil, fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
+	}
+	for _, r := range results {
+		switch r.Outcome {
+		case notify.AttemptSent, notify.AttemptRetry, notify.AttemptDead, notify.AttemptDeferred:
+		default:
+			return nil, nil, fmt.Errorf("record deliveries: unknown outcome %q", r.Outcome)
+		}
+	}
+	claims := make([]notify.Claim, len(reqs))
+	recorded := make([]bool, len(results))
+	for i, r := range results {
+		ok, err := s.record(ctx, r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("record deliveries: %w", err)
+		}
+		recorded[i] = ok
+	}
+	seenM := make(map[int64]bool, len(reqs))
+	seenN := make(map[int64]bool, len(reqs))
+	for i, r := range reqs {
+		c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy, RetryCount: r.RetryCount}
+		if !seenM[r.MessageID] && !seenN[r.NotificationID] {
+			seenM[r.MessageID], seenN[r.NotificationID] = true, true
+			var err error
+			if c, err = s.claimOne(ctx, r, lease); err != nil {
+				return nil, nil, fmt.Errorf("claim deliveries: %w", err)
+			}
+		}
+		claims[i] = c
+	}
+	return claims, recorded, nil
+}
+
+func (s *Store) claimOne(ctx context.Context, r notify.ClaimRequest, lease time.Duration) (notify.Claim, error) {
+	var c notify.Claim
+	found, _, err := s.change(ctx, r.NotificationID, func(d *doc) error {
+		c = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, RetryCount: r.RetryCount}
+		t := now()
+		p := d.processed(r.MessageID)
+		switch {
+		case (p != nil && p.ProcessedAt != nil) || d.Status != string(notify.StatusPending):
+			c.Status = notify.ClaimDuplicate
+			if !d.markProcessed(r.MessageID, t) {
+				return errNoChange
+			}
+			return nil
+		case p != nil && r.RetryCount < p.NextRetryCount:
+			// A stale copy: its delivery's retry was recorded, and the
+			// retry's copy carries the delivery on. Nothing changes, so
+			// that the message id stays open for that copy.
+			c.Status = notify.ClaimDuplicate
+			return errNoChange
+		case d.Claim != nil && d.Claim.Until.After(t):
+			c.Status = notify.ClaimBusy
+			return errNoChange
+		}
+		c.Status = notify.ClaimTaken
+		if d.NextAttempt+1 >= attemptSpan {
+			return fmt.Errorf("notification %d has had %d attempts, the most one can have", d.ID, attemptSpan-1)
+		}
+		attempt := 1
+		for _, a := range d.History {
+			attempt = max(attempt, a.Attempt+1)
+		}
+		d.NextAttempt++
+		c.AttemptID = d.ID*attemptSpan + d.NextAttempt
+		c.Attempt = attempt
+		c.Until = t.Add(lease).Truncate(time.Millisecond)
+		d.History = append(d.History, attDoc{ID: c.AttemptID, Attempt: attempt, MessageID: r.MessageID, StartedAt: t})
+		if stale := d.Claim; stale != nil {
+			// The expired claim's holder is presumed dead: its lease on
+			// another message goes, and its late record will fail.
+			d.dropLease(func(p procDoc) bool { return p.AttemptID == stale.AttemptID && p.MessageID != r.MessageID })
+		}
+		d.Claim = &claimDoc{AttemptID: c.AttemptID, MessageID: r.MessageID, Until: c.Until}
+		if p := d.processed(r.MessageID); p != nil {
+			p.LeaseUntil, p.AttemptID = &c.Until, c.AttemptID
+		} else {
+			d.Processed = append(d.Processed, procDoc{MessageID: r.MessageID, LeaseUntil: &c.Until, AttemptID: c.AttemptID})
+		}
+		return nil
+	})
+	if err != nil {
+		return notify.Claim{}, fmt.Errorf("claim message %d of notification %d: %w", r.MessageID, r.NotificationID, err)
+	}
+	if !found {
+		c = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimMissing, RetryCount: r.RetryCount}
+		if err := s.recordOrphan(ctx, r.MessageID); err != nil {
+			return notify.Claim{}, err
+		}
+	}
+	return c, nil
+}
+
+// recordOrphan records a message id whose notification does not exist as
+// processed, in orphan_messages (its _id is the message id).
+func (s *Store) recordOrphan(ctx context.Context, msg int64) error {
+	_, err := s.orph.InsertOne(ctx, bson.D{{Key: "_id", Value: key(msg)}, {Key: "message_id", Value: msg}, {Key: "processed_at", Value: now()}})
+	if err != nil && !mgo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("record message %d: %w", msg, classify(err))
+	}
+	return nil
+}
+
+// record applies one result: the compare-and-set is on the claim's attempt
+// id, which the document holds only while that claim is live.
+func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, error) {
+	c := r.Claim
+	applied := false
+	_, _, err := s.change(ctx, c.NotificationID, func(d *doc) error {
+		applied = false
+		t := now()
+		finished := false
+		for i := range d.History {
+			a := &d.History[i]
+			if a.ID == c.AttemptID && a.FinishedAt == nil {
+				a.FinishedAt, a.Outcome, a.Error = &t, r.Outcome, r.Error
+				finished = true
+			}
+		}
+		if d.Status != string(notify.StatusPending) || d.Claim == nil || d.Claim.AttemptID != c.AttemptID {
+			if !finished {
+				return errNoChange
+			}
+			return nil
+		}
+		applied = true
+		switch r.Outcome {
+		case notify.AttemptSent:
+			d.Status, d.SentAt = string(notify.StatusSent), &t
+		case notify.AttemptDead:
+			d.Status, d.FailedAt = string(notify.StatusFailed), &t
+		}
+		if r.Outcome != notify.AttemptDeferred {
+			d.Attempts++
+		}
+		if r.Outcome == notify.AttemptRetry || r.Outcome == notify.AttemptDead {
+			d.LastError = r.Error
+		}
+		d.UpdatedAt = t
+		d.RetryDueAt = nil
+		if r.Outcome == notify.AttemptRetry {
+			due := now().Add(r.RetryIn)
+			d.RetryDueAt = &due
+		}
+		d.Claim = nil
+		held := func(p procDoc) bool { return p.MessageID == c.MessageID && p.AttemptID == c.AttemptID }
+		if r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead {
+			d.markProcessed(c.MessageID, t)
+		} else {
+			if r.Outcome == notify.AttemptRetry {
+				// The stale-copy guard: copies with the claim's retry
+				// count or less are spent (the retry's copy has one more).
+				for i := range d.Processed {
+					if p := &d.Processed[i]; p.ProcessedAt == nil && held(*p) {
+						p.NextRetryCount = max(p.NextRetryCount, c.RetryCount+1)
+					}
+				}
+			}
+			d.dropLease(held)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("record attempt %d of notification %d: %w", c.AttemptID, c.NotificationID, err)
+	}
+	return applied, nil
+}

@@ -1,0 +1,137 @@
+package mongo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	mgo "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/heraldhq/herald/internal/store/migrate"
+)
+
+// A migration is a set of index definitions, versioned like the SQL
+// stores' files and recorded in schema_migrations ({_id: version, name,
+// applied_at}). Creating an index that exists with the same definition
+// changes nothing, so a migration interrupted before its record is simply
+// applied again.
+type migration struct {
+	version int
+	name    string
+	indexes map[string][]mgo.IndexModel // by collection
+}
+
+var migrations = []migration{
+	{version: 1, name: "init", indexes: map[string][]mgo.IndexModel{
+		collNotifications: {
+			// One notification per idempotency key, under racing creates.
+			// Sparse: notifications without a key are not in it (FerretDB
+			// v1 has no partial indexes).
+			{Keys: bson.D{{Key: "idempotency_key", Value: 1}},
+				Options: options.Index().SetName("idempotency_key_uq").SetUnique(true).SetSparse(true)},
+			// The relay's and the table transport's due events.
+			{Keys: bson.D{{Key: "due", Value: 1}}, Options: options.Index().SetName("due_idx").SetSparse(true)},
+			// outbox stats.
+			{Keys: bson.D{{Key: "open", Value: 1}}, Options: options.Index().SetName("open_idx")},
+			// Dead letters, newest failure first.
+			{Keys: bson.D{{Key: "status", Value: 1}, {Key: "failed_at", Value: -1}, {Key: "_id", Value: -1}},
+				Options: options.Index().SetName("failed_idx")},
+			// Retention.
+			{Keys: bson.D{{Key: "settled", Value: 1}}, Options: options.Index().SetName("settled_idx").SetSparse(true)},
+			// The reconciler.
+			{Keys: bson.D{{Key: "status", Value: 1}, {Key: "open", Value: 1}, {Key: "updated_at", Value: 1}},
+				Options: options.Index().SetName("stale_idx")},
+			// Listings: all, by user, by status; newest first.
+			{Keys: bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}}, Options: options.Index().SetName("list_idx")},
+			{Keys: bson.D{{Key: "user_id", Value: 1}, {Key: "created_at", Value: -1}, {Key: "_id", Value: -1}},
+				Options: options.Index().SetName("list_user_idx")},
+			{Keys: bson.D{{Key: "status", Value: 1}, {Key: "created_at", Value: -1}, {Key: "_id", Value: -1}},
+				Options: options.Index().SetName("list_status_idx")},
+		},
+		collRevisions: {
+			{Keys: bson.D{{Key: "at", Value: 1}}, Options: options.Index().SetName("at_idx")},
+		},
+		collOrphans: {
+			{Keys: bson.D{{Key: "processed_at", Value: 1}}, Options: options.Index().SetName("processed_at_idx")},
+		},
+	}},
+	// The listing's channel filter (GET /notifications?channel=webhook):
+	// a page of a rare channel reads its own entries, not the other
+	// channels'. With a user or a status, that filter's index serves.
+	{version: 2, name: "channel_list_idx", indexes: map[string][]mgo.IndexModel{
+		collNotifications: {
+			{Keys: bson.D{{Key: "channel", Value: 1}, {Key: "created_at", Value: -1}, {Key: "_id", Value: -1}},
+				Options: options.Index().SetName("list_channel_idx")},
+		},
+	}},
+}
+
+// Migrations lists the migrations this binary ships, as migrate.Migration
+// (SQL holds a description of the indexes).
+func Migrations() []migrate.Migration {
+	out := make([]migrate.Migration, len(migrations))
+	for i, m := range migrations {
+		desc := ""
+		for coll, ims := range m.indexes {
+			for _, im := range ims {
+				desc += fmt.Sprintf("%s: %v\n", coll, im.Keys)
+			}
+		}
+		out[i] = migrate.Migration{Version: m.version, Name: m.name, SQL: desc}
+	}
+	return out
+}
+
+type migrationRecord struct {
+	Version   int       `bson:"_id"`
+	Name      string    `bson:"name"`
+	AppliedAt time.Time `bson:"applied_at"`
+}
+
+// Migrate creates the indexes of every migration not yet recorded, in
+// version order, and records each. Running it again changes nothing; two
+// runs at once both create the same indexes (a no-op for the second) and
+// one record per version wins (its _id is the version).
+func (s *Store) Migrate(ctx context.Context) error {
+	coll := s.db.Collection(collMigrations)
+	for _, m := range migrations {
+		n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: m.version}})
+		if err != nil {
+			return fmt.Errorf("migrate: read schema_migrations: %w", classify(err))
+		}
+		if n > 0 {
+			continue
+		}
+		for name, ims := range m.indexes {
+			if _, err := s.db.Collection(name).Indexes().CreateMany(ctx, ims); err != nil {
+				return fmt.Errorf("migrate %04d_%s: indexes of %s: %w", m.version, m.name, name, classify(err))
+			}
+		}
+		_, err = coll.InsertOne(ctx, migrationRecord{Version: m.version, Name: m.name, AppliedAt: now()})
+		if err != nil && !mgo.IsDuplicateKeyError(err) {
+			return fmt.Errorf("migrate %04d_%s: record: %w", m.version, m.name, classify(err))
+		}
+	}
+	return nil
+}
+
+// MigrationStatus reports each migration as applied or pending. It changes
+// nothing.
+func (s *Store) MigrationStatus(ctx context.Context) ([]migrate.State, error) {
+	cur, err := s.db.Collection(collMigrations).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
+	}
+	var recs []migrationRecord
+	if err := cur.All(ctx, &recs); err != nil && !errors.Is(err, mgo.ErrNoDocuments) {
+		return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
+	}
+	records := make([]migrate.Record, len(recs))
+	for i, r := range recs {
+		records[i] = migrate.Record{Version: r.Version, Name: r.Name, AppliedAt: r.AppliedAt.UTC()}
+	}
+	return migrate.Status(Migrations(), records), nil
+}

@@ -1,0 +1,174 @@
+package mongo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	mgo "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Create inserts the notification document with its notification.requested
+// event inside it: one insert, so both exist or neither. A duplicate
+// idempotency key (the unique index idempotency_key) answers from the
+// stored notification; a duplicate _id (another process took the id) tries
+// the next one. See api.Store.
+func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
+	c, err := s.create(ctx, nn)
+	if err != nil {
+		return notify.Created{}, fmt.Errorf("create notification: %w", err)
+	}
+	if !c.Replayed {
+		s.hub.Wake()
+	}
+	return c, nil
+}
+
+func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
+	r := nn.Request
+	for try := 0; ; try++ {
+		if nn.IdempotencyKey != "" {
+			if c, ok, err := s.replay(ctx, nn); err != nil || ok {
+				return c, err
+			}
+		}
+		id, err := s.allocID(ctx)
+		if err != nil {
+			return notify.Created{}, err
+		}
+		t := now()
+		n := nn.Pending(id, t)
+		d := doc{
+			Key: key(id), ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
+			Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
+		}
+		if err := d.addEvent(n, t); err != nil {
+			return notify.Created{}, err
+		}
+		d.derive()
+		if nn.Fault == notify.FaultAfterOutboxInsert {
+			// The document is built with its event and not written: the
+			// single insert is all or nothing.
+			return notify.Created{}, notify.ErrInjectedFault
+		}
+		_, err = s.n.InsertOne(ctx, d)
+		if err == nil {
+			return notify.Created{Notification: n}, nil
+		}
+		if !mgo.IsDuplicateKeyError(err) {
+			return notify.Created{}, fmt.Errorf("insert notification: %w", classify(err))
+		}
+		// The id or the key was taken meanwhile: the loop reads the key
+		// again, and a taken id moves the guess on.
+		s.nextID.CompareAndSwap(id+1, 0)
+		if try > 100 {
+			return notify.Created{}, fmt.Errorf("insert notification: %d ids taken in a row", try)
+		}
+	}
+}
+
+// replay answers a create whose idempotency key is stored.
+func (s *Store) replay(ctx context.Context, nn notify.NewNotification) (notify.Created, bool, error) {
+	var d doc
+	err := s.n.FindOne(ctx, bson.D{{Key: "idempotency_key", Value: nn.IdempotencyKey}},
+		options.FindOne().SetProjection(noHeavy)).Decode(&d)
+	if errors.Is(err, mgo.ErrNoDocuments) {
+		return notify.Created{}, false, nil
+	}
+	if err != nil {
+		return notify.Created{}, false, fmt.Errorf("read notification with the same idempotency key: %w", classify(err))
+	}
+	c, err := nn.Replay(d.notification())
+	return c, true, err
+}
+
+// noHeavy leaves out the arrays a notification's fields do not need.
+var noHeavy = bson.D{{Key: "events", Value: 0}, {Key: "processed", Value: 0}, {Key: "history", Value: 0}}
+
+// allocID returns the id to try for a new notification: one past the last
+// this process used, or past the largest stored after a clash.
+func (s *Store) allocID(ctx context.Context) (int64, error) {
+	for {
+		cur := s.nextID.Load()
+		if cur == 0 {
+			var d struct {
+				ID int64 `bson:"id"`
+			}
+			err := s.n.FindOne(ctx, bson.D{}, options.FindOne().SetSort(bson.D{{Key: "_id", Value: -1}}).
+				SetProjection(idOnly)).Decode(&d)
+			if err != nil && !errors.Is(err, mgo.ErrNoDocuments) {
+				return 0, fmt.Errorf("read the largest notification id: %w", classify(err))
+			}
+			s.nextID.CompareAndSwap(0, d.ID+1)
+			continue
+		}
+		if cur >= maxNotificationID {
+			return 0, errors.New("notification ids exhausted")
+		}
+		if s.nextID.CompareAndSwap(cur, cur+1) {
+			return cur, nil
+		}
+	}
+}
+
+// Get returns one notification, or an error wrapping notify.ErrNotFound.
+func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) {
+	var d doc
+	err := s.n.FindOne(ctx, bson.D{{Key: "_id", Value: key(id)}}, options.FindOne().SetProjection(noHeavy)).Decode(&d)
+	if errors.Is(err, mgo.ErrNoDocuments) {
+		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, notify.ErrNotFound)
+	}
+	if err != nil {
+		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, classify(err))
+	}
+	return d.notification(), nil
+}
+
+// Attempts returns every delivery attempt of a notification in the order
+// they were made, or notify.ErrNotFound.
+func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error) {
+	var d doc
+	err := s.n.FindOne(ctx, bson.D{{Key: "_id", Value: key(id)}},
+		options.FindOne().SetProjection(bson.D{{Key: "history", Value: 1}})).Decode(&d)
+	if errors.Is(err, mgo.ErrNoDocuments) {
+		return nil, fmt.Errorf("attempts of notification %d: %w", id, notify.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("attempts of notification %d: %w", id, classify(err))
+	}
+	out := make([]notify.Attempt, 0, len(d.History))
+	for _, a := range d.History {
+		out = append(out, notify.Attempt{Attempt: a.Attempt, MessageID: a.MessageID, StartedAt: a.StartedAt.UTC(),
+			FinishedAt: utcp(a.FinishedAt), Outcome: a.Outcome, Error: a.Error})
+	}
+	return out, nil
+}
+
+// AddAttempt appends an attempt to a notification's history as a claim
+// would, for tests of the history.
+func (s *Store) AddAttempt(ctx context.Context, id int64, a notify.Attempt) error {
+	found, _, err := s.change(ctx, id, func(d *doc) error {
+		d.NextAttempt++
+		d.History = append(d.History, attDoc{ID: d.ID*attemptSpan + d.NextAttempt, Attempt: a.Attempt,
+			MessageID: a.MessageID, StartedAt: msTime(a.StartedAt), FinishedAt: msPtr(a.FinishedAt),
+			Outcome: a.Outcome, Error: a.Error})
+		return nil
+	})
+	if err == nil && !found {
+		err = notify.ErrNotFound
+	}
+	return err
+}
+
+func msPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := msTime(*t)
+	return &u
+}

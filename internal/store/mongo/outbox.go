@@ -1,0 +1,369 @@
+package mongo
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// The outbox is the events array of each notification document. A document
+// with an event that can be taken now has due <= now (index due_idx); the
+// relay and the table transport find candidates by it, in id order, and
+// lease events with one change of each document, which sees the events as
+// they are: two claimers never lease the same event.
+
+// markTimeout bounds recording an effect that already happened.
+const markTimeout = 10 * time.Second
+
+// relayLease is how long events stay leased to a batch whose context has no
+// deadline; with one, the lease runs until it, plus markTimeout.
+const relayLease = time.Minute
+
+// candidates are the documents with an event due at t, in id order.
+func (s *Store) candidates(ctx context.Context, t time.Time, after int64, limit int) ([]int64, error) {
+	var ds []struct {
+		ID int64 `bson:"id"`
+	}
+	cur, err := s.n.Find(ctx, bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: key(after)}}}},
+		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).
+			SetProjection(idOnly))
+	if err != nil {
+		return nil, classify(err)
+	}
+	if err := cur.All(ctx, &ds); err != nil {
+		return nil, classify(err)
+	}
+	out := make([]int64, len(ds))
+	for i, d := range ds {
+		out[i] = d.ID
+	}
+	return out, nil
+}
+
+// candidateBatch is how many candidates one search reads. FerretDB v1
+// reads the whole collection for every search whatever its limit (the due
+// filter is not pushed down to SQLite), so one search serves the next
+// claims for candidateTTL.
+const (
+	candidateBatch = 512
+	candidateTTL   = 250 * time.Millisecond
+)
+
+// candidateCache holds the candidates a search read beyond its batch.
+type candidateCache struct {
+	mu  sync.Mutex
+	ids []int64
+	at  time.Time
+}
+
+func (c *candidateCache) put(ids []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ids, c.at = slices.Clone(ids), time.Now()
+}
+
+// take returns up to n cached candidates, none once they are older than
+// candidateTTL.
+func (c *candidateCache) take(n int) []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) > candidateTTL {
+		c.ids = nil
+	}
+	n = min(n, len(c.ids))
+	out := c.ids[:n:n]
+	c.ids = c.ids[n:]
+	return out
+}
+
+// lease leases up to limit events due at now, in id order, to token until
+// until+offset (offset from now when until is zero).
+func (s *Store) lease(ctx context.Context, token string, limit int, until func(t time.Time) time.Time) ([]eventDoc, error) {
+	t := now()
+	var out []eventDoc
+	// Candidates read recently come first (see candidateCache); each
+	// change sees the document as it is, so a stale one gives nothing.
+	if ids := s.cands.take(limit); len(ids) > 0 {
+		var err error
+		if out, err = s.leaseIn(ctx, ids, token, limit, until, out); err != nil {
+			return out, err
+		}
+	}
+	// A candidate another claimer leased meanwhile gives nothing: read on
+	// past the last candidate until the batch is full or none is left.
+	var last int64
+	for len(out) < limit {
+		ids, err := s.candidates(ctx, t, last, candidateBatch)
+		if err != nil {
+			return out, fmt.Errorf("find due events: %w", err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		last = ids[len(ids)-1]
+		i := 0
+		for i < len(ids) && len(out) < limit {
+			j := min(len(ids), i+limit-len(out))
+			if out, err = s.leaseIn(ctx, ids[i:j], token, limit, until, out); err != nil {
+				return out, err
+			}
+			i = j
+		}
+		s.cands.put(ids[i:])
+		if len(ids) < candidateBatch {
+			break
+		}
+	}
+	slices.SortFunc(out, func(a, b eventDoc) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// leaseIn leases the due events of the documents ids, appending them to
+// out, up to limit in all.
+func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit int, until func(t time.Time) time.Time, out []eventDoc) ([]eventDoc, error) {
+	for _, id := range ids {
+		if len(out) >= limit {
+			break
+		}
+		var got []eventDoc
+		_, _, err := s.change(ctx, id, func(d *doc) error {
+			got = got[:0]
+			t := now()
+			u := until(t).Truncate(time.Millisecond)
+			for i := range d.Events {
+				e := &d.Events[i]
+				if len(out)+len(got) >= limit {
+					break
+				}
+				if e.ProcessedAt != nil || e.AvailableAt.After(t) || (e.LockedUntil != nil && !e.LockedUntil.Before(t)) {
+					continue
+				}
+				e.LockedBy, e.LockedUntil = token, &u
+				got = append(got, *e)
+			}
+			if len(got) == 0 {
+				return errNoChange
+			}
+			return nil
+		})
+		if err != nil {
+			return out, fmt.Errorf("lease events of notification %d: %w", id, err)
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// RelayBatch leases up to limit unprocessed events, in id order, to this
+// batch; calls publish with them; then marks processed the events publish
+// confirmed, even when publish also failed, and ends the lease of the
+// others. It implements relay.Source.
+func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
+	if limit < 1 {
+		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
+	}
+	token := relayToken()
+	evs, err := s.lease(ctx, token, limit, func(t time.Time) time.Time {
+		if deadline, ok := ctx.Deadline(); ok {
+			return deadline.Add(markTimeout)
+		}
+		return t.Add(relayLease)
+	})
+	if err != nil {
+		// Events leased before the failure come back when their lease
+		// ends.
+		return 0, fmt.Errorf("relay batch: %w", err)
+	}
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	events := make([]notify.Event, len(evs))
+	for i, e := range evs {
+		events[i] = notify.Event{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), OccurredAt: e.OccurredAt.UTC()}
+	}
+	confirmed, pubErr := publish(ctx, events)
+	ok := make(map[int64]bool, len(confirmed))
+	for _, id := range confirmed {
+		ok[id] = true
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	var errs []error
+	for nid, group := range byNotification(evs) {
+		_, _, err := s.change(mctx, nid, func(d *doc) error {
+			changed := false
+			t := now()
+			for i := range d.Events {
+				e := &d.Events[i]
+				if !slices.Contains(group, e.ID) || e.ProcessedAt != nil {
+					continue
+				}
+				switch {
+				case ok[e.ID]:
+					// Any relay's confirm counts: the broker has it.
+					e.ProcessedAt, e.LockedUntil = &t, nil
+					changed = true
+				case e.LockedBy == token:
+					e.LockedBy, e.LockedUntil = "", nil
+					changed = true
+				}
+			}
+			if !changed {
+				return errNoChange
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("settle events of notification %d: %w", nid, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return len(evs), errors.Join(fmt.Errorf("relay batch: %w", err), pubErr)
+	}
+	if pubErr != nil {
+		return len(evs), fmt.Errorf("relay batch: publish: %w", pubErr)
+	}
+	return len(evs), nil
+}
+
+// byNotification groups event ids by the notification they belong to.
+func byNotification(evs []eventDoc) map[int64][]int64 {
+	out := map[int64][]int64{}
+	for _, e := range evs {
+		out[e.ID/eventSpan] = append(out[e.ID/eventSpan], e.ID)
+	}
+	return out
+}
+
+func relayToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "relay-" + hex.EncodeToString(b)
+}
+
+// OutboxStats counts the unprocessed events, the age of the oldest, and the
+// dead letters. It reads the documents with open events (index
+// open_idx), their counts only.
+func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
+	var st notify.OutboxStats
+	cur, err := s.n.Find(ctx, bson.D{{Key: "open", Value: bson.D{{Key: "$gt", Value: 0}}}},
+		options.Find().SetProjection(bson.D{{Key: "open", Value: 1}, {Key: "oldest", Value: 1}}))
+	if err != nil {
+		return st, fmt.Errorf("outbox stats: %w", classify(err))
+	}
+	var ds []struct {
+		Open   int64      `bson:"open"`
+		Oldest *time.Time `bson:"oldest"`
+	}
+	if err := cur.All(ctx, &ds); err != nil {
+		return st, fmt.Errorf("outbox stats: %w", classify(err))
+	}
+	var oldest time.Time
+	for _, d := range ds {
+		st.Unprocessed += d.Open
+		if d.Oldest != nil && (oldest.IsZero() || d.Oldest.Before(oldest)) {
+			oldest = *d.Oldest
+		}
+	}
+	if !oldest.IsZero() {
+		st.OldestAge = max(time.Since(oldest), 0)
+	}
+	n, err := s.n.CountDocuments(ctx, bson.D{{Key: "status", Value: string(notify.StatusFailed)}})
+	if err != nil {
+		return st, fmt.Errorf("outbox stats: %w", classify(err))
+	}
+	st.DeadLetters = n
+	return st, nil
+}
+
+// Claim leases up to limit due events to token until now + lease. It
+// implements table.Queue.
+func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
+	switch {
+	case token == "":
+		return nil, errors.New("claim outbox events: empty lease token")
+	case limit < 1:
+		return nil, fmt.Errorf("claim outbox events: limit must be at least 1, got %d", limit)
+	case lease <= 0:
+		return nil, fmt.Errorf("claim outbox events: lease must be positive, got %s", lease)
+	}
+	evs, err := s.lease(ctx, token, limit, func(t time.Time) time.Time { return t.Add(lease) })
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox events: %w", err)
+	}
+	msgs := make([]notify.Message, len(evs))
+	for i, e := range evs {
+		msgs[i] = notify.Message{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), RetryCount: e.Retries, OccurredAt: e.OccurredAt.UTC()}
+	}
+	return msgs, nil
+}
+
+// Finish marks events leased to token processed; a non-empty reason
+// records them as dead-lettered. It implements table.Queue.
+func (s *Store) Finish(ctx context.Context, ids []int64, token, reason string) error {
+	evs := make([]eventDoc, len(ids))
+	for i, id := range ids {
+		evs[i].ID = id
+	}
+	for nid, group := range byNotification(evs) {
+		_, _, err := s.change(ctx, nid, func(d *doc) error {
+			changed := false
+			t := now()
+			for i := range d.Events {
+				e := &d.Events[i]
+				if slices.Contains(group, e.ID) && e.LockedBy == token && e.ProcessedAt == nil {
+					e.ProcessedAt, e.LockedUntil = &t, nil
+					if reason != "" {
+						e.LastError = reason
+					}
+					changed = true
+				}
+			}
+			if !changed {
+				return errNoChange
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("finish %d outbox events: %w", len(ids), err)
+		}
+	}
+	return nil
+}
+
+// Reschedule ends the lease of an event leased to token and makes it due
+// again after delay; with retry it counts a retry and keeps reason. It
+// implements table.Queue.
+func (s *Store) Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error {
+	_, _, err := s.change(ctx, id/eventSpan, func(d *doc) error {
+		for i := range d.Events {
+			e := &d.Events[i]
+			if e.ID != id || e.LockedBy != token || e.ProcessedAt != nil {
+				continue
+			}
+			e.LockedBy, e.LockedUntil = "", nil
+			e.AvailableAt = now().Add(max(delay, 0))
+			if retry {
+				e.Retries++
+				e.LastError = reason
+			}
+			return nil
+		}
+		return errNoChange
+	})
+	if err != nil {
+		return fmt.Errorf("reschedule outbox event %d: %w", id, err)
+	}
+	return nil
+}
