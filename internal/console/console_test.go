@@ -223,3 +223,39 @@ func TestOverviewSenders(t *testing.T) {
 		})
 	}
 }
+
+// The list filters by channel, with the channels the API takes as its
+// choices; an unknown one is shown next to its field.
+func TestListByChannel(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	require.NoError(t, st.Migrate(t.Context()))
+	channels := notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": {JSONBody: true, To: "an http(s) URL"}}
+	c, err := New(st, st, deadletter.New(st, nil), Config{Channels: channels, SessionTTL: time.Hour, RefreshEvery: time.Second})
+	require.NoError(t, err)
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	for _, r := range []notify.CreateRequest{
+		{UserID: "u", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b"},
+		{UserID: "u", Channel: "webhook", To: "https://hooks.example.com/in", Body: `{"a":1}`},
+	} {
+		_, err := st.Create(t.Context(), notify.NewNotification{Request: r})
+		require.NoError(t, err)
+	}
+	resp, err := http.Get(srv.URL + "/ui/notifications?channel=webhook")
+	require.NoError(t, err)
+	page := read(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, page, "hooks.example.com")
+	require.NotContains(t, page, "a@example.com")
+	require.Contains(t, page, "<option selected>webhook</option>")
+	require.Contains(t, page, "<option>email</option>")
+
+	resp, err = http.Get(srv.URL + "/ui/notifications?channel=pigeon")
+	require.NoError(t, err)
+	page = read(t, resp)
+	require.Regexp(t, `(?s)id="channel".*class="[^"]*error[^"]*"[^>]*>[^<]*channel`, page)
+	require.NotContains(t, page, "hooks.example.com")
+}

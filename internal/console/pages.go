@@ -209,10 +209,12 @@ func (c *Console) overviewFragment(w http.ResponseWriter, r *http.Request) {
 
 // listFields are the filters the list's form has; an error about another
 // parameter is shown above the form.
-var listFields = []string{"user_id", "status", "created_after", "created_before", "limit", "cursor"}
+var listFields = []string{"user_id", "status", "channel", "created_after", "created_before", "limit", "cursor"}
 
 type listData struct {
-	Query     url.Values
+	Query url.Values
+	// Channels are the channel filter's choices.
+	Channels  []string
 	Errors    map[string]string
 	FormError string
 	Items     []notify.Notification
@@ -236,7 +238,7 @@ func cleanQuery(q url.Values) url.Values {
 
 func (c *Console) notifications(w http.ResponseWriter, r *http.Request) {
 	q := cleanQuery(r.URL.Query())
-	d := listData{Query: q, Errors: map[string]string{}}
+	d := listData{Query: q, Channels: c.cfg.Channels.Names(), Errors: map[string]string{}}
 	f, err := api.ParseListFilter(q, c.cfg.Channels)
 	if err != nil {
 		var pe *api.ParamError
