@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // Consumer hands the records of the requested topic to a handler, one key
@@ -68,7 +69,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 		return fmt.Errorf("consume: %w", err)
 	}
 	defer closeAdm()
-	backoff := c.cfg.ReconnectMin
+	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	for {
 		_, err := ensureTopics(ctx, adm, c.cfg, c.topics)
 		if err == nil {
@@ -77,15 +78,10 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		c.log.Warn("kafka cluster not ready; retrying", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		c.log.Warn("kafka cluster not ready; retrying", "err", err, "backoff", backoff.Current())
+		if !backoff.Wait(ctx) {
 			return nil
-		case <-t.C:
 		}
-		backoff = min(backoff*2, c.cfg.ReconnectMax)
 	}
 
 	for {

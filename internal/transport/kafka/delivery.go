@@ -2,15 +2,16 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // delivery implements notify.Delivery for one record of the requested
@@ -20,11 +21,10 @@ type delivery struct {
 	e   *entry
 	msg notify.Message
 
-	// mu makes settling once hold even against a confused caller; done is
-	// set by a settlement, and by the handler returning (returned): a
-	// delivery its handler gave up is redelivered, not settled late.
-	mu             sync.Mutex
-	done, returned bool
+	// once makes settling once hold even against a confused caller; it is
+	// closed (errReturned) when the handler returns: a delivery its handler
+	// gave up is redelivered, not settled late.
+	once consume.Once
 }
 
 // Message returns the delivered message.
@@ -81,23 +81,14 @@ func (d *delivery) produceThenSettle(ctx context.Context, r *kgo.Record) error {
 	return d.s.settle(d.e)
 }
 
+// settle runs op as the delivery's one settlement (see consume.Once).
 func (d *delivery) settle(what string, op func() error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch {
-	case d.returned:
-		return fmt.Errorf("%s message %d: its handler returned without settling it; it is delivered again", what, d.msg.ID)
-	case d.done:
-		return fmt.Errorf("%s message %d: already settled", what, d.msg.ID)
-	}
-	// A failed settlement leaves the record unsettled, so that the caller
-	// may still fall back to another (say Release after a failed Retry).
-	if err := op(); err != nil {
-		return fmt.Errorf("%s message %d: %w", what, d.msg.ID, err)
-	}
-	d.done = true
-	return nil
+	return d.once.Settle(what, notify.FormatID(d.msg.ID), op)
 }
+
+// errReturned is why a delivery cannot be settled once its handler
+// returned without settling it.
+var errReturned = errors.New("its handler returned without settling it; it is delivered again")
 
 // message reads a record as herald's message. bad, when not empty, says
 // why the record cannot be herald's (it has no usable message id) and is

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // Consumer delivers the messages of notifications.requested to a handler,
@@ -58,7 +59,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	})
 	defer stopGrace()
 
-	backoff := c.cfg.ReconnectMin
+	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	for {
 		consumed, err := c.session(ctx, hctx, handle)
 		if ctx.Err() != nil {
@@ -68,21 +69,16 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 			return fmt.Errorf("consume: %w", err)
 		}
 		if consumed {
-			backoff = c.cfg.ReconnectMin
+			backoff.Reset()
 		}
 		if errors.Is(err, natsgo.ErrAuthorization) {
-			c.log.Error("nats consumer cannot connect: credentials rejected; retrying", "err", err, "backoff", backoff)
+			c.log.Error("nats consumer cannot connect: credentials rejected; retrying", "err", err, "backoff", backoff.Current())
 		} else {
-			c.log.Warn("nats consumer disconnected; reconnecting", "err", err, "backoff", backoff)
+			c.log.Warn("nats consumer disconnected; reconnecting", "err", err, "backoff", backoff.Current())
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Wait(ctx) {
 			return nil
-		case <-t.C:
 		}
-		backoff = min(backoff*2, c.cfg.ReconnectMax)
 	}
 }
 
@@ -171,8 +167,7 @@ type session struct {
 	// held are the deliveries whose handler returned without settling
 	// them: the server keeps them pending until they are handed back when
 	// the session ends (or AckWait passes).
-	mu   sync.Mutex
-	held []jetstream.Msg
+	held consume.Held[jetstream.Msg]
 }
 
 // pullWait is how long one pull request of the worker consumer waits for
@@ -284,11 +279,7 @@ func (s *session) handBack(m jetstream.Msg, why string) {
 
 // handBackHeld hands back every delivery a handler left unsettled.
 func (s *session) handBackHeld() {
-	s.mu.Lock()
-	held := s.held
-	s.held = nil
-	s.mu.Unlock()
-	for _, m := range held {
+	for _, m := range s.held.Take() {
 		s.handBack(m, "left unsettled by its handler")
 	}
 }
@@ -315,9 +306,7 @@ func (s *session) dispatch(ctx context.Context, m jetstream.Msg, handle notify.H
 		handle(ctx, d)
 	}
 	if !d.isSettled() {
-		s.mu.Lock()
-		s.held = append(s.held, m)
-		s.mu.Unlock()
+		s.held.Add(m)
 	}
 }
 
@@ -548,8 +537,7 @@ type delivery struct {
 	m   jetstream.Msg
 	msg notify.Message
 
-	mu      sync.Mutex
-	settled bool
+	once consume.Once
 }
 
 // Message returns the delivered message.
@@ -597,25 +585,11 @@ func (d *delivery) copyID(what string) string {
 	return "seq." + strconv.FormatUint(streamSeq(d.m), 10) + "." + what
 }
 
-func (d *delivery) isSettled() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.settled
-}
+func (d *delivery) isSettled() bool { return d.once.Settled() }
 
+// settle runs op as the delivery's one settlement (see consume.Once).
 func (d *delivery) settle(what string, op func() error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return fmt.Errorf("%s message %d: already settled", what, d.msg.ID)
-	}
-	// A failed settlement leaves the message unsettled, so that the caller
-	// may still fall back to another (say Release after a failed Retry).
-	if err := op(); err != nil {
-		return fmt.Errorf("%s message %d: %w", what, d.msg.ID, err)
-	}
-	d.settled = true
-	return nil
+	return d.once.Settle(what, notify.FormatID(d.msg.ID), op)
 }
 
 // forward publishes a copy of the message to subject, with its retry

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // Consumer delivers the messages of the send queue to a handler, with
@@ -63,7 +64,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	fwd := newPublisher(fwdCfg, c.topo, "consumer forwards")
 	defer fwd.Close()
 
-	backoff := c.cfg.ReconnectMin
+	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	for {
 		consumed, err := c.session(ctx, hctx, fwd, handle)
 		if ctx.Err() != nil {
@@ -73,17 +74,12 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 			return fmt.Errorf("consume: %w", err)
 		}
 		if consumed {
-			backoff = c.cfg.ReconnectMin
+			backoff.Reset()
 		}
-		c.log.Warn("rabbitmq consumer disconnected; reconnecting", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		c.log.Warn("rabbitmq consumer disconnected; reconnecting", "err", err, "backoff", backoff.Current())
+		if !backoff.Wait(ctx) {
 			return nil
-		case <-t.C:
 		}
-		backoff = min(backoff*2, c.cfg.ReconnectMax)
 	}
 }
 
@@ -215,8 +211,7 @@ type session struct {
 	// held collects the deliveries left unsettled (by their handler, or
 	// never handed to one because the shutdown began), to be handed back
 	// when the consumer stops.
-	mu   sync.Mutex
-	held []*delivery
+	held consume.Held[*delivery]
 }
 
 // Hand-backs and delivery limits.
@@ -316,22 +311,14 @@ func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle notify.H
 }
 
 // hold keeps an unsettled delivery for the hand-back at the consumer's stop.
-func (s *session) hold(d *delivery) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.held = append(s.held, d)
-}
+func (s *session) hold(d *delivery) { s.held.Add(d) }
 
 // handBackHeld hands the held deliveries back as fresh copies, published in
 // one batch: each original is acked once its copy is confirmed. The others
 // stay unsettled, and the close of the connection returns them.
 func (s *session) handBackHeld(ctx context.Context) {
-	s.mu.Lock()
-	held := s.held
-	s.held = nil
-	s.mu.Unlock()
 	var todo []*delivery
-	for _, d := range held {
+	for _, d := range s.held.Take() {
 		if !d.isSettled() {
 			todo = append(todo, d)
 		}
@@ -434,9 +421,7 @@ type delivery struct {
 	d   amqp.Delivery
 	msg notify.Message
 
-	// mu makes settling once hold even against a confused caller.
-	mu      sync.Mutex
-	settled bool
+	once consume.Once
 }
 
 // Message returns the delivered message.
@@ -517,26 +502,11 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 }
 
 func (d *delivery) settle(what string, op func() error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return fmt.Errorf("%s message %s: already settled", what, d.d.MessageId)
-	}
-	// A failed settlement leaves the message unsettled, so that the caller
-	// may still fall back to another (say Release after a failed Retry).
-	if err := op(); err != nil {
-		return fmt.Errorf("%s message %s: %w", what, d.d.MessageId, err)
-	}
-	d.settled = true
-	return nil
+	return d.once.Settle(what, d.d.MessageId, op)
 }
 
 // isSettled reports whether a settle method succeeded.
-func (d *delivery) isSettled() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.settled
-}
+func (d *delivery) isSettled() bool { return d.once.Settled() }
 
 // forward publishes a copy of the message with retries and reason, and
 // acks the original once the copy is confirmed.
