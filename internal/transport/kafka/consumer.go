@@ -56,13 +56,8 @@ const pollMax = 500
 // Consume returns within about ShutdownGrace + 4s of ctx ending, provided
 // the handlers return once their context is cancelled.
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, hcancel := consume.HandlerContext(ctx, c.cfg.ShutdownGrace)
 	defer hcancel()
-	stopGrace := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(c.cfg.ShutdownGrace, hcancel)
-		context.AfterFunc(hctx, func() { t.Stop() })
-	})
-	defer stopGrace()
 
 	adm, closeAdm, err := newAdmin(c.cfg)
 	if err != nil {

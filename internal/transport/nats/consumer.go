@@ -51,13 +51,8 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // blocked on the connection, to the server's ack wait. It returns an error only when the server holds a stream
 // it cannot use (ErrTopologyMismatch).
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, hcancel := consume.HandlerContext(ctx, c.cfg.ShutdownGrace)
 	defer hcancel()
-	stopGrace := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(c.cfg.ShutdownGrace, hcancel)
-		context.AfterFunc(hctx, func() { t.Stop() })
-	})
-	defer stopGrace()
 
 	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	for {

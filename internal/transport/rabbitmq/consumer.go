@@ -47,13 +47,8 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	// Handlers must be able to settle what they started after a shutdown
 	// begins: their context ends only ShutdownGrace after ctx does.
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, hcancel := consume.HandlerContext(ctx, c.cfg.ShutdownGrace)
 	defer hcancel()
-	stopGrace := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(c.cfg.ShutdownGrace, hcancel)
-		context.AfterFunc(hctx, func() { t.Stop() })
-	})
-	defer stopGrace()
 
 	// Retry copies and dead letters go out on a connection of their own: a
 	// broker that blocks a publishing connection (flow control, a memory

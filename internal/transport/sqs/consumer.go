@@ -45,12 +45,10 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // is logged and tried again with a backoff; a deleted queue is declared
 // again.
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
-	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
 	// The handlers' grace starts when ctx ends, while the last receive
 	// may still be under way.
-	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.ShutdownGrace, cancelHandlers) })
-	defer stopGrace()
+	hctx, cancelHandlers := consume.HandlerContext(ctx, c.cfg.ShutdownGrace)
+	defer cancelHandlers()
 	var (
 		wg      sync.WaitGroup
 		pending consume.Held[*delivery] // returned by their handler unsettled
