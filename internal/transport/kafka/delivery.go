@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -53,7 +52,7 @@ func (d *delivery) Retry(ctx context.Context, reason string) error {
 		r := copyRecord(d.e.rec, d.s.topics.Retry, HeaderRetryCount, HeaderLastError, HeaderRetryDelay, HeaderDueAt)
 		r.Headers = append(r.Headers,
 			kgo.RecordHeader{Key: HeaderRetryCount, Value: strconv.AppendInt(nil, int64(n), 10)},
-			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(truncate(reason, maxReason))},
+			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(consume.Truncate(reason, consume.MaxReason))},
 			kgo.RecordHeader{Key: HeaderRetryDelay, Value: strconv.AppendInt(nil, delay.Milliseconds(), 10)},
 		)
 		return d.produceThenSettle(ctx, r)
@@ -67,7 +66,7 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 	return d.settle("dead-letter", func() error {
 		r := copyRecord(d.e.rec, d.s.topics.DeadLetters, HeaderLastError, HeaderRetryDelay, HeaderDueAt, HeaderSource)
 		r.Headers = append(r.Headers,
-			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(truncate(reason, maxReason))},
+			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(consume.Truncate(reason, consume.MaxReason))},
 			kgo.RecordHeader{Key: HeaderSource, Value: []byte(source(d.e.rec))},
 		)
 		return d.produceThenSettle(ctx, r)
@@ -108,7 +107,7 @@ func message(r *kgo.Record) (m notify.Message, bad string) {
 	raw := header(r, HeaderMessageID)
 	id, ok := notify.ParseID(raw)
 	if !ok {
-		return m, fmt.Sprintf("not a herald message: header %s is %q, want an outbox id", HeaderMessageID, truncate(raw, 64))
+		return m, fmt.Sprintf("not a herald message: header %s is %q, want an outbox id", HeaderMessageID, consume.Truncate(raw, 64))
 	}
 	m.ID = id
 	return m, ""
@@ -173,18 +172,4 @@ next:
 // source names where a record was read: topic/partition@offset.
 func source(r *kgo.Record) string {
 	return fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
-}
-
-// maxReason bounds the x-last-error header.
-const maxReason = 1024
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -293,7 +292,7 @@ func (s *session) dispatch(ctx context.Context, m jetstream.Msg, handle notify.H
 		OccurredAt: occurredAt(m),
 	}}
 	if !ok {
-		reason := fmt.Sprintf("not a herald message: invalid %s %q", HeaderMessageID, truncate(raw, 64))
+		reason := fmt.Sprintf("not a herald message: invalid %s %q", HeaderMessageID, consume.Truncate(raw, 64))
 		if err := d.DeadLetter(ctx, reason); err != nil {
 			s.log.Warn("dead-letter a message that is not herald's", "subject", m.Subject(), "err", err)
 		}
@@ -512,20 +511,6 @@ func retryCount(h natsgo.Header) int {
 	return int(max(0, min(n, 1<<31-1)))
 }
 
-// maxReason bounds the x-last-error header.
-const maxReason = 1024
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 // delivery implements notify.Delivery.
 type delivery struct {
 	s   *session
@@ -593,7 +578,7 @@ func (d *delivery) settle(what string, op func() error) error {
 func (d *delivery) forward(ctx context.Context, subject string, retries int, reason string, delay *time.Duration, msgID string) error {
 	out := copyMsg(d.m, subject)
 	out.Header.Set(HeaderRetryCount, strconv.Itoa(retries))
-	out.Header.Set(HeaderLastError, truncate(reason, maxReason))
+	out.Header.Set(HeaderLastError, consume.Truncate(reason, consume.MaxReason))
 	out.Header.Del(HeaderDueAt)
 	out.Header.Del(HeaderRetryDelay)
 	if delay != nil {

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -396,20 +395,6 @@ func intHeader(h amqp.Table, key string) int {
 	return int(max(0, min(n, 1<<31-1)))
 }
 
-// maxReason bounds the x-last-error header.
-const maxReason = 1024
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 // delivery implements notify.Delivery.
 type delivery struct {
 	s   *session
@@ -508,7 +493,7 @@ func (d *delivery) isSettled() bool { return d.once.Settled() }
 func (d *delivery) forward(ctx context.Context, exchange, key string, retries int, reason string) error {
 	headers := copyHeaders(d.d.Headers)
 	headers[HeaderRetryCount] = int64(retries)
-	headers[HeaderLastError] = truncate(reason, maxReason)
+	headers[HeaderLastError] = consume.Truncate(reason, consume.MaxReason)
 	_, err := d.publishThenAck(ctx, outgoing{exchange: exchange, key: key, msg: d.publishing(headers)})
 	return err
 }
