@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // Consumer hands the records of the requested topic to a handler, one key
@@ -55,20 +56,15 @@ const pollMax = 500
 // Consume returns within about ShutdownGrace + 4s of ctx ending, provided
 // the handlers return once their context is cancelled.
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, hcancel := consume.HandlerContext(ctx, c.cfg.ShutdownGrace)
 	defer hcancel()
-	stopGrace := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(c.cfg.ShutdownGrace, hcancel)
-		context.AfterFunc(hctx, func() { t.Stop() })
-	})
-	defer stopGrace()
 
 	adm, closeAdm, err := newAdmin(c.cfg)
 	if err != nil {
 		return fmt.Errorf("consume: %w", err)
 	}
 	defer closeAdm()
-	backoff := c.cfg.ReconnectMin
+	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	for {
 		_, err := ensureTopics(ctx, adm, c.cfg, c.topics)
 		if err == nil {
@@ -77,15 +73,10 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		c.log.Warn("kafka cluster not ready; retrying", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		c.log.Warn("kafka cluster not ready; retrying", "err", err, "backoff", backoff.Current())
+		if !backoff.Wait(ctx) {
 			return nil
-		case <-t.C:
 		}
-		backoff = min(backoff*2, c.cfg.ReconnectMax)
 	}
 
 	for {

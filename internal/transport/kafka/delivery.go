@@ -2,15 +2,15 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // delivery implements notify.Delivery for one record of the requested
@@ -20,11 +20,10 @@ type delivery struct {
 	e   *entry
 	msg notify.Message
 
-	// mu makes settling once hold even against a confused caller; done is
-	// set by a settlement, and by the handler returning (returned): a
-	// delivery its handler gave up is redelivered, not settled late.
-	mu             sync.Mutex
-	done, returned bool
+	// once makes settling once hold even against a confused caller; it is
+	// closed (errReturned) when the handler returns: a delivery its handler
+	// gave up is redelivered, not settled late.
+	once consume.Once
 }
 
 // Message returns the delivered message.
@@ -53,7 +52,7 @@ func (d *delivery) Retry(ctx context.Context, reason string) error {
 		r := copyRecord(d.e.rec, d.s.topics.Retry, HeaderRetryCount, HeaderLastError, HeaderRetryDelay, HeaderDueAt)
 		r.Headers = append(r.Headers,
 			kgo.RecordHeader{Key: HeaderRetryCount, Value: strconv.AppendInt(nil, int64(n), 10)},
-			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(truncate(reason, maxReason))},
+			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(consume.Truncate(reason, consume.MaxReason))},
 			kgo.RecordHeader{Key: HeaderRetryDelay, Value: strconv.AppendInt(nil, delay.Milliseconds(), 10)},
 		)
 		return d.produceThenSettle(ctx, r)
@@ -67,7 +66,7 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 	return d.settle("dead-letter", func() error {
 		r := copyRecord(d.e.rec, d.s.topics.DeadLetters, HeaderLastError, HeaderRetryDelay, HeaderDueAt, HeaderSource)
 		r.Headers = append(r.Headers,
-			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(truncate(reason, maxReason))},
+			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(consume.Truncate(reason, consume.MaxReason))},
 			kgo.RecordHeader{Key: HeaderSource, Value: []byte(source(d.e.rec))},
 		)
 		return d.produceThenSettle(ctx, r)
@@ -81,23 +80,14 @@ func (d *delivery) produceThenSettle(ctx context.Context, r *kgo.Record) error {
 	return d.s.settle(d.e)
 }
 
+// settle runs op as the delivery's one settlement (see consume.Once).
 func (d *delivery) settle(what string, op func() error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch {
-	case d.returned:
-		return fmt.Errorf("%s message %d: its handler returned without settling it; it is delivered again", what, d.msg.ID)
-	case d.done:
-		return fmt.Errorf("%s message %d: already settled", what, d.msg.ID)
-	}
-	// A failed settlement leaves the record unsettled, so that the caller
-	// may still fall back to another (say Release after a failed Retry).
-	if err := op(); err != nil {
-		return fmt.Errorf("%s message %d: %w", what, d.msg.ID, err)
-	}
-	d.done = true
-	return nil
+	return d.once.Settle(what, notify.FormatID(d.msg.ID), op)
 }
+
+// errReturned is why a delivery cannot be settled once its handler
+// returned without settling it.
+var errReturned = errors.New("its handler returned without settling it; it is delivered again")
 
 // message reads a record as herald's message. bad, when not empty, says
 // why the record cannot be herald's (it has no usable message id) and is
@@ -117,7 +107,7 @@ func message(r *kgo.Record) (m notify.Message, bad string) {
 	raw := header(r, HeaderMessageID)
 	id, ok := notify.ParseID(raw)
 	if !ok {
-		return m, fmt.Sprintf("not a herald message: header %s is %q, want an outbox id", HeaderMessageID, truncate(raw, 64))
+		return m, fmt.Sprintf("not a herald message: header %s is %q, want an outbox id", HeaderMessageID, consume.Truncate(raw, 64))
 	}
 	m.ID = id
 	return m, ""
@@ -182,18 +172,4 @@ next:
 // source names where a record was read: topic/partition@offset.
 func source(r *kgo.Record) string {
 	return fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
-}
-
-// maxReason bounds the x-last-error header.
-const maxReason = 1024
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -240,10 +240,7 @@ func (s *session) deliver(e *entry) {
 	} else {
 		s.handle(s.hctx, d)
 	}
-	d.mu.Lock()
-	abandoned := !d.done
-	d.done, d.returned = true, true
-	d.mu.Unlock()
+	abandoned := d.once.Close(errReturned)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // Consumer delivers the messages of notifications.requested to a handler,
@@ -50,15 +50,10 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // blocked on the connection, to the server's ack wait. It returns an error only when the server holds a stream
 // it cannot use (ErrTopologyMismatch).
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, hcancel := consume.HandlerContext(ctx, c.cfg.ShutdownGrace)
 	defer hcancel()
-	stopGrace := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(c.cfg.ShutdownGrace, hcancel)
-		context.AfterFunc(hctx, func() { t.Stop() })
-	})
-	defer stopGrace()
 
-	backoff := c.cfg.ReconnectMin
+	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	for {
 		consumed, err := c.session(ctx, hctx, handle)
 		if ctx.Err() != nil {
@@ -68,21 +63,16 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 			return fmt.Errorf("consume: %w", err)
 		}
 		if consumed {
-			backoff = c.cfg.ReconnectMin
+			backoff.Reset()
 		}
 		if errors.Is(err, natsgo.ErrAuthorization) {
-			c.log.Error("nats consumer cannot connect: credentials rejected; retrying", "err", err, "backoff", backoff)
+			c.log.Error("nats consumer cannot connect: credentials rejected; retrying", "err", err, "backoff", backoff.Current())
 		} else {
-			c.log.Warn("nats consumer disconnected; reconnecting", "err", err, "backoff", backoff)
+			c.log.Warn("nats consumer disconnected; reconnecting", "err", err, "backoff", backoff.Current())
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Wait(ctx) {
 			return nil
-		case <-t.C:
 		}
-		backoff = min(backoff*2, c.cfg.ReconnectMax)
 	}
 }
 
@@ -171,8 +161,7 @@ type session struct {
 	// held are the deliveries whose handler returned without settling
 	// them: the server keeps them pending until they are handed back when
 	// the session ends (or AckWait passes).
-	mu   sync.Mutex
-	held []jetstream.Msg
+	held consume.Held[jetstream.Msg]
 }
 
 // pullWait is how long one pull request of the worker consumer waits for
@@ -284,11 +273,7 @@ func (s *session) handBack(m jetstream.Msg, why string) {
 
 // handBackHeld hands back every delivery a handler left unsettled.
 func (s *session) handBackHeld() {
-	s.mu.Lock()
-	held := s.held
-	s.held = nil
-	s.mu.Unlock()
-	for _, m := range held {
+	for _, m := range s.held.Take() {
 		s.handBack(m, "left unsettled by its handler")
 	}
 }
@@ -307,7 +292,7 @@ func (s *session) dispatch(ctx context.Context, m jetstream.Msg, handle notify.H
 		OccurredAt: occurredAt(m),
 	}}
 	if !ok {
-		reason := fmt.Sprintf("not a herald message: invalid %s %q", HeaderMessageID, truncate(raw, 64))
+		reason := fmt.Sprintf("not a herald message: invalid %s %q", HeaderMessageID, consume.Truncate(raw, 64))
 		if err := d.DeadLetter(ctx, reason); err != nil {
 			s.log.Warn("dead-letter a message that is not herald's", "subject", m.Subject(), "err", err)
 		}
@@ -315,9 +300,7 @@ func (s *session) dispatch(ctx context.Context, m jetstream.Msg, handle notify.H
 		handle(ctx, d)
 	}
 	if !d.isSettled() {
-		s.mu.Lock()
-		s.held = append(s.held, m)
-		s.mu.Unlock()
+		s.held.Add(m)
 	}
 }
 
@@ -528,28 +511,13 @@ func retryCount(h natsgo.Header) int {
 	return int(max(0, min(n, 1<<31-1)))
 }
 
-// maxReason bounds the x-last-error header.
-const maxReason = 1024
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 // delivery implements notify.Delivery.
 type delivery struct {
 	s   *session
 	m   jetstream.Msg
 	msg notify.Message
 
-	mu      sync.Mutex
-	settled bool
+	once consume.Once
 }
 
 // Message returns the delivered message.
@@ -597,25 +565,11 @@ func (d *delivery) copyID(what string) string {
 	return "seq." + strconv.FormatUint(streamSeq(d.m), 10) + "." + what
 }
 
-func (d *delivery) isSettled() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.settled
-}
+func (d *delivery) isSettled() bool { return d.once.Settled() }
 
+// settle runs op as the delivery's one settlement (see consume.Once).
 func (d *delivery) settle(what string, op func() error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return fmt.Errorf("%s message %d: already settled", what, d.msg.ID)
-	}
-	// A failed settlement leaves the message unsettled, so that the caller
-	// may still fall back to another (say Release after a failed Retry).
-	if err := op(); err != nil {
-		return fmt.Errorf("%s message %d: %w", what, d.msg.ID, err)
-	}
-	d.settled = true
-	return nil
+	return d.once.Settle(what, notify.FormatID(d.msg.ID), op)
 }
 
 // forward publishes a copy of the message to subject, with its retry
@@ -624,7 +578,7 @@ func (d *delivery) settle(what string, op func() error) error {
 func (d *delivery) forward(ctx context.Context, subject string, retries int, reason string, delay *time.Duration, msgID string) error {
 	out := copyMsg(d.m, subject)
 	out.Header.Set(HeaderRetryCount, strconv.Itoa(retries))
-	out.Header.Set(HeaderLastError, truncate(reason, maxReason))
+	out.Header.Set(HeaderLastError, consume.Truncate(reason, consume.MaxReason))
 	out.Header.Del(HeaderDueAt)
 	out.Header.Del(HeaderRetryDelay)
 	if delay != nil {

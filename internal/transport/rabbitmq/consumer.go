@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // Consumer delivers the messages of the send queue to a handler, with
@@ -46,13 +46,8 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	// Handlers must be able to settle what they started after a shutdown
 	// begins: their context ends only ShutdownGrace after ctx does.
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	hctx, hcancel := consume.HandlerContext(ctx, c.cfg.ShutdownGrace)
 	defer hcancel()
-	stopGrace := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(c.cfg.ShutdownGrace, hcancel)
-		context.AfterFunc(hctx, func() { t.Stop() })
-	})
-	defer stopGrace()
 
 	// Retry copies and dead letters go out on a connection of their own: a
 	// broker that blocks a publishing connection (flow control, a memory
@@ -63,7 +58,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	fwd := newPublisher(fwdCfg, c.topo, "consumer forwards")
 	defer fwd.Close()
 
-	backoff := c.cfg.ReconnectMin
+	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	for {
 		consumed, err := c.session(ctx, hctx, fwd, handle)
 		if ctx.Err() != nil {
@@ -73,17 +68,12 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 			return fmt.Errorf("consume: %w", err)
 		}
 		if consumed {
-			backoff = c.cfg.ReconnectMin
+			backoff.Reset()
 		}
-		c.log.Warn("rabbitmq consumer disconnected; reconnecting", "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		c.log.Warn("rabbitmq consumer disconnected; reconnecting", "err", err, "backoff", backoff.Current())
+		if !backoff.Wait(ctx) {
 			return nil
-		case <-t.C:
 		}
-		backoff = min(backoff*2, c.cfg.ReconnectMax)
 	}
 }
 
@@ -215,8 +205,7 @@ type session struct {
 	// held collects the deliveries left unsettled (by their handler, or
 	// never handed to one because the shutdown began), to be handed back
 	// when the consumer stops.
-	mu   sync.Mutex
-	held []*delivery
+	held consume.Held[*delivery]
 }
 
 // Hand-backs and delivery limits.
@@ -316,22 +305,14 @@ func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle notify.H
 }
 
 // hold keeps an unsettled delivery for the hand-back at the consumer's stop.
-func (s *session) hold(d *delivery) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.held = append(s.held, d)
-}
+func (s *session) hold(d *delivery) { s.held.Add(d) }
 
 // handBackHeld hands the held deliveries back as fresh copies, published in
 // one batch: each original is acked once its copy is confirmed. The others
 // stay unsettled, and the close of the connection returns them.
 func (s *session) handBackHeld(ctx context.Context) {
-	s.mu.Lock()
-	held := s.held
-	s.held = nil
-	s.mu.Unlock()
 	var todo []*delivery
-	for _, d := range held {
+	for _, d := range s.held.Take() {
 		if !d.isSettled() {
 			todo = append(todo, d)
 		}
@@ -414,29 +395,13 @@ func intHeader(h amqp.Table, key string) int {
 	return int(max(0, min(n, 1<<31-1)))
 }
 
-// maxReason bounds the x-last-error header.
-const maxReason = 1024
-
-// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 // delivery implements notify.Delivery.
 type delivery struct {
 	s   *session
 	d   amqp.Delivery
 	msg notify.Message
 
-	// mu makes settling once hold even against a confused caller.
-	mu      sync.Mutex
-	settled bool
+	once consume.Once
 }
 
 // Message returns the delivered message.
@@ -517,33 +482,18 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 }
 
 func (d *delivery) settle(what string, op func() error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return fmt.Errorf("%s message %s: already settled", what, d.d.MessageId)
-	}
-	// A failed settlement leaves the message unsettled, so that the caller
-	// may still fall back to another (say Release after a failed Retry).
-	if err := op(); err != nil {
-		return fmt.Errorf("%s message %s: %w", what, d.d.MessageId, err)
-	}
-	d.settled = true
-	return nil
+	return d.once.Settle(what, d.d.MessageId, op)
 }
 
 // isSettled reports whether a settle method succeeded.
-func (d *delivery) isSettled() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.settled
-}
+func (d *delivery) isSettled() bool { return d.once.Settled() }
 
 // forward publishes a copy of the message with retries and reason, and
 // acks the original once the copy is confirmed.
 func (d *delivery) forward(ctx context.Context, exchange, key string, retries int, reason string) error {
 	headers := copyHeaders(d.d.Headers)
 	headers[HeaderRetryCount] = int64(retries)
-	headers[HeaderLastError] = truncate(reason, maxReason)
+	headers[HeaderLastError] = consume.Truncate(reason, consume.MaxReason)
 	_, err := d.publishThenAck(ctx, outgoing{exchange: exchange, key: key, msg: d.publishing(headers)})
 	return err
 }

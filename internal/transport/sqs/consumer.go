@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // handBackTimeout bounds the hand-backs (visibility 0) of a stopping
@@ -44,16 +45,13 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // is logged and tried again with a backoff; a deleted queue is declared
 // again.
 func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
-	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
 	// The handlers' grace starts when ctx ends, while the last receive
 	// may still be under way.
-	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(c.cfg.ShutdownGrace, cancelHandlers) })
-	defer stopGrace()
+	hctx, cancelHandlers := consume.HandlerContext(ctx, c.cfg.ShutdownGrace)
+	defer cancelHandlers()
 	var (
 		wg      sync.WaitGroup
-		mu      sync.Mutex
-		pending = map[*delivery]bool{} // returned by their handler unsettled
+		pending consume.Held[*delivery] // returned by their handler unsettled
 	)
 	acks := make(chan ackReq)
 	ackDone := make(chan struct{})
@@ -64,7 +62,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 		ackers.Wait()
 	}()
 	slots := make(chan struct{}, c.cfg.Prefetch)
-	backoff := c.cfg.ReconnectMin
+	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	failing := false
 	for ctx.Err() == nil {
 		select {
@@ -102,25 +100,19 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 				c.cfg.Logger.Warn("sqs receive failed; retrying", "queue", c.cfg.Topology().Send, "err", err)
 			}
 			failing = true
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-			}
-			backoff = min(backoff*2, c.cfg.ReconnectMax)
+			backoff.Wait(ctx)
 			continue
 		}
 		if failing {
 			c.cfg.Logger.Info("sqs receive works again", "queue", c.cfg.Topology().Send)
 			failing = false
 		}
-		backoff = c.cfg.ReconnectMin
+		backoff.Reset()
 		for _, m := range msgs {
 			wg.Go(func() {
 				defer func() { <-slots }()
 				if d := c.dispatch(hctx, m, handle, acks); d != nil {
-					mu.Lock()
-					pending[d] = true
-					mu.Unlock()
+					pending.Add(d)
 				}
 			})
 		}
@@ -129,7 +121,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	wg.Wait()
 	hb, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
 	defer cancel()
-	for d := range pending {
+	for _, d := range pending.Take() {
 		if d.unsettled() {
 			if err := d.Release(hb); err != nil {
 				c.cfg.Logger.Warn("sqs hand-back failed; the message comes back after its visibility timeout", "message_id", d.msg.ID, "err", err)
@@ -293,32 +285,21 @@ type delivery struct {
 	msg       notify.Message
 	acks      chan<- ackReq
 
-	mu      sync.Mutex
-	settled bool
+	once consume.Once
 }
 
 var errSettled = errors.New("sqs: delivery already settled")
 
-func (d *delivery) unsettled() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return !d.settled
-}
+func (d *delivery) unsettled() bool { return !d.once.Settled() }
 
 // settle runs fn unless d was settled, and marks d settled when fn
 // succeeded (or reports that it did its part: stored reports that the copy
 // was stored even if removing the original failed).
 func (d *delivery) settle(fn func() (stored bool, err error)) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return errSettled
+	if err := d.once.Do(fn); !errors.Is(err, consume.ErrSettled) {
+		return err
 	}
-	stored, err := fn()
-	if stored {
-		d.settled = true
-	}
-	return err
+	return errSettled
 }
 
 // Message returns the delivered message.
@@ -461,19 +442,14 @@ func (d *delivery) Release(ctx context.Context) error {
 
 var errNotStored = errors.New("copy not stored")
 
-// replace stores cp on queueURL, then deletes the original, outside of
-// settle (hops and messages that are not herald's).
+// replace stores cp on queueURL, then deletes the original, as a
+// settlement outside of the settle methods (hops and messages that are not
+// herald's).
 func (d *delivery) replace(ctx context.Context, queueURL string, cp message) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return errSettled
-	}
-	err := d.replaceLocked(ctx, queueURL, cp)
-	if err == nil || !errors.Is(err, errNotStored) {
-		d.settled = true
-	}
-	return err
+	return d.settle(func() (bool, error) {
+		err := d.replaceLocked(ctx, queueURL, cp)
+		return err == nil || !errors.Is(err, errNotStored), err
+	})
 }
 
 // replaceLocked stores cp, then deletes the original. An error wrapping

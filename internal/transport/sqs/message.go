@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // message is one SQS message herald sends, before it is put into a
@@ -85,9 +86,6 @@ func printableASCII(s string) bool {
 	return true
 }
 
-// maxReason bounds the x-last-error attribute.
-const maxReason = 1024
-
 // copyOf returns a copy of a received message (its body and herald's
 // attributes) with the retry count, reason and hold given; dedup is the
 // FIFO deduplication id of the copy.
@@ -100,7 +98,7 @@ func copyOf(m types.Message, retries int, reason string, hold time.Duration, fif
 	}
 	out.attrs[AttrRetryCount] = numberAttr(int64(retries))
 	if reason != "" {
-		out.attrs[AttrLastError] = stringAttr(truncate(reason, maxReason))
+		out.attrs[AttrLastError] = stringAttr(consume.Truncate(reason, consume.MaxReason))
 	}
 	if hold > 0 {
 		out.attrs[AttrHold] = numberAttr(hold.Milliseconds())
@@ -166,7 +164,7 @@ func decode(m types.Message) (decoded, error) {
 	}
 	id, ok := notify.ParseID(raw)
 	if !ok {
-		return decoded{}, fmt.Errorf("not a herald message: invalid %s %q", AttrMessageID, truncate(raw, 64))
+		return decoded{}, fmt.Errorf("not a herald message: invalid %s %q", AttrMessageID, consume.Truncate(raw, 64))
 	}
 	d := decoded{msg: notify.Message{ID: id, Payload: []byte(aws.ToString(m.Body))}}
 	if v, ok := m.MessageAttributes[AttrType]; ok {
@@ -189,17 +187,6 @@ func decode(m types.Message) (decoded, error) {
 		}
 	}
 	return d, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Cut on a rune boundary.
-	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }
 
 func (m message) toSend(queueURL string) *awssqs.SendMessageInput {
