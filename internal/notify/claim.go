@@ -1,6 +1,9 @@
 package notify
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // ClaimRequest asks for the claim a worker takes before it sends one
 // message: a lease on the message id and on the notification it delivers.
@@ -72,4 +75,21 @@ type DeliveryResult struct {
 	// reconciler does not take a notification waiting in a retry queue for
 	// a lost one.
 	RetryIn time.Duration
+}
+
+// CheckBookkeeping checks the arguments of a store's ClaimAndRecord, the
+// same for every store: a positive lease when there are claims to take,
+// and only known outcomes among the results.
+func CheckBookkeeping(reqs []ClaimRequest, lease time.Duration, results []DeliveryResult) error {
+	if len(reqs) > 0 && lease <= 0 {
+		return fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
+	}
+	for _, r := range results {
+		switch r.Outcome {
+		case AttemptSent, AttemptRetry, AttemptDead, AttemptDeferred:
+		default:
+			return fmt.Errorf("record deliveries: unknown outcome %q", r.Outcome)
+		}
+	}
+	return nil
 }

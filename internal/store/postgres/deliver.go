@@ -212,8 +212,8 @@ func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryR
 // notification named, in id order, then the record, then the claim): the
 // worker's grouped bookkeeping. It implements worker.Store.
 func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
-	if len(reqs) > 0 && lease <= 0 {
-		return nil, nil, fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
+	if err := notify.CheckBookkeeping(reqs, lease, results); err != nil {
+		return nil, nil, err
 	}
 	claims := make([]notify.Claim, len(reqs))
 	recorded := make([]bool, len(results))
@@ -224,9 +224,6 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	outcomes, errs := make([]string, n), make([]string, n)
 	retryIn, rcs := make([]int64, n), make([]int64, n)
 	for i, r := range results {
-		if err := checkOutcome(r.Outcome); err != nil {
-			return nil, nil, err
-		}
 		aids[i], rnids[i], rmsgs[i] = r.Claim.AttemptID, r.Claim.NotificationID, r.Claim.MessageID
 		outcomes[i], errs[i], retryIn[i] = r.Outcome, r.Error, r.RetryIn.Microseconds()
 		rcs[i] = int64(r.Claim.RetryCount)
@@ -336,12 +333,4 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		return nil, nil, wrap("claim and record deliveries: commit", err)
 	}
 	return claims, recorded, nil
-}
-
-func checkOutcome(o string) error {
-	switch o {
-	case notify.AttemptSent, notify.AttemptRetry, notify.AttemptDead, notify.AttemptDeferred:
-		return nil
-	}
-	return fmt.Errorf("record deliveries: unknown outcome %q", o)
 }

@@ -81,15 +81,8 @@ func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryR
 // grouped bookkeeping, one write lock for every delivery that finished or
 // started while the previous group ran. It implements worker.Store.
 func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
-	if len(reqs) > 0 && lease <= 0 {
-		return nil, nil, fmt.Errorf("claim deliveries: lease must be positive, got %s", lease)
-	}
-	for _, r := range results {
-		switch r.Outcome {
-		case notify.AttemptSent, notify.AttemptRetry, notify.AttemptDead, notify.AttemptDeferred:
-		default:
-			return nil, nil, fmt.Errorf("record deliveries: unknown outcome %q", r.Outcome)
-		}
+	if err := notify.CheckBookkeeping(reqs, lease, results); err != nil {
+		return nil, nil, err
 	}
 	claims := make([]notify.Claim, len(reqs))
 	recorded := make([]bool, len(results))
