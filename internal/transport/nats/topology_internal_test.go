@@ -10,7 +10,7 @@ import (
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
-// A stream declared as wanted is found the same on the next declare, so the
+// A stream (either of them) declared as wanted is found the same on the next declare, so the
 // declares of every start and reconnect send no update request (an update
 // that races the stream's recovery after a restart crashes nats-server 2.9).
 func TestDeclaredStreamNeedsNoUpdate(t *testing.T) {
@@ -28,4 +28,9 @@ func TestDeclaredStreamNeedsNoUpdate(t *testing.T) {
 	s, err := js.Stream(t.Context(), topo.Stream)
 	require.NoError(t, err)
 	require.True(t, sameStream(s.CachedInfo().Config, topo.streamConfig(cfg)), "%+v", s.CachedInfo().Config)
+	_, err = topo.declareStatusStream(t.Context(), js, cfg)
+	require.NoError(t, err)
+	s, err = js.Stream(t.Context(), topo.StatusStream)
+	require.NoError(t, err)
+	require.True(t, sameStream(s.CachedInfo().Config, topo.statusStreamConfig(cfg)), "%+v", s.CachedInfo().Config)
 }
