@@ -41,9 +41,8 @@
 // acknowledge a message deletes it, so only one service could ever read
 // them. NOTIFICATIONS_STATUS has limits retention: an event stays, read or
 // not, until it is Config.StatusMaxAge old (7 days by default), and is
-// dropped then (DiscardOld, so a full stream never refuses the relay).
-// A consumer that falls further behind than that loses events; the
-// database keeps every outcome.
+// dropped then. A consumer that falls further behind than that loses
+// events; the database keeps every outcome.
 //
 // The stream is declared beside NOTIFICATIONS, which stays as older
 // versions declared it: an installation upgrades without touching it. A
@@ -102,8 +101,8 @@
 // Every Publisher and Consumer declares what it uses when it connects
 // (create or update; the Publisher both streams, the Consumer
 // NOTIFICATIONS and its consumers), so start order does not matter, and a
-// stream deleted
-// while they run is declared again: the Publisher on its next call after a
-// publish found no stream, the Consumer after it noticed its consumer gone
-// (an error from the server, or the periodic check every CheckInterval).
+// stream deleted while they run is declared again: the Publisher on its
+// next call after a publish found no stream, the Consumer after it noticed
+// its consumer gone (an error from the server, or the periodic check every
+// CheckInterval).
 package nats

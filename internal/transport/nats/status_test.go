@@ -201,22 +201,25 @@ func TestUnknownEventTypeRefused(t *testing.T) {
 // name that holds the status subjects already.
 func TestForeignStatusStreamRefused(t *testing.T) {
 	srv := testenv.StartNATS(t, testenv.NATSOptions{})
-	cases := map[string]func(topo natstr.Topology) jetstream.StreamConfig{
-		"work-queue retention": func(topo natstr.Topology) jetstream.StreamConfig {
+	cases := map[string]struct {
+		foreign func(topo natstr.Topology) jetstream.StreamConfig
+		says    string
+	}{
+		"work-queue retention": {func(topo natstr.Topology) jetstream.StreamConfig {
 			return jetstream.StreamConfig{Name: topo.StatusStream, Subjects: []string{topo.StatusSent, topo.StatusFailed},
 				Retention: jetstream.WorkQueuePolicy}
-		},
-		"subjects in another stream": func(topo natstr.Topology) jetstream.StreamConfig {
+		}, "can not change retention"},
+		"subjects in another stream": {func(topo natstr.Topology) jetstream.StreamConfig {
 			return jetstream.StreamConfig{Name: topo.StatusStream + "_MINE", Subjects: []string{topo.StatusSent}}
-		},
+		}, "another stream holds some of its subjects"},
 	}
-	for name, foreign := range cases {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			cfg := config(t, srv)
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			j := js(t, cfg)
-			fc := foreign(cfg.Topology())
+			fc := tc.foreign(cfg.Topology())
 			_, err := j.CreateStream(ctx, fc)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = j.DeleteStream(context.Background(), fc.Name) })
@@ -224,7 +227,7 @@ func TestForeignStatusStreamRefused(t *testing.T) {
 			_, err = pub.Publish(ctx, []notify.Event{statusEvent(t, 1, 1, notify.StatusSent)})
 			require.ErrorIs(t, err, natstr.ErrTopologyMismatch)
 			require.True(t, notify.IsPermanent(err), "the relay would retry for ever: %v", err)
-			t.Log(err)
+			require.ErrorContains(t, err, tc.says)
 		})
 	}
 }

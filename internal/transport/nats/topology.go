@@ -268,6 +268,10 @@ func (t Topology) declareConsumers(ctx context.Context, s jetstream.Stream, cfg 
 // code 500, not 400.
 const errCodeStreamInvalidConfig jetstream.ErrorCode = 10052
 
+// errCodeStreamSubjectOverlap is the server's error code for a stream whose
+// subjects another stream holds (JSStreamSubjectOverlapErr).
+const errCodeStreamSubjectOverlap jetstream.ErrorCode = 10065
+
 // declareError marks the server's refusals of a configuration (HTTP-like
 // code 400, or the invalid-configuration error code whatever its code) as
 // ErrTopologyMismatch; anything else (a timeout, JetStream unavailable for
@@ -275,8 +279,11 @@ const errCodeStreamInvalidConfig jetstream.ErrorCode = 10052
 func declareError(kind, name string, err error) error {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.Code == 400 || apiErr.ErrorCode == errCodeStreamInvalidConfig) {
-		return fmt.Errorf("declare %s %q: %w: %s (delete it or restore the settings it was declared with)",
-			kind, name, ErrTopologyMismatch, apiErr.Description)
+		hint := "delete it or restore the settings it was declared with"
+		if apiErr.ErrorCode == errCodeStreamSubjectOverlap {
+			hint = "another stream holds some of its subjects: delete that stream or take the subjects out of it"
+		}
+		return fmt.Errorf("declare %s %q: %w: %s (%s)", kind, name, ErrTopologyMismatch, apiErr.Description, hint)
 	}
 	return fmt.Errorf("declare %s %q: %w", kind, name, err)
 }

@@ -2,6 +2,7 @@ package nats
 
 import (
 	"testing"
+	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,4 +34,17 @@ func TestDeclaredStreamNeedsNoUpdate(t *testing.T) {
 	s, err = js.Stream(t.Context(), topo.StatusStream)
 	require.NoError(t, err)
 	require.True(t, sameStream(s.CachedInfo().Config, topo.statusStreamConfig(cfg)), "%+v", s.CachedInfo().Config)
+}
+
+// The status stream's age limit defaults to 7 days and must hold the
+// duplicate window (the server refuses a stream whose window is longer than
+// its age limit).
+func TestStatusMaxAge(t *testing.T) {
+	t.Parallel()
+	cfg := Config{URL: "nats://127.0.0.1:4222"}.withDefaults()
+	require.Equal(t, DefaultStatusMaxAge, cfg.StatusMaxAge)
+	require.NoError(t, cfg.validate())
+	require.Equal(t, cfg.StatusMaxAge, cfg.Topology().statusStreamConfig(cfg).MaxAge)
+	cfg.StatusMaxAge = time.Minute
+	require.ErrorContains(t, cfg.validate(), "status max age must not be shorter than the duplicate window")
 }
