@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // Topic names of the public contract, before Config.Prefix.
@@ -27,6 +29,9 @@ const (
 	TopicRetry = "notifications.retry"
 	// TopicDeadLetters keeps dead letters, each with its last error.
 	TopicDeadLetters = "notifications.dlq"
+	// TopicStatus carries the status events notification.sent and
+	// notification.failed, for other services; no herald worker reads it.
+	TopicStatus = "notifications.status"
 	// DefaultGroup is the workers' consumer group, before Config.Prefix.
 	DefaultGroup = "herald-worker"
 )
@@ -270,7 +275,7 @@ func (c Config) retryDelay(retry int) time.Duration {
 
 // Topics are the names of one installation's topics and group.
 type Topics struct {
-	Requested, Retry, DeadLetters, Group string
+	Requested, Retry, DeadLetters, Status, Group string
 }
 
 // Topics returns the names the configuration uses, Prefix applied.
@@ -280,11 +285,31 @@ func (c Config) Topics() Topics {
 		Requested:   c.Prefix + TopicRequested,
 		Retry:       c.Prefix + TopicRetry,
 		DeadLetters: c.Prefix + TopicDeadLetters,
+		Status:      c.Prefix + TopicStatus,
 		Group:       c.Prefix + c.Group,
 	}
 }
 
-func (t Topics) all() []string { return []string{t.Requested, t.Retry, t.DeadLetters} }
+// all lists every topic: the ones the workers use and the status topic.
+func (t Topics) all() []string { return append(t.worker(), t.Status) }
+
+// worker lists the topics a Consumer reads or writes. The status topic is
+// not one of them: the Publisher (and EnsureTopics) create it, and a
+// Consumer that recreated it would restart its session for a topic it does
+// not read.
+func (t Topics) worker() []string { return []string{t.Requested, t.Retry, t.DeadLetters} }
+
+// topic is the topic events of type typ are produced to; ok is false for a
+// type herald does not publish.
+func (t Topics) topic(typ string) (topic string, ok bool) {
+	switch {
+	case typ == notify.EventRequested:
+		return t.Requested, true
+	case notify.IsStatusEvent(typ):
+		return t.Status, true
+	}
+	return "", false
+}
 
 func (c Config) mechanism() (sasl.Mechanism, error) {
 	if c.User == "" {

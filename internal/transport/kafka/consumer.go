@@ -66,7 +66,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	defer closeAdm()
 	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	for {
-		_, err := ensureTopics(ctx, adm, c.cfg, c.topics)
+		_, err := ensureTopics(ctx, adm, c.cfg, c.topics.worker())
 		if err == nil {
 			break
 		}

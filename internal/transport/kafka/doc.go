@@ -3,8 +3,9 @@
 //
 // # Topics and records
 //
-// Three topics, named by the public contract and created by every process
-// at start when missing (start order does not matter):
+// Three topics for the notifications themselves, named by the public
+// contract and created by every process at start when missing (start order
+// does not matter):
 // notifications.requested carries the relay's events, notifications.retry
 // holds retry copies until due, notifications.dlq keeps dead letters. A
 // record is keyed by the notification's user id, so one user's
@@ -12,6 +13,23 @@
 // headers carry what RabbitMQ's properties do: message_id (the outbox id),
 // content_type, type, x-retry-count, x-occurred-at, and x-last-error on
 // retries and dead letters.
+//
+// # Status events
+//
+// The status events notification.sent and notification.failed (written by
+// the transaction that settles a notification) go to a fourth topic,
+// notifications.status (prefixed like the others), keyed by the user id
+// their payload carries, with the same headers (message_id = the outbox
+// id, content_type, type, x-occurred-at) and the same producer guarantees.
+// Any other event type is refused (left unacknowledged, the error names
+// it). No herald worker reads the topic: the group herald-worker
+// subscribes to the requested and retry topics only. Other services read
+// it with consumer groups of their own, as many as like. It keeps what
+// the cluster's retention says (log.retention.hours, 7 days by default),
+// read or not. The relay's Publisher and EnsureTopics create it when
+// missing, the worker's Consumer does not: a Consumer recreates a missing
+// topic and restarts its group session, which a topic it does not read
+// must not cause.
 //
 // # Nothing settled on trust
 //

@@ -16,8 +16,10 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// Publisher produces outbox events to the requested topic and waits for
-// every in-sync replica to acknowledge them. It is safe for concurrent use;
+// Publisher produces outbox events and waits for every in-sync replica to
+// acknowledge them: notification.requested to the requested topic, the
+// status events (notification.sent, notification.failed) to the status
+// topic; an event of any other type is refused. It is safe for concurrent use;
 // calls are serialized.
 type Publisher struct {
 	cfg    Config
@@ -47,9 +49,11 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	return &Publisher{cfg: cfg, topics: cfg.Topics(), cl: cl, adm: kadm.NewClient(cl)}, nil
 }
 
-// Publish produces every event, keyed by its user id, all of them before
-// awaiting any acknowledgement, and returns the ids of the events the
-// cluster acknowledged, in the order given. An event not acknowledged
+// Publish produces every event, keyed by its user id (a status event's
+// payload carries it too), all of them before awaiting any
+// acknowledgement, and returns the ids of the events the cluster
+// acknowledged, in the order given. An event of a type herald does not
+// publish is left out, and err names it. An event not acknowledged
 // within ConfirmTimeout or before ctx ends is left out, and err says why.
 // The producer is idempotent: a record retried inside the client is written
 // once and in order.
@@ -63,7 +67,7 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		return nil, errors.New("publish: publisher is closed")
 	}
 	if !p.ensured {
-		created, err := ensureTopics(ctx, p.adm, p.cfg, p.topics)
+		created, err := ensureTopics(ctx, p.adm, p.cfg, p.topics.all())
 		if err != nil {
 			return nil, fmt.Errorf("publish: %w", err)
 		}
@@ -71,27 +75,34 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 			logRecreated(p.cfg.Logger, created)
 			// The client never adopts a recreated topic's new id: forget
 			// the old one.
-			p.cl.PurgeTopicsFromProducing(p.topics.Requested)
+			p.cl.PurgeTopicsFromProducing(p.topics.Requested, p.topics.Status)
 		}
 		p.ensured, p.everEnsured = true, true
 	}
 
-	recs := make([]*kgo.Record, len(events))
-	for i, ev := range events {
-		recs[i] = eventRecord(p.topics.Requested, ev)
+	var failed []error
+	recs := make([]*kgo.Record, 0, len(events))
+	sent := make([]notify.Event, 0, len(events))
+	for _, ev := range events {
+		topic, ok := p.topics.topic(ev.Type)
+		if !ok {
+			failed = append(failed, fmt.Errorf("event %d: no topic for event type %q", ev.ID, ev.Type))
+			continue
+		}
+		recs = append(recs, eventRecord(topic, ev))
+		sent = append(sent, ev)
 	}
 	errs := produceAll(ctx, p.cl, p.cfg.ConfirmTimeout, recs)
 	confirmed := make([]int64, 0, len(events))
-	var failed []error
 	for i, err := range errs {
 		if err == nil {
-			confirmed = append(confirmed, events[i].ID)
+			confirmed = append(confirmed, sent[i].ID)
 			continue
 		}
 		if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) {
 			p.ensured = false
 		}
-		failed = append(failed, fmt.Errorf("event %d: %w", events[i].ID, err))
+		failed = append(failed, fmt.Errorf("event %d: %w", sent[i].ID, err))
 	}
 	if len(failed) > 0 {
 		return confirmed, fmt.Errorf("publish %d events, %d acknowledged: %w", len(events), len(confirmed), firstErrors(failed))

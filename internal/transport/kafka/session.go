@@ -512,7 +512,7 @@ func (s *session) watchTopics(ctx context.Context, adm *kadm.Client) {
 		case <-t.C:
 		case <-s.checkTopics:
 		}
-		created, err := ensureTopics(ctx, adm, s.cfg, s.topics)
+		created, err := ensureTopics(ctx, adm, s.cfg, s.topics.worker())
 		if err != nil && ctx.Err() == nil {
 			s.warn("kafka: checking the topics failed", err)
 		}

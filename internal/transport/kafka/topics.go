@@ -11,12 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ensureTopics creates whichever of the topics is missing, with the
+// ensureTopics creates whichever of the named topics is missing, with the
 // configured partitions and replication factor, and returns the ones it
 // created. Every process calls it at start, so start order does not matter;
 // a topic that exists is left as it is.
-func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, t Topics) ([]string, error) {
-	names := t.all()
+func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, names []string) ([]string, error) {
 	details, err := adm.ListTopics(ctx, names...)
 	if err != nil {
 		return nil, fmt.Errorf("list topics: %w", authHint(cfg, err))
@@ -83,7 +82,8 @@ func logRecreated(log *slog.Logger, created []string) {
 	}
 }
 
-// EnsureTopics creates the configuration's topics when missing. Publishers
+// EnsureTopics creates the configuration's topics (the status topic too)
+// when missing. Publishers
 // and Consumers do it themselves; tests and operators may call it ahead.
 func EnsureTopics(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
@@ -95,7 +95,7 @@ func EnsureTopics(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer closeAdm()
-	_, err = ensureTopics(ctx, adm, cfg, cfg.Topics())
+	_, err = ensureTopics(ctx, adm, cfg, cfg.Topics().all())
 	return err
 }
 

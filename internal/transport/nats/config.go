@@ -20,6 +20,9 @@ import (
 // a redelivery timer); the workers' prefetch is what bounds the load.
 const DefaultMaxAckPending = 10000
 
+// DefaultStatusMaxAge is Config.StatusMaxAge's default.
+const DefaultStatusMaxAge = 7 * 24 * time.Hour
+
 // DefaultShutdownGrace is Config.ShutdownGrace's default.
 const DefaultShutdownGrace = 5 * time.Second
 
@@ -65,7 +68,14 @@ type Config struct {
 	// Nats-Msg-Id the stream stored this recently is acknowledged and not
 	// stored again. Zero means the default. Default 2m.
 	DuplicateWindow time.Duration
-	// Replicas is the number of servers the stream is stored on (1 to 5;
+	// StatusMaxAge is how long the status stream keeps a status event,
+	// read or not: other services' consumers must read it within that
+	// time, and when nobody reads, the stream holds no more than this much
+	// of them. It must not be shorter than DuplicateWindow (the server
+	// refuses such a stream). Zero means the default. Default 168h (7 days,
+	// Kafka's default retention).
+	StatusMaxAge time.Duration
+	// Replicas is the number of servers the streams are stored on (1 to 5;
 	// 3 on a cluster keeps it through the loss of one server). Zero means
 	// the default. Default 1.
 	Replicas int
@@ -118,6 +128,9 @@ func (c Config) withDefaults() Config {
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = 2 * time.Minute
 	}
+	if c.StatusMaxAge == 0 {
+		c.StatusMaxAge = DefaultStatusMaxAge
+	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -159,6 +172,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("nats: ack wait must be positive, got %s", c.AckWait)
 	case c.DuplicateWindow <= 0:
 		return fmt.Errorf("nats: duplicate window must be positive, got %s", c.DuplicateWindow)
+	case c.StatusMaxAge < c.DuplicateWindow:
+		return fmt.Errorf("nats: status max age must not be shorter than the duplicate window (%s), got %s", c.DuplicateWindow, c.StatusMaxAge)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("nats: replicas must be between 1 and 5, got %d", c.Replicas)
 	case c.ConfirmTimeout <= 0:

@@ -1,8 +1,9 @@
 // Package nats is herald's NATS JetStream transport: a Publisher the relay
 // hands outbox events to, and a Consumer the worker receives them from.
 //
-// The names are fixed by the public contract (see Topology): one stream,
-// NOTIFICATIONS, holds three subjects. The relay publishes to
+// The names are fixed by the public contract (see Topology): the stream
+// NOTIFICATIONS holds three subjects, and NOTIFICATIONS_STATUS the status
+// events (see "Status events"). The relay publishes to
 // notifications.requested, with the outbox id as Nats-Msg-Id, so that the
 // stream's duplicate window absorbs a relay's re-publish of a batch it
 // could not mark. Workers share the durable pull consumer herald-worker on
@@ -17,6 +18,40 @@
 // notifications.requested. Dead letters are copied to notifications.dlq with
 // the reason in x-last-error; nothing consumes that subject, so they stay
 // until herald dlq redrive removes them.
+//
+// # Status events
+//
+// The status events notification.sent and notification.failed (written by
+// the transaction that settles a notification) go to the subjects
+// notifications.status.sent and notifications.status.failed, prefixed like
+// the others, in a stream of their own, NOTIFICATIONS_STATUS, with the same
+// headers (x-message-id and Nats-Msg-Id = the outbox id, x-type,
+// x-occurred-at) and the same duplicate window. No herald process consumes
+// them: the worker's consumer filters notifications.requested, in the other
+// stream. Another service reads them with a consumer of its own on
+// notifications.status.> (or one of the two subjects), and any number of
+// services can, each reading every event.
+//
+// They are not in NOTIFICATIONS, where the public contract first placed
+// them, because of its work-queue retention: there a message no consumer's
+// filter matches stays until the stream's limits, and NOTIFICATIONS has
+// none (a limit would expire waiting notifications and dead letters), so
+// with nobody reading status events they would pile up for ever; and the
+// consumers of a work-queue stream must not overlap, and the first one to
+// acknowledge a message deletes it, so only one service could ever read
+// them. NOTIFICATIONS_STATUS has limits retention: an event stays, read or
+// not, until it is Config.StatusMaxAge old (7 days by default), and is
+// dropped then. A consumer that falls further behind than that loses
+// events; the database keeps every outcome.
+//
+// The stream is declared beside NOTIFICATIONS, which stays as older
+// versions declared it: an installation upgrades without touching it. A
+// stream named NOTIFICATIONS_STATUS that herald cannot update to its
+// settings (work-queue retention, say), or another stream that holds the
+// status subjects already, is refused with ErrTopologyMismatch, a
+// notify.Permanent error that stops the relay with the server's reason.
+// An event of any other type is refused (left unconfirmed, the error names
+// the type).
 //
 // # Retry delays without clocks
 //
@@ -64,8 +99,10 @@
 // once.
 //
 // Every Publisher and Consumer declares what it uses when it connects
-// (create or update), so start order does not matter, and a stream deleted
-// while they run is declared again: the Publisher on its next call after a
-// publish found no stream, the Consumer after it noticed its consumer gone
-// (an error from the server, or the periodic check every CheckInterval).
+// (create or update; the Publisher both streams, the Consumer
+// NOTIFICATIONS and its consumers), so start order does not matter, and a
+// stream deleted while they run is declared again: the Publisher on its
+// next call after a publish found no stream, the Consumer after it noticed
+// its consumer gone (an error from the server, or the periodic check every
+// CheckInterval).
 package nats

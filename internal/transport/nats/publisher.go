@@ -15,8 +15,10 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// Publisher publishes outbox events to the stream and waits for its
-// acknowledgements. It connects on first use; the client reconnects on its
+// Publisher publishes outbox events to the streams and waits for their
+// acknowledgements: notification.requested to notifications.requested in
+// NOTIFICATIONS, the status events to notifications.status.sent and
+// .failed in NOTIFICATIONS_STATUS; any other type is refused. It connects on first use; the client reconnects on its
 // own after an outage, and a call after the connection was closed for good
 // connects again. It is safe for concurrent use; calls are serialized.
 type Publisher struct {
@@ -27,8 +29,8 @@ type Publisher struct {
 	closed bool
 	nc     *natsgo.Conn
 	js     jetstream.JetStream
-	// declared is false until the stream was declared on this connection,
-	// and again after a publish found no stream.
+	// declared is false until the streams were declared on this
+	// connection, and again after a publish found no stream.
 	declared bool
 	// stop ends the context the connection's reconnections run under.
 	stop context.CancelFunc
@@ -49,7 +51,9 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 // acknowledgement, and returns the ids of the events the stream stored. An
 // event the stream stored already (a re-publish within the duplicate
 // window) counts as stored. An event not acknowledged within ConfirmTimeout
-// or before ctx ends, or refused, is left out, and err says why.
+// or before ctx ends, or refused, is left out, and err says why. A stream
+// that exists with settings herald cannot update to (ErrTopologyMismatch)
+// is a notify.Permanent error.
 func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -60,13 +64,18 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		return nil, errors.New("publish: publisher is closed")
 	}
 	if err := p.connect(ctx); err != nil {
+		if errors.Is(err, ErrTopologyMismatch) {
+			// A stream no retry can cure (a status stream that is not
+			// herald's, say): the relay stops loudly instead of stalling.
+			return nil, notify.Permanent(fmt.Errorf("publish: %w", err))
+		}
 		return nil, fmt.Errorf("publish: %w", err)
 	}
 
 	var errs []error
 	futures := make([]jetstream.PubAckFuture, len(events))
 	for i, ev := range events {
-		subject, ok := p.topo.subject(ev.Type)
+		subject, stream, ok := p.topo.subject(ev.Type)
 		if !ok {
 			errs = append(errs, fmt.Errorf("event %d: no subject for event type %q", ev.ID, ev.Type))
 			continue
@@ -78,7 +87,7 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		m.Header.Set(HeaderContentType, contentType)
 		m.Header.Set(HeaderOccurredAt, strconv.FormatInt(ev.OccurredAt.UnixMicro(), 10))
 		m.Data = ev.Payload
-		f, err := p.js.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithExpectStream(p.topo.Stream),
+		f, err := p.js.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithExpectStream(stream),
 			jetstream.WithStallWait(p.cfg.ConfirmTimeout))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("publish event %d: %w", ev.ID, err))
@@ -156,7 +165,7 @@ func noStream(err error) bool {
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders)
 }
 
-// connect makes sure a connection exists and the stream is declared.
+// connect makes sure a connection exists and both streams are declared.
 func (p *Publisher) connect(ctx context.Context) error {
 	if p.nc != nil && p.nc.IsClosed() {
 		p.drop()
@@ -182,6 +191,9 @@ func (p *Publisher) connect(ctx context.Context) error {
 	}
 	if !p.declared {
 		if _, err := p.topo.declareStream(ctx, p.js, p.cfg); err != nil {
+			return err
+		}
+		if _, err := p.topo.declareStatusStream(ctx, p.js, p.cfg); err != nil {
 			return err
 		}
 		p.declared = true

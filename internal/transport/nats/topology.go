@@ -20,7 +20,8 @@ const (
 	// worker deduplicates on. The first publish also carries it as
 	// Nats-Msg-Id; copies carry a Nats-Msg-Id of their own (see msgID).
 	HeaderMessageID = "x-message-id"
-	// HeaderType holds the event type (notification.requested).
+	// HeaderType holds the event type (notification.requested,
+	// notification.sent, notification.failed).
 	HeaderType = "x-type"
 	// HeaderContentType holds the payload's content type,
 	// application/json.
@@ -49,16 +50,16 @@ const (
 // contentType is the content type of every payload herald publishes.
 const contentType = "application/json"
 
-// ErrTopologyMismatch means the stream exists with settings that cannot be
+// ErrTopologyMismatch means a stream exists with settings that cannot be
 // updated to the declared ones (its retention, say), or its subjects belong
 // to another stream. Retrying cannot cure it; an operator has to delete the
 // stream or restore the setting.
 var ErrTopologyMismatch = errors.New("nats stream exists with other settings")
 
-// Topology names the stream, subjects and consumers of one herald
+// Topology names the streams, subjects and consumers of one herald
 // installation.
 type Topology struct {
-	// Stream holds every subject below (work-queue retention).
+	// Stream holds Requested, Retry and DeadLetter (work-queue retention).
 	Stream string
 	// Requested is the subject the relay publishes to and workers consume.
 	Requested string
@@ -71,6 +72,14 @@ type Topology struct {
 	// RetryConsumer is the durable pull consumer of Retry that moves each
 	// copy back to Requested when it is due.
 	RetryConsumer string
+	// StatusStream holds StatusSent and StatusFailed, with limits
+	// retention and a maximum age (Config.StatusMaxAge): it is read by other
+	// services, as many as like, each with a consumer of its own, and never
+	// by herald (see doc.go).
+	StatusStream string
+	// StatusSent and StatusFailed are the subjects of the status events
+	// notification.sent and notification.failed.
+	StatusSent, StatusFailed string
 }
 
 // NewTopology returns the contract's names with prefix prepended to each
@@ -85,6 +94,9 @@ func NewTopology(prefix string) Topology {
 		DeadLetter:     prefix + "notifications.dlq",
 		WorkerConsumer: name + "herald-worker",
 		RetryConsumer:  name + "herald-retry",
+		StatusStream:   name + "NOTIFICATIONS_STATUS",
+		StatusSent:     prefix + "notifications.status.sent",
+		StatusFailed:   prefix + "notifications.status.failed",
 	}
 }
 
@@ -100,12 +112,38 @@ func nameSafe(s string) string {
 	}, s)
 }
 
-// subject is the subject events of type typ are published to.
-func (t Topology) subject(typ string) (string, bool) {
-	if typ == notify.EventRequested {
-		return t.Requested, true
+// subject is the subject events of type typ are published to, and the
+// stream that takes it; ok is false for a type herald does not publish.
+func (t Topology) subject(typ string) (subject, stream string, ok bool) {
+	switch typ {
+	case notify.EventRequested:
+		return t.Requested, t.Stream, true
+	case notify.EventSent:
+		return t.StatusSent, t.StatusStream, true
+	case notify.EventFailed:
+		return t.StatusFailed, t.StatusStream, true
 	}
-	return "", false
+	return "", "", false
+}
+
+// statusStreamConfig is the status stream as cfg declares it: limits
+// retention (a message stays until it is StatusMaxAge old, whoever read
+// it), so that any number of consumers each read every event, and nothing
+// piles up when nobody reads.
+func (t Topology) statusStreamConfig(cfg Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        t.StatusStream,
+		Description: "herald status events: notification.sent and notification.failed, for other services",
+		Subjects:    []string{t.StatusSent, t.StatusFailed},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		Discard:     jetstream.DiscardOld,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxAge:      cfg.StatusMaxAge,
+	}
 }
 
 // streamConfig is the stream as cfg declares it.
@@ -140,7 +178,20 @@ const retryAckWait = 30 * time.Second
 // reconnect) crashes the server (a nil dereference in updateWithAdvisory),
 // so the common case, a stream that exists as wanted, sends none.
 func (t Topology) declareStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
-	want := t.streamConfig(cfg)
+	return declareStream(ctx, js, t.streamConfig(cfg))
+}
+
+// declareStatusStream creates the status stream, or updates it to cfg's
+// settings when they differ, as declareStream does. A stream of that name
+// with work-queue or interest retention (not herald's) cannot be updated:
+// the server refuses, and the error wraps ErrTopologyMismatch; so does a
+// stream of another name that holds the status subjects.
+func (t Topology) declareStatusStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	return declareStream(ctx, js, t.statusStreamConfig(cfg))
+}
+
+// declareStream creates the stream want, or updates it when it differs.
+func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
@@ -150,14 +201,14 @@ func (t Topology) declareStream(ctx context.Context, js jetstream.JetStream, cfg
 		}
 	}
 	if err != nil {
-		return nil, declareError("stream", t.Stream, err)
+		return nil, declareError("stream", want.Name, err)
 	}
 	if sameStream(s.CachedInfo().Config, want) {
 		return s, nil
 	}
 	s, err = js.UpdateStream(ctx, want)
 	if err != nil {
-		return nil, declareError("stream", t.Stream, err)
+		return nil, declareError("stream", want.Name, err)
 	}
 	return s, nil
 }
@@ -211,14 +262,28 @@ func (t Topology) declareConsumers(ctx context.Context, s jetstream.Stream, cfg 
 	return worker, retry, nil
 }
 
+// errCodeStreamInvalidConfig is the server's error code for a stream
+// configuration it refuses (JSStreamInvalidConfigF). nats-server 2.9
+// answers an update that changes a stream's retention with it and HTTP-like
+// code 500, not 400.
+const errCodeStreamInvalidConfig jetstream.ErrorCode = 10052
+
+// errCodeStreamSubjectOverlap is the server's error code for a stream whose
+// subjects another stream holds (JSStreamSubjectOverlapErr).
+const errCodeStreamSubjectOverlap jetstream.ErrorCode = 10065
+
 // declareError marks the server's refusals of a configuration (HTTP-like
-// code 400) as ErrTopologyMismatch; anything else (a timeout, JetStream
-// unavailable for a moment) may pass.
+// code 400, or the invalid-configuration error code whatever its code) as
+// ErrTopologyMismatch; anything else (a timeout, JetStream unavailable for
+// a moment) may pass.
 func declareError(kind, name string, err error) error {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 400 {
-		return fmt.Errorf("declare %s %q: %w: %s (delete it or restore the settings it was declared with)",
-			kind, name, ErrTopologyMismatch, apiErr.Description)
+	if errors.As(err, &apiErr) && (apiErr.Code == 400 || apiErr.ErrorCode == errCodeStreamInvalidConfig) {
+		hint := "delete it or restore the settings it was declared with"
+		if apiErr.ErrorCode == errCodeStreamSubjectOverlap {
+			hint = "another stream holds some of its subjects: delete that stream or take the subjects out of it"
+		}
+		return fmt.Errorf("declare %s %q: %w: %s (%s)", kind, name, ErrTopologyMismatch, apiErr.Description, hint)
 	}
 	return fmt.Errorf("declare %s %q: %w", kind, name, err)
 }
@@ -229,8 +294,9 @@ func gone(err error) bool {
 		errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerDoesNotExist)
 }
 
-// Delete removes the stream of cfg, with its messages and consumers. A
-// missing stream is not an error. Tests and herald bench clean up with it.
+// Delete removes the streams of cfg (the status stream too), with their
+// messages and consumers. A missing stream is not an error. Tests and
+// herald bench clean up with it.
 func Delete(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -245,9 +311,12 @@ func Delete(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open jetstream: %w", err)
 	}
-	name := cfg.Topology().Stream
-	if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("delete stream %q: %w", name, err)
+	topo := cfg.Topology()
+	var errs []error
+	for _, name := range []string{topo.Stream, topo.StatusStream} {
+		if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			errs = append(errs, fmt.Errorf("delete stream %q: %w", name, err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

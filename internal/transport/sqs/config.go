@@ -42,8 +42,9 @@ const maxVisibility = 12 * time.Hour
 type Config struct {
 	// Region is the AWS region (us-east-1). Required.
 	Region string
-	// Prefix names the queues: Prefix-send and Prefix-send-dlq (with
-	// ".fifo" appended when FIFO). Default DefaultPrefix.
+	// Prefix names the queues: Prefix-send, Prefix-send-dlq and
+	// Prefix-status (with ".fifo" appended when FIFO). Default
+	// DefaultPrefix.
 	Prefix string
 	// Endpoint, when set, replaces the region's endpoint (a local
 	// SQS-compatible server: http://127.0.0.1:4100). Default: the region's.

@@ -7,10 +7,10 @@
 // default chain (environment, shared files, the instance's or task's
 // role); they are never read, logged or quoted here.
 //
-// Two queues, declared at start if missing (CreateQueue): PREFIX-send,
-// which the relay publishes to and the workers receive from, and
-// PREFIX-send-dlq, herald's dead letters. Both end in ".fifo" with
-// fifo=true. The send queue's redrive policy moves a message to the DLQ
+// Three queues, declared at start if missing (CreateQueue): PREFIX-send,
+// which the relay publishes to and the workers receive from,
+// PREFIX-send-dlq, herald's dead letters, and PREFIX-status, the status
+// events. All end in ".fifo" with fifo=true. The send queue's redrive policy moves a message to the DLQ
 // after MaxReceiveCount receipts (1000 by default): a backstop only, since
 // herald dead-letters on its own retry count long before.
 //
@@ -25,6 +25,19 @@
 // user's messages in order, as on Kafka) and MessageDeduplicationId the
 // outbox id, so a relay's re-publish within SQS's five minutes is stored
 // once.
+//
+// The status events notification.sent and notification.failed (written by
+// the transaction that settles a notification) go to PREFIX-status, with
+// the same attributes (herald-message-id = the outbox id, herald-type,
+// herald-occurred-at) and, on FIFO, the same group (user_id) and
+// deduplication id (outbox id). No herald process receives from it: it is
+// for another service, which receives and deletes them itself. SQS is a
+// queue: each message goes to one of its receivers, so several services
+// that each want every event need a fan-out of their own (an SNS topic
+// fed by one reader, say). Nobody receiving, a message is dropped after
+// the queue's retention (14 days). The relay's batches are split by
+// queue, ten entries at a time per queue; an event of any other type is
+// refused (left unconfirmed, the error names the type).
 //
 // A worker long-polls (WaitTime) for as many messages as it has idle
 // handlers (Prefetch in flight at most). A received message is invisible

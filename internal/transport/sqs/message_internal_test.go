@@ -127,11 +127,11 @@ func TestParseURL(t *testing.T) {
 	c, err := ParseURL("sqs://eu-west-1/orders?endpoint=http://127.0.0.1:4100&fifo=true")
 	require.NoError(t, err)
 	require.Equal(t, Config{Region: "eu-west-1", Prefix: "orders", Endpoint: "http://127.0.0.1:4100", FIFO: true}, c)
-	require.Equal(t, Topology{Send: "orders-send.fifo", DeadLetter: "orders-send-dlq.fifo", FIFO: true}, c.Topology())
+	require.Equal(t, Topology{Send: "orders-send.fifo", DeadLetter: "orders-send-dlq.fifo", Status: "orders-status.fifo", FIFO: true}, c.Topology())
 
 	c, err = ParseURL("sqs://us-east-1")
 	require.NoError(t, err)
-	require.Equal(t, Topology{Send: "notifications-send", DeadLetter: "notifications-send-dlq"}, c.Topology())
+	require.Equal(t, Topology{Send: "notifications-send", DeadLetter: "notifications-send-dlq", Status: "notifications-status"}, c.Topology())
 
 	for _, bad := range []string{
 		"sqs:///prefix",
@@ -147,4 +147,20 @@ func TestParseURL(t *testing.T) {
 	}
 	_, err = NewPublisher(Config{Region: "us-east-1", Prefix: "bad name"})
 	require.ErrorContains(t, err, "invalid queue name")
+}
+
+// TestStatusFIFORequest: a status event on a FIFO status queue is grouped
+// by its user_id and deduplicated on its outbox id, like a request.
+func TestStatusFIFORequest(t *testing.T) {
+	ev := notify.Event{
+		ID: 43, Type: notify.EventSent,
+		Payload:    []byte(`{"notification_id":"7","user_id":"user-9","channel":"email","status":"sent","attempts":1,"at":"2026-01-02T03:04:05Z","last_error":""}`),
+		OccurredAt: time.UnixMicro(1_700_000_000_123_456).UTC(),
+	}
+	e := newMessage(ev, true).toEntry("43")
+	require.Equal(t, "user-9", aws.ToString(e.MessageGroupId))
+	require.Equal(t, "43", aws.ToString(e.MessageDeduplicationId))
+	require.Equal(t, "43", aws.ToString(e.MessageAttributes[AttrMessageID].StringValue))
+	require.Equal(t, notify.EventSent, aws.ToString(e.MessageAttributes[AttrType].StringValue))
+	require.Equal(t, "1700000000123456", aws.ToString(e.MessageAttributes[AttrOccurredAt].StringValue))
 }

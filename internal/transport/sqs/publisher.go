@@ -17,8 +17,10 @@ import (
 // batchSize is the most entries SQS takes in one SendMessageBatch.
 const batchSize = 10
 
-// Publisher sends outbox events to the send queue with SendMessageBatch,
-// ten at a time, and reports which SQS stored. It declares the queues on
+// Publisher sends outbox events with SendMessageBatch, ten at a time, and
+// reports which SQS stored: notification.requested to the send queue, the
+// status events (notification.sent, notification.failed) to the status
+// queue; an event of any other type is refused. It declares the queues on
 // first use, and again after SQS said the queue does not exist. It is safe
 // for concurrent use.
 type Publisher struct {
@@ -47,10 +49,11 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// Publish sends every event in batches of ten, each entry checked: it
-// returns the ids of the events SQS stored, in order, and an error for
-// every entry or batch it refused, whose rows the relay leaves unprocessed
-// to publish again.
+// Publish sends every event in batches of ten per queue, each entry
+// checked: it returns the ids of the events SQS stored, in the order
+// given, and an error for every entry or batch it refused, and for every
+// event of a type herald does not publish, whose rows the relay leaves
+// unprocessed to publish again.
 func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -65,24 +68,50 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 	if err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
-	var ids []int64
+	topo := p.cfg.Topology()
+	var requested, status []notify.Event
 	var errs []error
-	for start := 0; start < len(events); start += batchSize {
-		batch := events[start:min(start+batchSize, len(events))]
-		stored, err := p.sendBatch(ctx, c, send, batch)
-		ids = append(ids, stored...)
-		if err != nil {
-			errs = append(errs, err)
-			if ctx.Err() != nil {
-				break
+	for _, ev := range events {
+		switch {
+		case ev.Type == notify.EventRequested:
+			requested = append(requested, ev)
+		case notify.IsStatusEvent(ev.Type):
+			status = append(status, ev)
+		default:
+			errs = append(errs, fmt.Errorf("event %d: no queue for event type %q", ev.ID, ev.Type))
+		}
+	}
+	stored := map[int64]bool{}
+	for _, q := range []struct {
+		name, url string
+		events    []notify.Event
+	}{{topo.Send, send, requested}, {topo.Status, p.q.statusURL(), status}} {
+		for start := 0; start < len(q.events) && ctx.Err() == nil; start += batchSize {
+			batch := q.events[start:min(start+batchSize, len(q.events))]
+			ids, err := p.sendBatch(ctx, c, q.name, q.url, batch)
+			for _, id := range ids {
+				stored[id] = true
 			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil && len(stored) < len(requested)+len(status) {
+		errs = append(errs, fmt.Errorf("publish: %w", err))
+	}
+	ids := make([]int64, 0, len(stored))
+	for _, ev := range events {
+		if stored[ev.ID] {
+			ids = append(ids, ev.ID)
 		}
 	}
 	return ids, errors.Join(errs...)
 }
 
-// sendBatch sends up to ten events and returns the ids SQS stored.
-func (p *Publisher) sendBatch(ctx context.Context, c *awssqs.Client, queueURL string, batch []notify.Event) ([]int64, error) {
+// sendBatch sends up to ten events to the queue name at queueURL and
+// returns the ids SQS stored.
+func (p *Publisher) sendBatch(ctx context.Context, c *awssqs.Client, name, queueURL string, batch []notify.Event) ([]int64, error) {
 	in := &awssqs.SendMessageBatchInput{QueueUrl: aws.String(queueURL)}
 	for _, ev := range batch {
 		in.Entries = append(in.Entries, newMessage(ev, p.cfg.FIFO).toEntry(strconv.FormatInt(ev.ID, 10)))
@@ -92,7 +121,7 @@ func (p *Publisher) sendBatch(ctx context.Context, c *awssqs.Client, queueURL st
 		if isMissingQueue(err) {
 			p.q.forget()
 		}
-		return nil, fmt.Errorf("publish %d events to %s at %s: %w", len(batch), p.cfg.Topology().Send, p.cfg.where(), err)
+		return nil, fmt.Errorf("publish %d events to %s at %s: %w", len(batch), name, p.cfg.where(), err)
 	}
 	ok := make(map[string]bool, len(out.Successful))
 	for _, s := range out.Successful {

@@ -26,7 +26,8 @@ const (
 	// AttrLastError holds the reason of the last retry or of the dead
 	// letter.
 	AttrLastError = "x-last-error"
-	// AttrType holds the event type (notification.requested).
+	// AttrType holds the event type (notification.requested,
+	// notification.sent, notification.failed).
 	AttrType = "herald-type"
 	// AttrOccurredAt holds when the event was written, in Unix
 	// microseconds.
@@ -46,16 +47,21 @@ type Topology struct {
 	// DeadLetter is where herald's dead letters go (and, as a backstop,
 	// SQS's redrive policy): PREFIX-send-dlq.
 	DeadLetter string
-	// FIFO says both are FIFO queues (their names end in ".fifo").
+	// Status takes the status events (notification.sent,
+	// notification.failed) for another service; no herald process
+	// receives from it: PREFIX-status.
+	Status string
+	// FIFO says all three are FIFO queues (their names end in ".fifo").
 	FIFO bool
 }
 
 // NewTopology returns the queue names for prefix.
 func NewTopology(prefix string, fifo bool) Topology {
-	t := Topology{Send: prefix + "-send", DeadLetter: prefix + "-send-dlq", FIFO: fifo}
+	t := Topology{Send: prefix + "-send", DeadLetter: prefix + "-send-dlq", Status: prefix + "-status", FIFO: fifo}
 	if fifo {
 		t.Send += ".fifo"
 		t.DeadLetter += ".fifo"
+		t.Status += ".fifo"
 	}
 	return t
 }
@@ -86,6 +92,7 @@ type queues struct {
 	client   *awssqs.Client
 	send     string
 	dlq      string
+	status   string
 	declared bool
 }
 
@@ -102,13 +109,21 @@ func (q *queues) urls(ctx context.Context) (*awssqs.Client, string, string, erro
 		q.client = c
 	}
 	if !q.declared {
-		send, dlq, err := declare(ctx, q.client, q.cfg)
+		u, err := declare(ctx, q.client, q.cfg)
 		if err != nil {
 			return nil, "", "", err
 		}
-		q.send, q.dlq, q.declared = send, dlq, true
+		q.send, q.dlq, q.status, q.declared = u.send, u.dlq, u.status, true
 	}
 	return q.client, q.send, q.dlq, nil
+}
+
+// statusURL is the status queue's URL, known once urls declared the
+// queues.
+func (q *queues) statusURL() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.status
 }
 
 // forget makes the next urls declare the queues again.
@@ -118,12 +133,50 @@ func (q *queues) forget() {
 	q.mu.Unlock()
 }
 
-// retention is both queues' message retention: the longest SQS keeps.
+// retention is every queue's message retention: the longest SQS keeps. It
+// is also what bounds the status queue when nobody receives from it.
 const retention = 14 * 24 * 3600
+
+// queueURLs are the URLs of a topology's queues.
+type queueURLs struct{ send, dlq, status string }
 
 // declare creates the queues if they are missing (CreateQueue returns an
 // existing queue with the same attributes as it is) and returns their URLs.
-func declare(ctx context.Context, c *awssqs.Client, cfg Config) (send, dlq string, err error) {
+func declare(ctx context.Context, c *awssqs.Client, cfg Config) (queueURLs, error) {
+	send, dlq, err := declareWork(ctx, c, cfg)
+	if err != nil {
+		return queueURLs{}, err
+	}
+	status, err := declareStatus(ctx, c, cfg)
+	if err != nil {
+		return queueURLs{}, err
+	}
+	return queueURLs{send: send, dlq: dlq, status: status}, nil
+}
+
+// declareStatus creates the status queue if it is missing: the retention
+// of the others, SQS's default visibility timeout (the receiving
+// service's to choose per receive), no redrive policy (dead letters of
+// another service's reading are that service's).
+func declareStatus(ctx context.Context, c *awssqs.Client, cfg Config) (string, error) {
+	topo := cfg.Topology()
+	attrs := map[string]string{"MessageRetentionPeriod": strconv.Itoa(retention)}
+	if topo.FIFO {
+		attrs["FifoQueue"] = "true"
+	}
+	out, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(topo.Status), Attributes: attrs})
+	if err != nil {
+		var exists *types.QueueNameExists
+		if errors.As(err, &exists) {
+			return "", notify.Permanent(fmt.Errorf("sqs: queue %s at %s exists with other attributes (message retention): %w", topo.Status, cfg.where(), err))
+		}
+		return "", fmt.Errorf("sqs: create queue %s at %s: %w", topo.Status, cfg.where(), err)
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
+// declareWork creates the send queue and its dead-letter queue.
+func declareWork(ctx context.Context, c *awssqs.Client, cfg Config) (send, dlq string, err error) {
 	topo := cfg.Topology()
 	attrs := map[string]string{"MessageRetentionPeriod": strconv.Itoa(retention)}
 	if topo.FIFO {
@@ -190,7 +243,8 @@ func isMissingQueue(err error) bool {
 	return false
 }
 
-// Delete removes the topology's queues (bench's scratch queues, tests).
+// Delete removes the topology's queues, the status queue too (bench's
+// scratch queues, tests).
 func Delete(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
 	c, err := cfg.client(ctx)
@@ -199,7 +253,7 @@ func Delete(ctx context.Context, cfg Config) error {
 	}
 	topo := cfg.Topology()
 	var errs []error
-	for _, name := range []string{topo.Send, topo.DeadLetter} {
+	for _, name := range []string{topo.Send, topo.DeadLetter, topo.Status} {
 		u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
 		if err != nil {
 			if !isMissingQueue(err) {
