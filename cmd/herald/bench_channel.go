@@ -44,6 +44,28 @@ type benchTarget struct {
 	close func()
 }
 
+// withQuietMail points the email channel, which is always enabled, at an
+// SMTP sink of its own for a bench of another channel: without it the
+// builder would open herald.mbox in the working directory, or the user's
+// HERALD_SMTP_URL. The sink receives nothing.
+func withQuietMail(t *benchTarget) (*benchTarget, error) {
+	sink, err := smtptest.New()
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("herald bench: start the SMTP sink: %w", err)
+	}
+	configure, closeTarget := t.configure, t.close
+	t.configure = func(cfg *Config) {
+		cfg.SMTPURL = sink.URL()
+		configure(cfg)
+	}
+	t.close = func() {
+		closeTarget()
+		sink.Close()
+	}
+	return t, nil
+}
+
 // benchTargets is bench's table of channels, by name.
 var benchTargets = map[string]func(o benchOptions) (*benchTarget, error){
 	bench.ChannelEmail:    emailTarget,
@@ -74,7 +96,7 @@ func webhookTarget(o benchOptions) (*benchTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("herald bench: start the webhook receiver: %w", err)
 	}
-	return &benchTarget{
+	return withQuietMail(&benchTarget{
 		channel: bench.ChannelWebhook,
 		to:      rcv.WebhookURL(),
 		latency: o.recvLatency,
@@ -88,7 +110,7 @@ func webhookTarget(o benchOptions) (*benchTarget, error) {
 		notes: []string{"webhook: every delivery's Standard Webhooks signature was checked by the receiver (its own HMAC code, a secret made for the run); " +
 			"HERALD_WEBHOOK_ALLOW=127.0.0.1/32 opens the loopback receiver to the SSRF guard"},
 		close: func() { _ = rcv.Close() },
-	}, nil
+	})
 }
 
 // telegramTarget is a receiver on loopback that speaks the Bot API's
@@ -101,7 +123,7 @@ func telegramTarget(o benchOptions) (*benchTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("herald bench: start the Bot API receiver: %w", err)
 	}
-	return &benchTarget{
+	return withQuietMail(&benchTarget{
 		channel: bench.ChannelTelegram,
 		to:      "4242",
 		latency: o.recvLatency,
@@ -124,7 +146,7 @@ func telegramTarget(o benchOptions) (*benchTarget, error) {
 		},
 		notes: []string{"telegram: the Bot API receiver has no notification id to count by, so it checks that it got as many distinct texts (one per create) as creates were accepted; the raw POST ceiling posts the same sendMessage bodies to the receiver's plain endpoint"},
 		close: func() { _ = rcv.Close() },
-	}, nil
+	})
 }
 
 // sendConcurrency is the most sends of the channel a bench's one worker

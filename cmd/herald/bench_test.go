@@ -146,7 +146,9 @@ func TestBenchChannels(t *testing.T) {
 	t.Run("webhook", func(t *testing.T) {
 		t.Parallel()
 		const latency = 20
-		report, stderr := runBench(t, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "user.db")},
+		dir := t.TempDir()
+		userMbox := filepath.Join(dir, "user.mbox")
+		report, stderr := runBench(t, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(dir, "user.db"), "HERALD_SMTP_URL": "mbox:" + userMbox},
 			"--channel", "webhook", "--receiver-latency", "20ms", "--n", "120", "--warmup", "10", "--concurrency", "4", "--json")
 		require.Equal(t, "webhook", report["channel"])
 		require.EqualValues(t, 120, report["accepted"])
@@ -162,6 +164,10 @@ func TestBenchChannels(t *testing.T) {
 		require.GreaterOrEqual(t, report["e2e_p50_ms"], float64(latency))
 		require.Contains(t, fmt.Sprint(report["notes"]), "signature was checked by the receiver")
 		require.NotContains(t, fmt.Sprint(report)+stderr, "whsec_", "the run's secret is never printed")
+		// The email channel, enabled all the same, has a sink of its own:
+		// the user's mail target is never opened.
+		_, err := os.Stat(userMbox)
+		require.ErrorIs(t, err, os.ErrNotExist)
 	})
 	t.Run("telegram", func(t *testing.T) {
 		t.Parallel()
