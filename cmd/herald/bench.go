@@ -54,9 +54,10 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	var o benchOptions
 	cfg, err := parseFlags("bench",
 		"Loads the configured stack (HERALD_DATABASE_URL, HERALD_BROKER_URL) and measures it: herald's api, relay and\n"+
-			"worker run in-process against an in-process provider of --channel (an SMTP sink, a webhook receiver, a Bot API), in a scratch database (PostgreSQL: herald_bench_<random>, dropped\n"+
-			"at the end; SQLite: a temporary file) and scratch RabbitMQ names (bench-<random>.*, deleted at the end).\n"+
-			"The user's data is never touched. The raw ceilings of the database and the broker are measured in the same run.",
+			"worker run in-process against the --channel's provider, in process too (an SMTP sink, a webhook receiver, a Bot API),\n"+
+			"in a scratch database (PostgreSQL: herald_bench_<random>, dropped at the end; SQLite: a temporary file) and scratch\n"+
+			"RabbitMQ names (bench-<random>.*, deleted at the end). The user's data is never touched. The raw ceilings of the\n"+
+			"database, the broker and (webhook, telegram) the receiver are measured in the same run.",
 		args, e, func(fs *flag.FlagSet) {
 			fs.IntVar(&o.n, "n", 20000, "number of creates")
 			fs.IntVar(&o.warmup, "warmup", 200, "creates sent and delivered before the measured run (connections, pools and SMTP sessions warm), not counted")
