@@ -22,7 +22,6 @@ import (
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/smtptest"
 	"github.com/heraldhq/herald/internal/store/mongo"
 	"github.com/heraldhq/herald/internal/transport/kafka"
 	"github.com/heraldhq/herald/internal/transport/nats"
@@ -43,6 +42,8 @@ type benchOptions struct {
 	json           bool
 	cpuProfile     string
 	smtpLatency    time.Duration
+	channel        string
+	recvLatency    time.Duration
 	preload        int
 	statsSettle    time.Duration
 	findRate       bool
@@ -53,9 +54,10 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	var o benchOptions
 	cfg, err := parseFlags("bench",
 		"Loads the configured stack (HERALD_DATABASE_URL, HERALD_BROKER_URL) and measures it: herald's api, relay and\n"+
-			"worker run in-process against an SMTP sink, in a scratch database (PostgreSQL: herald_bench_<random>, dropped\n"+
-			"at the end; SQLite: a temporary file) and scratch RabbitMQ names (bench-<random>.*, deleted at the end).\n"+
-			"The user's data is never touched. The raw ceilings of the database and the broker are measured in the same run.",
+			"worker run in-process against the --channel's provider, in process too (an SMTP sink, a webhook receiver, a Bot API),\n"+
+			"in a scratch database (PostgreSQL: herald_bench_<random>, dropped at the end; SQLite: a temporary file) and scratch\n"+
+			"RabbitMQ names (bench-<random>.*, deleted at the end). The user's data is never touched. The raw ceilings of the\n"+
+			"database, the broker and (webhook, telegram) the receiver are measured in the same run.",
 		args, e, func(fs *flag.FlagSet) {
 			fs.IntVar(&o.n, "n", 20000, "number of creates")
 			fs.IntVar(&o.warmup, "warmup", 200, "creates sent and delivered before the measured run (connections, pools and SMTP sessions warm), not counted")
@@ -63,7 +65,9 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			fs.Float64Var(&o.rate, "rate", 0, "fixed arrival rate in creates per second (open loop); 0: as fast as the clients can")
 			fs.BoolVar(&o.json, "json", false, "print one JSON object")
 			fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the pipeline run to this file")
-			fs.DurationVar(&o.smtpLatency, "smtp-latency", 0, "the SMTP sink answers each DATA after this `duration`, as a real provider does (50-500ms)")
+			fs.DurationVar(&o.smtpLatency, "smtp-latency", 0, "--channel email: the SMTP sink answers each DATA after this `duration`, as a real provider does (50-500ms)")
+			fs.StringVar(&o.channel, "channel", bench.ChannelEmail, "the channel of every create: email (to an in-process SMTP sink), webhook (to a receiver on loopback that checks each signature,\nunder a secret made for the run; 127.0.0.1 is opened to the SSRF guard) or telegram (to a receiver that speaks the Bot API);\nwebhook and telegram add the raw POST ceiling: as many POSTs of the same bodies straight to the receiver, as many at once as the worker sends")
+			fs.DurationVar(&o.recvLatency, "receiver-latency", 0, "--channel webhook or telegram: the receiver answers each POST after this `duration`, as a real endpoint does")
 			fs.IntVar(&o.preload, "preload", 0, "notifications already sent written into the scratch database (with their events, dedup rows and attempts, then analysed) before the run, as a deployment's history; PostgreSQL only")
 			fs.DurationVar(&o.statsSettle, "stats-settle", 11*time.Second, "PostgreSQL: wait this `duration` after the warm-up before counting rows, commits and WAL, so that every connection has reported the warm-up's counts\n(PostgreSQL 15+ reports an idle connection's within 10s); 0: count at once, and the warm-up's unreported counts are taken for the run's")
 			fs.BoolVar(&o.findRate, "find-rate", false, "search for the sustainable rate instead: the highest fixed arrival rate held for a window with delivered/s >= 0.95x the rate,\na backlog of at most 1s of arrivals at the window's end and e2e p99 < 1s; doubles the rate until a probe fails, then bisects to within 10%.\n--n and --rate do not apply; no raw ceilings are measured")
@@ -85,6 +89,14 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return fmt.Errorf("herald bench: --warmup: want 0 or more, got %d", o.warmup)
 	case o.smtpLatency < 0:
 		return fmt.Errorf("herald bench: --smtp-latency: want 0 or more, got %s", o.smtpLatency)
+	case benchTargets[o.channel] == nil:
+		return fmt.Errorf("herald bench: --channel: want one of %s, got %q", strings.Join(bench.Channels, ", "), o.channel)
+	case o.recvLatency < 0:
+		return fmt.Errorf("herald bench: --receiver-latency: want 0 or more, got %s", o.recvLatency)
+	case o.smtpLatency > 0 && o.channel != bench.ChannelEmail:
+		return fmt.Errorf("herald bench: --smtp-latency applies to --channel email; use --receiver-latency")
+	case o.recvLatency > 0 && o.channel == bench.ChannelEmail:
+		return fmt.Errorf("herald bench: --receiver-latency applies to --channel webhook or telegram; use --smtp-latency")
 	case o.preload < 0:
 		return fmt.Errorf("herald bench: --preload: want 0 or more, got %d", o.preload)
 	case o.preload > 0 && storeKind(cfg.DatabaseURL) != "postgres":
@@ -107,13 +119,19 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	}
 	cleanups = append(cleanups, sc.cleanup...)
 	fmt.Fprintf(e.stderr, "herald bench: working in %s (removed at the end)\n", sc.describe())
+	target, err := benchTargets[o.channel](o)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, func() error { target.close(); return nil })
+	target.configure(&sc.cfg)
 
 	var (
 		ceilings bench.Ceilings
 		notes    []string
 	)
 	if !o.findRate {
-		if ceilings, notes, err = measureCeilings(ctx, sc, o); err != nil {
+		if ceilings, notes, err = measureCeilings(ctx, sc, target, o); err != nil {
 			return err
 		}
 	}
@@ -140,7 +158,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return fmt.Errorf("herald bench: %w", err)
 	}
 
-	st, err := startBenchStack(ctx, sc, e, o.smtpLatency)
+	st, err := startBenchStack(ctx, sc, e)
 	if err != nil {
 		return err
 	}
@@ -158,7 +176,9 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		N:           o.n,
 		Concurrency: o.concurrency,
 		Rate:        o.rate,
-		Sink:        st.sink.CountByMessageID,
+		Channel:     target.channel,
+		To:          target.to,
+		Sink:        target.sink,
 		Progress:    terminal(e),
 	}
 	warmedUp := 0
@@ -171,9 +191,12 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		}
 		warmedUp = wres.Delivered
 		st.rec.Reset()
+		if target.reset != nil {
+			target.reset()
+		}
 	}
 	if o.findRate {
-		return findRate(ctx, sc, st, bcfg, o, e)
+		return findRate(ctx, sc, st, target, bcfg, o, e)
 	}
 	// The database's activity is counted from after the warm-up to after
 	// the stack stopped (see raw.WatchActivity).
@@ -197,6 +220,13 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	}
 	res, err := bench.Run(ctx, st.rec, bcfg)
 	conns, serr := stopSampler()
+	if target.check != nil && ctx.Err() == nil {
+		// The provider's own account comes first: a bad signature also
+		// shows as a delivery the sink misses.
+		if cerr := target.check(res); cerr != nil {
+			return errors.Join(cerr, err)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -247,13 +277,18 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	if o.preload > 0 {
 		report.Notes = append(report.Notes, fmt.Sprintf("the scratch database held %d notifications already sent (with their events, dedup rows and attempts), analysed, before the run", o.preload))
 	}
-	report.SMTPLatencyMs = float64(o.smtpLatency) / float64(time.Millisecond)
+	if target.channel == bench.ChannelEmail {
+		report.SMTPLatencyMs = float64(target.latency) / float64(time.Millisecond)
+	} else {
+		report.ReceiverLatencyMs = float64(target.latency) / float64(time.Millisecond)
+	}
 	report.SendsInFlightMax = st.rec.SendsInFlightMax()
 	report.DBConnsMax = conns
 	if sc.store == "sqlite" {
 		report.Notes = append(report.Notes, "SQLite: one write connection and a read pool per store; db_conns_max is sampled on PostgreSQL only")
 	}
 	report.Notes = append(report.Notes, notes...)
+	report.Notes = append(report.Notes, target.notes...)
 	report.Notes = append(report.Notes, st.notes...)
 	if o.json {
 		return report.WriteJSON(e.stdout)
@@ -359,7 +394,7 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 // measureCeilings runs the raw ceilings before the stack starts, so that
 // nothing competes with them. It returns notes for what it could not
 // measure.
-func measureCeilings(ctx context.Context, sc *scratch, o benchOptions) (bench.Ceilings, []string, error) {
+func measureCeilings(ctx context.Context, sc *scratch, target *benchTarget, o benchOptions) (bench.Ceilings, []string, error) {
 	var (
 		c     bench.Ceilings
 		notes []string
@@ -379,6 +414,13 @@ func measureCeilings(ctx context.Context, sc *scratch, o benchOptions) (bench.Ce
 	}
 	if c.PipelinePerSec, err = rawPipeline(ctx, sc, o); err != nil {
 		return c, nil, fmt.Errorf("herald bench: raw pipeline ceiling: %w", err)
+	}
+	if target.rawURL != "" {
+		if c.POSTPerSec, c.POSTClients, err = target.rawPOST(ctx, sc.cfg, o.n); err != nil {
+			return c, nil, fmt.Errorf("herald bench: raw POST ceiling: %w", err)
+		}
+		notes = append(notes, fmt.Sprintf("raw_post_per_s: %d POSTs of the run's bodies straight to the receiver, %d at once (the worker's most sends at once: HERALD_PREFETCH, "+
+			"or HERALD_%s_CONCURRENCY when lower), over kept-alive connections, no signing, no SSRF guard, no herald", o.n, c.POSTClients, strings.ToUpper(target.channel)))
 	}
 	steps := "create, the table transport's claim, the worker's claim and record, the row's finish"
 	if sc.tr.publisher != nil {
@@ -436,7 +478,7 @@ func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, e
 }
 
 // findRate runs herald bench --find-rate on the started, warmed-up stack.
-func findRate(ctx context.Context, sc *scratch, st *benchStack, bcfg bench.Config, o benchOptions, e env) error {
+func findRate(ctx context.Context, sc *scratch, st *benchStack, target *benchTarget, bcfg bench.Config, o benchOptions, e env) error {
 	bcfg.Progress = nil
 	probe := func(ctx context.Context, rate float64) (bench.Probe, error) {
 		st.rec.Reset()
@@ -456,7 +498,8 @@ func findRate(ctx context.Context, sc *scratch, st *benchStack, bcfg bench.Confi
 	if err != nil {
 		return fmt.Errorf("herald bench: %w", err)
 	}
-	search.Store, search.Transport, search.Concurrency = sc.store, sc.tr.name, bcfg.Concurrency
+	search.Store, search.Transport, search.Channel, search.Concurrency = sc.store, sc.tr.name, target.channel, bcfg.Concurrency
+	search.Notes = append(search.Notes, target.notes...)
 	search.Notes = append(search.Notes, st.notes...)
 	search.Notes = append(search.Notes, fmt.Sprintf("open loop from %d clients: a rate they cannot send shows as a failing probe (raise --concurrency)", bcfg.Concurrency))
 	if o.json {
@@ -480,7 +523,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // benchStack is herald's api, relay and worker running in-process.
 type benchStack struct {
 	url   string
-	sink  *smtptest.Server
 	rec   *bench.Recorder
 	notes []string
 	stop  func() error
@@ -492,7 +534,7 @@ type benchStack struct {
 // relay and worker are three apps (three stores, three connection pools),
 // as the separate processes of the production shape are; on the outbox
 // table one app runs them all, as herald serve does.
-func startBenchStack(ctx context.Context, sc *scratch, e env, smtpLatency time.Duration) (_ *benchStack, err error) {
+func startBenchStack(ctx context.Context, sc *scratch, e env) (_ *benchStack, err error) {
 	st := &benchStack{rec: bench.NewRecorder()}
 	var closers []func()
 	defer func() {
@@ -502,14 +544,7 @@ func startBenchStack(ctx context.Context, sc *scratch, e env, smtpLatency time.D
 			}
 		}
 	}()
-	sink, err := smtptest.New(smtptest.WithDataLatency(smtpLatency))
-	if err != nil {
-		return nil, fmt.Errorf("herald bench: start the SMTP sink: %w", err)
-	}
-	closers = append(closers, sink.Close)
-	st.sink = sink
 	cfg := sc.cfg
-	cfg.SMTPURL = sink.URL()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

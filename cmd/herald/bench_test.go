@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,6 +32,7 @@ var benchFields = []string{
 	"preload", "seq_scans_per_1k_deliveries",
 	"raw_pipeline_per_s", "delivered_vs_raw_pipeline",
 	"rows_per_notification", "commits_per_notification", "wal_bytes_per_notification",
+	"channel", "receiver_latency_ms", "raw_post_per_s", "raw_post_clients", "delivered_vs_raw_post",
 }
 
 // runBench runs herald bench in-process with env as its whole environment
@@ -135,6 +137,48 @@ func TestBenchSmoke(t *testing.T) {
 	})
 }
 
+// A tiny webhook bench, end to end: herald's webhooks reach the receiver
+// on loopback signed with the run's secret (the receiver checks each one),
+// every accepted notification is there, and the raw POST ceiling stands
+// beside delivered/s. Telegram the same way, against the Bot API receiver.
+func TestBenchChannels(t *testing.T) {
+	t.Parallel()
+	t.Run("webhook", func(t *testing.T) {
+		t.Parallel()
+		const latency = 20
+		dir := t.TempDir()
+		userMbox := filepath.Join(dir, "user.mbox")
+		report, stderr := runBench(t, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(dir, "user.db"), "HERALD_SMTP_URL": "mbox:" + userMbox},
+			"--channel", "webhook", "--receiver-latency", "20ms", "--n", "120", "--warmup", "10", "--concurrency", "4", "--json")
+		require.Equal(t, "webhook", report["channel"])
+		require.EqualValues(t, 120, report["accepted"])
+		require.EqualValues(t, 120, report["delivered"])
+		require.EqualValues(t, latency, report["receiver_latency_ms"])
+		require.Zero(t, report["smtp_latency_ms"])
+		require.EqualValues(t, 32, report["raw_post_clients"], "HERALD_PREFETCH's default: the worker's most sends at once")
+		positive(t, report, "delivered_per_s", "raw_post_per_s", "delivered_vs_raw_post", "sends_in_flight_max")
+		// Every POST waits 20 ms at the receiver: 32 at once cannot pass
+		// 1,600/s, and no webhook is delivered sooner than 20 ms after its
+		// create was answered.
+		require.Less(t, report["raw_post_per_s"], 1600.0)
+		require.GreaterOrEqual(t, report["e2e_p50_ms"], float64(latency))
+		require.Contains(t, fmt.Sprint(report["notes"]), "signature was checked by the receiver")
+		require.NotContains(t, fmt.Sprint(report)+stderr, "whsec_", "the run's secret is never printed")
+		// The email channel, enabled all the same, has a sink of its own:
+		// the user's mail target is never opened.
+		_, err := os.Stat(userMbox)
+		require.ErrorIs(t, err, os.ErrNotExist)
+	})
+	t.Run("telegram", func(t *testing.T) {
+		t.Parallel()
+		report, _ := runBench(t, map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "user.db")},
+			"--channel", "telegram", "--n", "60", "--warmup", "10", "--concurrency", "4", "--json")
+		require.Equal(t, "telegram", report["channel"])
+		require.EqualValues(t, 60, report["delivered"])
+		positive(t, report, "delivered_per_s", "raw_post_per_s", "delivered_vs_raw_post")
+	})
+}
+
 // --find-rate probes rates on the stack and reports the highest it held:
 // with windows this short the figure means nothing, but the search runs,
 // prints each probe and ends within its budget.
@@ -224,7 +268,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 	t.Parallel()
 	// --preload is PostgreSQL's only: the URL below is SQLite.
 	for _, args := range [][]string{{"--n", "0"}, {"--concurrency", "0"}, {"--rate", "-1"}, {"--smtp-latency", "-1s"}, {"--preload", "-1"}, {"--preload", "10"},
-		{"--stats-settle", "-1s"}, {"--find-rate", "--find-window", "0s"}, {"--find-rate", "--find-start", "0"}} {
+		{"--stats-settle", "-1s"}, {"--find-rate", "--find-window", "0s"}, {"--find-rate", "--find-start", "0"},
+		{"--channel", "sms"}, {"--channel", "webhook", "--smtp-latency", "1s"}, {"--receiver-latency", "1s"}, {"--channel", "webhook", "--receiver-latency", "-1s"}} {
 		var stdout, stderr bytes.Buffer
 		err := cmdBench(t.Context(), args, env2(map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, &stdout, &stderr))
 		require.Error(t, err, "%v", args)

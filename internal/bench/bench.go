@@ -1,7 +1,8 @@
 // Package bench loads a running herald stack over its HTTP API and measures
 // it: how fast the API accepts creates, how long a notification takes from
-// its 201 to the SMTP server, how fast the relay and the workers keep up, and
-// how these compare with the raw ceilings of the database and the broker.
+// its 201 to its provider (the SMTP server, the webhook receiver, the Bot
+// API), how fast the relay and the workers keep up, and how these compare
+// with the raw ceilings of the database, the broker and the provider.
 //
 // The package knows no concrete store, transport or sender: herald bench
 // (cmd/herald) builds the stack, wraps its sender and publisher with a
@@ -20,7 +21,6 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +35,13 @@ type Config struct {
 	N int
 	// Concurrency is the number of HTTP clients sending at once. Default 16.
 	Concurrency int
+	// Channel is the channel every create asks for: ChannelEmail,
+	// ChannelWebhook or ChannelTelegram. Default ChannelEmail.
+	Channel string
+	// To is every create's destination: an address for email, the
+	// receiver's URL for webhook, a chat id for telegram. Default
+	// bench@example.com for email; required for the others.
+	To string
 	// Rate, when positive, sends creates at this fixed arrival rate (per
 	// second, open loop) instead of as fast as the clients can (closed
 	// loop): the latencies then describe a stack that is not saturated.
@@ -44,9 +51,11 @@ type Config struct {
 	// Stall bounds how long the drain may go without a single delivery
 	// before Run gives up. Default 60s.
 	Stall time.Duration
-	// Sink, when set, returns how many messages the SMTP server holds per
-	// Message-ID; Run checks at the end that every accepted notification is
-	// there. Default nil (no check).
+	// Sink, when set, returns how many messages the channel's server (the
+	// SMTP sink, the webhook receiver) holds per notification, keyed by
+	// notification id or by a Message-ID of the form <ID@DOMAIN>; Run
+	// checks at the end that every accepted notification is there.
+	// Default nil (no check).
 	Sink func() map[string]int
 	// Progress, when set, receives a one-line progress display redrawn in
 	// place; give it a terminal only. Default nil (no display).
@@ -62,6 +71,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 16
+	}
+	if c.Channel == "" {
+		c.Channel = ChannelEmail
+	}
+	if c.To == "" && c.Channel == ChannelEmail {
+		c.To = "bench@example.com"
 	}
 	if c.Stall == 0 {
 		c.Stall = 60 * time.Second
@@ -89,6 +104,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("bench: rate must not be negative, got %g", c.Rate)
 	case c.Stall <= 0:
 		return fmt.Errorf("bench: stall timeout must be positive, got %s", c.Stall)
+	case !slices.Contains(Channels, c.Channel):
+		return fmt.Errorf("bench: channel must be one of %v, got %q", Channels, c.Channel)
+	case c.To == "":
+		return fmt.Errorf("bench: the %s channel needs a destination (To)", c.Channel)
 	}
 	return nil
 }
@@ -99,8 +118,9 @@ type Result struct {
 	Accepted int
 	// Rejected counts the other answers by HTTP status (0: no answer).
 	Rejected map[int]int
-	// Delivered is the number of accepted notifications whose email the
-	// SMTP server received; Repeats counts emails received more than once.
+	// Delivered is the number of accepted notifications the channel's
+	// provider accepted (the sender returned nil); Repeats counts
+	// notifications sent more than once.
 	Delivered, Repeats int
 	// APIPerSec is accepted creates per second, from the first request to
 	// the last 201.
@@ -108,7 +128,8 @@ type Result struct {
 	// APIP50 and APIP99 are latencies of the accepted creates.
 	APIP50, APIP99 time.Duration
 	// E2EP50, E2EP99 and E2EMax run from the client's 201 to the moment the
-	// SMTP server received that notification's Message-ID.
+	// provider accepted that notification (the SMTP server's 250 to its
+	// data, the webhook receiver's 2xx).
 	E2EP50, E2EP99, E2EMax time.Duration
 	// Published is the number of events the broker confirmed (0 without a
 	// relay), and RelayPerSec their rate from the start of the relay's first
@@ -117,12 +138,12 @@ type Result struct {
 	RelayPerSec float64
 	// RelayBatches is the number of non-empty relay batches.
 	RelayBatches int64
-	// DeliveredPerSec is delivered emails per second, from the first
-	// request to the last email.
+	// DeliveredPerSec is delivered notifications per second, from the
+	// first request to the last delivery.
 	DeliveredPerSec float64
-	// Drain runs from the last 201 to the last email.
+	// Drain runs from the last 201 to the last delivery.
 	Drain time.Duration
-	// Elapsed runs from the first request to the last email.
+	// Elapsed runs from the first request to the last delivery.
 	Elapsed time.Duration
 	// Window, with a Rate, is the arrival window: from the first create's
 	// scheduled start to N/Rate later. AcceptedInWindow and
@@ -161,6 +182,7 @@ func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
 	defer stopProgress()
 
 	url := cfg.URL + "/notifications"
+	request := requestFunc(cfg.Channel, cfg.To)
 	start := time.Now()
 	var interval time.Duration
 	if cfg.Rate > 0 {
@@ -187,7 +209,7 @@ func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
 						return
 					}
 				}
-				id, status, err := create(ctx, cfg.Client, url, i)
+				id, status, err := create(ctx, cfg.Client, url, request(i))
 				now := time.Now()
 				if status == http.StatusCreated {
 					accepted.Add(1)
@@ -264,9 +286,9 @@ func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
 	return res, nil
 }
 
-// create posts the i-th notification and returns its id and the status.
-func create(ctx context.Context, c *http.Client, url string, i int) (string, int, error) {
-	body := requestBody(i)
+// create posts one create request and returns the notification's id and
+// the status.
+func create(ctx context.Context, c *http.Client, url string, body []byte) (string, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return "", 0, fmt.Errorf("build request: %w", err)
@@ -293,18 +315,6 @@ func create(ctx context.Context, c *http.Client, url string, i int) (string, int
 	return v.ID, resp.StatusCode, nil
 }
 
-// requestBody is a create request of a realistic size: the subject and body
-// of a short transactional email.
-func requestBody(i int) []byte {
-	b := make([]byte, 0, 256)
-	b = append(b, `{"user_id":"bench-`...)
-	b = strconv.AppendInt(b, int64(i), 10)
-	b = append(b, `","channel":"email","to":"bench@example.com","subject":"herald bench `...)
-	b = strconv.AppendInt(b, int64(i), 10)
-	b = append(b, `","body":"Hello,\nthis is a notification sent by herald bench to measure the stack.\n"}`...)
-	return b
-}
-
 // drain waits until every accepted create has been delivered; it fails when
 // no delivery happens for stall.
 func drain(ctx context.Context, rec *Recorder, samples []sample, stall time.Duration) error {
@@ -327,8 +337,8 @@ func drain(ctx context.Context, rec *Recorder, samples []sample, stall time.Dura
 	return nil
 }
 
-// checkSink makes sure the SMTP server holds every accepted notification:
-// the sender's word alone is not a delivery.
+// checkSink makes sure the channel's server holds every accepted
+// notification: the sender's word alone is not a delivery.
 func checkSink(received map[string]int, samples []sample) error {
 	byID := make(map[string]int, len(received))
 	for mid, n := range received {
@@ -341,7 +351,7 @@ func checkSink(received map[string]int, samples []sample) error {
 		}
 	}
 	if missing > 0 {
-		return fmt.Errorf("bench: the SMTP sink misses %d of %d accepted notifications", missing, len(samples))
+		return fmt.Errorf("bench: the sink misses %d of %d accepted notifications", missing, len(samples))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -229,15 +230,56 @@ func TestReportJSONFields(t *testing.T) {
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(b, &m))
 	for _, f := range []string{"api_per_s", "api_p50_ms", "api_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "e2e_max_ms",
-		"relay_per_s", "delivered_per_s", "drain_s", "raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish"} {
+		"relay_per_s", "delivered_per_s", "drain_s", "raw_tx_per_s", "raw_publish_per_s", "api_vs_raw_tx", "relay_vs_raw_publish",
+		"channel", "receiver_latency_ms", "raw_post_per_s", "raw_post_clients", "delivered_vs_raw_post"} {
 		require.Contains(t, m, f)
 	}
 	require.Equal(t, 20000.0, m["n"], "defaults apply")
+	require.Equal(t, "email", m["channel"], "defaults apply")
+	require.Zero(t, m["raw_post_per_s"])
 	require.Equal(t, 1.5, m["api_p50_ms"])
 	require.Equal(t, 1.5, m["drain_s"])
 	require.Equal(t, 0.5, m["api_vs_raw_tx"])
 	require.Equal(t, 0.2, m["relay_vs_raw_publish"])
 	require.NoError(t, r.WriteText(io.Discard))
+}
+
+// A webhook report names its channel in JSON and in every row that
+// counts deliveries, and sets the raw POST ceiling beside delivered/s.
+func TestReportWebhook(t *testing.T) {
+	t.Parallel()
+	r := bench.NewReport("sqlite", "table", bench.Config{Channel: bench.ChannelWebhook, To: "http://127.0.0.1:1/hook"}, bench.Result{
+		Accepted: 10, Delivered: 10, DeliveredPerSec: 300,
+	}, bench.Ceilings{TxPerSec: 1000, POSTPerSec: 1200, POSTClients: 32})
+	r.ReceiverLatencyMs = 100
+	require.Equal(t, "webhook", r.Channel)
+	require.Equal(t, 1200.0, r.RawPOSTPerSec)
+	require.Equal(t, 32, r.RawPOSTClients)
+	require.Equal(t, 0.25, r.DeliveredVsRawPOST)
+	var b strings.Builder
+	require.NoError(t, r.WriteText(&b))
+	text := b.String()
+	require.Contains(t, text, "sqlite + table, channel webhook,")
+	require.Regexp(t, `delivered +10 +webhooks the webhook receiver accepted`, text)
+	require.Regexp(t, `raw_post_per_s +1200.0 +bare POSTs of the same bodies to the receiver per second, 32 at once`, text)
+	require.Regexp(t, `delivered_vs_raw_post +0.250`, text)
+	require.Regexp(t, `receiver_latency_ms +100 `, text)
+	require.NotContains(t, text, "email")
+
+	b.Reset()
+	r = bench.NewReport("sqlite", "table", bench.Config{}, bench.Result{Accepted: 1, Delivered: 1}, bench.Ceilings{})
+	require.NoError(t, r.WriteText(&b))
+	require.Contains(t, b.String(), "channel email,")
+	require.NotContains(t, b.String(), "raw_post_per_s", "no POST ceiling on email")
+}
+
+// A run on another channel than email needs a destination.
+func TestRunNeedsADestination(t *testing.T) {
+	t.Parallel()
+	_, err := bench.Run(t.Context(), bench.NewRecorder(), bench.Config{URL: "http://127.0.0.1:1", N: 1, Channel: bench.ChannelWebhook})
+	require.ErrorContains(t, err, "the webhook channel needs a destination")
+	_, err = bench.Run(t.Context(), bench.NewRecorder(), bench.Config{URL: "http://127.0.0.1:1", N: 1, Channel: "sms", To: "x"})
+	require.ErrorContains(t, err, "channel must be one of")
 }
 
 type writerFunc func([]byte) (int, error)

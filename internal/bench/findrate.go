@@ -145,6 +145,7 @@ func (p Probe) String() string {
 type RateSearch struct {
 	Store       string  `json:"store"`
 	Transport   string  `json:"transport"`
+	Channel     string  `json:"channel"`
 	Concurrency int     `json:"concurrency"`
 	WindowS     float64 `json:"window_s"`
 	// SustainableRate is the highest rate a probe held; 0 when none did.
@@ -247,7 +248,7 @@ func (s RateSearch) WriteJSON(w io.Writer) error {
 // WriteText writes the search for people: each probe, then the result.
 func (s RateSearch) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "herald bench --find-rate: %s + %s, %d clients, %gs windows\n\n", s.Store, s.Transport, s.Concurrency, s.WindowS)
+	fmt.Fprintf(&b, "herald bench --find-rate: %s + %s, channel %s, %d clients, %gs windows\n\n", s.Store, s.Transport, s.Channel, s.Concurrency, s.WindowS)
 	for i, p := range s.Probes {
 		fmt.Fprintf(&b, "  probe %d: %s\n", i+1, p)
 	}

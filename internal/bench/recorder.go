@@ -21,8 +21,9 @@ type Publisher interface {
 	Publish(ctx context.Context, events []notify.Event) ([]int64, error)
 }
 
-// Recorder timestamps what the pipeline does: each email the SMTP server
-// accepted, and the events the broker confirmed. The bench wraps herald's
+// Recorder timestamps what the pipeline does: each notification its
+// channel's provider accepted (an email the SMTP server took, a webhook the
+// receiver answered 2xx), and the events the broker confirmed. The bench wraps herald's
 // own sender and publisher with it rather than asking the components, so
 // that the numbers come from the edges of the pipeline and the components
 // run unchanged. It is safe for concurrent use.

@@ -14,8 +14,11 @@ import (
 // Report is the outcome of herald bench; its JSON field names are what
 // `herald bench --json` prints, and scripts compare them across runs.
 type Report struct {
-	Store       string  `json:"store"`
-	Transport   string  `json:"transport"`
+	Store     string `json:"store"`
+	Transport string `json:"transport"`
+	// Channel is the channel every create asked for (email, webhook,
+	// telegram).
+	Channel     string  `json:"channel"`
 	N           int     `json:"n"`
 	Concurrency int     `json:"concurrency"`
 	Rate        float64 `json:"rate"`
@@ -39,9 +42,12 @@ type Report struct {
 	// (--smtp-latency); SendsInFlightMax the most sends in progress at
 	// once; DBConnsMax the most database connections the stack held at
 	// once (PostgreSQL only; 0 on SQLite, see the notes).
-	SMTPLatencyMs    float64 `json:"smtp_latency_ms"`
-	SendsInFlightMax int64   `json:"sends_in_flight_max"`
-	DBConnsMax       int64   `json:"db_conns_max"`
+	SMTPLatencyMs float64 `json:"smtp_latency_ms"`
+	// ReceiverLatencyMs is the webhook receiver's (or Bot API's) answer
+	// time to each POST (--receiver-latency); 0 on email.
+	ReceiverLatencyMs float64 `json:"receiver_latency_ms"`
+	SendsInFlightMax  int64   `json:"sends_in_flight_max"`
+	DBConnsMax        int64   `json:"db_conns_max"`
 
 	// Preload is the number of notifications already sent that the
 	// scratch database held before the run (--preload); SeqScansPer1k the
@@ -61,6 +67,14 @@ type Report struct {
 	// over it.
 	RawPipelinePerSec      float64 `json:"raw_pipeline_per_s"`
 	DeliveredVsRawPipeline float64 `json:"delivered_vs_raw_pipeline"`
+
+	// RawPOSTPerSec is the raw HTTP POST ceiling of the channel's
+	// receiver: as many POSTs as creates, of the same bodies, straight to
+	// it from RawPOSTClients at once (see raw.POST); DeliveredVsRawPOST is
+	// delivered_per_s over it. 0 on email.
+	RawPOSTPerSec      float64 `json:"raw_post_per_s"`
+	RawPOSTClients     int     `json:"raw_post_clients"`
+	DeliveredVsRawPOST float64 `json:"delivered_vs_raw_post"`
 
 	// RowsPerNotification, CommitsPerNotification and
 	// WALBytesPerNotification are what the database did over the measured
@@ -82,6 +96,10 @@ type Ceilings struct {
 	TxPerSec       float64
 	PublishPerSec  float64
 	PipelinePerSec float64
+	// POSTPerSec is the receiver's raw POST ceiling, measured with
+	// POSTClients requests under way at once.
+	POSTPerSec  float64
+	POSTClients int
 }
 
 // Activity is what the database did over a span (PostgreSQL's statistics;
@@ -132,6 +150,7 @@ func NewReport(store, transport string, cfg Config, res Result, c Ceilings) Repo
 	r := Report{
 		Store:       store,
 		Transport:   transport,
+		Channel:     cfg.Channel,
 		N:           cfg.N,
 		Concurrency: cfg.Concurrency,
 		Rate:        cfg.Rate,
@@ -162,6 +181,10 @@ func NewReport(store, transport string, cfg Config, res Result, c Ceilings) Repo
 		r.RawPipelinePerSec = round(c.PipelinePerSec, 1)
 		r.DeliveredVsRawPipeline = round(res.DeliveredPerSec/c.PipelinePerSec, 3)
 	}
+	if c.POSTPerSec > 0 {
+		r.RawPOSTPerSec, r.RawPOSTClients = round(c.POSTPerSec, 1), c.POSTClients
+		r.DeliveredVsRawPOST = round(res.DeliveredPerSec/c.POSTPerSec, 3)
+	}
 	if c.PublishPerSec > 0 && res.RelayPerSec > 0 {
 		r.RelayVsRawPublish = round(res.RelayPerSec/c.PublishPerSec, 3)
 	}
@@ -182,7 +205,7 @@ func NewReport(store, transport string, cfg Config, res Result, c Ceilings) Repo
 		r.Notes = append(r.Notes, "rejected creates by status: "+strings.Join(parts, ", "))
 	}
 	if res.Repeats > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d emails were sent more than once (same Message-ID)", res.Repeats))
+		r.Notes = append(r.Notes, fmt.Sprintf("%d notifications were sent more than once", res.Repeats))
 	}
 	if res.Published > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("relay published %d events in %d batches (%.1f per batch)",
@@ -221,30 +244,43 @@ func (r Report) WriteText(w io.Writer) error {
 		mode = fmt.Sprintf("open loop at %g/s", r.Rate)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "herald bench: %s + %s, %d creates from %d clients (%s)", r.Store, r.Transport, r.N, r.Concurrency, mode)
+	fmt.Fprintf(&b, "herald bench: %s + %s, channel %s, %d creates from %d clients (%s)", r.Store, r.Transport, r.Channel, r.N, r.Concurrency, mode)
 	if r.Preload > 0 {
 		fmt.Fprintf(&b, ", on %d notifications already sent", r.Preload)
 	}
 	b.WriteString("\n\n")
 	row := func(name, value, help string) { fmt.Fprintf(&b, "  %-26s %14s   %s\n", name, value, help) }
+	what, where := "emails", "the SMTP sink"
+	switch r.Channel {
+	case ChannelWebhook:
+		what, where = "webhooks", "the webhook receiver"
+	case ChannelTelegram:
+		what, where = "messages", "the Bot API receiver"
+	}
+	row("channel", r.Channel, "what every create asked for, delivered to "+where)
 	row("accepted", fmt.Sprint(r.Accepted), fmt.Sprintf("creates answered 201 (%d rejected)", r.Rejected))
-	row("delivered", fmt.Sprint(r.Delivered), "emails the SMTP sink received")
+	row("delivered", fmt.Sprint(r.Delivered), what+" "+where+" accepted")
 	row("api_per_s", fmt.Sprintf("%.1f", r.APIPerSec), "accepted creates per second")
 	row("api_p50_ms", fmt.Sprintf("%.3f", r.APIP50ms), "create latency, median")
 	row("api_p99_ms", fmt.Sprintf("%.3f", r.APIP99ms), "create latency, 99th percentile")
-	row("e2e_p50_ms", fmt.Sprintf("%.3f", r.E2EP50ms), "201 to email received, median")
-	row("e2e_p99_ms", fmt.Sprintf("%.3f", r.E2EP99ms), "201 to email received, 99th percentile")
-	row("e2e_max_ms", fmt.Sprintf("%.3f", r.E2EMaxms), "201 to email received, slowest")
+	row("e2e_p50_ms", fmt.Sprintf("%.3f", r.E2EP50ms), "201 to delivered, median")
+	row("e2e_p99_ms", fmt.Sprintf("%.3f", r.E2EP99ms), "201 to delivered, 99th percentile")
+	row("e2e_max_ms", fmt.Sprintf("%.3f", r.E2EMaxms), "201 to delivered, slowest")
 	row("relay_per_s", fmt.Sprintf("%.1f", r.RelayPerSec), "events published and confirmed per second")
-	row("delivered_per_s", fmt.Sprintf("%.1f", r.DeliveredPerSec), "emails per second, first create to last email")
+	row("delivered_per_s", fmt.Sprintf("%.1f", r.DeliveredPerSec), what+" per second, first create to last delivered")
 	row("seq_scans_per_1k", fmt.Sprintf("%.1f", r.SeqScansPer1k), "sequential scans of herald's tables per 1,000 deliveries")
-	row("drain_s", fmt.Sprintf("%.3f", r.DrainS), "last 201 to last email")
+	row("drain_s", fmt.Sprintf("%.3f", r.DrainS), "last 201 to last delivered")
 	row("raw_tx_per_s", fmt.Sprintf("%.1f", r.RawTxPerSec), "bare create transactions per second, no HTTP")
 	row("raw_publish_per_s", fmt.Sprintf("%.1f", r.RawPublishPerSec), "bare persistent confirmed publishes per second")
 	row("api_vs_raw_tx", fmt.Sprintf("%.3f", r.APIVsRawTx), "api_per_s / raw_tx_per_s")
 	row("relay_vs_raw_publish", fmt.Sprintf("%.3f", r.RelayVsRawPublish), "relay_per_s / raw_publish_per_s")
 	row("raw_pipeline_per_s", fmt.Sprintf("%.1f", r.RawPipelinePerSec), "notifications per second through the store's statements alone")
 	row("delivered_vs_raw_pipeline", fmt.Sprintf("%.3f", r.DeliveredVsRawPipeline), "delivered_per_s / raw_pipeline_per_s")
+	if r.Channel != ChannelEmail {
+		row("receiver_latency_ms", fmt.Sprintf("%.0f", r.ReceiverLatencyMs), "the receiver's answer time to each POST")
+		row("raw_post_per_s", fmt.Sprintf("%.1f", r.RawPOSTPerSec), fmt.Sprintf("bare POSTs of the same bodies to the receiver per second, %d at once", r.RawPOSTClients))
+		row("delivered_vs_raw_post", fmt.Sprintf("%.3f", r.DeliveredVsRawPOST), "delivered_per_s / raw_post_per_s")
+	}
 	row("rows_per_notification", optional(r.RowsPerNotification, "%.2f"), "rows written to herald's tables, measured run")
 	row("commits_per_notification", optional(r.CommitsPerNotification, "%.2f"), "transactions committed, measured run")
 	row("wal_bytes_per_notification", optional(r.WALBytesPerNotification, "%.0f"), "WAL bytes written (server-wide), measured run")

@@ -5,12 +5,15 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
@@ -184,4 +187,26 @@ func TestPreloadPostgresRefusesNonScratchDatabase(t *testing.T) {
 	t.Parallel()
 	err := raw.PreloadPostgres(t.Context(), "postgres://postgres@127.0.0.1:5432/herald?sslmode=disable", 1)
 	require.ErrorContains(t, err, "not made by the bench")
+}
+
+// The raw POST ceiling posts N bodies to the receiver, and fails on an
+// answer other than 2xx.
+func TestPOST(t *testing.T) {
+	t.Parallel()
+	rcv, err := bench.NewReceiver(bench.ReceiverConfig{Latency: 5 * time.Millisecond})
+	require.NoError(t, err)
+	defer rcv.Close()
+	var bodies atomic.Int64
+	rate, err := raw.POST(t.Context(), raw.POSTOptions{URL: rcv.RawURL(), N: 40, Clients: 4, Body: func(i int) []byte {
+		bodies.Add(1)
+		return bench.WebhookBody(i)
+	}})
+	require.NoError(t, err)
+	require.Positive(t, rate)
+	// 4 at once, 5 ms each: at most 800/s.
+	require.Less(t, rate, 800.0)
+	require.EqualValues(t, 4+40, bodies.Load(), "the connections' warm-up, then N")
+
+	_, err = raw.POST(t.Context(), raw.POSTOptions{URL: rcv.WebhookURL(), N: 4, Clients: 2, Body: bench.WebhookBody})
+	require.ErrorContains(t, err, "status 404", "a receiver without a secret takes no webhooks")
 }

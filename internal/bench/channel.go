@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"strconv"
+)
+
+// The channels a bench can load, as the API names them.
+const (
+	ChannelEmail    = "email"
+	ChannelWebhook  = "webhook"
+	ChannelTelegram = "telegram"
+)
+
+// Channels lists the channels a bench can load, email first.
+var Channels = []string{ChannelEmail, ChannelWebhook, ChannelTelegram}
+
+// requestFunc returns the builder of the i-th create request of a run on
+// channel to destination to: each the size of a typical notification of
+// its channel.
+func requestFunc(channel, to string) func(i int) []byte {
+	quoted := strconv.Quote(to)
+	return func(i int) []byte {
+		b := make([]byte, 0, 320)
+		b = append(b, `{"user_id":"bench-`...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, `","channel":"`...)
+		b = append(b, channel...)
+		b = append(b, `","to":`...)
+		b = append(b, quoted...)
+		switch channel {
+		case ChannelWebhook:
+			b = append(b, `,"body":`...)
+			b = append(b, WebhookBody(i)...)
+		case ChannelTelegram:
+			b = append(b, `,"body":"herald bench `...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, `: this is a notification sent by herald bench to measure the stack."`...)
+		default:
+			b = append(b, `,"subject":"herald bench `...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, `","body":"Hello,\nthis is a notification sent by herald bench to measure the stack.\n"`...)
+		}
+		return append(b, '}')
+	}
+}
+
+// WebhookBody is the JSON body of the i-th webhook of a run, compact, as
+// the receiver gets it: an event of the size a shop or a CI service sends.
+// The raw POST ceiling posts the same bodies.
+func WebhookBody(i int) []byte {
+	b := make([]byte, 0, 160)
+	b = append(b, `{"type":"order.shipped","bench":`...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, `,"order":{"id":"ord_123456","items":3,"total":"42.10","currency":"EUR"},"user":"u_987"}`...)
+	return b
+}
