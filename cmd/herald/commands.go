@@ -42,6 +42,9 @@ func runProcess(ctx context.Context, cmd string, cfg Config, e env, migrate bool
 	for _, u := range unknownVariableList(e.environment()) {
 		newLogger(cfg, e).Warn(u.String())
 	}
+	if e.warned != nil {
+		*e.warned = true
+	}
 	a, err := build(ctx, cfg, e, hooks{}, migrate)
 	if err != nil {
 		return err

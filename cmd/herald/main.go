@@ -66,6 +66,9 @@ type env struct {
 	// globals are the settings' flags given before the command; every
 	// command parses them before its own.
 	globals []string
+	// warned, when set, is set once a long-running command has logged the
+	// unknown-variable warnings.
+	warned *bool
 }
 
 func commands() []command {
@@ -124,8 +127,17 @@ func dispatch(ctx context.Context, args []string, e env) error {
 		if c.name == args[0] {
 			if !longRunning(c.name) {
 				warnUnknownVariables(e)
+				return c.run(ctx, args[1:], e)
 			}
-			return c.run(ctx, args[1:], e)
+			// A long-running command logs the warnings; one that stopped
+			// before its logger existed prints them.
+			logged := false
+			e.warned = &logged
+			err := c.run(ctx, args[1:], e)
+			if err != nil && !logged {
+				warnUnknownVariables(e)
+			}
+			return err
 		}
 	}
 	return unknownCommand(args[0])
