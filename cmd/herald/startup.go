@@ -58,7 +58,7 @@ func settingText(c *Config, s setting) string {
 // where its database and broker are, and every other setting the command
 // takes (and only those: a relay names no sender), secrets masked.
 func startupRecord(cmd string, cfg Config, roles []role, transport string) []any {
-	attrs := []any{"roles", fmt.Sprint(roles), "database", storeKind(cfg.DatabaseURL) + " " + where(cfg.DatabaseURL), "transport", transport}
+	attrs := []any{"roles", fmt.Sprint(roles), "database", where(cfg.DatabaseURL), "transport", transport}
 	if cfg.BrokerURL != "" {
 		attrs = append(attrs, "broker", where(cfg.BrokerURL))
 	}
@@ -163,11 +163,11 @@ func (d dependency) watch(ctx context.Context, log *slog.Logger, interval time.D
 // names it uses; the API uses the broker only to clear redriven dead
 // letters (by name, passively) and checks that it answers.
 func (a *app) dependencies(roles []role) []dependency {
-	deps := []dependency{{name: "database", where: storeKind(a.cfg.DatabaseURL) + " " + where(a.cfg.DatabaseURL), check: a.st.Ping}}
+	deps := []dependency{{name: "database", where: where(a.cfg.DatabaseURL), check: a.st.Ping}}
 	if a.tr.probe == nil {
 		return deps
 	}
-	broker := dependency{name: "broker", where: a.tr.name + " " + where(a.cfg.BrokerURL), check: a.tr.probe.Ping}
+	broker := dependency{name: "broker", where: where(a.cfg.BrokerURL), check: a.tr.probe.Ping}
 	if hasRole(roles, roleRelay) || hasRole(roles, roleWorker) {
 		broker.declare = a.tr.declare
 	}
