@@ -184,5 +184,5 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-14s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'herald COMMAND --help' for the flags of a command. Every flag has an environment variable (HERALD_...).")
+	fmt.Fprintln(w, "\nRun 'herald COMMAND --help' for the flags of a command. Every flag has an environment variable (HERALD_...),\nand the settings' flags may also stand before the command. 'herald --version' prints the version.")
 }
