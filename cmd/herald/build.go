@@ -819,13 +819,13 @@ func crashHook(spec string, log *slog.Logger) (func(string), error) {
 	}
 	point, nth, _ := strings.Cut(spec, ":")
 	if point != "after-send" && point != "after-commit" {
-		return nil, fmt.Errorf("HERALD_DEBUG_CRASH: unknown point %q (want after-send or after-commit)", point)
+		return nil, usageError{fmt.Errorf("HERALD_DEBUG_CRASH: unknown point %q (want after-send or after-commit)", point)}
 	}
 	n := int64(1)
 	if nth != "" {
 		v, err := strconv.ParseInt(nth, 10, 64)
 		if err != nil || v < 1 {
-			return nil, fmt.Errorf("HERALD_DEBUG_CRASH: want POINT[:N] with N >= 1, got %q", spec)
+			return nil, usageError{fmt.Errorf("HERALD_DEBUG_CRASH: want POINT[:N] with N >= 1, got %q", spec)}
 		}
 		n = v
 	}
