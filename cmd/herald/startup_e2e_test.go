@@ -113,3 +113,37 @@ func testBrokerReachability(t *testing.T, vhost, dir, db string) {
 	require.True(t, p.Running(), p.Log())
 	require.Equal(t, 1, count(`msg="database reachable"`), "no change, no record")
 }
+
+// A database that goes away and comes back is logged at each change by a
+// process that keeps running (a worker on the outbox table, PostgreSQL
+// behind a fault proxy).
+func TestStartupLogsDatabaseReachability(t *testing.T) {
+	t.Parallel()
+	pg, err := url.Parse(testenv.PostgresURL(t))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	code, out := runBin(t, dir, map[string]string{"HERALD_DATABASE_URL": pg.String()}, "migrate")
+	require.Equal(t, 0, code, out)
+	proxy, err := faultproxy.New(pg.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	pg.Host = proxy.Addr()
+
+	p := startHerald(t, dir, map[string]string{
+		"HERALD_DATABASE_URL":   pg.String(),
+		"HERALD_SMTP_URL":       "mbox:" + filepath.Join(dir, "mbox"),
+		"HERALD_PROBE_INTERVAL": "200ms",
+	}, "worker")
+	waitLog := func(s string, n int) {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Count(p.Log(), s) >= n }, 30*time.Second, 20*time.Millisecond, "waiting for %d x %q:\n%s", n, s, p.Log())
+	}
+	waitLog(`msg="database reachable" database="postgres://`+proxy.Addr()+pg.Path+"?", 1)
+	proxy.Blackhole()
+	proxy.Reset()
+	waitLog(`msg="database unreachable"`, 1)
+	proxy.Pass()
+	waitLog(`msg="database reachable again"`, 1)
+	require.True(t, p.Running(), p.Log())
+	require.NotContains(t, p.Log(), "broker", "no broker, no broker record")
+}
