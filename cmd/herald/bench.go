@@ -80,31 +80,31 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	}
 	switch {
 	case o.n < 1:
-		return fmt.Errorf("herald bench: --n: want at least 1, got %d", o.n)
+		return usageError{fmt.Errorf("herald bench: --n: want at least 1, got %d", o.n)}
 	case o.concurrency < 1:
-		return fmt.Errorf("herald bench: --concurrency: want at least 1, got %d", o.concurrency)
+		return usageError{fmt.Errorf("herald bench: --concurrency: want at least 1, got %d", o.concurrency)}
 	case o.rate < 0:
-		return fmt.Errorf("herald bench: --rate: want 0 or more, got %g", o.rate)
+		return usageError{fmt.Errorf("herald bench: --rate: want 0 or more, got %g", o.rate)}
 	case o.warmup < 0:
-		return fmt.Errorf("herald bench: --warmup: want 0 or more, got %d", o.warmup)
+		return usageError{fmt.Errorf("herald bench: --warmup: want 0 or more, got %d", o.warmup)}
 	case o.smtpLatency < 0:
-		return fmt.Errorf("herald bench: --smtp-latency: want 0 or more, got %s", o.smtpLatency)
+		return usageError{fmt.Errorf("herald bench: --smtp-latency: want 0 or more, got %s", o.smtpLatency)}
 	case benchTargets[o.channel] == nil:
-		return fmt.Errorf("herald bench: --channel: want one of %s, got %q", strings.Join(bench.Channels, ", "), o.channel)
+		return usageError{fmt.Errorf("herald bench: --channel: want one of %s, got %q", strings.Join(bench.Channels, ", "), o.channel)}
 	case o.recvLatency < 0:
-		return fmt.Errorf("herald bench: --receiver-latency: want 0 or more, got %s", o.recvLatency)
+		return usageError{fmt.Errorf("herald bench: --receiver-latency: want 0 or more, got %s", o.recvLatency)}
 	case o.smtpLatency > 0 && o.channel != bench.ChannelEmail:
-		return fmt.Errorf("herald bench: --smtp-latency applies to --channel email; use --receiver-latency")
+		return usageError{fmt.Errorf("herald bench: --smtp-latency applies to --channel email; use --receiver-latency")}
 	case o.recvLatency > 0 && o.channel == bench.ChannelEmail:
-		return fmt.Errorf("herald bench: --receiver-latency applies to --channel webhook or telegram; use --smtp-latency")
+		return usageError{fmt.Errorf("herald bench: --receiver-latency applies to --channel webhook or telegram; use --smtp-latency")}
 	case o.preload < 0:
-		return fmt.Errorf("herald bench: --preload: want 0 or more, got %d", o.preload)
+		return usageError{fmt.Errorf("herald bench: --preload: want 0 or more, got %d", o.preload)}
 	case o.preload > 0 && storeKind(cfg.DatabaseURL) != "postgres":
-		return fmt.Errorf("herald bench: --preload: supported on PostgreSQL only (HERALD_DATABASE_URL=postgres://...)")
+		return usageError{fmt.Errorf("herald bench: --preload: supported on PostgreSQL only (HERALD_DATABASE_URL=postgres://...)")}
 	case o.statsSettle < 0:
-		return fmt.Errorf("herald bench: --stats-settle: want 0 or more, got %s", o.statsSettle)
+		return usageError{fmt.Errorf("herald bench: --stats-settle: want 0 or more, got %s", o.statsSettle)}
 	case o.findRate && (o.find.Window <= 0 || o.find.Budget <= 0 || o.find.Start <= 0):
-		return fmt.Errorf("herald bench: --find-window, --find-timeout and --find-start: want them positive")
+		return usageError{fmt.Errorf("herald bench: --find-window, --find-timeout and --find-start: want them positive")}
 	}
 
 	var cleanups []func() error

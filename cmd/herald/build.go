@@ -83,7 +83,7 @@ func openStore(ctx context.Context, url string, conns int, create bool) (store, 
 	case "sqlite":
 		path := sqlitePath(url)
 		if path == "" {
-			return nil, nil, fmt.Errorf("HERALD_DATABASE_URL %q names no file (want sqlite:PATH)", url)
+			return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_URL %q names no file (want sqlite:PATH)", url)}
 		}
 		if _, err := os.Stat(path); !create && errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("database %s does not exist: run `herald migrate` (or `herald serve`, which migrates) first", path)
@@ -100,7 +100,7 @@ func openStore(ctx context.Context, url string, conns int, create bool) (store, 
 		}
 		return s, func() { _ = s.Close() }, nil
 	default:
-		return nil, nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres://, sqlite: or mongodb://, got %q", redact(url))
+		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_URL must start with postgres://, sqlite: or mongodb://, got %q", redact(url))}
 	}
 }
 
@@ -180,6 +180,10 @@ type transport struct {
 	deadLetterName string
 	// probe reports the broker's reachability; nil without a broker.
 	probe api.Pinger
+	// declare declares (or checks) the broker names a relay and a worker
+	// use, at start: an error marked notify.Permanent is a mismatch no
+	// retry cures; nil without a broker.
+	declare func(ctx context.Context) error
 }
 
 // transportKind is one row of the transport table: the URL schemes that
@@ -214,7 +218,7 @@ func newTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 				}
 			}
 		}
-		return transport{}, fmt.Errorf("HERALD_BROKER_URL must start with %s (or be unset for the outbox table), got %q", strings.Join(schemes, ", "), redact(cfg.BrokerURL))
+		return transport{}, usageError{fmt.Errorf("HERALD_BROKER_URL must start with %s (or be unset for the outbox table), got %q", strings.Join(schemes, ", "), redact(cfg.BrokerURL))}
 	}
 	return k.open(cfg, log, prefix)
 }
@@ -302,6 +306,7 @@ func rabbitTransport(cfg Config, log *slog.Logger, prefix string) (transport, er
 		deadLetters:    rabbitDeadLetters{cfg: conf("dlq")},
 		deadLetterName: prefix + "notifications.send.dlq",
 		probe:          rabbitmq.Pinger{URL: cfg.BrokerURL},
+		declare:        func(ctx context.Context) error { return rabbitmq.DeclareTopology(ctx, conf("start-up check")) },
 	}, nil
 }
 
@@ -328,7 +333,7 @@ func rabbitConfig(cfg Config, log *slog.Logger, prefix, role string) rabbitmq.Co
 func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
 	base, err := kafka.ParseURL(cfg.BrokerURL)
 	if err != nil {
-		return transport{}, fmt.Errorf("HERALD_BROKER_URL: %w", err)
+		return transport{}, usageError{fmt.Errorf("HERALD_BROKER_URL: %w", err)}
 	}
 	conf := func(role string) kafka.Config { return kafkaConfig(cfg, log, base, prefix, role) }
 	return transport{
@@ -343,7 +348,8 @@ func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, err
 		source: func(_ store, role string) (worker.Source, error) {
 			return kafka.NewConsumer(conf(role))
 		},
-		probe: kafka.Pinger{Config: base},
+		probe:   kafka.Pinger{Config: base},
+		declare: func(ctx context.Context) error { return kafka.EnsureTopics(ctx, conf("start-up check")) },
 	}, nil
 }
 
@@ -386,6 +392,7 @@ func natsTransport(cfg Config, log *slog.Logger, prefix string) (transport, erro
 		deadLetters:    natsDeadLetters{cfg: conf("dlq")},
 		deadLetterName: nats.NewTopology(prefix).DeadLetter,
 		probe:          nats.Pinger{URL: cfg.BrokerURL},
+		declare:        func(ctx context.Context) error { return nats.DeclareStream(ctx, conf("start-up check")) },
 	}, nil
 }
 
@@ -432,6 +439,7 @@ func sqsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 		deadLetters:    sqsDeadLetters{cfg: conf("dlq")},
 		deadLetterName: conf("dlq").Topology().DeadLetter,
 		probe:          sqs.Pinger{Config: conf("probe")},
+		declare:        func(ctx context.Context) error { return sqs.DeclareQueues(ctx, conf("start-up check")) },
 	}, nil
 }
 
@@ -445,7 +453,7 @@ func sqsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 func sqsConfig(cfg Config, log *slog.Logger, prefix string) (func(role string) sqs.Config, error) {
 	base, err := sqs.ParseURL(cfg.BrokerURL)
 	if err != nil {
-		return nil, fmt.Errorf("HERALD_BROKER_URL: %w", err)
+		return nil, usageError{fmt.Errorf("HERALD_BROKER_URL: %w", err)}
 	}
 	if prefix != "" {
 		if base.Prefix == "" {
@@ -512,6 +520,11 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 	if err != nil {
 		return nil, err
 	}
+	if migrate && storeKind(cfg.DatabaseURL) == "sqlite" {
+		if _, err := os.Stat(sqlitePath(cfg.DatabaseURL)); errors.Is(err, fs.ErrNotExist) {
+			log.Info("creating a new SQLite database", "path", sqlitePath(cfg.DatabaseURL))
+		}
+	}
 	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg), migrate)
 	if err != nil {
 		return nil, err
@@ -523,7 +536,8 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 	}
 	if err := check(ctx, st); err != nil {
 		a.Close()
-		return nil, err
+		// The start-up record is not out yet: say which database.
+		return nil, fmt.Errorf("database %s: %w", where(cfg.DatabaseURL), err)
 	}
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -805,13 +819,13 @@ func crashHook(spec string, log *slog.Logger) (func(string), error) {
 	}
 	point, nth, _ := strings.Cut(spec, ":")
 	if point != "after-send" && point != "after-commit" {
-		return nil, fmt.Errorf("HERALD_DEBUG_CRASH: unknown point %q (want after-send or after-commit)", point)
+		return nil, usageError{fmt.Errorf("HERALD_DEBUG_CRASH: unknown point %q (want after-send or after-commit)", point)}
 	}
 	n := int64(1)
 	if nth != "" {
 		v, err := strconv.ParseInt(nth, 10, 64)
 		if err != nil || v < 1 {
-			return nil, fmt.Errorf("HERALD_DEBUG_CRASH: want POINT[:N] with N >= 1, got %q", spec)
+			return nil, usageError{fmt.Errorf("HERALD_DEBUG_CRASH: want POINT[:N] with N >= 1, got %q", spec)}
 		}
 		n = v
 	}
@@ -831,9 +845,35 @@ func crashHook(spec string, log *slog.Logger) (func(string), error) {
 func newLogger(cfg Config, e env) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // "" (a one-shot command) stays info
-	opts := &slog.HandlerOptions{Level: level}
+	// Every string and error logged has the configuration's secrets
+	// masked, whatever part of herald or of a library wrote it.
+	sc := newScrubber(configSecrets(cfg))
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		switch v := a.Value.Any().(type) {
+		case string:
+			if t := sc.text(v); t != v {
+				a.Value = slog.StringValue(t)
+			}
+		case error:
+			if t := sc.text(v.Error()); t != v.Error() {
+				a.Value = slog.StringValue(t)
+			}
+		}
+		return a
+	}}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(e.stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(e.stderr, opts))
+}
+
+// configSecrets lists the values of cfg's settings for a scrubber.
+func configSecrets(cfg Config) []secretSource {
+	var out []secretSource
+	for _, s := range settings {
+		if _, ok := s.field(&cfg).(*string); ok {
+			out = append(out, secretSource{value: settingText(&cfg, s), secret: s.secret})
+		}
+	}
+	return out
 }

@@ -110,7 +110,7 @@ func emailSpec(Config) (notify.ChannelSpec, error) { return notify.EmailSpec, ni
 func webhookSpec(cfg Config) (notify.ChannelSpec, error) {
 	allow, err := webhook.ParseAllow(cfg.WebhookAllow)
 	if err != nil {
-		return notify.ChannelSpec{}, fmt.Errorf("HERALD_WEBHOOK_ALLOW: %w", err)
+		return notify.ChannelSpec{}, usageError{fmt.Errorf("HERALD_WEBHOOK_ALLOW: %w", err)}
 	}
 	return notify.ChannelSpec{
 		Validate: func(r notify.CreateRequest) error { return webhook.ValidateAllowing(r, allow) },

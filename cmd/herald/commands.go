@@ -7,6 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,25 +24,32 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	return runProcess(ctx, cfg, e, true, roleAPI, roleRelay, roleWorker)
+	if err := guardDefaultDatabase("serve", cfg, e, databaseFlagGiven(args, e)); err != nil {
+		return err
+	}
+	return runProcess(ctx, "serve", cfg, e, true, roleAPI, roleRelay, roleWorker)
 }
 
-// runProcess builds the app of one process and runs the parts of roles
-// (plus the own /metrics listener of a relay or worker) until ctx ends.
-func runProcess(ctx context.Context, cfg Config, e env, migrate bool, roles ...role) error {
+// runProcess builds the app of one process (the command cmd) and runs the
+// parts of roles (plus the own /metrics listener of a relay or worker, and
+// the watch of its database and broker) until ctx ends.
+func runProcess(ctx context.Context, cmd string, cfg Config, e env, migrate bool, roles ...role) error {
 	if (cfg.TelegramToken == "") != (cfg.TelegramChatID == "") && hasRole(roles, roleAPI) {
 		return usageError{errors.New("HERALD_TELEGRAM_TOKEN and HERALD_TELEGRAM_CHAT_ID go together: set both to send alerts to Telegram, or neither")}
+	}
+	// Before anything is opened: a misspelt variable may be why what
+	// follows fails.
+	for _, u := range unknownVariableList(e.environment()) {
+		newLogger(cfg, e).Warn(u.String())
+	}
+	if e.warned != nil {
+		*e.warned = true
 	}
 	a, err := build(ctx, cfg, e, hooks{}, migrate)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	if e.environ != nil {
-		for _, w := range unknownVariables(e.environ()) {
-			a.log.Warn(w)
-		}
-	}
 	if cfg.DebugFaults {
 		a.log.Warn("HERALD_DEBUG_FAULTS=1: fault injection is on (X-Herald-Fault header, HERALD_DEBUG_CRASH); never in production")
 	}
@@ -54,11 +64,11 @@ func runProcess(ctx context.Context, cfg Config, e env, migrate bool, roles ...r
 		}
 		parts = append(parts, m...)
 	}
+	parts = append(parts, a.watchParts(roles)...)
 	if len(roles) > 1 {
 		a.logStartup(e.stderr)
 	}
-	a.log.Info("starting", "roles", fmt.Sprint(roles), "store", storeKind(cfg.DatabaseURL), "transport", a.tr.name,
-		"sender", senderKind(cfg), "prefetch", cfg.Prefetch)
+	a.log.Info("starting", startupRecord(cmd, cfg, roles, a.tr.name)...)
 	stopping := context.AfterFunc(ctx, func() {
 		a.log.Info("shutting down: finishing deliveries in flight, handing back the rest (a second signal exits at once)")
 	})
@@ -118,7 +128,7 @@ func cmdAPI(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	return runProcess(ctx, cfg, e, false, roleAPI)
+	return runProcess(ctx, "api", cfg, e, false, roleAPI)
 }
 
 func cmdRelay(ctx context.Context, args []string, e env) error {
@@ -128,9 +138,9 @@ func cmdRelay(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	if brokerKind(cfg.BrokerURL) == "table" {
-		return errors.New("herald relay needs HERALD_BROKER_URL: without a broker, workers read the outbox table and no relay runs")
+		return usageError{errors.New("herald relay needs HERALD_BROKER_URL: without a broker, workers read the outbox table and no relay runs")}
 	}
-	return runProcess(ctx, cfg, e, false, roleRelay)
+	return runProcess(ctx, "relay", cfg, e, false, roleRelay)
 }
 
 func cmdWorker(ctx context.Context, args []string, e env) error {
@@ -145,7 +155,7 @@ func cmdWorker(ctx context.Context, args []string, e env) error {
 		// nobody reads would lose it silently.
 		return usageError{errors.New("HERALD_SMTP_URL is unset: a worker needs a mail server (smtp://host:port or smtps://...); to write mail to a file on purpose, set HERALD_SMTP_URL=mbox:PATH")}
 	}
-	return runProcess(ctx, cfg, e, false, roleWorker)
+	return runProcess(ctx, "worker", cfg, e, false, roleWorker)
 }
 
 // runAll runs the long-running parts of a process until ctx ends or one of
@@ -162,11 +172,20 @@ func cmdMigrate(ctx context.Context, args []string, e env) error {
 	if len(args) > 0 && args[0] == "status" {
 		return cmdMigrateStatus(ctx, args[1:], e)
 	}
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return usageError{fmt.Errorf("migrate: unknown subcommand %q%s (run 'herald migrate --help')", args[0], didYouMean(args[0], []string{"status"}, "migrate %s"))}
+	}
 	cfg, err := parseFlags("migrate", "Applies the embedded migrations and says which it applied. Running it twice changes nothing.\n'herald migrate status' lists the applied and pending ones.",
 		args, e, nil)
 	if err != nil {
 		return err
 	}
+	if err := guardDefaultDatabase("migrate", cfg, e, databaseFlagGiven(args, e)); err != nil {
+		return err
+	}
+	// Said before anything changes: which database this is, and whether a
+	// new SQLite file is about to appear.
+	fmt.Fprintf(e.stderr, "migrate: database %s\n", describeDatabase(cfg.DatabaseURL))
 	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, true)
 	if err != nil {
 		return err
@@ -252,9 +271,9 @@ func cmdOutboxStats(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer closeStore()
-	s, err := st.OutboxStats(ctx)
+	s, err := st.OutboxStats(ctx) // its error says "outbox stats"
 	if err != nil {
-		return fmt.Errorf("outbox stats: %w", err)
+		return err
 	}
 	if asJSON {
 		return json.NewEncoder(e.stdout).Encode(map[string]any{
@@ -289,8 +308,8 @@ func cmdOutboxPrune(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
-// subcommands runs the subcommand of a command group (outbox, dlq) that
-// args[0] names, or answers with the group's usage.
+// subcommands runs the subcommand of a command group (outbox, dlq,
+// notifications) that args[0] names, or answers with the group's usage.
 func subcommands(ctx context.Context, args []string, e env, usage string, subs map[string]func(context.Context, []string, env) error) error {
 	sub := ""
 	if len(args) > 0 {
@@ -299,21 +318,26 @@ func subcommands(ctx context.Context, args []string, e env, usage string, subs m
 	if run, ok := subs[sub]; ok {
 		return run(ctx, args, e)
 	}
-	return groupUsage(e, sub, usage)
+	return groupUsage(e, sub, usage, slices.Sorted(maps.Keys(subs)))
 }
 
-// groupUsage answers a command group (outbox, dlq) called without a known
-// subcommand: its usage on stdout for a request for help, else on stderr
-// with a usage error.
-func groupUsage(e env, sub, text string) error {
+// groupUsage answers a command group called without a known subcommand:
+// its usage on stdout for a request for help, on stderr when none was
+// named, and a one-line usage error naming the closest subcommand for a
+// misspelt one.
+func groupUsage(e env, sub, text string, names []string) error {
 	switch sub {
-	case "-h", "--help", "help":
+	case "-h", "--help", "-help", "help":
 		fmt.Fprintln(e.stdout, text)
 		return nil
 	case "":
 		fmt.Fprintln(e.stderr, text)
 		return errUsage
 	}
-	fmt.Fprintln(e.stderr, text)
-	return usageError{fmt.Errorf("unknown subcommand %q", sub)}
+	group, _, _ := strings.Cut(strings.TrimPrefix(text, "Usage: herald "), " ")
+	hint := didYouMean(sub, names, group+" %s")
+	if hint == "" {
+		hint = "; the subcommands are " + strings.Join(names, ", ")
+	}
+	return usageError{fmt.Errorf("unknown subcommand %q of %s%s (run 'herald %s --help')", sub, group, hint, group)}
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,17 +47,20 @@ type Config struct {
 	AlertBacklog        int
 	AlertFor            time.Duration
 	MonitorInterval     time.Duration
-	TelegramToken       string
-	TelegramChatID      string
-	TelegramAPI         string
-	MetricsAddr         string
-	Retention           time.Duration
-	MaxBacklog          int
-	DebugFaults         bool
-	DebugCrash          string
-	LogFormat           string
-	LogLevel            string
-	ReconcileAfter      time.Duration
+	// ProbeInterval is how often a process checks that its database and
+	// broker answer (startup.go).
+	ProbeInterval  time.Duration
+	TelegramToken  string
+	TelegramChatID string
+	TelegramAPI    string
+	MetricsAddr    string
+	Retention      time.Duration
+	MaxBacklog     int
+	DebugFaults    bool
+	DebugCrash     string
+	LogFormat      string
+	LogLevel       string
+	ReconcileAfter time.Duration
 }
 
 // setting is one configuration variable: its environment name, its flag,
@@ -154,6 +158,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.AlertFor }, cmds: cmdsAPI, zero: true},
 	{env: "HERALD_MONITOR_INTERVAL", flag: "monitor-interval", def: "15s", usage: "backlog sampling period",
 		field: func(c *Config) any { return &c.MonitorInterval }, cmds: cmdsAPI},
+	{env: "HERALD_PROBE_INTERVAL", flag: "probe-interval", def: "10s", usage: "how often a process checks that its database and broker answer; each change (unreachable, reachable again) is logged, and a relay or worker that could not declare its broker names at start declares them as soon as the broker answers",
+		field: func(c *Config) any { return &c.ProbeInterval }, cmds: cmdsLong},
 	{env: "HERALD_TELEGRAM_TOKEN", flag: "telegram-token", def: "", usage: "also send alerts to Telegram with this bot token",
 		field: func(c *Config) any { return &c.TelegramToken }, cmds: cmdsAPI, secret: true},
 	{env: "HERALD_TELEGRAM_CHAT_ID", flag: "telegram-chat-id", def: "", usage: "Telegram chat for alerts",
@@ -306,13 +312,15 @@ func parseConfig(name, summary string, args []string, e env, extra func(*flag.Fl
 		values[s.flag] = &flagValue{typ: typ, isBool: typ == "bool"}
 		fs.Var(values[s.flag], s.flag, s.usage)
 	}
-	rest, err := parseInterspersed(fs, args)
+	// The settings' flags given before the command come first: the
+	// command's own line wins.
+	rest, err := parseInterspersed(fs, append(slices.Clone(e.globals), args...))
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(e.stdout, name, summary, fs, uses, e.getenv)
 		return Config{}, nil, errHelp
 	}
 	if err != nil {
-		return Config{}, nil, usageError{fmt.Errorf("%s: %w (run 'herald %s --help')", name, err, name)}
+		return Config{}, nil, usageError{flagError(name, fs, err)}
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -416,35 +424,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// redact masks the password of a URL, in its userinfo (which may itself
-// hold '@') and in any password-like query parameter, for logs, errors and
-// help.
-func redact(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
-	}
-	hostPart, query, hasQuery := strings.Cut(rest, "?")
-	if at := strings.LastIndex(hostPart, "@"); at >= 0 {
-		userinfo, host := hostPart[:at], hostPart[at+1:]
-		if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
-			hostPart = user + ":xxxxx@" + host
-		}
-	}
-	if hasQuery {
-		params := strings.Split(query, "&")
-		for i, p := range params {
-			k, _, _ := strings.Cut(p, "=")
-			switch strings.ToLower(k) {
-			case "password", "pass", "pwd", "secret", "token", "sslpassword":
-				params[i] = k + "=xxxxx"
-			}
-		}
-		hostPart += "?" + strings.Join(params, "&")
-	}
-	return scheme + "://" + hostPart
-}
-
 // parseFlags is parseConfig for a command that takes no positional
 // arguments.
 func parseFlags(name, summary string, args []string, e env, extra func(*flag.FlagSet)) (Config, error) {
@@ -453,57 +432,4 @@ func parseFlags(name, summary string, args []string, e env, extra func(*flag.Fla
 		err = usageError{fmt.Errorf("%s takes no arguments, got %q (run 'herald %s --help')", name, rest, name)}
 	}
 	return c, err
-}
-
-// unknownVariables returns a warning for each HERALD_* variable of environ
-// that no setting (nor a test or debug variable herald reads) names, with the
-// closest known name: a misspelt variable would otherwise be ignored in
-// silence.
-func unknownVariables(environ []string) []string {
-	known := map[string]bool{}
-	for _, s := range settings {
-		known[s.env] = true
-	}
-	var out []string
-	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "HERALD_") || known[name] || strings.HasPrefix(name, "HERALD_TEST_") ||
-			strings.HasPrefix(name, "HERALD_CHAOS_") || name == "HERALD_REQUIRE_SERVICES" {
-			continue
-		}
-		best, dist := "", 1<<30
-		for k := range known {
-			if d := editDistance(name, k); d < dist || d == dist && k < best {
-				best, dist = k, d
-			}
-		}
-		w := "unknown variable " + name + " is ignored"
-		if dist <= 3 {
-			w += "; did you mean " + best + "?"
-		}
-		out = append(out, w)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

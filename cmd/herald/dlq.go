@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -38,7 +39,7 @@ func (f *filterFlags) register(fs *flag.FlagSet, defaultLimit int) {
 func (f *filterFlags) filter() (notify.DeadLetterFilter, error) {
 	var out notify.DeadLetterFilter
 	if f.since < 0 || f.limit < 0 {
-		return out, fmt.Errorf("--since and --limit must not be negative")
+		return out, usageError{errors.New("--since and --limit must not be negative")}
 	}
 	if f.since > 0 {
 		out.Since = time.Now().Add(-f.since)
@@ -103,20 +104,20 @@ func cmdDLQShow(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	if len(rest) != 1 {
-		return fmt.Errorf("herald dlq show takes one notification id")
+		return usageError{errors.New("dlq show takes one notification id (run 'herald dlq show --help')")}
 	}
 	id, ok := notify.ParseID(rest[0])
 	if !ok {
-		return fmt.Errorf("%q is not a notification id", rest[0])
+		return usageError{fmt.Errorf("dlq show: %q is not a notification id", rest[0])}
 	}
 	st, closeStore, err := openMigrated(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	n, err := st.Get(ctx, id)
+	n, err := st.Get(ctx, id) // its error names the notification
 	if err != nil {
-		return fmt.Errorf("notification %d: %w", id, err)
+		return err
 	}
 	if err := writeNotification(e.stdout, n); err != nil {
 		return err
@@ -164,6 +165,9 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 	f.IDs = ids
 	if all && len(ids) > 0 {
 		return usageError{fmt.Errorf("dlq redrive: --all and --id are exclusive: name ids, or all")}
+	}
+	if (notify.RedriveSelection{Filter: f, All: all}).Empty() {
+		return usageError{errors.New("dlq redrive: nothing selected: name --id ID..., --all, or a filter (--since, --error, --limit)")}
 	}
 	st, closeStore, err := openMigrated(ctx, cfg)
 	if err != nil {

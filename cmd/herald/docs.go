@@ -19,7 +19,9 @@ Every setting is an environment variable and a flag of the same name on the
 commands that take it (` + "`HERALD_RETRY_DELAY`" + ` is ` + "`--retry-delay`" + `). A flag
 overrides the environment, which overrides the default. ` + "`herald COMMAND --help`" + `
 shows the value in effect, secrets masked. A ` + "`HERALD_*`" + ` variable that no setting
-names is warned about at start, with the closest known name.
+names is warned about by every command, with the closest known name. Every
+flag may also stand before the command (` + "`herald --database-url URL outbox stats`" + `);
+the command must take it.
 
 | variable | flag | type | default | commands | meaning |
 |---|---|---|---|---|---|

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -62,6 +63,12 @@ type env struct {
 	environ func() []string
 	stdout  io.Writer
 	stderr  io.Writer
+	// globals are the settings' flags given before the command; every
+	// command parses them before its own.
+	globals []string
+	// warned, when set, is set once a long-running command has logged the
+	// unknown-variable warnings.
+	warned *bool
 }
 
 func commands() []command {
@@ -84,28 +91,92 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return runEnv(ctx, args, env{getenv: getenv, stdout: stdout, stderr: stderr})
 }
 
-// runEnv is run with the whole env, as main calls it.
+// runEnv is run with the whole env, as main calls it. Whatever it
+// returns has the secrets of the configuration masked.
 func runEnv(ctx context.Context, args []string, e env) error {
+	sc := newScrubber(inputSecrets(args, e))
+	return sc.err(dispatch(ctx, args, e))
+}
+
+// dispatch runs the command args name, after the settings' flags that
+// stand before it.
+func dispatch(ctx context.Context, args []string, e env) error {
 	stdout, stderr := e.stdout, e.stderr
+	globals, args, err := globalFlags(args)
+	if err != nil {
+		return err
+	}
+	e.globals = globals
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
 	switch {
 	case len(args) == 0:
 		usage(stderr)
 		return errUsage
-	case args[0] == "-h" || args[0] == "--help" || args[0] == "help" && len(args) == 1:
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" && len(args) == 1:
 		usage(stdout)
 		return nil
+	case args[0] == "--version" || args[0] == "-version":
+		args = append([]string{"version"}, args[1:]...)
 	case args[0] == "help":
 		// herald help CMD [SUB] is herald CMD [SUB] --help.
 		args = append(args[1:], "--help")
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			return c.run(ctx, args[1:], e)
+			if !longRunning(c.name) {
+				warnUnknownVariables(e)
+				return c.run(ctx, args[1:], e)
+			}
+			// A long-running command logs the warnings; one that stopped
+			// before its logger existed prints them.
+			logged := false
+			e.warned = &logged
+			err := c.run(ctx, args[1:], e)
+			if err != nil && !logged {
+				warnUnknownVariables(e)
+			}
+			return err
 		}
 	}
-	fmt.Fprintf(stderr, "herald: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return errUsage
+	return unknownCommand(args[0])
+}
+
+// longRunning reports whether a command is a process that logs (its
+// warnings go to its log, not to stderr as plain lines).
+func longRunning(name string) bool {
+	switch name {
+	case "serve", "api", "relay", "worker":
+		return true
+	}
+	return false
+}
+
+// inputSecrets lists what the command line and the environment give
+// herald, for the scrubber of its errors.
+func inputSecrets(args []string, e env) []secretSource {
+	var out []secretSource
+	for _, s := range settings {
+		if v, ok := lookup(e.getenv, s.env); ok {
+			out = append(out, secretSource{value: v, secret: s.secret})
+		}
+	}
+	for i, a := range args {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			value = args[i+1]
+		}
+		for _, s := range settings {
+			if s.flag == name {
+				out = append(out, secretSource{value: value, secret: s.secret})
+			}
+		}
+	}
+	return out
 }
 
 func usage(w io.Writer) {
@@ -113,5 +184,5 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-14s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'herald COMMAND --help' for the flags of a command. Every flag has an environment variable (HERALD_...).")
+	fmt.Fprintln(w, "\nRun 'herald COMMAND --help' for the flags of a command. Every flag has an environment variable (HERALD_...),\nand the settings' flags may also stand before the command. 'herald --version' prints the version.")
 }

@@ -18,18 +18,8 @@ import (
 )
 
 func cmdNotifications(ctx context.Context, args []string, e env) error {
-	sub := ""
-	if len(args) > 0 {
-		sub, args = args[0], args[1:]
-	}
-	switch sub {
-	case "list":
-		return cmdNotificationsList(ctx, args, e)
-	case "show":
-		return cmdNotificationsShow(ctx, args, e)
-	default:
-		return groupUsage(e, sub, "Usage: herald notifications list [--user-id ID] [--status S] [--channel C] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.")
-	}
+	return subcommands(ctx, args, e, "Usage: herald notifications list [--user-id ID] [--status S] [--channel C] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.",
+		map[string]func(context.Context, []string, env) error{"list": cmdNotificationsList, "show": cmdNotificationsShow})
 }
 
 func cmdNotificationsList(ctx context.Context, args []string, e env) error {
@@ -76,9 +66,9 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer closeStore()
-	page, err := st.List(ctx, f)
+	page, err := st.List(ctx, f) // its error says "list notifications"
 	if err != nil {
-		return fmt.Errorf("list notifications: %w", err)
+		return err
 	}
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -127,13 +117,14 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer closeStore()
+	// The store's errors name the notification.
 	n, err := st.Get(ctx, id)
 	if err != nil {
-		return fmt.Errorf("notification %d: %w", id, err)
+		return err
 	}
 	attempts, err := st.Attempts(ctx, id)
 	if err != nil {
-		return fmt.Errorf("attempts of notification %d: %w", id, err)
+		return err
 	}
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)

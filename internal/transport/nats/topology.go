@@ -320,3 +320,32 @@ func Delete(ctx context.Context, cfg Config) error {
 	}
 	return errors.Join(errs...)
 }
+
+// DeclareStream declares cfg's stream on a connection of its own, as every
+// process does at start (publishers and consumers declare it again on
+// every connection; consumers add their durable consumers). A stream the
+// server refuses to bring to cfg's settings fails with ErrTopologyMismatch,
+// marked notify.Permanent; any other error (the server unreachable) may
+// pass.
+func DeclareStream(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	nc, err := cfg.connect(ctx, ctx, "start-up check", nil)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("open jetstream: %w", err)
+	}
+	if _, err := cfg.Topology().declareStream(ctx, js, cfg); err != nil {
+		if errors.Is(err, ErrTopologyMismatch) {
+			return notify.Permanent(err)
+		}
+		return err
+	}
+	return nil
+}

@@ -409,3 +409,36 @@ func Delete(ctx context.Context, cfg Config) error {
 	}
 	return errors.Join(errs...)
 }
+
+// DeclareTopology declares cfg's whole topology on a connection of its
+// own, as every process does at start (and its publishers and consumers
+// again on every connection). A topology the broker holds with other
+// arguments fails with ErrTopologyMismatch, marked notify.Permanent: the
+// error says what differs and how to cure it. Any other error (the broker
+// unreachable) may pass.
+func DeclareTopology(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	conn, err := cfg.dial(ctx, "start-up check")
+	if err != nil {
+		return err
+	}
+	// The client takes no context after the handshake: closing the
+	// connection ends a declaration the broker never answers.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	defer closeConn(conn)
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := cfg.Topology().Declare(ch); err != nil {
+		if errors.Is(err, ErrTopologyMismatch) {
+			return notify.Permanent(err)
+		}
+		return err
+	}
+	return nil
+}

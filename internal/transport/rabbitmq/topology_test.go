@@ -267,3 +267,28 @@ func TestDeclareChangedRetryDelayExplains(t *testing.T) {
 	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
 	require.ErrorContains(t, err, "a HERALD_RETRY_DELAY schedule whose first delay is 30s")
 }
+
+// TestDeclareTopologyAtStart: what a process runs at start declares the
+// topology; a mismatch is permanent (the process exits with the fix), an
+// unreachable broker is not (the process waits for it).
+func TestDeclareTopologyAtStart(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	// Each declaration has the whole wait: under load a handshake is slow.
+	ctx := t.Context()
+	require.NoError(t, rabbitmq.DeclareTopology(ctx, cfg))
+	require.NoError(t, rabbitmq.DeclareTopology(ctx, cfg), "idempotent")
+	require.NotEmpty(t, queueArguments(t, cfg.Topology().RetryQueue))
+
+	changed := cfg
+	changed.RetryDelay = 2 * time.Minute
+	err := rabbitmq.DeclareTopology(ctx, changed)
+	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
+	require.True(t, notify.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, "HERALD_RETRY_DELAY=1m as the other processes do")
+
+	err = rabbitmq.DeclareTopology(ctx, rabbitmq.Config{URL: "amqp://guest:secret@127.0.0.1:1/"})
+	require.Error(t, err)
+	require.False(t, notify.IsPermanent(err), "an unreachable broker is waited for: %v", err)
+	require.NotContains(t, err.Error(), "secret")
+}

@@ -267,3 +267,20 @@ func Delete(ctx context.Context, cfg Config) error {
 	}
 	return errors.Join(errs...)
 }
+
+// DeclareQueues creates cfg's queues when missing, as every process does at
+// start (publishers and consumers again on first use). A send queue that
+// exists with other attributes fails marked notify.Permanent; any other
+// error (SQS unreachable) may pass.
+func DeclareQueues(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	c, err := cfg.client(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = declare(ctx, c, cfg)
+	return err
+}
