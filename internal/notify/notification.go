@@ -36,6 +36,11 @@ type Notification struct {
 	SentAt         *time.Time
 	// FailedAt is when the notification was dead-lettered (nil unless failed).
 	FailedAt *time.Time
+	// RequestID is the id of the API request that created it (X-Request-Id),
+	// set on the notification a create returns and carried by its outbox
+	// event to the delivery's log lines; it is not stored with the
+	// notification, so a read leaves it empty.
+	RequestID string
 }
 
 // FormatID renders a notification or message id the way the API and the
@@ -68,6 +73,9 @@ type NewNotification struct {
 	// create with the same key and the same request returns the first
 	// notification; with a different request it fails with ErrConflict.
 	IdempotencyKey string
+	// RequestID, when not empty, is the creating request's id; the outbox
+	// event carries it (Requested.RequestID).
+	RequestID string
 	// Fault, when not empty, names a debug fault to inject inside the
 	// transaction (FaultAfterOutboxInsert). Only the API sets it, and only
 	// when HERALD_DEBUG_FAULTS=1.
