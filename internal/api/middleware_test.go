@@ -38,7 +38,9 @@ func TestRequestID(t *testing.T) {
 	t.Parallel()
 	logs := &syncBuffer{}
 	e := setup(t, api.Config{Token: "tok", Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	auth := func(kv ...string) map[string][]string { return jsonHeaders(append([]string{"Authorization", "Bearer tok"}, kv...)...) }
+	auth := func(kv ...string) map[string][]string {
+		return jsonHeaders(append([]string{"Authorization", "Bearer tok"}, kv...)...)
+	}
 	made := regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 	// A valid id is echoed, logged with the request's lines and carried by
