@@ -70,8 +70,11 @@ func ParseID(s string) (int64, bool) {
 type NewNotification struct {
 	Request CreateRequest
 	// IdempotencyKey, when not empty, makes the create idempotent: a second
-	// create with the same key and the same request returns the first
-	// notification; with a different request it fails with ErrConflict.
+	// create by the same user with the same key and the same request, within
+	// IdempotencyWindow of the first, returns the first notification; with
+	// a different request it fails with ErrConflict. Keys are scoped to the
+	// user (another user's key is another key), and once the window has
+	// passed the key makes a new notification (and the old one loses it).
 	IdempotencyKey string
 	// RequestID, when not empty, is the creating request's id; the outbox
 	// event carries it (Requested.RequestID).
@@ -81,6 +84,14 @@ type NewNotification struct {
 	// when HERALD_DEBUG_FAULTS=1.
 	Fault string
 }
+
+// IdempotencyWindow is how long an idempotency key answers with the
+// notification it first created: a day, as payment APIs do (Stripe keeps
+// keys 24 hours). Clients retry within seconds or minutes, so a day covers
+// every honest retry; a key that never expired would replay yesterday's
+// notification for a natural key reused today ("daily-digest-u42") and
+// keep every key indexed for ever.
+const IdempotencyWindow = 24 * time.Hour
 
 // FaultAfterOutboxInsert makes a create fail after its outbox INSERT, inside
 // the transaction, so that neither row survives.

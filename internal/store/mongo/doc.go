@@ -32,6 +32,10 @@ type doc struct {
 	Attempts       int        `bson:"attempts"`
 	LastError      string     `bson:"last_error,omitempty"`
 	IdempotencyKey string     `bson:"idempotency_key,omitempty"`
+	// IdemScope is the idempotency key as it is unique: scoped to the
+	// user (idemScope), unique under idem_scope_uq, and cleared once a
+	// create after the key's window takes it over.
+	IdemScope string `bson:"idem_scope,omitempty"`
 	CreatedAt      time.Time  `bson:"created_at"`
 	UpdatedAt      time.Time  `bson:"updated_at"`
 	SentAt         *time.Time `bson:"sent_at,omitempty"`
