@@ -172,3 +172,22 @@ func TestCORSOriginsValidated(t *testing.T) {
 		require.NoError(t, err, o)
 	}
 }
+
+// Over HTTP: a key is the user's; another user's create with it is a new
+// notification, not a 409.
+func TestIdempotencyKeyScopedToUser(t *testing.T) {
+	t.Parallel()
+	e := setup(t, api.Config{})
+	first := do(t, http.MethodPost, e.url+"/notifications", jsonHeaders("Idempotency-Key", "welcome"), body(t, nil))
+	require.Equal(t, http.StatusCreated, first.status, first.raw)
+	other := do(t, http.MethodPost, e.url+"/notifications", jsonHeaders("Idempotency-Key", "welcome"), body(t, map[string]any{"user_id": "u-2"}))
+	require.Equal(t, http.StatusCreated, other.status, other.raw)
+	require.Empty(t, other.header.Get("Idempotent-Replayed"))
+	require.NotEqual(t, first.json["id"], other.json["id"])
+	again := do(t, http.MethodPost, e.url+"/notifications", jsonHeaders("Idempotency-Key", "welcome"), body(t, map[string]any{"user_id": "u-2"}))
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, other.json["id"], again.json["id"])
+	n, o := e.rows(t)
+	require.Equal(t, 2, n)
+	require.Equal(t, 2, o)
+}
