@@ -214,7 +214,7 @@ func (h *harness) schedule() []step {
 }
 
 // knownFaults are the faults a schedule is made of, by the first word of
-// their steps' names: what --skip-faults accepts and what the README's fault
+// their steps' names: what --skip-faults accepts and what docs/chaos.md's fault
 // table lists (both checked by tests).
 var knownFaults = []string{
 	"kill-9", "crash", "pg-terminate", "pg-latency", "pg-reset", "pg-blackhole",

@@ -94,9 +94,10 @@ func TestSkipFaultsKnown(t *testing.T) {
 	require.ErrorContains(t, err, `unknown fault "smtp-trottle"`)
 }
 
-// The README's table of faults lists every fault the schedules are made of.
-func TestReadmeListsEveryFault(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// docs/chaos.md's table of faults lists every fault the schedules are made
+// of.
+func TestChaosDocListsEveryFault(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "chaos.md"))
 	require.NoError(t, err)
 	var table []string
 	for _, line := range strings.Split(string(b), "\n") {
@@ -107,6 +108,6 @@ func TestReadmeListsEveryFault(t *testing.T) {
 	}
 	cells := strings.Join(table, " ")
 	for _, f := range knownFaults {
-		require.Contains(t, cells, "`"+f, "README's chaos fault table lacks %s", f)
+		require.Contains(t, cells, "`"+f, "docs/chaos.md's fault table lacks %s", f)
 	}
 }

@@ -619,11 +619,23 @@ func (a *app) apiHandler() (http.Handler, error) {
 		Admission:   admission,
 		DeadLetters: deadletter.New(a.st, a.tr.deadLetters),
 		Channels:    channels,
+		CORSOrigins: corsOrigins(a.cfg.CORSOrigins),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return a.withConsole(h.Handler())
+}
+
+// corsOrigins splits HERALD_CORS_ORIGINS; api.New checks each origin.
+func corsOrigins(v string) []string {
+	var out []string
+	for o := range strings.SplitSeq(v, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // apiParts builds what the api process runs: the HTTP server, the backlog

@@ -20,6 +20,8 @@ type Config struct {
 	BrokerURL   string
 	HTTPAddr    string
 	APIToken    string
+	// CORSOrigins is HERALD_CORS_ORIGINS as given: a comma-separated list.
+	CORSOrigins string
 	SMTPURL     string
 	SMTPCAFile  string
 	SMTPRate    int
@@ -108,6 +110,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.HTTPAddr }, cmds: cmdsAPI},
 	{env: "HERALD_API_TOKEN", flag: "api-token", def: "", usage: "when set, every API call but health needs Authorization: Bearer <token>",
 		field: func(c *Config) any { return &c.APIToken }, cmds: cmdsAPI, secret: true},
+	{env: "HERALD_CORS_ORIGINS", flag: "cors-origins", def: "", usage: "browser origins allowed to call the API, comma-separated: exact origins (https://app.example.com) or * for any; preflights from them are answered; unset: no CORS",
+		field: func(c *Config) any { return &c.CORSOrigins }, cmds: cmdsAPI},
 	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port[?tls=required|opportunistic|none] (STARTTLS; required with credentials), smtps:// for implicit TLS, or mbox:PATH to write mail to a file on purpose; unset: serve writes mail to herald.mbox, a worker refuses to start",
 		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker"},
 	{env: "HERALD_SMTP_CA_FILE", flag: "smtp-ca-file", def: "", usage: "PEM certificates trusted besides the system's for the SMTP server's TLS (a private CA)",

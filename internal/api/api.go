@@ -84,6 +84,11 @@ type Config struct {
 	// them). No channel at all means nothing; so the zero value means the
 	// default. Default: notify.EmailOnly().
 	Channels notify.Channels
+	// CORSOrigins are the browser origins allowed to call the API
+	// (HERALD_CORS_ORIGINS): exact origins ("https://app.example.com") or
+	// "*" for any. Default: none (no CORS headers; browsers on other
+	// origins are refused by their own rules).
+	CORSOrigins []string
 }
 
 func (c Config) withDefaults() Config {
@@ -114,6 +119,11 @@ func (c Config) validate() error {
 			return fmt.Errorf("ready check %q: name is used twice", ch.Name)
 		}
 		seen[ch.Name] = true
+	}
+	for _, o := range c.CORSOrigins {
+		if !validCORSOrigin(o) {
+			return fmt.Errorf("CORS origin %q is not * or scheme://host[:port]", o)
+		}
 	}
 	return nil
 }
@@ -152,7 +162,7 @@ func New(store Store, cfg Config) (*API, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("new api: %w", err)
 	}
-	a := &API{store: store, cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), routes: map[string]bool{}, open: map[string]bool{}}
+	a := &API{store: store, cfg: cfg, log: slog.New(notify.NewLogHandler(cfg.Logger.Handler())), mux: http.NewServeMux(), routes: map[string]bool{}, open: map[string]bool{}}
 	if cfg.Token != "" {
 		a.tokenH = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -166,14 +176,14 @@ func New(store Store, cfg Config) (*API, error) {
 	if err := a.register(); err != nil {
 		return nil, fmt.Errorf("new api: %w", err)
 	}
-	a.handler = http.HandlerFunc(a.serve)
+	a.handler = withRequestID(a.withCORS(http.HandlerFunc(a.serve)))
 	return a, nil
 }
 
 // Handler returns the http.Handler serving every route.
 func (a *API) Handler() http.Handler { return a.handler }
 
-// serve is the edge: it recovers panics, records metrics, authenticates and
+// serve is the edge (inside withRequestID and withCORS): it recovers panics, records metrics, authenticates and
 // turns the mux's plain-text 404 and 405 into JSON errors.
 func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -188,12 +198,13 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			a.log.Error("http handler panicked", "route", route, "panic", fmt.Sprint(v))
+			a.log.ErrorContext(r.Context(), "http handler panicked", "route", route, "panic", fmt.Sprint(v))
 			if !sw.wrote {
 				writeError(sw, http.StatusInternalServerError, apiError{Code: "internal", Message: "internal error"})
 			}
 		}
 		a.metrics.observe(route, sw.code(), time.Since(start))
+		a.log.DebugContext(r.Context(), "http request", "method", r.Method, "route", route, "status", sw.code(), "duration", time.Since(start))
 	}()
 
 	if !a.open[r.URL.Path] && !a.authorized(r) {

@@ -84,6 +84,7 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNoti
 		return nn, e, http.StatusBadRequest
 	}
 	nn.IdempotencyKey = key
+	nn.RequestID = notify.RequestIDFrom(r.Context())
 	if a.cfg.DebugFaults {
 		if vs, ok := r.Header[headerFault]; ok {
 			if len(vs) != 1 || vs[0] != notify.FaultAfterOutboxInsert {

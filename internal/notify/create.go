@@ -23,6 +23,7 @@ func (nn NewNotification) Pending(id int64, at time.Time) Notification {
 		Body:           r.Body,
 		Status:         StatusPending,
 		IdempotencyKey: nn.IdempotencyKey,
+		RequestID:      nn.RequestID,
 		CreatedAt:      at,
 		UpdatedAt:      at,
 	}

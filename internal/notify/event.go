@@ -27,6 +27,12 @@ type Requested struct {
 	To             string `json:"to"`
 	Subject        string `json:"subject"`
 	Body           string `json:"body"`
+	// RequestID is the X-Request-Id of the create that wrote the event
+	// (absent from events of a redrive or a reconcile, and from those
+	// written before it existed). A worker logs it with every line of the
+	// delivery. It rides in the payload rather than in a column: it is
+	// needed only where the payload goes, and costs no migration.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // NewRequested builds the event payload for a notification.
@@ -38,6 +44,7 @@ func NewRequested(n Notification) Requested {
 		To:             n.To,
 		Subject:        n.Subject,
 		Body:           n.Body,
+		RequestID:      n.RequestID,
 	}
 }
 
@@ -82,6 +89,9 @@ func (m Message) Decode() (Requested, int64, error) {
 	}
 	if err := r.check(); err != nil {
 		return Requested{}, 0, Permanent(fmt.Errorf("payload: %v", err))
+	}
+	if !ValidRequestID(r.RequestID) {
+		r.RequestID = "" // a log aid only: an odd one is dropped, never fatal
 	}
 	return r, id, nil
 }

@@ -36,6 +36,11 @@ type Notification struct {
 	SentAt         *time.Time
 	// FailedAt is when the notification was dead-lettered (nil unless failed).
 	FailedAt *time.Time
+	// RequestID is the id of the API request that created it (X-Request-Id),
+	// set on the notification a create returns and carried by its outbox
+	// event to the delivery's log lines; it is not stored with the
+	// notification, so a read leaves it empty.
+	RequestID string
 }
 
 // FormatID renders a notification or message id the way the API and the
@@ -65,14 +70,28 @@ func ParseID(s string) (int64, bool) {
 type NewNotification struct {
 	Request CreateRequest
 	// IdempotencyKey, when not empty, makes the create idempotent: a second
-	// create with the same key and the same request returns the first
-	// notification; with a different request it fails with ErrConflict.
+	// create by the same user with the same key and the same request, within
+	// IdempotencyWindow of the first, returns the first notification; with
+	// a different request it fails with ErrConflict. Keys are scoped to the
+	// user (another user's key is another key), and once the window has
+	// passed the key makes a new notification (and the old one loses it).
 	IdempotencyKey string
+	// RequestID, when not empty, is the creating request's id; the outbox
+	// event carries it (Requested.RequestID).
+	RequestID string
 	// Fault, when not empty, names a debug fault to inject inside the
 	// transaction (FaultAfterOutboxInsert). Only the API sets it, and only
 	// when HERALD_DEBUG_FAULTS=1.
 	Fault string
 }
+
+// IdempotencyWindow is how long an idempotency key answers with the
+// notification it first created: a day, as payment APIs do (Stripe keeps
+// keys 24 hours). Clients retry within seconds or minutes, so a day covers
+// every honest retry; a key that never expired would replay yesterday's
+// notification for a natural key reused today ("daily-digest-u42") and
+// keep every key indexed for ever.
+const IdempotencyWindow = 24 * time.Hour
 
 // FaultAfterOutboxInsert makes a create fail after its outbox INSERT, inside
 // the transaction, so that neither row survives.

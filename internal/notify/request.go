@@ -55,8 +55,12 @@ func ValidateEmail(r CreateRequest) error {
 	if err := checkText("to", r.To, MaxToLen, false); err != nil {
 		return err
 	}
-	if _, err := ParseAddress(r.To); err != nil {
+	addr, err := ParseAddress(r.To)
+	if err != nil {
 		return &FieldError{Field: "to", Message: "must be a single email address"}
+	}
+	if _, _, err := SMTPAddress(addr); err != nil {
+		return &FieldError{Field: "to", Message: "has a domain that is not a valid internationalized domain name"}
 	}
 	if err := checkText("subject", r.Subject, MaxSubjectLen, false); err != nil {
 		return err

@@ -41,6 +41,8 @@ type Message struct {
 	Header mail.Header
 	// Body is the body, decoded from quoted-printable when it says so.
 	Body string
+	// UTF8 is true when MAIL FROM carried the SMTPUTF8 parameter.
+	UTF8 bool
 }
 
 // Option configures a Server.
@@ -92,6 +94,12 @@ func WithDataLatency(d time.Duration) Option {
 // message twice.
 func WithWireCapture() Option {
 	return func(s *Server) { s.captureWire = true }
+}
+
+// WithSMTPUTF8 makes the server offer SMTPUTF8 (RFC 6531): only then may a
+// client send an address with a non-ASCII local part.
+func WithSMTPUTF8() Option {
+	return func(s *Server) { s.smtpUTF8 = true }
 }
 
 // WithAddr makes the server listen on addr (host:port) instead of a free
@@ -149,6 +157,7 @@ type Server struct {
 	startTLS    *tls.Config
 	requireTLS  bool
 	captureWire bool
+	smtpUTF8    bool
 	addr        string // where to listen; "" picks a free loopback port
 
 	mu        sync.Mutex
@@ -228,6 +237,7 @@ func New(opts ...Option) (*Server, error) {
 	srv.MaxMessageBytes = 16 << 20
 	srv.MaxRecipients = 100
 	srv.TLSConfig = s.startTLS
+	srv.EnableSMTPUTF8 = s.smtpUTF8
 	// A careless server takes credentials in clear; a client must not
 	// offer them. WithRequireTLS makes it a careful one.
 	srv.AllowInsecureAuth = !s.requireTLS
@@ -492,6 +502,7 @@ type session struct {
 	authed bool
 	from   string
 	to     []string
+	utf8   bool
 }
 
 func (se *session) tls() bool {
@@ -539,7 +550,7 @@ func (se *session) Auth(mech string) (sasl.Server, error) {
 	}), nil
 }
 
-func (se *session) Mail(from string, _ *smtp.MailOptions) error {
+func (se *session) Mail(from string, opts *smtp.MailOptions) error {
 	if !se.s.waitWhileHung() {
 		return errClosing
 	}
@@ -557,6 +568,7 @@ func (se *session) Mail(from string, _ *smtp.MailOptions) error {
 	}
 	se.s.attempts++
 	se.from, se.to = from, nil
+	se.utf8 = opts != nil && opts.UTF8
 	return nil
 }
 
@@ -618,6 +630,7 @@ func (se *session) Data(r io.Reader) error {
 	m := parse(data)
 	m.From = se.from
 	m.To = append([]string(nil), se.to...)
+	m.UTF8 = se.utf8
 	se.s.messages = append(se.s.messages, m)
 	return nil
 }

@@ -292,7 +292,7 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 	if err := cfg.validate(longest); err != nil {
 		return nil, err
 	}
-	w := &Worker{src: src, cfg: cfg, log: cfg.Logger, lanes: make(map[string]*lane, len(channels))}
+	w := &Worker{src: src, cfg: cfg, log: slog.New(notify.NewLogHandler(cfg.Logger.Handler())), lanes: make(map[string]*lane, len(channels))}
 	w.metrics.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_worker_deliveries_total",
 		Help: "Deliveries handled by the worker, by channel and outcome.",
@@ -443,7 +443,7 @@ var errNoTimeLeft = errors.New("claim took too long: no time left in its lease f
 func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	msg := d.Message()
 	channel := unknownChannel
-	outcome, err := w.apply(ctx, d, msg, &channel)
+	outcome, err := w.apply(ctx, d, msg, &channel, &ctx)
 	if err != nil && ctx.Err() != nil {
 		w.handedBack.Add(1)
 	}
@@ -452,27 +452,32 @@ func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld), errors.Is(err, errRateHeld), errors.Is(err, errDestHeld):
 		// Expected while a claim runs, the server is down or the rate
 		// limit is reached; the gate logs the outage once.
-		w.log.Debug("delivery handed back", "message_id", msg.ID, "reason", err)
+		w.log.DebugContext(ctx, "delivery handed back", "message_id", msg.ID, "reason", err)
 		return
 	default:
-		w.log.Error("delivery not settled; it will come back", "message_id", msg.ID, "retry_count", msg.RetryCount, "err", err)
+		w.log.ErrorContext(ctx, "delivery not settled; it will come back", "message_id", msg.ID, "retry_count", msg.RetryCount, "err", err)
 		return
 	}
 	w.metrics.deliveries.WithLabelValues(channel, string(outcome)).Inc()
+	w.log.DebugContext(ctx, "delivery settled", "message_id", msg.ID, "channel", channel, "outcome", outcome)
 	if outcome == notify.OutcomeSent && !msg.OccurredAt.IsZero() {
 		w.metrics.latency.Observe(time.Since(msg.OccurredAt).Seconds())
 	}
 }
 
 // apply runs one delivery to its settlement, and sets *channel to the
-// delivery's channel once it is known. An error means the delivery was not
+// delivery's channel once it is known, and *logCtx to a context carrying
+// the request id of the create that wrote the event (for the caller's log
+// lines; apply's own carry it too). An error means the delivery was not
 // settled (it was handed back, or stays with the transport, and is
 // redelivered).
-func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Message, channel *string) (notify.Outcome, error) {
+func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Message, channel *string, logCtx *context.Context) (notify.Outcome, error) {
 	req, nid, err := msg.Decode()
 	if err != nil {
 		return w.undecodable(ctx, d, msg, err)
 	}
+	ctx = notify.WithRequestID(ctx, req.RequestID)
+	*logCtx = notify.WithRequestID(*logCtx, req.RequestID)
 	l, ok := w.lanes[req.Channel]
 	if !ok {
 		// The API refuses a channel it does not know; one it knows but this
@@ -601,7 +606,7 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		// The lease ran out during the send and another delivery took the
 		// claim over (or settled the notification): its result stands, and
 		// this copy is done.
-		w.log.Warn("claim lost during the send; the delivery that took it over decides", "message_id", msg.ID,
+		w.log.WarnContext(ctx, "claim lost during the send; the delivery that took it over decides", "message_id", msg.ID,
 			"notification_id", nid, "outcome", res.Outcome)
 		return w.ack(ctx, d, notify.OutcomeDuplicate)
 	}
@@ -615,7 +620,7 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		if err := w.retryUntilPublished(ctx, d, res.Error); err != nil {
 			return "", w.release(ctx, d, 0, fmt.Errorf("schedule retry: %w", err))
 		}
-		w.log.Warn("delivery failed; retry scheduled", "message_id", msg.ID, "notification_id", nid,
+		w.log.WarnContext(ctx, "delivery failed; retry scheduled", "message_id", msg.ID, "notification_id", nid,
 			"retry", msg.RetryCount+1, "err", res.Error)
 		return notify.OutcomeRetried, nil
 	default:
@@ -673,13 +678,13 @@ func (w *Worker) recordUntilCommitted(ctx context.Context, res notify.DeliveryRe
 		recorded, err := w.record(res)
 		if err == nil {
 			if failures > 0 {
-				w.log.Info("outcome recorded after store failures", "message_id", res.Claim.MessageID,
+				w.log.InfoContext(ctx, "outcome recorded after store failures", "message_id", res.Claim.MessageID,
 					"outcome", res.Outcome, "failures", failures)
 			}
 			return recorded, nil
 		}
 		if failures == 0 {
-			w.log.Warn("outcome not recorded; retrying until it commits", "message_id", res.Claim.MessageID,
+			w.log.WarnContext(ctx, "outcome not recorded; retrying until it commits", "message_id", res.Claim.MessageID,
 				"outcome", res.Outcome, "err", err)
 		}
 		if !giveUp.IsZero() && !time.Now().Before(giveUp) {
@@ -717,12 +722,12 @@ func (w *Worker) retryUntilPublished(ctx context.Context, d notify.Delivery, rea
 		err := d.Retry(ctx, reason)
 		if err == nil {
 			if failures > 0 {
-				w.log.Info("retry copy published after transport failures", "message_id", d.Message().ID, "failures", failures)
+				w.log.InfoContext(ctx, "retry copy published after transport failures", "message_id", d.Message().ID, "failures", failures)
 			}
 			return nil
 		}
 		if failures == 0 {
-			w.log.Warn("retry copy not published; trying again until it is", "message_id", d.Message().ID, "err", err)
+			w.log.WarnContext(ctx, "retry copy not published; trying again until it is", "message_id", d.Message().ID, "err", err)
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -778,7 +783,7 @@ func (w *Worker) settleDead(ctx context.Context, d notify.Delivery, msg notify.M
 	if err := d.DeadLetter(ctx, reason); err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("dead-letter: %w", err))
 	}
-	w.log.Error("delivery dead-lettered", "message_id", msg.ID, "notification_id", nid,
+	w.log.ErrorContext(ctx, "delivery dead-lettered", "message_id", msg.ID, "notification_id", nid,
 		"retries", msg.RetryCount, "permanent", notify.IsPermanent(cause), "err", reason)
 	return notify.OutcomeDead, nil
 }

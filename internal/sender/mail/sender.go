@@ -3,6 +3,7 @@ package mail
 import (
 	"context"
 	"fmt"
+	netmail "net/mail"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
@@ -15,7 +16,8 @@ type EmailSender interface {
 // Sender is the email channel's sender: it makes the email of an outgoing
 // notification (From the configured address, Message-ID
 // <NOTIFICATION_ID@DOMAIN> with the From address's domain, the same on
-// every attempt) and hands it to an EmailSender, which classifies its
+// every attempt; a Unicode recipient domain in its IDNA form) and hands it
+// to an EmailSender, which classifies its
 // failures (notify.Permanent, SenderDown, Throttled).
 type Sender struct {
 	from string
@@ -39,7 +41,35 @@ func (s *Sender) Send(ctx context.Context, m notify.Outgoing) error {
 	if err := notify.ValidateEmail(req); err != nil {
 		return notify.Permanent(fmt.Errorf("email: %w", err))
 	}
-	return s.next.Send(ctx, notify.NewEmail(m, s.from))
+	e := notify.NewEmail(m, s.from)
+	to, err := asciiDomain(e.To)
+	if err != nil {
+		return notify.Permanent(fmt.Errorf("email: to: %w", err))
+	}
+	e.To = to
+	return s.next.Send(ctx, e)
+}
+
+// asciiDomain rewrites an address header value ("Name <a@bücher.de>") with
+// its domain in IDNA A-labels ("Name <a@xn--bcher-kva.de>"): a server or
+// client without SMTPUTF8 takes only ASCII domains, and the A-label form is
+// the same domain for everyone. A value whose domain is ASCII is returned
+// unchanged; the local part is never changed (SMTPUTF8 decides whether it
+// can be sent).
+func asciiDomain(to string) (string, error) {
+	a, err := netmail.ParseAddress(to)
+	if err != nil {
+		return "", err
+	}
+	ascii, _, err := notify.SMTPAddress(a.Address)
+	if err != nil {
+		return "", err
+	}
+	if ascii == a.Address {
+		return to, nil
+	}
+	a.Address = ascii
+	return a.String(), nil
 }
 
 // Probe checks the mail server when the EmailSender can (SMTP); one that

@@ -315,6 +315,21 @@ func (s *Sender) send(parent context.Context, e notify.Email) error {
 			return notify.Permanent(fmt.Errorf("sender: %w", err))
 		}
 	}
+	// Domains go out in their IDNA form; a local part that is not ASCII
+	// needs a server that offers SMTPUTF8 (checked once the session has
+	// its EHLO reply).
+	to, toUTF8, err := notify.SMTPAddress(to)
+	if err != nil {
+		return notify.Permanent(fmt.Errorf("recipient: %w", err))
+	}
+	from, fromUTF8, err := notify.SMTPAddress(from)
+	if err != nil {
+		return notify.Permanent(fmt.Errorf("sender: %w", err))
+	}
+	var opts *gosmtp.MailOptions
+	if toUTF8 || fromUTF8 {
+		opts = &gosmtp.MailOptions{UTF8: true}
+	}
 	// The same Message-ID on every attempt: see the package doc.
 	data := mail.Render(e, time.Now())
 
@@ -336,11 +351,24 @@ func (s *Sender) send(parent context.Context, e notify.Email) error {
 				return s.beforeMail(parent, ctx, err)
 			}
 		}
+		if opts != nil {
+			if ok, _ := ses.c.Extension("SMTPUTF8"); !ok {
+				// The server can never take this address: the message's
+				// failure for good, found before MAIL FROM; the session
+				// is as good as it was.
+				s.keep(ses)
+				addr := to
+				if !toUTF8 {
+					addr = from
+				}
+				return notify.Permanent(fmt.Errorf("the address %s has a non-ASCII local part and the server does not offer SMTPUTF8 (RFC 6531)", addr))
+			}
+		}
 		// go-smtp's client sets its own deadline per command; closing the
 		// connection is what makes ctx (and the overall timeout) interrupt
 		// it.
 		stop := context.AfterFunc(ctx, func() { _ = ses.conn.Close() })
-		st, sent, err := transact(ses, from, to, data)
+		st, sent, err := transact(ses, from, to, opts, data)
 		interrupted := !stop()
 		if err == nil {
 			if interrupted {
@@ -485,9 +513,9 @@ func dropped(err error) bool {
 // transact runs one mail transaction on a greeted session. It names the
 // step that failed and whether MAIL FROM had reached the wire by then: the
 // line between the provider's fault and the message's attempt.
-func transact(ses *session, from, to string, data []byte) (_ step, mailSent bool, _ error) {
+func transact(ses *session, from, to string, opts *gosmtp.MailOptions, data []byte) (_ step, mailSent bool, _ error) {
 	before := ses.out.written
-	if err := ses.c.Mail(from, nil); err != nil {
+	if err := ses.c.Mail(from, opts); err != nil {
 		return stepMail, ses.out.written > before, err
 	}
 	if err := ses.c.Rcpt(to, nil); err != nil {

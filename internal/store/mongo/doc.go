@@ -20,27 +20,31 @@ type doc struct {
 	// Key is the id as 19 decimal digits: FerretDB v1 serves a filter on
 	// a string _id from its primary key, and one on a number by reading
 	// every document; the digits sort as the numbers do.
-	Key            string     `bson:"_id"`
-	ID             int64      `bson:"id"`
-	Rev            int64      `bson:"rev"`
-	UserID         string     `bson:"user_id"`
-	Channel        string     `bson:"channel"`
-	To             string     `bson:"recipient"`
-	Subject        string     `bson:"subject"`
-	Body           string     `bson:"body"`
-	Status         string     `bson:"status"`
-	Attempts       int        `bson:"attempts"`
-	LastError      string     `bson:"last_error,omitempty"`
-	IdempotencyKey string     `bson:"idempotency_key,omitempty"`
-	CreatedAt      time.Time  `bson:"created_at"`
-	UpdatedAt      time.Time  `bson:"updated_at"`
-	SentAt         *time.Time `bson:"sent_at,omitempty"`
-	FailedAt       *time.Time `bson:"failed_at,omitempty"`
-	RetryDueAt     *time.Time `bson:"retry_due_at,omitempty"`
-	Claim          *claimDoc  `bson:"claim,omitempty"`
-	Events         []eventDoc `bson:"events"`
-	Processed      []procDoc  `bson:"processed"`
-	History        []attDoc   `bson:"history"`
+	Key            string `bson:"_id"`
+	ID             int64  `bson:"id"`
+	Rev            int64  `bson:"rev"`
+	UserID         string `bson:"user_id"`
+	Channel        string `bson:"channel"`
+	To             string `bson:"recipient"`
+	Subject        string `bson:"subject"`
+	Body           string `bson:"body"`
+	Status         string `bson:"status"`
+	Attempts       int    `bson:"attempts"`
+	LastError      string `bson:"last_error,omitempty"`
+	IdempotencyKey string `bson:"idempotency_key,omitempty"`
+	// IdemScope is the idempotency key as it is unique: scoped to the
+	// user (idemScope), unique under idem_scope_uq, and cleared once a
+	// create after the key's window takes it over.
+	IdemScope  string     `bson:"idem_scope,omitempty"`
+	CreatedAt  time.Time  `bson:"created_at"`
+	UpdatedAt  time.Time  `bson:"updated_at"`
+	SentAt     *time.Time `bson:"sent_at,omitempty"`
+	FailedAt   *time.Time `bson:"failed_at,omitempty"`
+	RetryDueAt *time.Time `bson:"retry_due_at,omitempty"`
+	Claim      *claimDoc  `bson:"claim,omitempty"`
+	Events     []eventDoc `bson:"events"`
+	Processed  []procDoc  `bson:"processed"`
+	History    []attDoc   `bson:"history"`
 
 	// Derived on every write (see derive), for the indexes.
 	// Due is when the earliest unprocessed event can be taken (its

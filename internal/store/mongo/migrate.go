@@ -22,6 +22,12 @@ type migration struct {
 	version int
 	name    string
 	indexes map[string][]mgo.IndexModel // by collection
+	// drop names indexes to drop (by collection) before indexes are
+	// created; one already gone is no error.
+	drop map[string][]string
+	// backfill, when set, runs after the indexes are created and must be
+	// safe to run again.
+	backfill func(ctx context.Context, db *mgo.Database) error
 }
 
 var migrations = []migration{
@@ -67,6 +73,50 @@ var migrations = []migration{
 				Options: options.Index().SetName("list_channel_idx")},
 		},
 	}},
+	// Idempotency keys scoped to the user and expiring (issue 21): the
+	// global unique index goes; idem_scope (key and user) is unique, and
+	// the existing keyed notifications get theirs.
+	{version: 3, name: "idempotency_scope", drop: map[string][]string{collNotifications: {"idempotency_key_uq"}},
+		indexes: map[string][]mgo.IndexModel{
+			collNotifications: {
+				{Keys: bson.D{{Key: "idem_scope", Value: 1}},
+					Options: options.Index().SetName("idem_scope_uq").SetUnique(true).SetSparse(true)},
+			},
+		},
+		backfill: backfillIdemScope,
+	},
+}
+
+// backfillIdemScope gives every notification with an idempotency key and
+// no idem_scope its scope. It writes with the document's revision in the
+// filter and leaves the revision alone: run by herald migrate before the
+// processes of this version start, nothing else writes the field.
+func backfillIdemScope(ctx context.Context, db *mgo.Database) error {
+	coll := db.Collection(collNotifications)
+	cur, err := coll.Find(ctx, bson.D{{Key: "idempotency_key", Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: "idem_scope", Value: bson.D{{Key: "$exists", Value: false}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "rev", Value: 1}, {Key: "user_id", Value: 1}, {Key: "idempotency_key", Value: 1}}))
+	if err != nil {
+		return classify(err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		var d struct {
+			Key    string `bson:"_id"`
+			Rev    int64  `bson:"rev"`
+			UserID string `bson:"user_id"`
+			IdKey  string `bson:"idempotency_key"`
+		}
+		if err := cur.Decode(&d); err != nil {
+			return err
+		}
+		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.Key}, {Key: "rev", Value: d.Rev}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "idem_scope", Value: idemScope(d.UserID, d.IdKey)}}}})
+		if err != nil {
+			return classify(err)
+		}
+	}
+	return classify(cur.Err())
 }
 
 // Migrations lists the migrations this binary ships, as migrate.Migration
@@ -95,9 +145,13 @@ type migrationRecord struct {
 // version order, and records each. Running it again changes nothing; two
 // runs at once both create the same indexes (a no-op for the second) and
 // one record per version wins (its _id is the version).
-func (s *Store) Migrate(ctx context.Context) error {
+func (s *Store) Migrate(ctx context.Context) error { return s.migrate(ctx, migrations) }
+
+// migrate applies ms as Migrate does; a test brings a database to an
+// earlier version with a prefix of migrations.
+func (s *Store) migrate(ctx context.Context, ms []migration) error {
 	coll := s.db.Collection(collMigrations)
-	for _, m := range migrations {
+	for _, m := range ms {
 		n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: m.version}})
 		if err != nil {
 			return fmt.Errorf("migrate: read schema_migrations: %w", classify(err))
@@ -105,9 +159,21 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if n > 0 {
 			continue
 		}
+		for name, idxs := range m.drop {
+			for _, idx := range idxs {
+				if err := s.db.Collection(name).Indexes().DropOne(ctx, idx); err != nil && !indexNotFound(err) {
+					return fmt.Errorf("migrate %04d_%s: drop index %s of %s: %w", m.version, m.name, idx, name, classify(err))
+				}
+			}
+		}
 		for name, ims := range m.indexes {
 			if _, err := s.db.Collection(name).Indexes().CreateMany(ctx, ims); err != nil {
 				return fmt.Errorf("migrate %04d_%s: indexes of %s: %w", m.version, m.name, name, classify(err))
+			}
+		}
+		if m.backfill != nil {
+			if err := m.backfill(ctx, s.db); err != nil {
+				return fmt.Errorf("migrate %04d_%s: backfill: %w", m.version, m.name, err)
 			}
 		}
 		_, err = coll.InsertOne(ctx, migrationRecord{Version: m.version, Name: m.name, AppliedAt: now()})
@@ -116,6 +182,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// indexNotFound reports whether err says the index to drop does not exist
+// (MongoDB's IndexNotFound, code 27; FerretDB answers the same).
+func indexNotFound(err error) bool {
+	var se mgo.ServerError
+	if errors.As(err, &se) {
+		return se.HasErrorCode(27) || se.HasErrorMessage("index not found")
+	}
+	return false
 }
 
 // MigrationStatus reports each migration as applied or pending. It changes

@@ -47,6 +47,9 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 			Key: key(id), ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
 			Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
 		}
+		if nn.IdempotencyKey != "" {
+			d.IdemScope = idemScope(r.UserID, nn.IdempotencyKey)
+		}
 		if err := d.addEvent(n, t); err != nil {
 			return notify.Created{}, err
 		}
@@ -72,10 +75,14 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 	}
 }
 
-// replay answers a create whose idempotency key is stored.
+// replay answers a create whose idempotency key the user holds within
+// notify.IdempotencyWindow. A key held by an older notification is taken
+// from it (its idem_scope cleared, a revision like any change), and the
+// create goes on to insert.
 func (s *Store) replay(ctx context.Context, nn notify.NewNotification) (notify.Created, bool, error) {
+	scope := idemScope(nn.Request.UserID, nn.IdempotencyKey)
 	var d doc
-	err := s.n.FindOne(ctx, bson.D{{Key: "idempotency_key", Value: nn.IdempotencyKey}},
+	err := s.n.FindOne(ctx, bson.D{{Key: "idem_scope", Value: scope}},
 		options.FindOne().SetProjection(noHeavy)).Decode(&d)
 	if errors.Is(err, mgo.ErrNoDocuments) {
 		return notify.Created{}, false, nil
@@ -83,9 +90,27 @@ func (s *Store) replay(ctx context.Context, nn notify.NewNotification) (notify.C
 	if err != nil {
 		return notify.Created{}, false, fmt.Errorf("read notification with the same idempotency key: %w", classify(err))
 	}
-	c, err := nn.Replay(d.notification())
-	return c, true, err
+	if now().Before(d.CreatedAt.Add(notify.IdempotencyWindow)) {
+		c, err := nn.Replay(d.notification())
+		return c, true, err
+	}
+	_, _, err = s.change(ctx, d.ID, func(x *doc) error {
+		if x.IdemScope != scope {
+			return errNoChange
+		}
+		x.IdemScope = ""
+		return nil
+	})
+	if err != nil {
+		return notify.Created{}, false, fmt.Errorf("expire idempotency key of notification %d: %w", d.ID, err)
+	}
+	return notify.Created{}, false, nil
 }
+
+// idemScope is a user's idempotency key as the unique index holds it. A
+// key is printable ASCII (the API's check), so the line break cannot be
+// part of it and the pair is unambiguous.
+func idemScope(userID, key string) string { return key + "\n" + userID }
 
 // noHeavy leaves out the arrays a notification's fields do not need.
 var noHeavy = bson.D{{Key: "events", Value: 0}, {Key: "processed", Value: 0}, {Key: "history", Value: 0}}

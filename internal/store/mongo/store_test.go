@@ -51,6 +51,17 @@ func TestConformance(t *testing.T) {
 			AddAttempt: func(t testing.TB, id int64, a notify.Attempt) {
 				require.NoError(t, s.AddAttempt(t.Context(), id, a))
 			},
+			Backdate: func(t testing.TB, id int64, d time.Duration) {
+				t.Helper()
+				var n struct {
+					CreatedAt time.Time `bson:"created_at"`
+				}
+				coll := db.Collection("notifications")
+				filter := bson.D{{Key: "id", Value: id}}
+				require.NoError(t, coll.FindOne(t.Context(), filter).Decode(&n))
+				_, err := coll.UpdateOne(t.Context(), filter, bson.D{{Key: "$set", Value: bson.D{{Key: "created_at", Value: n.CreatedAt.Add(-d)}}}})
+				require.NoError(t, err)
+			},
 			Attempts: func(t testing.TB, id int64) []notify.Attempt {
 				as, err := s.Attempts(t.Context(), id)
 				if err != nil {
@@ -135,7 +146,7 @@ func TestUnreachable(t *testing.T) {
 
 // Racing creates with one idempotency key, each from its own store (as
 // from separate API processes): one creates, the others replay it (the
-// unique index idempotency_key_uq decides), one document is stored; a
+// unique index idem_scope_uq decides), one document is stored; a
 // racer with another request under the key gets notify.ErrConflict.
 func TestIdempotencyKeyRace(t *testing.T) {
 	t.Parallel()

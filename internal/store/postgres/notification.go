@@ -24,8 +24,17 @@ const (
 	insertNotification = `
 INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key)
 VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))
-ON CONFLICT (idempotency_key) DO NOTHING
+ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id, created_at`
+
+	// expireKey releases a user's idempotency key held by a notification
+	// created longer than the window ($3, seconds) ago, so that the insert
+	// that follows can take it. Concurrent creates with the key queue on
+	// the old row's lock; the first clears it and inserts, and the others
+	// find the key cleared and meet the first's row at the insert.
+	expireKey = `
+UPDATE notifications SET idempotency_key = NULL
+WHERE user_id = $1 AND idempotency_key = $2 AND created_at <= now() - make_interval(secs => $3)`
 
 	insertOutbox = `INSERT INTO outbox (event_type, payload) VALUES ($1, $2)`
 
@@ -40,13 +49,14 @@ RETURNING id, created_at`
 	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at`
 
 	selectNotification      = `SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1`
-	selectNotificationByKey = `SELECT ` + notificationColumns + ` FROM notifications WHERE idempotency_key = $1`
+	selectNotificationByKey = `SELECT ` + notificationColumns + ` FROM notifications WHERE user_id = $1 AND idempotency_key = $2`
 )
 
 // Create writes the notification and its notification.requested outbox event
 // in one transaction, and wakes the relays at commit. A known idempotency key
-// with the same request answers the stored notification (Replayed) and writes
-// nothing; with a different request it fails with notify.ErrConflict. The
+// of the same user, within notify.IdempotencyWindow, with the same request
+// answers the stored notification (Replayed) and writes nothing; with a
+// different request it fails with notify.ErrConflict. The
 // request is not validated here: the API does that.
 func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
 	tx, err := s.pool.Begin(ctx)
@@ -84,10 +94,15 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 		id int64
 		at time.Time
 	)
+	if nn.IdempotencyKey != "" {
+		if _, err := tx.Exec(ctx, expireKey, r.UserID, nn.IdempotencyKey, notify.IdempotencyWindow.Seconds()); err != nil {
+			return notify.Created{}, wrap("expire idempotency key", err)
+		}
+	}
 	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey).
 		Scan(&id, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
-		stored, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, nn.IdempotencyKey))
+		stored, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
 		if err != nil {
 			// The conflicting row is committed (ON CONFLICT waited for
 			// it) and rows are never deleted, so this is a store failure.

@@ -79,6 +79,11 @@ func TestConformance(t *testing.T) {
 			},
 			AddAttempt: addAttempt(s),
 			Attempts:   func(t testing.TB, nid int64) []notify.Attempt { return attempts(t, s, nid) },
+			Backdate: func(t testing.TB, nid int64, d time.Duration) {
+				t.Helper()
+				_, err := s.pool.Exec(t.Context(), `UPDATE notifications SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, nid, d.Seconds())
+				require.NoError(t, err)
+			},
 		}
 	})
 }

@@ -36,7 +36,8 @@ func TestGroupCommitEachCreateAllOrNothing(t *testing.T) {
 			case 3:
 				nn.Fault = notify.FaultAfterOutboxInsert
 			case 7:
-				nn.IdempotencyKey = "taken" // another request under a taken key
+				nn.IdempotencyKey = "taken" // another request under the user's taken key
+				nn.Request.UserID, nn.Request.Body = groupRequest(0).UserID, "another body"
 			}
 			_, errs[i] = s.Create(context.Background(), nn)
 		})

@@ -13,16 +13,24 @@ import (
 const notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at`
 
-// The idempotency key is the conflict target: a second create with the same
-// key inserts nothing and returns no row, and Create then compares the
+// The user's idempotency key is the conflict target: a second create with
+// the same user and key inserts nothing and returns no row, and Create then compares the
 // request with the stored one.
 const insertNotification = `
 INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (idempotency_key) DO NOTHING
+ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id`
 
-const selectNotificationByKey = `SELECT ` + notificationColumns + ` FROM notifications WHERE idempotency_key = ?`
+const selectNotificationByKey = `SELECT ` + notificationColumns + ` FROM notifications WHERE user_id = ? AND idempotency_key = ?`
+
+// expireKey releases a user's idempotency key held by a notification
+// created at or before the given time (the window's start), so that the
+// insert that follows can take it. SQLite has one writer: no create runs
+// between the two statements.
+const expireKey = `
+UPDATE notifications SET idempotency_key = NULL
+WHERE user_id = ? AND idempotency_key = ? AND created_at <= ?`
 
 const insertOutbox = `
 INSERT INTO outbox (event_type, payload, occurred_at, available_at)
@@ -43,12 +51,18 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 // createIn runs one create's statements inside tx at time t.
 func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time.Time) (notify.Created, error) {
 	r := nn.Request
+	if nn.IdempotencyKey != "" {
+		if _, err := tx.ExecContext(ctx, expireKey, r.UserID, nn.IdempotencyKey,
+			formatTime(t.Add(-notify.IdempotencyWindow))); err != nil {
+			return notify.Created{}, fmt.Errorf("expire idempotency key: %w", classify(err))
+		}
+	}
 	var id int64
 	err := tx.QueryRowContext(ctx, insertNotification,
 		r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
 		formatTime(t), formatTime(t)).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
-		stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, nn.IdempotencyKey))
+		stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
 		if err != nil {
 			return notify.Created{}, fmt.Errorf("read notification with the same idempotency key: %w", err)
 		}

@@ -21,8 +21,24 @@ var _ store.Store = (*sqlite.Store)(nil)
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		s, path := setup(t)
-		return storetest.Harness{Store: s, Count: counter(t, path), SingleWriter: true, AddAttempt: attempter(t, path), Attempts: attempts(t, path)}
+		return storetest.Harness{Store: s, Count: counter(t, path), SingleWriter: true, AddAttempt: attempter(t, path), Attempts: attempts(t, path),
+			Backdate: backdater(t, path)}
 	})
+}
+
+// backdater moves a notification's created_at back, for the harness. The
+// column holds fixed-width UTC text.
+func backdater(t testing.TB, path string) func(testing.TB, int64, time.Duration) {
+	db := raw(t, path)
+	return func(t testing.TB, nid int64, d time.Duration) {
+		t.Helper()
+		var at string
+		require.NoError(t, db.QueryRow(`SELECT created_at FROM notifications WHERE id = ?`, nid).Scan(&at))
+		ts, err := time.Parse(time.RFC3339Nano, at)
+		require.NoError(t, err)
+		_, err = db.Exec(`UPDATE notifications SET created_at = ? WHERE id = ?`, ts.Add(-d).UTC().Format(timeLayout), nid)
+		require.NoError(t, err)
+	}
 }
 
 // setup opens a migrated store on a fresh file, closed when the test ends.

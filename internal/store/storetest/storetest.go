@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
@@ -51,6 +52,10 @@ type Harness struct {
 	// Attempts returns the delivery_attempts rows of a notification in id
 	// order, read straight from the table. Required.
 	Attempts func(t testing.TB, notificationID int64) []notify.Attempt
+	// Backdate moves a notification's created_at back by d, with the
+	// engine's own write, for the subtests of idempotency keys that
+	// expire. Required.
+	Backdate func(t testing.TB, notificationID int64, d time.Duration)
 }
 
 // Run runs the suite. newStore is called once per subtest, so subtests run in
@@ -64,6 +69,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		require.NotNil(t, h.Store, "Harness.Store")
 		require.NotNil(t, h.Count, "Harness.Count")
 		require.NotNil(t, h.Attempts, "Harness.Attempts")
+		require.NotNil(t, h.Backdate, "Harness.Backdate")
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		t.Cleanup(cancel)
 		return ctx, h
@@ -74,6 +80,9 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"GetNotFound", testGetNotFound},
 		{"IdempotentReplay", testIdempotentReplay},
 		{"IdempotencyConflict", testIdempotencyConflict},
+		{"IdempotencyScopedToUser", testIdempotencyScopedToUser},
+		{"IdempotencyExpires", testIdempotencyExpires},
+		{"IdempotencyRacers", testIdempotencyRacers},
 		{"InjectedFault", testInjectedFault},
 		{"MigrateTwice", testMigrateTwice},
 		{"RelayBatchEvents", testRelayBatchEvents},
@@ -271,7 +280,6 @@ func testIdempotencyConflict(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 
 	for name, mutate := range map[string]func(*notify.CreateRequest){
-		"user_id": func(r *notify.CreateRequest) { r.UserID = "someone-else" },
 		"to":      func(r *notify.CreateRequest) { r.To = "other@example.com" },
 		"subject": func(r *notify.CreateRequest) { r.Subject = "Other" },
 		"body":    func(r *notify.CreateRequest) { r.Body = "Other body" },
@@ -287,6 +295,137 @@ func testIdempotencyConflict(t *testing.T, ctx context.Context, h Harness) {
 	got, err := s.Get(ctx, first.Notification.ID)
 	require.NoError(t, err)
 	require.Equal(t, request(1).Body, got.Body)
+}
+
+// A key is the user's: the same key from another user is another key, and
+// each user's replays answer their own notification.
+func testIdempotencyScopedToUser(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	a, b := request(1), request(1)
+	b.UserID = "someone-else"
+	first, err := s.Create(ctx, notify.NewNotification{Request: a, IdempotencyKey: "welcome"})
+	require.NoError(t, err)
+	other, err := s.Create(ctx, notify.NewNotification{Request: b, IdempotencyKey: "welcome"})
+	require.NoError(t, err, "another user's key does not conflict")
+	require.False(t, other.Replayed)
+	require.NotEqual(t, first.Notification.ID, other.Notification.ID)
+	require.Equal(t, 2, h.Count(t, "notifications"))
+	require.Equal(t, 2, h.Count(t, "outbox"))
+
+	for _, c := range []struct {
+		req  notify.CreateRequest
+		want int64
+	}{{a, first.Notification.ID}, {b, other.Notification.ID}} {
+		again, err := s.Create(ctx, notify.NewNotification{Request: c.req, IdempotencyKey: "welcome"})
+		require.NoError(t, err)
+		require.True(t, again.Replayed)
+		require.Equal(t, c.want, again.Notification.ID)
+		require.Equal(t, c.req.UserID, again.Notification.UserID)
+	}
+	// A conflict is still one user's own.
+	changed := b
+	changed.Body = "Another body"
+	_, err = s.Create(ctx, notify.NewNotification{Request: changed, IdempotencyKey: "welcome"})
+	require.ErrorIs(t, err, notify.ErrConflict)
+	require.Equal(t, 2, h.Count(t, "notifications"))
+}
+
+// A key answers for notify.IdempotencyWindow after its first create; then
+// it makes a new notification, which holds it from then on.
+func testIdempotencyExpires(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	nn := notify.NewNotification{Request: request(1), IdempotencyKey: "daily-digest"}
+	first, err := s.Create(ctx, nn)
+	require.NoError(t, err)
+
+	// A minute before the end of the window it still answers.
+	h.Backdate(t, first.Notification.ID, notify.IdempotencyWindow-time.Minute)
+	again, err := s.Create(ctx, nn)
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, first.Notification.ID, again.Notification.ID)
+
+	// Past it, the same key and body make a new notification and event.
+	h.Backdate(t, first.Notification.ID, 2*time.Minute)
+	fresh, err := s.Create(ctx, nn)
+	require.NoError(t, err)
+	require.False(t, fresh.Replayed)
+	require.NotEqual(t, first.Notification.ID, fresh.Notification.ID)
+	require.Equal(t, 2, h.Count(t, "notifications"))
+	require.Equal(t, 2, h.Count(t, "outbox"))
+
+	// The new one holds the key now: replays answer it, another body
+	// conflicts with it.
+	replay, err := s.Create(ctx, nn)
+	require.NoError(t, err)
+	require.True(t, replay.Replayed)
+	require.Equal(t, fresh.Notification.ID, replay.Notification.ID)
+	other := nn
+	other.Request.Body = "Another body"
+	_, err = s.Create(ctx, other)
+	require.ErrorIs(t, err, notify.ErrConflict)
+
+	// After the window another body is no conflict either.
+	h.Backdate(t, fresh.Notification.ID, notify.IdempotencyWindow+time.Minute)
+	third, err := s.Create(ctx, other)
+	require.NoError(t, err)
+	require.False(t, third.Replayed)
+	require.Equal(t, 3, h.Count(t, "notifications"))
+
+	// The old notifications are untouched but for the key.
+	got := get(t, ctx, s, first.Notification.ID)
+	require.Equal(t, notify.StatusPending, got.Status)
+	require.Equal(t, request(1).Body, got.Body)
+}
+
+// Concurrent creates with one key make one notification, for a fresh key
+// and for a key whose window has passed.
+func testIdempotencyRacers(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	const racers = 8
+	race := func(nn notify.NewNotification) (ids map[int64]int, created int) {
+		var (
+			mu  sync.Mutex
+			wg  sync.WaitGroup
+			all []notify.Created
+		)
+		ids = map[int64]int{}
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := s.Create(ctx, nn)
+				assert.NoError(t, err)
+				mu.Lock()
+				all = append(all, c)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		for _, c := range all {
+			ids[c.Notification.ID]++
+			if !c.Replayed {
+				created++
+			}
+		}
+		return ids, created
+	}
+	nn := notify.NewNotification{Request: request(1), IdempotencyKey: "race"}
+	ids, created := race(nn)
+	require.Len(t, ids, 1, "one notification for the key: %v", ids)
+	require.Equal(t, 1, created, "one create, the others replays")
+	var old int64
+	for id := range ids {
+		old = id
+	}
+
+	h.Backdate(t, old, notify.IdempotencyWindow+time.Minute)
+	ids, created = race(nn)
+	require.Len(t, ids, 1, "one new notification for the expired key: %v", ids)
+	require.Equal(t, 1, created)
+	require.NotContains(t, ids, old)
+	require.Equal(t, 2, h.Count(t, "notifications"))
+	require.Equal(t, 2, h.Count(t, "outbox"))
 }
 
 func testInjectedFault(t *testing.T, ctx context.Context, h Harness) {
