@@ -67,6 +67,15 @@ var migrations = []migration{
 				Options: options.Index().SetName("list_channel_idx")},
 		},
 	}},
+	// The reconciler's second kind of candidate: a pending notification
+	// whose only open events are status events (left from a settling
+	// before a redrive). Sparse: the field is absent when zero.
+	{version: 3, name: "open_status_idx", indexes: map[string][]mgo.IndexModel{
+		collNotifications: {
+			{Keys: bson.D{{Key: "open_status", Value: 1}},
+				Options: options.Index().SetName("open_status_idx").SetSparse(true)},
+		},
+	}},
 }
 
 // Migrations lists the migrations this binary ships, as migrate.Migration
