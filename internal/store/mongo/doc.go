@@ -53,7 +53,7 @@ type doc struct {
 	// notification.failed) among them, absent when none: the reconciler
 	// counts only the others (index open_status_idx, sparse).
 	OpenStatus int        `bson:"open_status,omitempty"`
-	Oldest *time.Time `bson:"oldest,omitempty"`
+	Oldest     *time.Time `bson:"oldest,omitempty"`
 	// Settled is the earliest processed_at of an event or a processed
 	// message: where retention has something to look at.
 	Settled *time.Time `bson:"settled,omitempty"`
