@@ -263,13 +263,14 @@ func relayToken() string {
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var st notify.OutboxStats
 	cur, err := s.n.Find(ctx, bson.D{{Key: "open", Value: bson.D{{Key: "$gt", Value: 0}}}},
-		options.Find().SetProjection(bson.D{{Key: "open", Value: 1}, {Key: "oldest", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "open", Value: 1}, {Key: "open_status", Value: 1}, {Key: "oldest", Value: 1}}))
 	if err != nil {
 		return st, fmt.Errorf("outbox stats: %w", classify(err))
 	}
 	var ds []struct {
-		Open   int64      `bson:"open"`
-		Oldest *time.Time `bson:"oldest"`
+		Open       int64      `bson:"open"`
+		OpenStatus int64      `bson:"open_status"`
+		Oldest     *time.Time `bson:"oldest"`
 	}
 	if err := cur.All(ctx, &ds); err != nil {
 		return st, fmt.Errorf("outbox stats: %w", classify(err))
@@ -277,6 +278,7 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var oldest time.Time
 	for _, d := range ds {
 		st.Unprocessed += d.Open
+		st.UnprocessedStatus += d.OpenStatus
 		if d.Oldest != nil && (oldest.IsZero() || d.Oldest.Before(oldest)) {
 			oldest = *d.Oldest
 		}

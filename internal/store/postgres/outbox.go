@@ -58,9 +58,10 @@ RETURNING o.id, o.event_type, o.payload, o.occurred_at`
 	// trip and one snapshot.
 	selectOutboxStats = `
 SELECT backlog.n, backlog.age,
-	(SELECT count(*) FROM notifications WHERE status = 'failed')
+	(SELECT count(*) FROM notifications WHERE status = 'failed'), backlog.status
 FROM (
-	SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM now() - min(occurred_at)), 0)::float8 AS age
+	SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM now() - min(occurred_at)), 0)::float8 AS age,
+		count(*) FILTER (WHERE event_type <> '` + notify.EventRequested + `') AS status
 	FROM outbox
 	WHERE processed_at IS NULL
 ) AS backlog`
@@ -199,7 +200,7 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 		st  notify.OutboxStats
 		age float64
 	)
-	if err := s.pool.QueryRow(ctx, selectOutboxStats).Scan(&st.Unprocessed, &age, &st.DeadLetters); err != nil {
+	if err := s.pool.QueryRow(ctx, selectOutboxStats).Scan(&st.Unprocessed, &age, &st.DeadLetters, &st.UnprocessedStatus); err != nil {
 		return notify.OutboxStats{}, wrap("outbox stats", err)
 	}
 	if age > 0 {

@@ -185,7 +185,8 @@ func relayToken() string {
 // one snapshot.
 const selectOutboxStats = `
 SELECT count(*), min(occurred_at),
-    (SELECT count(*) FROM notifications WHERE status = 'failed')
+    (SELECT count(*) FROM notifications WHERE status = 'failed'),
+    COALESCE(sum(event_type <> '` + notify.EventRequested + `'), 0)
 FROM outbox
 WHERE processed_at IS NULL`
 
@@ -196,7 +197,7 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 		st     notify.OutboxStats
 		oldest sql.NullString
 	)
-	err := s.read.QueryRowContext(ctx, selectOutboxStats).Scan(&st.Unprocessed, &oldest, &st.DeadLetters)
+	err := s.read.QueryRowContext(ctx, selectOutboxStats).Scan(&st.Unprocessed, &oldest, &st.DeadLetters, &st.UnprocessedStatus)
 	if err != nil {
 		return notify.OutboxStats{}, fmt.Errorf("outbox stats: %w", classify(err))
 	}

@@ -63,6 +63,9 @@ func testStatusEventOnSent(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "the status event waits for its relay")
+	stats, err := s.OutboxStats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, stats.UnprocessedStatus)
 
 	got := get(t, ctx, s, n.ID)
 	st := relayStatus(t, ctx, s)
@@ -210,8 +213,11 @@ func testRelayBatchTypes(t *testing.T, ctx context.Context, h Harness) {
 	msg := relayAll(t, ctx, h)[0].ID
 	_, err := store.Deliver(ctx, s, msg, sent.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
-	waiting := create(t, ctx, s, 2)
-	_ = waiting
+	create(t, ctx, s, 2)
+	stats, err := s.OutboxStats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, stats.Unprocessed)
+	require.EqualValues(t, 1, stats.UnprocessedStatus, "a request is no status event")
 
 	// An empty selection: nothing, publish not called.
 	n, err := s.RelayBatch(ctx, 10, []string{}, func(context.Context, []notify.Event) ([]int64, error) {
