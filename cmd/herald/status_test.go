@@ -255,3 +255,60 @@ func TestStatusWebhookNeedsSecret(t *testing.T) {
 	require.Error(t, p.Err())
 	require.True(t, p.LogContains("HERALD_STATUS_WEBHOOK_URL needs HERALD_WEBHOOK_SECRET"), p.Log())
 }
+
+// With a broker and HERALD_STATUS_WEBHOOK_URL, the relay process runs two
+// relays: notifications are published and delivered while the status
+// webhook answers 503; the status events reach a queue bound to
+// notification.* at once, and the webhook once it recovers, every event
+// confirmed (the outbox empties) only when both have it.
+func TestStatusWebhookBesideRabbitMQ(t *testing.T) {
+	t.Parallel()
+	key := []byte("fedcba9876543210fedcba9876543210")
+	rcv := startStatusReceiver(t, key)
+	rcv.failing.Store(true)
+	s := newStack(t, map[string]string{
+		"HERALD_WEBHOOK_SECRET":     "whsec_" + base64.StdEncoding.EncodeToString(key),
+		"HERALD_STATUS_WEBHOOK_URL": rcv.srv.URL + "/status",
+	})
+	s.startAPI(nil)
+	relayProc := s.start("relay")
+
+	const n = 5
+	var ids []string
+	for i := range n {
+		r := s.api.create(t, fmt.Sprintf("w%d@example.com", i), nil)
+		require.Equal(t, 201, r.Status, r.Body)
+		ids = append(ids, r.ID)
+	}
+	s.waitTopology()
+	ch := s.channel()
+	q, err := ch.QueueDeclare("status-beside-webhook", true, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(q.Name, "notification.sent", "notifications", false, nil))
+	s.start("worker")
+	for _, id := range ids {
+		s.waitStatus(id, "sent", 30*time.Second)
+	}
+	// The broker has every status event although the webhook fails.
+	var got []string
+	require.Eventually(t, func() bool {
+		for _, d := range drain(t, ch, q.Name) {
+			got = append(got, d.MessageId)
+		}
+		return len(got) >= n
+	}, 30*time.Second, 20*time.Millisecond, "status events held back from the broker by the failing webhook")
+	require.Eventually(t, func() bool { return rcv.tries.Load() > 0 }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, n, s.count("SELECT count(*) FROM outbox WHERE processed_at IS NULL AND event_type = 'notification.sent'"),
+		"a status event confirmed before the webhook had it")
+
+	rcv.failing.Store(false)
+	s.waitOutboxEmpty()
+	accepted, bad := rcv.snapshot()
+	require.Empty(t, bad)
+	require.Len(t, accepted, n)
+	for _, d := range drain(t, ch, q.Name) {
+		got = append(got, d.MessageId)
+	}
+	require.Len(t, got, n, "the broker got a status event again while the webhook failed: %v", got)
+	require.False(t, relayProc.LogContains("relay stopped"))
+}
