@@ -404,7 +404,7 @@ WHERE id IN (
 	}
 	rows, err := h.db.Query(ctx, `
 SELECT id, event_type, payload::text, occurred_at FROM outbox
-WHERE processed_at IS NOT NULL AND id < $1
+WHERE processed_at IS NOT NULL AND id < $1 AND event_type = 'notification.requested'
 ORDER BY random() LIMIT $2`, poisonBase, n)
 	if err != nil {
 		return "", 0, fmt.Errorf("pick relayed rows: %w", err)

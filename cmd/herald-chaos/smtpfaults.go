@@ -216,7 +216,7 @@ func (h *harness) verifySMTPFaults(ctx context.Context, r *result, emails map[st
 		"%d of %d failed after their retries (HERALD_MAX_RETRIES=%d), %d connections dropped after DATA; %s",
 		r.dropFailed, len(h.dropIDs), maxRetries, h.sink.Drops(), strings.Join(bad, "; "))
 
-	rows, err := h.db.Query(ctx, `SELECT id FROM outbox WHERE jsonb_typeof(payload) = 'object' AND payload->>'notification_id' = ANY($1)`, idStrings(h.dropIDs))
+	rows, err := h.db.Query(ctx, `SELECT id FROM outbox WHERE jsonb_typeof(payload) = 'object' AND payload->>'notification_id' = ANY($1) AND event_type = 'notification.requested'`, idStrings(h.dropIDs))
 	if err != nil {
 		return nil, fmt.Errorf("read the drop notifications' events: %w", err)
 	}

@@ -22,9 +22,11 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/monitor"
+	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/reconcile"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
+	"github.com/heraldhq/herald/internal/sender/webhook"
 	herstore "github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/mongo"
@@ -576,17 +578,28 @@ func (a *app) parts(roles ...role) ([]func(context.Context) error, error) {
 			if a.tr.publisher == nil {
 				continue
 			}
-			rl, err := a.newRelay()
+			rls, err := a.newRelays()
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, rl.Run)
+			for _, rl := range rls {
+				out = append(out, rl.Run)
+			}
 		case roleWorker:
 			w, err := a.newWorker()
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, w.Run)
+			if a.tr.publisher == nil {
+				// The outbox table has no relay for the notifications;
+				// the status events get theirs where the workers run.
+				rl, err := a.newStatusRelay(nil)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, rl.Run)
+			}
 		}
 	}
 	return out, nil
@@ -679,8 +692,13 @@ func (a *app) apiParts() ([]func(context.Context) error, error) {
 	return []func(context.Context) error{serve, m.Run, r.Run, rc.Run}, nil
 }
 
-// newRelay builds the relay on the transport's publisher.
-func (a *app) newRelay() (*relay.Relay, error) {
+// newRelays builds the relays of a transport with a broker. Without
+// HERALD_STATUS_WEBHOOK_URL one relay publishes every outbox row, status
+// events included, to the broker. With it, that relay takes only
+// notification.requested, and a second one (newStatusRelay) hands the
+// status events to the broker and to the webhook: each row has exactly one
+// relay, and a failing webhook delays only the status events.
+func (a *app) newRelays() ([]*relay.Relay, error) {
 	pub, closePub, err := a.tr.publisher("relay")
 	if err != nil {
 		return nil, err
@@ -689,9 +707,14 @@ func (a *app) newRelay() (*relay.Relay, error) {
 	if a.hooks.wrapPublisher != nil {
 		pub = a.hooks.wrapPublisher(pub)
 	}
+	var types []string
+	if a.cfg.StatusWebhookURL != "" {
+		types = []string{notify.EventRequested}
+	}
 	rl, err := relay.New(a.st, pub, a.st, relay.Config{
 		Batch:      a.cfg.RelayBatch,
 		Interval:   a.cfg.RelayInterval,
+		Types:      types,
 		Logger:     a.log.With("component", "relay"),
 		Registerer: a.reg,
 	})
@@ -699,6 +722,64 @@ func (a *app) newRelay() (*relay.Relay, error) {
 		return nil, err
 	}
 	a.checks = append(a.checks, api.Check{Name: "relay", Pinger: rl})
+	if types == nil {
+		return []*relay.Relay{rl}, nil
+	}
+	statusPub, closeStatusPub, err := a.tr.publisher("status-relay")
+	if err != nil {
+		return nil, err
+	}
+	a.close = append(a.close, closeStatusPub)
+	srl, err := a.newStatusRelay(statusPub)
+	if err != nil {
+		return nil, err
+	}
+	return []*relay.Relay{rl, srl}, nil
+}
+
+// newStatusRelay builds the relay of the status events: to broker (nil on
+// the outbox table) and to HERALD_STATUS_WEBHOOK_URL when set, an event
+// confirmed once every sink confirmed it; with neither, its rows are
+// confirmed at once (marked processed, so the backlog counts only what
+// waits for a delivery, and pruned by retention).
+func (a *app) newStatusRelay(broker relay.Publisher) (*relay.Relay, error) {
+	var sinks []relay.Publisher
+	if broker != nil {
+		sinks = append(sinks, broker)
+	}
+	if a.cfg.StatusWebhookURL != "" {
+		if a.cfg.WebhookSecret == "" {
+			return nil, usageError{errors.New("HERALD_STATUS_WEBHOOK_URL needs HERALD_WEBHOOK_SECRET, which signs the status events")}
+		}
+		wp, err := webhook.NewStatusPublisher(webhook.StatusConfig{
+			URL: a.cfg.StatusWebhookURL, Secret: a.cfg.WebhookSecret, Timeout: a.cfg.WebhookTimeout,
+		})
+		if err != nil {
+			return nil, usageError{fmt.Errorf("HERALD_STATUS_WEBHOOK_URL: %w", err)}
+		}
+		a.close = append(a.close, func() { _ = wp.Close() })
+		sinks = append(sinks, wp)
+	}
+	var pub relay.Publisher = relay.ConfirmAll{}
+	if len(sinks) > 0 {
+		f, err := relay.NewFanOut(sinks...)
+		if err != nil {
+			return nil, err
+		}
+		pub = f
+	}
+	rl, err := relay.New(a.st, pub, a.st, relay.Config{
+		Batch:      a.cfg.RelayBatch,
+		Interval:   a.cfg.RelayInterval,
+		Types:      notify.StatusEventTypes,
+		Name:       "status",
+		Logger:     a.log.With("component", "status-relay"),
+		Registerer: a.reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.checks = append(a.checks, api.Check{Name: "status-relay", Pinger: rl})
 	return rl, nil
 }
 

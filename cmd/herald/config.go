@@ -36,6 +36,7 @@ type Config struct {
 	WebhookTimeout      time.Duration
 	WebhookRate         int
 	WebhookConcurrency  int
+	StatusWebhookURL    string
 	TelegramBotToken    string
 	TelegramTimeout     time.Duration
 	TelegramRate        int
@@ -127,15 +128,17 @@ var settings = []setting{
 	{env: "HERALD_EMAIL_CONCURRENCY", flag: "email-concurrency", def: "0", usage: "most emails this process sends at once (the email channel's HERALD_<CHANNEL>_CONCURRENCY; HERALD_SMTP_RATE is its rate, HERALD_SMTP_TIMEOUT its timeout); a delivery waits for a slot before it is claimed (0: no limit but HERALD_PREFETCH)",
 		field: func(c *Config) any { return &c.EmailConcurrency }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_WEBHOOK_SECRET", flag: "webhook-secret", def: "", usage: "the webhook channel's signing secrets (Standard Webhooks whsec_<base64>, comma-separated: requests are signed with the first); set, it enables the channel webhook",
-		field: func(c *Config) any { return &c.WebhookSecret }, cmds: cmdsChannels, secret: true},
+		field: func(c *Config) any { return &c.WebhookSecret }, cmds: cmdsChannels + " relay", secret: true},
 	{env: "HERALD_WEBHOOK_ALLOW", flag: "webhook-allow", def: "", usage: "CIDR ranges (comma-separated) a webhook may reach although the SSRF guard refuses them: loopback, private, link-local, CGNAT, multicast, unspecified",
 		field: func(c *Config) any { return &c.WebhookAllow }, cmds: cmdsChannels},
 	{env: "HERALD_WEBHOOK_TIMEOUT", flag: "webhook-timeout", def: "10s", usage: "bound on one webhook request: connect, TLS, request, reply",
-		field: func(c *Config) any { return &c.WebhookTimeout }, cmds: cmdsWorker},
+		field: func(c *Config) any { return &c.WebhookTimeout }, cmds: cmdsWorker + " relay"},
 	{env: "HERALD_WEBHOOK_RATE", flag: "webhook-rate", def: "0", usage: "most webhooks per second this process sends (0: no limit)",
 		field: func(c *Config) any { return &c.WebhookRate }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_WEBHOOK_CONCURRENCY", flag: "webhook-concurrency", def: "0", usage: "most webhooks this process sends at once (0: no limit but HERALD_PREFETCH)",
 		field: func(c *Config) any { return &c.WebhookConcurrency }, cmds: cmdsWorker, min: 0},
+	{env: "HERALD_STATUS_WEBHOOK_URL", flag: "status-webhook-url", def: "", usage: "the operator's endpoint that receives every status event (notification.sent, notification.failed) as a signed POST (HERALD_WEBHOOK_SECRET, required with it; not guarded: the URL is trusted), at least once, webhook-id evt_<outbox id>; a second relay loop sends them, so a failing endpoint delays only status events (with a broker: the relay process; on the outbox table: each worker process)",
+		field: func(c *Config) any { return &c.StatusWebhookURL }, cmds: "serve relay worker"},
 	{env: "HERALD_TELEGRAM_BOT_TOKEN", flag: "telegram-bot-token", def: "", usage: "the telegram channel's bot token (at HERALD_TELEGRAM_API); set, it enables the channel telegram (alerts keep HERALD_TELEGRAM_TOKEN)",
 		field: func(c *Config) any { return &c.TelegramBotToken }, cmds: cmdsChannels, secret: true},
 	{env: "HERALD_TELEGRAM_TIMEOUT", flag: "telegram-timeout", def: "10s", usage: "bound on one Bot API request of the telegram channel",

@@ -244,6 +244,6 @@ func outboxRow(t *testing.T, dbURL, notificationID string) (int64, []byte) {
 	var id int64
 	var payload []byte
 	require.NoError(t, conn.QueryRow(ctx,
-		"SELECT id, payload::text FROM outbox WHERE payload->>'notification_id' = $1", notificationID).Scan(&id, &payload))
+		"SELECT id, payload::text FROM outbox WHERE payload->>'notification_id' = $1 AND event_type = 'notification.requested'", notificationID).Scan(&id, &payload))
 	return id, payload
 }

@@ -179,7 +179,8 @@ func TestOutboxStatsAndPrune(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 	s.waitOutboxEmpty()
 	out = s.run("outbox", "prune", "--retention", "1ns")
-	require.Contains(t, out, "deleted 3 outbox rows and 3 processed_messages rows")
+	// Three requests and their three notification.sent events.
+	require.Contains(t, out, "deleted 6 outbox rows and 3 processed_messages rows")
 	require.Zero(t, s.count("SELECT count(*) FROM outbox"))
 	require.Equal(t, 3, s.count("SELECT count(*) FROM notifications"), "notifications are never pruned")
 }

@@ -14,7 +14,8 @@ type BacklogStats interface {
 }
 
 // BacklogGate returns an Admission func that refuses creates (429 with
-// Retry-After) while more than max outbox rows are unprocessed: an honest
+// Retry-After) while more than max outbox rows are unprocessed, status
+// events not counted (they wait for their own relay, not a delivery): an honest
 // "not now" instead of a queue that grows without bound. It reads the
 // backlog at most once per ttl, whatever the request rate. When the backlog
 // cannot be read it admits, and the create itself reports the store's state.
@@ -42,7 +43,9 @@ func (g *backlogGate) admit(ctx context.Context) error {
 			return nil
 		}
 		g.checked = time.Now()
-		g.over = s.Unprocessed > g.max
+		// The status events are not deliveries: a status webhook that is
+		// down must not turn creates away.
+		g.over = s.Unprocessed-s.UnprocessedStatus > g.max
 	}
 	if g.over {
 		return &RetryAfterError{After: time.Second}

@@ -390,7 +390,7 @@ func BenchmarkRelayBatch(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			n, err := s.RelayBatch(b.Context(), 100, confirmAll)
+			n, err := s.RelayBatch(b.Context(), 100, nil, confirmAll)
 			if err != nil || n != 100 {
 				b.Fatalf("relay batch: %d rows, %v", n, err)
 			}

@@ -292,7 +292,7 @@ func TestBacklogAlertSQLite(t *testing.T) {
 
 	relayed := 0
 	for relayed < 10 {
-		n, err := store.RelayBatch(ctx, 100, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		n, err := store.RelayBatch(ctx, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			ids := make([]int64, len(evs))
 			for i, ev := range evs {
 				ids[i] = ev.ID

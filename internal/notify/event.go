@@ -112,6 +112,10 @@ const (
 type OutboxStats struct {
 	// Unprocessed is the number of rows with processed_at NULL.
 	Unprocessed int64
+	// UnprocessedStatus is how many of them are status events
+	// (notification.sent, notification.failed): waiting for their own
+	// relay, not for a delivery.
+	UnprocessedStatus int64
 	// OldestAge is the age of the oldest of them (0 when there is none).
 	OldestAge time.Duration
 	// DeadLetters is the number of notifications in status failed.

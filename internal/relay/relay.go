@@ -38,6 +38,16 @@ type Config struct {
 	// (RabbitMQ: 30s handshake, 15s confirms) so that those fire first.
 	// Zero means the default, 1m; it must not be negative.
 	BatchTimeout time.Duration
+	// Types are the event types this relay hands on; the outbox rows of
+	// other types are left to another relay. nil means every type (the
+	// default); an empty non-nil list is refused. herald runs a second
+	// relay for the status events when they go somewhere the notifications
+	// do not (HERALD_STATUS_WEBHOOK_URL), so that a slow status sink never
+	// delays a notification.
+	Types []string
+	// Name labels this relay's metrics (relay="..."), to tell two relays
+	// of one process apart. Default: "outbox".
+	Name string
 	// Logger receives one record per failure streak. Default: discard.
 	Logger *slog.Logger
 	// Registerer, when set, receives the relay's metrics.
@@ -57,6 +67,9 @@ func (c Config) withDefaults() Config {
 	if c.BatchTimeout == 0 {
 		c.BatchTimeout = time.Minute
 	}
+	if c.Name == "" {
+		c.Name = "outbox"
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -73,6 +86,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("relay max backoff must be positive, got %s", c.MaxBackoff)
 	case c.BatchTimeout <= 0:
 		return fmt.Errorf("relay batch timeout must be positive, got %s", c.BatchTimeout)
+	case c.Types != nil && len(c.Types) == 0:
+		return errors.New("relay types must not be an empty list (nil means every type)")
 	}
 	return nil
 }
@@ -104,12 +119,14 @@ func New(src Source, pub Publisher, waker Waker, cfg Config) (*Relay, error) {
 	r := &Relay{src: src, pub: pub, waker: waker, cfg: cfg, log: cfg.Logger}
 	r.metrics = metrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "herald_relay_published_total",
-			Help: "Outbox events published and confirmed by the broker.",
+			Name:        "herald_relay_published_total",
+			Help:        "Outbox events published and confirmed by the broker.",
+			ConstLabels: prometheus.Labels{"relay": cfg.Name},
 		}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "herald_relay_publish_failures_total",
-			Help: "Relay batches that failed (store or broker error, or events not confirmed).",
+			Name:        "herald_relay_publish_failures_total",
+			Help:        "Relay batches that failed (store or broker error, or events not confirmed).",
+			ConstLabels: prometheus.Labels{"relay": cfg.Name},
 		}),
 	}
 	if cfg.Registerer != nil {
@@ -229,7 +246,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	defer cancel()
 	confirmedTotal := 0
 	var pubErr error
-	n, err := r.src.RelayBatch(ctx, r.cfg.Batch, func(ctx context.Context, events []notify.Event) ([]int64, error) {
+	n, err := r.src.RelayBatch(ctx, r.cfg.Batch, r.cfg.Types, func(ctx context.Context, events []notify.Event) ([]int64, error) {
 		confirmed, err := r.pub.Publish(ctx, events)
 		confirmedTotal = len(confirmed)
 		pubErr = err

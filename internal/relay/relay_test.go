@@ -21,7 +21,7 @@ type fakeSource struct {
 	marked []int64
 }
 
-func (s *fakeSource) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
+func (s *fakeSource) RelayBatch(ctx context.Context, limit int, _ []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
 	if len(s.batch) == 0 {
 		return 0, nil
 	}

@@ -133,6 +133,6 @@ func TestStoreErrorNeverStopsRelay(t *testing.T) {
 
 type failingSource struct{ err error }
 
-func (s failingSource) RelayBatch(context.Context, int, func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
+func (s failingSource) RelayBatch(context.Context, int, []string, func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
 	return 0, s.err
 }

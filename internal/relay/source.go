@@ -9,7 +9,9 @@ import (
 // Source is the outbox as the relay sees it. The stores implement it.
 type Source interface {
 	// RelayBatch claims up to limit unprocessed outbox rows in id order
-	// that no other relay holds, calls publish with them, then marks
+	// that no other relay holds and whose event type is one of types (nil:
+	// every type; an empty non-nil list: none, publish is not called),
+	// calls publish with them, then marks
 	// processed (processed_at) exactly the claimed rows whose ids publish
 	// returned, even when publish also returned an error (which RelayBatch
 	// then returns, wrapped). It returns the number of rows claimed; 0
@@ -26,8 +28,9 @@ type Source interface {
 	// A row whose lease runs out unmarked (the relay crashed or hung) is
 	// claimed again: published twice perhaps, lost never; the worker's
 	// dedup absorbs the copy. Two relays never hold the same row at once,
-	// on either engine.
-	RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error)
+	// on either engine. Rows of other types are left alone: another relay,
+	// configured with them, hands those on (exactly one relay per row).
+	RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error)
 }
 
 // Publisher hands events to the broker.

@@ -30,7 +30,7 @@ type (
 	}
 	// Relayer is the outbox as the relay uses it.
 	Relayer interface {
-		RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error)
+		RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error)
 	}
 	// PipelineStore is a store that serves every step.
 	PipelineStore interface {
@@ -132,12 +132,16 @@ func claimOne(ctx context.Context, q Queue) (notify.Message, func(context.Contex
 	return notify.Message{}, nil, errors.New("raw pipeline: the outbox held no due row, claim after claim")
 }
 
+// requestedOnly is the relay's type selection for the rows a worker
+// delivers: the status events the records write are not this pipeline's.
+var requestedOnly = []string{notify.EventRequested}
+
 // relayOne relays one row as the relay does, with a publish that confirms
 // at once, and returns it as the broker would deliver it.
 func relayOne(ctx context.Context, r Relayer) (notify.Message, error) {
 	for range maxEmptyClaims {
 		var msg notify.Message
-		n, err := r.RelayBatch(ctx, 1, func(_ context.Context, events []notify.Event) ([]int64, error) {
+		n, err := r.RelayBatch(ctx, 1, requestedOnly, func(_ context.Context, events []notify.Event) ([]int64, error) {
 			e := events[0]
 			msg = notify.Message{ID: e.ID, Type: e.Type, Payload: e.Payload, OccurredAt: e.OccurredAt}
 			return []int64{e.ID}, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 )
@@ -24,13 +25,17 @@ var (
 // notification it created went all the way: sent, its outbox row
 // processed.
 func pipelineCase(t *testing.T, s raw.PipelineStore, stats func() notify.OutboxStats, sent func() int) {
-	for _, relay := range []bool{false, true} {
-		rate, err := raw.Pipeline(t.Context(), s, raw.PipelineOptions{N: 40, Clients: 4, Relay: relay})
+	for _, viaRelay := range []bool{false, true} {
+		rate, err := raw.Pipeline(t.Context(), s, raw.PipelineOptions{N: 40, Clients: 4, Relay: viaRelay})
 		require.NoError(t, err)
 		require.Greater(t, rate, 0.0)
 	}
 	// Two runs of 40, each after 4 not counted.
 	require.Equal(t, 88, sent())
+	// Each delivery wrote its notification.sent event, for a status relay.
+	statuses, err := s.RelayBatch(t.Context(), 1000, notify.StatusEventTypes, relay.ConfirmAll{}.Publish)
+	require.NoError(t, err)
+	require.Equal(t, 88, statuses)
 	require.Zero(t, stats().Unprocessed)
 }
 

@@ -173,6 +173,12 @@ func (s *Sender) Send(ctx context.Context, m notify.Outgoing) error {
 	if err != nil {
 		return notify.Permanent(fmt.Errorf("webhook: %w", err))
 	}
+	return s.post(ctx, u, messageID(m.NotificationID), m.Body)
+}
+
+// post POSTs body to u, signed, with id as its webhook-id, and classifies
+// the outcome as Send's doc says.
+func (s *Sender) post(ctx context.Context, u *url.URL, id, body string) error {
 	key := destination(u)
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("webhook to %s: "+format, append([]any{key}, args...)...)
@@ -193,17 +199,16 @@ func (s *Sender) Send(ctx context.Context, m notify.Outgoing) error {
 			}
 		},
 	})
-	req, err := http.NewRequestWithContext(tctx, http.MethodPost, u.String(), strings.NewReader(m.Body))
+	req, err := http.NewRequestWithContext(tctx, http.MethodPost, u.String(), strings.NewReader(body))
 	if err != nil {
 		return notify.Permanent(fail("build request: %w", err))
 	}
-	id := messageID(m.NotificationID)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "herald-webhook")
 	req.Header.Set("webhook-id", id)
 	ts := s.now().Unix()
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	req.Header.Set("webhook-signature", signature(s.key, id, ts, m.Body))
+	req.Header.Set("webhook-signature", signature(s.key, id, ts, body))
 
 	resp, err := s.client.Do(req)
 	if err != nil {

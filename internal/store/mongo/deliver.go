@@ -179,6 +179,11 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 		held := func(p procDoc) bool { return p.MessageID == c.MessageID && p.AttemptID == c.AttemptID }
 		if r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead {
 			d.markProcessed(c.MessageID, t)
+			// The status event goes in the same document write as the
+			// settling: atomic without a transaction.
+			if err := d.addStatusEvent(t); err != nil {
+				return err
+			}
 		} else {
 			if r.Outcome == notify.AttemptRetry {
 				// The stale-copy guard: copies with the claim's retry
@@ -195,6 +200,9 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 	})
 	if err != nil {
 		return false, fmt.Errorf("record attempt %d of notification %d: %w", c.AttemptID, c.NotificationID, err)
+	}
+	if applied && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
+		s.hub.Wake() // a status event was written
 	}
 	return applied, nil
 }

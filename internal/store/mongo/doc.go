@@ -2,6 +2,7 @@ package mongo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -51,8 +52,12 @@ type doc struct {
 	// available time or the end of its lease); absent when none is open.
 	Due *time.Time `bson:"due,omitempty"`
 	// Open counts the unprocessed events; Oldest is the oldest one's time.
-	Open   int        `bson:"open"`
-	Oldest *time.Time `bson:"oldest,omitempty"`
+	Open int `bson:"open"`
+	// OpenStatus counts the unprocessed status events (notification.sent,
+	// notification.failed) among them, absent when none: the reconciler
+	// counts only the others (index open_status_idx, sparse).
+	OpenStatus int        `bson:"open_status,omitempty"`
+	Oldest     *time.Time `bson:"oldest,omitempty"`
 	// Settled is the earliest processed_at of an event or a processed
 	// message: where retention has something to look at.
 	Settled *time.Time `bson:"settled,omitempty"`
@@ -125,12 +130,33 @@ func (d *doc) addEvent(n notify.Notification, at time.Time) error {
 	if err != nil {
 		return err
 	}
+	return d.appendEvent(notify.EventRequested, payload, at)
+}
+
+// addStatusEvent adds the status event of the settled notification d (sent
+// or failed), settled at.
+func (d *doc) addStatusEvent(at time.Time) error {
+	typ, err := notify.StatusEventType(notify.Status(d.Status))
+	if err != nil {
+		return err
+	}
+	payload, err := json.Marshal(notify.StatusEvent{
+		NotificationID: notify.FormatID(d.ID), UserID: d.UserID, Channel: d.Channel, Status: d.Status,
+		Attempts: d.Attempts, At: at.UTC(), LastError: d.LastError,
+	})
+	if err != nil {
+		return fmt.Errorf("encode %s payload: %w", typ, err)
+	}
+	return d.appendEvent(typ, payload, at)
+}
+
+func (d *doc) appendEvent(typ string, payload []byte, at time.Time) error {
 	if d.NextEvent+1 >= eventSpan {
 		return fmt.Errorf("notification %d has had %d events, the most one can have", d.ID, eventSpan-1)
 	}
 	d.NextEvent++
 	d.Events = append(d.Events, eventDoc{
-		ID: d.ID*eventSpan + d.NextEvent, Type: notify.EventRequested, Payload: string(payload),
+		ID: d.ID*eventSpan + d.NextEvent, Type: typ, Payload: string(payload),
 		OccurredAt: at, AvailableAt: at,
 	})
 	return nil
@@ -138,7 +164,7 @@ func (d *doc) addEvent(n notify.Notification, at time.Time) error {
 
 // derive recomputes the derived fields.
 func (d *doc) derive() {
-	d.Due, d.Oldest, d.Settled, d.Open = nil, nil, nil, 0
+	d.Due, d.Oldest, d.Settled, d.Open, d.OpenStatus = nil, nil, nil, 0, 0
 	minT := func(p **time.Time, t time.Time) {
 		if *p == nil || t.Before(**p) {
 			t := t
@@ -151,6 +177,9 @@ func (d *doc) derive() {
 			continue
 		}
 		d.Open++
+		if notify.IsStatusEvent(e.Type) {
+			d.OpenStatus++
+		}
 		minT(&d.Oldest, e.OccurredAt)
 		due := e.AvailableAt
 		if e.LockedUntil != nil && e.LockedUntil.After(due) {

@@ -85,6 +85,15 @@ var migrations = []migration{
 		},
 		backfill: backfillIdemScope,
 	},
+	// The reconciler's second kind of candidate: a pending notification
+	// whose only open events are status events (left from a settling
+	// before a redrive). Sparse: the field is absent when zero.
+	{version: 4, name: "open_status_idx", indexes: map[string][]mgo.IndexModel{
+		collNotifications: {
+			{Keys: bson.D{{Key: "open_status", Value: 1}},
+				Options: options.Index().SetName("open_status_idx").SetSparse(true)},
+		},
+	}},
 }
 
 // backfillIdemScope gives every notification with an idempotency key and

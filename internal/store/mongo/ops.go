@@ -85,13 +85,21 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) ([]int64, error) {
 	at := now()
 	cut := at.Add(-after)
+	// Only open notification.requested events count: a status event left
+	// from a settling before a redrive carries no delivery.
 	stale := func(d *doc, t time.Time) bool {
-		return d.Status == string(notify.StatusPending) && d.UpdatedAt.Before(cut) && d.Open == 0 &&
+		return d.Status == string(notify.StatusPending) && d.UpdatedAt.Before(cut) && d.Open == d.OpenStatus &&
 			(d.RetryDueAt == nil || d.RetryDueAt.Before(cut)) && (d.Claim == nil || d.Claim.Until.Before(t))
 	}
+	// open = open_status is not a filter an index serves: the candidates
+	// are those with no open event (stale_idx) and those with an open
+	// status event (open_status_idx, sparse: a few), checked in stale.
 	cands, err := s.findDocs(ctx, bson.D{
 		{Key: "status", Value: string(notify.StatusPending)},
-		{Key: "open", Value: 0},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "open", Value: 0}},
+			bson.D{{Key: "open_status", Value: bson.D{{Key: "$gt", Value: 0}}}},
+		}},
 		{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: cut}}},
 	}, options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}, {Key: "_id", Value: 1}}).
 		SetProjection(bson.D{{Key: "events", Value: 0}, {Key: "processed", Value: 0}, {Key: "history", Value: 0}}))

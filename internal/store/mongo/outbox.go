@@ -87,16 +87,17 @@ func (c *candidateCache) take(n int) []int64 {
 	return out
 }
 
-// lease leases up to limit events due at now, in id order, to token until
-// until+offset (offset from now when until is zero).
-func (s *Store) lease(ctx context.Context, token string, limit int, until func(t time.Time) time.Time) ([]eventDoc, error) {
+// lease leases up to limit events due at now whose type want accepts, in
+// id order, to token until until(now). A document whose due events are all
+// of other types gives nothing, and the search reads on past it.
+func (s *Store) lease(ctx context.Context, token string, limit int, want func(typ string) bool, until func(t time.Time) time.Time) ([]eventDoc, error) {
 	t := now()
 	var out []eventDoc
 	// Candidates read recently come first (see candidateCache); each
 	// change sees the document as it is, so a stale one gives nothing.
 	if ids := s.cands.take(limit); len(ids) > 0 {
 		var err error
-		if out, err = s.leaseIn(ctx, ids, token, limit, until, out); err != nil {
+		if out, err = s.leaseIn(ctx, ids, token, limit, want, until, out); err != nil {
 			return out, err
 		}
 	}
@@ -115,7 +116,7 @@ func (s *Store) lease(ctx context.Context, token string, limit int, until func(t
 		i := 0
 		for i < len(ids) && len(out) < limit {
 			j := min(len(ids), i+limit-len(out))
-			if out, err = s.leaseIn(ctx, ids[i:j], token, limit, until, out); err != nil {
+			if out, err = s.leaseIn(ctx, ids[i:j], token, limit, want, until, out); err != nil {
 				return out, err
 			}
 			i = j
@@ -131,7 +132,7 @@ func (s *Store) lease(ctx context.Context, token string, limit int, until func(t
 
 // leaseIn leases the due events of the documents ids, appending them to
 // out, up to limit in all.
-func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit int, until func(t time.Time) time.Time, out []eventDoc) ([]eventDoc, error) {
+func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit int, want func(string) bool, until func(t time.Time) time.Time, out []eventDoc) ([]eventDoc, error) {
 	for _, id := range ids {
 		if len(out) >= limit {
 			break
@@ -146,7 +147,7 @@ func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit in
 				if len(out)+len(got) >= limit {
 					break
 				}
-				if e.ProcessedAt != nil || e.AvailableAt.After(t) || (e.LockedUntil != nil && !e.LockedUntil.Before(t)) {
+				if e.ProcessedAt != nil || !want(e.Type) || e.AvailableAt.After(t) || (e.LockedUntil != nil && !e.LockedUntil.Before(t)) {
 					continue
 				}
 				e.LockedBy, e.LockedUntil = token, &u
@@ -165,16 +166,20 @@ func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit in
 	return out, nil
 }
 
-// RelayBatch leases up to limit unprocessed events, in id order, to this
-// batch; calls publish with them; then marks processed the events publish
+// RelayBatch leases up to limit unprocessed events of the given types
+// (nil: any), in id order, to this batch; calls publish with them; then marks processed the events publish
 // confirmed, even when publish also failed, and ends the lease of the
 // others. It implements relay.Source.
-func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
+func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
 	}
+	if types != nil && len(types) == 0 {
+		return 0, nil
+	}
+	want := func(typ string) bool { return types == nil || slices.Contains(types, typ) }
 	token := relayToken()
-	evs, err := s.lease(ctx, token, limit, func(t time.Time) time.Time {
+	evs, err := s.lease(ctx, token, limit, want, func(t time.Time) time.Time {
 		if deadline, ok := ctx.Deadline(); ok {
 			return deadline.Add(markTimeout)
 		}
@@ -258,13 +263,14 @@ func relayToken() string {
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var st notify.OutboxStats
 	cur, err := s.n.Find(ctx, bson.D{{Key: "open", Value: bson.D{{Key: "$gt", Value: 0}}}},
-		options.Find().SetProjection(bson.D{{Key: "open", Value: 1}, {Key: "oldest", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "open", Value: 1}, {Key: "open_status", Value: 1}, {Key: "oldest", Value: 1}}))
 	if err != nil {
 		return st, fmt.Errorf("outbox stats: %w", classify(err))
 	}
 	var ds []struct {
-		Open   int64      `bson:"open"`
-		Oldest *time.Time `bson:"oldest"`
+		Open       int64      `bson:"open"`
+		OpenStatus int64      `bson:"open_status"`
+		Oldest     *time.Time `bson:"oldest"`
 	}
 	if err := cur.All(ctx, &ds); err != nil {
 		return st, fmt.Errorf("outbox stats: %w", classify(err))
@@ -272,6 +278,7 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var oldest time.Time
 	for _, d := range ds {
 		st.Unprocessed += d.Open
+		st.UnprocessedStatus += d.OpenStatus
 		if d.Oldest != nil && (oldest.IsZero() || d.Oldest.Before(oldest)) {
 			oldest = *d.Oldest
 		}
@@ -287,7 +294,8 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	return st, nil
 }
 
-// Claim leases up to limit due events to token until now + lease. It
+// Claim leases up to limit due notification.requested events (never a
+// status event: those are the relay's) to token until now + lease. It
 // implements table.Queue.
 func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
 	switch {
@@ -298,7 +306,8 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	case lease <= 0:
 		return nil, fmt.Errorf("claim outbox events: lease must be positive, got %s", lease)
 	}
-	evs, err := s.lease(ctx, token, limit, func(t time.Time) time.Time { return t.Add(lease) })
+	requested := func(typ string) bool { return typ == notify.EventRequested }
+	evs, err := s.lease(ctx, token, limit, requested, func(t time.Time) time.Time { return t.Add(lease) })
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox events: %w", err)
 	}

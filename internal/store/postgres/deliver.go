@@ -134,6 +134,8 @@ LEFT JOIN attempt AS a ON a.message_id = d.msg`
 	// $5 errors, $6 microseconds until a retry is due (retry_due_at, on
 	// the database's clock: the worker sends a duration, not its time), $7
 	// the retry counts the claims were taken for.
+	// A settling result also writes its status event (notification.sent or
+	// notification.failed) to the outbox, in the same statement.
 	// The compare-and-set on status is written (n.status || '') so that it
 	// cannot be answered from notifications_pending_idx: walking every
 	// pending notification to find a batch's few is what a plan made for a
@@ -156,7 +158,20 @@ applied AS (
 		claimed_until = NULL
 	FROM r
 	WHERE n.id = r.nid AND n.claim_attempt_id = r.aid AND (n.status || '') = 'pending'
-	RETURNING r.aid, r.msg, r.outcome, r.rc
+	RETURNING r.aid, r.msg, r.outcome, r.rc, n.id, n.user_id, n.channel, n.status, n.attempts,
+		COALESCE(n.sent_at, n.failed_at) AS at, COALESCE(n.last_error, '') AS last_error
+),
+-- A result that settled its notification (sent, or failed: dead) writes
+-- its status event in the same statement, so the event exists exactly
+-- when the outcome does. Only applied results: a lost claim writes none.
+status_event AS (
+	INSERT INTO outbox (event_type, payload)
+	SELECT CASE ap.status WHEN 'sent' THEN '` + notify.EventSent + `' ELSE '` + notify.EventFailed + `' END,
+		jsonb_build_object('notification_id', ap.id::text, 'user_id', ap.user_id, 'channel', ap.channel,
+			'status', ap.status, 'attempts', ap.attempts, 'at', ap.at, 'last_error', ap.last_error)
+	FROM applied AS ap
+	WHERE ap.outcome IN ('sent', 'dead')
+	ORDER BY ap.id
 ),
 finished AS (
 	UPDATE delivery_attempts AS a
@@ -331,6 +346,12 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	}
 	if err := br.Close(); err != nil {
 		return nil, nil, wrap("claim and record deliveries: commit", err)
+	}
+	for i, r := range results {
+		if recorded[i] && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
+			s.announce() // a status event was written
+			break
+		}
 	}
 	return claims, recorded, nil
 }

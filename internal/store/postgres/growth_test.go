@@ -70,7 +70,7 @@ func deliverAll(t *testing.T, ctx context.Context, s *Store, relayLimit, group, 
 	for delivered < maxDeliveries {
 		var events []notify.Event
 		m.do("relay", func() error {
-			_, err := s.RelayBatch(ctx, min(relayLimit, maxDeliveries-delivered), func(_ context.Context, evs []notify.Event) ([]int64, error) {
+			_, err := s.RelayBatch(ctx, min(relayLimit, maxDeliveries-delivered), []string{notify.EventRequested}, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 				events = evs
 				return ids(evs), nil
 			})
@@ -105,6 +105,14 @@ func deliverAll(t *testing.T, ctx context.Context, s *Store, relayLimit, group, 
 			}
 			delivered += len(claims)
 		}
+		// The status events the records wrote, as a status relay takes
+		// them.
+		m.do("status relay", func() error {
+			_, err := s.RelayBatch(ctx, relayLimit, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+				return ids(evs), nil
+			})
+			return err
+		})
 		m.do("reconcile", func() error {
 			_, err := s.Reconcile(ctx, time.Hour, 100)
 			return err

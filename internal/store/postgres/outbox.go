@@ -16,15 +16,18 @@ import (
 )
 
 const (
-	// claimRelayBatch picks the rows a relay may take: unprocessed, with no
-	// live lease, in id order, skipping rows another relay is claiming at
-	// this instant. It is answered from outbox_unprocessed_idx: it walks the
-	// partial index in id order and stops after limit rows it could lock.
+	// claimRelayBatch picks the rows a relay may take: unprocessed, of one
+	// of the types $2 (NULL: any), with no live lease, in id order,
+	// skipping rows another relay is claiming at this instant. It is
+	// answered from outbox_unprocessed_idx: it walks the partial index in
+	// id order and stops after limit rows it could lock (rows of other
+	// types are passed over; the other relay keeps them few).
 	// Leases are judged and started on clock_timestamp(), the statement's
 	// time, not the transaction's start (see deliver.go, "Clocks").
 	claimRelayBatch = `
 SELECT id FROM outbox
 WHERE processed_at IS NULL
+  AND ($2::text[] IS NULL OR event_type = ANY($2::text[]))
   AND (locked_until IS NULL OR locked_until < clock_timestamp())
 ORDER BY id
 LIMIT $1
@@ -38,7 +41,7 @@ FOR UPDATE SKIP LOCKED`
 WITH claimed AS MATERIALIZED (` + claimRelayBatch + `
 )
 UPDATE outbox o
-SET locked_by = $2, locked_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
+SET locked_by = $3, locked_until = clock_timestamp() + $4::bigint * interval '1 microsecond'
 FROM claimed
 WHERE o.id = claimed.id
 RETURNING o.id, o.event_type, o.payload, o.occurred_at`
@@ -55,9 +58,10 @@ RETURNING o.id, o.event_type, o.payload, o.occurred_at`
 	// trip and one snapshot.
 	selectOutboxStats = `
 SELECT backlog.n, backlog.age,
-	(SELECT count(*) FROM notifications WHERE status = 'failed')
+	(SELECT count(*) FROM notifications WHERE status = 'failed'), backlog.status
 FROM (
-	SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM now() - min(occurred_at)), 0)::float8 AS age
+	SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM now() - min(occurred_at)), 0)::float8 AS age,
+		count(*) FILTER (WHERE event_type <> '` + notify.EventRequested + `') AS status
 	FROM outbox
 	WHERE processed_at IS NULL
 ) AS backlog`
@@ -73,23 +77,26 @@ const markTimeout = 10 * time.Second
 // deadline; with one, the lease runs until it, plus markTimeout.
 const relayLease = time.Minute
 
-// RelayBatch leases up to limit unprocessed outbox rows in id order,
-// skipping rows another relay holds, and commits; calls publish with them,
+// RelayBatch leases up to limit unprocessed outbox rows of the given types
+// (nil: any) in id order, skipping rows another relay holds, and commits; calls publish with them,
 // holding nothing; then, in a second transaction, marks processed exactly
 // the leased rows whose ids publish returned, even when publish also failed
 // (its error is returned, wrapped), and ends the lease of the others. It
 // returns the number of rows leased; 0 means publish was not called. It
 // implements relay.Source.
-func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
+func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
+	}
+	if types != nil && len(types) == 0 {
+		return 0, nil
 	}
 	lease := relayLease
 	if deadline, ok := ctx.Deadline(); ok {
 		lease = time.Until(deadline) + markTimeout
 	}
 	token := relayToken()
-	events, err := s.leaseRelayEvents(ctx, limit, token, lease)
+	events, err := s.leaseRelayEvents(ctx, limit, types, token, lease)
 	if err != nil {
 		return 0, wrap("relay batch: claim", err)
 	}
@@ -126,7 +133,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.
 // this transaction only): a lease lost in a database crash only frees rows
 // that are unprocessed anyway, and the flush would double the fsyncs of a
 // batch.
-func (s *Store) leaseRelayEvents(ctx context.Context, limit int, token string, lease time.Duration) ([]notify.Event, error) {
+func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string, token string, lease time.Duration) ([]notify.Event, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -135,7 +142,7 @@ func (s *Store) leaseRelayEvents(ctx context.Context, limit int, token string, l
 	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, leaseRelayBatch, limit, token, lease.Microseconds())
+	rows, err := tx.Query(ctx, leaseRelayBatch, limit, types, token, lease.Microseconds())
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +200,7 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 		st  notify.OutboxStats
 		age float64
 	)
-	if err := s.pool.QueryRow(ctx, selectOutboxStats).Scan(&st.Unprocessed, &age, &st.DeadLetters); err != nil {
+	if err := s.pool.QueryRow(ctx, selectOutboxStats).Scan(&st.Unprocessed, &age, &st.DeadLetters, &st.UnprocessedStatus); err != nil {
 		return notify.OutboxStats{}, wrap("outbox stats", err)
 	}
 	if age > 0 {

@@ -228,12 +228,20 @@ func TestClaimUsesPartialIndex(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("%d processed and 5 unprocessed outbox rows written and analyzed in %s", historyRows, time.Since(start).Round(time.Millisecond))
 
-	plan := explain(t, s, claimRelayBatch, 100)
+	plan := explain(t, s, claimRelayBatch, 100, []string(nil))
 	t.Logf("relay claim:\n%s", plan)
 	require.Contains(t, plan, "outbox_unprocessed_idx", plan)
+	// A relay of some types, and the table claim, walk their types' own
+	// partial index: never the other types' backlog.
+	plan = explain(t, s, claimRelayBatch, 100, notify.StatusEventTypes)
+	t.Logf("status relay claim:\n%s", plan)
+	require.Contains(t, plan, "outbox_status_unprocessed_idx", plan)
+	plan = explain(t, s, claimRelayBatch, 100, []string{notify.EventRequested})
+	t.Logf("notifications relay claim:\n%s", plan)
+	require.Contains(t, plan, "outbox_requested_unprocessed_idx", plan)
 	plan = explain(t, s, claimDue, "token", 100, int64(1000))
 	t.Logf("table claim:\n%s", plan)
-	require.Contains(t, plan, "outbox_unprocessed_idx", plan)
+	require.Contains(t, plan, "outbox_requested_unprocessed_idx", plan)
 	plan = explain(t, s, selectOutboxStats)
 	t.Logf("outbox stats:\n%s", plan)
 	require.Contains(t, plan, "outbox_unprocessed_idx", plan)
@@ -386,7 +394,7 @@ func TestEffectRecordedAfterCancel(t *testing.T) {
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(t.Context())
-	n, err := s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		cancel()
 		return []int64{evs[0].ID}, nil
 	})

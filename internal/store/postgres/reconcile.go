@@ -26,7 +26,9 @@ const (
 	reconcilePlan = `SET LOCAL enable_sort = off`
 
 	// selectStale finds, from notifications_pending_idx, the pending
-	// notifications with no unprocessed outbox row (one lookup each in
+	// notifications with no unprocessed notification.requested outbox row
+	// (a status event of an earlier settling, before a redrive, does not
+	// count: it carries no delivery) (one lookup each in
 	// outbox_notification_idx; "unprocessed" is written so that
 	// outbox_unprocessed_idx cannot answer it, see migration 0007) that have not changed for $1
 	// microseconds and whose scheduled retry, if any, was due that long
@@ -46,6 +48,7 @@ WHERE n.status = 'pending'
   AND NOT EXISTS (
       SELECT 1 FROM outbox o
       WHERE o.payload->>'notification_id' = n.id::text
+        AND o.event_type = '` + notify.EventRequested + `'
         AND COALESCE(o.processed_at, 'infinity') = 'infinity')
 ORDER BY n.updated_at, n.id
 LIMIT $2

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -96,7 +97,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		q := txStmts{ctx: ctx, tx: tx, stmts: stmts}
 		t := now()
-		if err := recordTx(ctx, q, results, formatTime(t), recorded); err != nil {
+		if err := recordTx(ctx, q, results, t, recorded); err != nil {
 			return fmt.Errorf("record deliveries: %w", err)
 		}
 		if err := claimTx(ctx, q, reqs, t, lease, claims); err != nil {
@@ -106,6 +107,12 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	})
 	if err != nil {
 		return nil, nil, err
+	}
+	for i, r := range results {
+		if recorded[i] && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
+			s.hub.Wake() // a status event was written
+			break
+		}
 	}
 	return claims, recorded, nil
 }
@@ -188,7 +195,9 @@ func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string,
 
 // applyResult is the compare-and-set of a record: only the claim that still
 // holds the notification, pending, changes it. ?1 outcome, ?2 error, ?3 now,
-// ?4 notification id, ?5 attempt id, ?6 when a retry is due.
+// ?4 notification id, ?5 attempt id, ?6 when a retry is due. It returns
+// what a status event says of the notification; no row: the claim was
+// lost.
 const applyResult = `
 UPDATE notifications SET
 	status = CASE ?1 WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'failed' ELSE status END,
@@ -200,7 +209,8 @@ UPDATE notifications SET
 	retry_due_at = CASE WHEN ?1 = 'retry' THEN ?6 END,
 	claim_attempt_id = NULL,
 	claimed_until = NULL
-WHERE id = ?4 AND claim_attempt_id = ?5 AND status = 'pending'`
+WHERE id = ?4 AND claim_attempt_id = ?5 AND status = 'pending'
+RETURNING user_id, channel, status, attempts, COALESCE(last_error, '')`
 
 // finishAttempt finishes an attempt row, even when its claim was lost: the
 // send happened, and the history says so.
@@ -221,26 +231,31 @@ const releaseMarked = `
 UPDATE processed_messages SET lease_until = NULL, attempt_id = NULL, next_retry_count = max(next_retry_count, ?3)
 WHERE message_id = ?1 AND attempt_id = ?2 AND processed_at IS NULL`
 
-func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, ts string, out []bool) error {
+func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, t time.Time, out []bool) error {
+	ts := formatTime(t)
 	for i, r := range results {
 		c := r.Claim
-		res, err := tx.ExecContext(ctx, applyResult, r.Outcome, r.Error, ts, c.NotificationID, c.AttemptID, formatTime(now().Add(r.RetryIn)))
-		if err != nil {
+		ev := notify.StatusEvent{NotificationID: notify.FormatID(c.NotificationID), At: t}
+		err := tx.QueryRowContext(ctx, applyResult, r.Outcome, r.Error, ts, c.NotificationID, c.AttemptID, formatTime(now().Add(r.RetryIn))).
+			Scan(&ev.UserID, &ev.Channel, &ev.Status, &ev.Attempts, &ev.LastError)
+		applied := err == nil
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("update notification %d: %w", c.NotificationID, classify(err))
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
 		}
 		if _, err := tx.ExecContext(ctx, finishAttempt, ts, r.Outcome, nullString(r.Error), c.AttemptID); err != nil {
 			return fmt.Errorf("finish attempt %d: %w", c.AttemptID, classify(err))
 		}
-		if n == 0 {
+		if !applied {
 			continue
 		}
 		out[i] = true
 		switch r.Outcome {
 		case notify.AttemptSent, notify.AttemptDead:
+			// The settling writes its status event in the same
+			// transaction.
+			if err := insertStatusEvent(ctx, tx, ev, ts); err != nil {
+				return err
+			}
 			_, err = tx.ExecContext(ctx, markProcessed, c.MessageID, ts)
 		case notify.AttemptRetry:
 			_, err = tx.ExecContext(ctx, releaseMarked, c.MessageID, c.AttemptID, c.RetryCount+1)
@@ -256,9 +271,27 @@ func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, 
 	return nil
 }
 
+// insertStatusEvent writes the status event of a notification that ev's
+// record settled.
+func insertStatusEvent(ctx context.Context, tx txStmts, ev notify.StatusEvent, ts string) error {
+	typ, err := notify.StatusEventType(notify.Status(ev.Status))
+	if err != nil {
+		return err
+	}
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode %s payload: %w", typ, err)
+	}
+	if _, err := tx.ExecContext(ctx, insertOutbox, typ, string(payload), ts, ts); err != nil {
+		return fmt.Errorf("insert %s event of notification %s: %w", typ, ev.NotificationID, classify(err))
+	}
+	return nil
+}
+
 // deliveryStatements are the statements ClaimAndRecord runs, prepared once.
 var deliveryStatements = []string{selectClaimState, markProcessed, insertAttempt, leaseNotification,
-	dropStaleLease, releaseStaleMarked, leaseMessage, applyResult, finishAttempt, releaseMessage, releaseMarked}
+	dropStaleLease, releaseStaleMarked, leaseMessage, applyResult, finishAttempt, releaseMessage, releaseMarked,
+	insertOutbox}
 
 // txStmts runs prepared statements inside one transaction.
 type txStmts struct {

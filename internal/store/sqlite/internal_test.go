@@ -195,7 +195,7 @@ func TestRelayBatchMarksAfterContextEnds(t *testing.T) {
 		require.NoError(t, err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	n, err := s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		cancel()
 		require.Zero(t, s.write.Stats().InUse, "a write connection is held across publish")
 		return []int64{evs[0].ID}, nil

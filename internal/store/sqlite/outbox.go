@@ -16,18 +16,20 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// leaseRelayBatch leases the rows a relay may take (unprocessed, no live
-// lease) in id order to one batch, in one statement: SQLite's single writer
+// leaseRelayBatch leases the rows a relay may take (unprocessed, of one of
+// the types in the JSON list ?5, or any type when ?5 is NULL, no live lease)
+// in id order to one batch, in one statement: SQLite's single writer
 // serializes it against every other claim, so two relays never lease the
 // same row.
 const leaseRelayBatch = `
-UPDATE outbox SET locked_by = ?, locked_until = ?
+UPDATE outbox SET locked_by = ?1, locked_until = ?2
 WHERE id IN (
     SELECT id FROM outbox
     WHERE processed_at IS NULL
-      AND (locked_until IS NULL OR locked_until < ?)
+      AND (?5 IS NULL OR event_type IN (SELECT value FROM json_each(?5)))
+      AND (locked_until IS NULL OR locked_until < ?3)
     ORDER BY id
-    LIMIT ?)
+    LIMIT ?4)
 RETURNING id, event_type, payload, occurred_at`
 
 // markRelayed records the confirmed rows; any relay's confirm counts, so it
@@ -47,15 +49,26 @@ WHERE id IN (SELECT value FROM json_each(?)) AND locked_by = ? AND processed_at 
 // deadline; with one, the lease runs until it, plus markTimeout.
 const relayLease = time.Minute
 
-// RelayBatch leases up to limit unprocessed outbox rows, in id order, to
-// this batch and commits; calls publish with them, holding no transaction
+// RelayBatch leases up to limit unprocessed outbox rows of the given types
+// (nil: any), in id order, to this batch and commits; calls publish with them, holding no transaction
 // (a broker that hangs must not hold the only writer, which every create
 // needs); then, in a second write transaction, marks processed the rows
 // publish confirmed, even when publish also failed, and ends the lease of
 // the others. It implements relay.Source.
-func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
+func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
+	}
+	var typeList sql.NullString
+	if types != nil {
+		if len(types) == 0 {
+			return 0, nil
+		}
+		b, err := json.Marshal(types)
+		if err != nil {
+			return 0, fmt.Errorf("relay batch: %w", err)
+		}
+		typeList = sql.NullString{String: string(b), Valid: true}
 	}
 	t := now()
 	until := t.Add(relayLease)
@@ -66,7 +79,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(context.
 	var events []notify.Event
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		events, err = leaseRelayEvents(ctx, tx, token, until, t, limit)
+		events, err = leaseRelayEvents(ctx, tx, token, until, t, limit, typeList)
 		return err
 	})
 	if err != nil {
@@ -130,8 +143,8 @@ func (s *Store) settleRelayed(ctx context.Context, mark, release []int64, token 
 	})
 }
 
-func leaseRelayEvents(ctx context.Context, tx *sql.Tx, token string, until, at time.Time, limit int) ([]notify.Event, error) {
-	rows, err := tx.QueryContext(ctx, leaseRelayBatch, token, formatTime(until), formatTime(at), limit)
+func leaseRelayEvents(ctx context.Context, tx *sql.Tx, token string, until, at time.Time, limit int, types sql.NullString) ([]notify.Event, error) {
+	rows, err := tx.QueryContext(ctx, leaseRelayBatch, token, formatTime(until), formatTime(at), limit, types)
 	if err != nil {
 		return nil, fmt.Errorf("lease outbox rows: %w", classify(err))
 	}
@@ -172,7 +185,8 @@ func relayToken() string {
 // one snapshot.
 const selectOutboxStats = `
 SELECT count(*), min(occurred_at),
-    (SELECT count(*) FROM notifications WHERE status = 'failed')
+    (SELECT count(*) FROM notifications WHERE status = 'failed'),
+    COALESCE(sum(event_type <> '` + notify.EventRequested + `'), 0)
 FROM outbox
 WHERE processed_at IS NULL`
 
@@ -183,7 +197,7 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 		st     notify.OutboxStats
 		oldest sql.NullString
 	)
-	err := s.read.QueryRowContext(ctx, selectOutboxStats).Scan(&st.Unprocessed, &oldest, &st.DeadLetters)
+	err := s.read.QueryRowContext(ctx, selectOutboxStats).Scan(&st.Unprocessed, &oldest, &st.DeadLetters, &st.UnprocessedStatus)
 	if err != nil {
 		return notify.OutboxStats{}, fmt.Errorf("outbox stats: %w", classify(err))
 	}
@@ -201,11 +215,14 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 // serializes claimers, so the subquery and the update see the same rows and
 // two workers can never lease the same row. A lease whose time has passed is
 // free to take: its worker died or stalled, and the row must not be lost.
+// Only notification.requested rows: the status events are the relay's,
+// never a worker's.
 const claimOutbox = `
 UPDATE outbox SET locked_by = ?, locked_until = ?
 WHERE id IN (
     SELECT id FROM outbox
     WHERE processed_at IS NULL
+      AND event_type = '` + notify.EventRequested + `'
       AND available_at <= ?
       AND (locked_until IS NULL OR locked_until < ?)
     ORDER BY id

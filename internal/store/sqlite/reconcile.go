@@ -10,7 +10,8 @@ import (
 )
 
 const (
-	// selectStale: see the PostgreSQL store. SQLite's single writer keeps
+	// selectStale: see the PostgreSQL store (only notification.requested
+	// rows count). SQLite's single writer keeps
 	// reconcile passes apart without a lock of their own.
 	selectStale = `
 SELECT n.id, n.user_id, n.channel, n.recipient, n.subject, n.body
@@ -21,7 +22,8 @@ WHERE n.status = 'pending'
   AND (n.claimed_until IS NULL OR n.claimed_until < ?3)
   AND NOT EXISTS (
       SELECT 1 FROM outbox o
-      WHERE o.processed_at IS NULL AND json_extract(o.payload, '$.notification_id') = CAST(n.id AS TEXT))
+      WHERE o.processed_at IS NULL AND json_extract(o.payload, '$.notification_id') = CAST(n.id AS TEXT)
+        AND o.event_type = '` + notify.EventRequested + `')
 ORDER BY n.updated_at, n.id
 LIMIT ?2`
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 )
@@ -318,6 +319,10 @@ func TestTwoStoresOneFile(t *testing.T) {
 	for id, n := range claimed {
 		require.Equal(t, 1, n, "row %d claimed %d times", id, n)
 	}
+	// Every delivery wrote its status event; a status relay takes them.
+	statuses, err := apiStore.RelayBatch(ctx, 2*total, notify.StatusEventTypes, relay.ConfirmAll{}.Publish)
+	require.NoError(t, err)
+	require.Equal(t, total, statuses)
 	st, err := apiStore.OutboxStats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Unprocessed)

@@ -209,7 +209,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	evs := allEvents(t, ctx, s)
 	require.Len(t, evs, 1)
 	old := evs[0].ID
-	_, err := s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		return ids(evs), nil
 	})
 	require.NoError(t, err)
@@ -218,8 +218,12 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, recordCopyFailure(ctx, s, notify.ClaimRequest{MessageID: old, NotificationID: n.ID, RetryCount: 1}, "550 mailbox unavailable", true))
 	require.Equal(t, notify.StatusFailed, get(t, ctx, s, n.ID).Status)
 	require.EqualValues(t, 1, deadLetterCount(t, ctx, s))
+	// The dead-lettering wrote its notification.failed event.
+	st := relayStatus(t, ctx, s)
+	require.Len(t, st, 1)
+	require.Equal(t, notify.EventFailed, st[0].Type)
 	require.Zero(t, unprocessed(t, ctx, s))
-	require.Equal(t, 1, h.Count(t, "outbox"))
+	require.Equal(t, 2, h.Count(t, "outbox"))
 	require.Equal(t, 1, h.Count(t, "processed_messages"))
 
 	// Wake-ups from the create (or from the listener connecting) are
@@ -258,7 +262,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 
 	// A fresh event under a new outbox id, unprocessed, for the same
 	// notification.
-	require.Equal(t, 2, h.Count(t, "outbox"))
+	require.Equal(t, 3, h.Count(t, "outbox"))
 	require.EqualValues(t, 1, unprocessed(t, ctx, s))
 	evs = allEvents(t, ctx, s)
 	require.Len(t, evs, 1)
@@ -274,7 +278,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	ok, err = s.Redrive(ctx, n.ID)
 	require.NoError(t, err)
 	require.False(t, ok)
-	require.Equal(t, 2, h.Count(t, "outbox"))
+	require.Equal(t, 3, h.Count(t, "outbox"))
 
 	// The table transport sees it as a first delivery.
 	ms, err := s.Claim(ctx, "w", 10, time.Hour)
@@ -299,6 +303,13 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, 3, got.Attempts)
 	require.NotNil(t, got.SentAt)
 	require.Nil(t, got.FailedAt)
+	// Settled again: a second status event, this time sent.
+	st = relayStatus(t, ctx, s)
+	require.Len(t, st, 1)
+	require.Equal(t, notify.EventSent, st[0].Type)
+	ev, err := notify.DecodeStatus(st[0].Payload)
+	require.NoError(t, err)
+	require.Equal(t, 3, ev.Attempts)
 }
 
 func testRedriveNotFailed(t *testing.T, ctx context.Context, h Harness) {
@@ -323,13 +334,13 @@ func testRedriveNotFailed(t *testing.T, ctx context.Context, h Harness) {
 		require.NoError(t, err)
 		require.Equal(t, before[n.ID], got, "a redrive that did not apply changes nothing")
 	}
-	require.Equal(t, 2, h.Count(t, "outbox"), "no event written")
+	require.Equal(t, 3, h.Count(t, "outbox"), "no event written (two created, one sent)")
 	require.Equal(t, 2, h.Count(t, "processed_messages"), "the sent message, and the retried one's mark")
 
 	ok, err := s.Redrive(ctx, 987654)
 	require.ErrorIs(t, err, notify.ErrNotFound)
 	require.False(t, ok)
-	require.Equal(t, 2, h.Count(t, "outbox"))
+	require.Equal(t, 3, h.Count(t, "outbox"))
 }
 
 func testPrune(t *testing.T, ctx context.Context, h Harness) {
@@ -337,7 +348,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	noSend := func(context.Context) error { return nil }
 	relayOnly := func(want ...int64) {
 		t.Helper()
-		_, err := s.RelayBatch(ctx, 100, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		_, err := s.RelayBatch(ctx, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			var out []int64
 			for _, e := range evs {
 				for _, w := range want {
@@ -389,6 +400,10 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 		require.NoError(t, err)
 	}
 
+	// Their status events (six sent, one failed, two sent), relayed
+	// before the cut: old processed rows.
+	require.Len(t, relayStatus(t, ctx, s), 9)
+
 	cut := boundary(t)
 
 	// After the cut: a recent processed row and a recent dedup row.
@@ -400,23 +415,24 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	relayOnly(recentID)
 	_, err = store.Deliver(ctx, s, recentID, recent.ID, noSend)
 	require.NoError(t, err)
+	require.Len(t, relayStatus(t, ctx, s), 1, "the recent row's status event, processed after the cut")
 
-	require.Equal(t, 10, h.Count(t, "outbox"))
+	require.Equal(t, 20, h.Count(t, "outbox"))
 	require.Equal(t, 11, h.Count(t, "processed_messages"))
 	notifications := h.Count(t, "notifications")
 
 	_, err = s.Prune(ctx, cut, 0)
 	require.Error(t, err, "batch 0")
-	require.Equal(t, 10, h.Count(t, "outbox"))
+	require.Equal(t, 20, h.Count(t, "outbox"))
 
 	// Batches of 2, fewer than either table has to delete.
 	res, err := s.Prune(ctx, cut, 2)
 	require.NoError(t, err)
-	require.Equal(t, notify.PruneResult{Outbox: 7, ProcessedMessages: 8}, res)
+	require.Equal(t, notify.PruneResult{Outbox: 16, ProcessedMessages: 8}, res)
 	// Left: the unprocessed row, the row processed after the cut, the
-	// recent row; and their dedup rows (the first two are old, but their
-	// outbox rows are still there).
-	require.Equal(t, 3, h.Count(t, "outbox"))
+	// recent row and its status event; and their dedup rows (the first
+	// two are old, but their outbox rows are still there).
+	require.Equal(t, 4, h.Count(t, "outbox"))
 	require.Equal(t, 3, h.Count(t, "processed_messages"))
 	require.Equal(t, notifications, h.Count(t, "notifications"), "notifications are never pruned")
 	require.Equal(t, []int64{unmarkedID}, ids(allEvents(t, ctx, s)))
@@ -452,7 +468,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	waitPast(t, time.Now().Add(2*time.Millisecond))
 	res, err = s.Prune(ctx, time.Now(), 1)
 	require.NoError(t, err)
-	require.Equal(t, notify.PruneResult{Outbox: 2, ProcessedMessages: 2}, res)
+	require.Equal(t, notify.PruneResult{Outbox: 3, ProcessedMessages: 2}, res)
 	require.Equal(t, 2, h.Count(t, "outbox"))
 	require.EqualValues(t, 2, unprocessed(t, ctx, s))
 	require.Equal(t, 1, h.Count(t, "processed_messages"))
@@ -473,12 +489,13 @@ func testPruneOlderThan(t *testing.T, ctx context.Context, h Harness) {
 	res, err := s.PruneOlderThan(ctx, time.Hour, 10)
 	require.NoError(t, err)
 	require.Equal(t, notify.PruneResult{}, res, "processed a moment ago, not an hour")
-	require.Equal(t, 1, h.Count(t, "outbox"))
+	require.Len(t, relayStatus(t, ctx, s), 1)
+	require.Equal(t, 2, h.Count(t, "outbox"))
 
 	waitPast(t, time.Now().Add(5*time.Millisecond))
 	res, err = s.PruneOlderThan(ctx, 0, 10)
 	require.NoError(t, err)
-	require.Equal(t, notify.PruneResult{Outbox: 1, ProcessedMessages: 1}, res)
+	require.Equal(t, notify.PruneResult{Outbox: 2, ProcessedMessages: 1}, res)
 	require.Equal(t, 0, h.Count(t, "outbox"))
 	require.Equal(t, 0, h.Count(t, "processed_messages"))
 }

@@ -17,7 +17,7 @@ import (
 func relayAll(t *testing.T, ctx context.Context, h Harness) []notify.Event {
 	t.Helper()
 	var relayed []notify.Event
-	_, err := h.Store.RelayBatch(ctx, 1000, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := h.Store.RelayBatch(ctx, 1000, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		relayed = append(relayed, evs...)
 		return ids(evs), nil
 	})

@@ -24,7 +24,7 @@ func testRelayBatchHoldsNothing(t *testing.T, ctx context.Context, h Harness) {
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		_, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			inside <- ids(evs)
 			<-release
 			return ids(evs), nil
@@ -53,7 +53,7 @@ func testRelayBatchHoldsNothing(t *testing.T, ctx context.Context, h Harness) {
 	// The other relay gets the new row only; confirming nothing hands it
 	// back at once.
 	var got []int64
-	n, err := s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = ids(evs)
 		return nil, nil
 	})
@@ -96,7 +96,7 @@ func testRelayBatchLeaseExpires(t *testing.T, ctx context.Context, h Harness) {
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.RelayBatch(hungCtx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		_, err := s.RelayBatch(hungCtx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			inside <- ids(evs)
 			<-release // hung: ignores its context
 			return nil, nil
@@ -124,7 +124,7 @@ func testRelayBatchLeaseExpires(t *testing.T, ctx context.Context, h Harness) {
 	)
 	for taken == nil {
 		require.Less(t, time.Since(start), 45*time.Second, "the lease never ran out")
-		_, err := s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		_, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			taken, takenAt = ids(evs), time.Since(start)
 			return ids(evs), nil
 		})

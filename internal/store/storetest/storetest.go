@@ -119,7 +119,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
 		{"Activity", testActivity},
 		{"OtherChannels", testOtherChannels},
-	}, append(deliverTests, staleCopyTests...)...) {
+	}, append(append(deliverTests, staleCopyTests...), statusTests...)...) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)
 			tc.fn(t, ctx, h)
@@ -161,12 +161,17 @@ func unprocessed(t *testing.T, ctx context.Context, s store.Store) int64 {
 	return st.Unprocessed
 }
 
-// allEvents relays nothing: it returns the unprocessed events in id order
-// by claiming them and confirming none.
+// requestedOnly selects the notification.requested events, the ones a
+// worker delivers.
+var requestedOnly = []string{notify.EventRequested}
+
+// allEvents relays nothing: it returns the unprocessed
+// notification.requested events in id order by claiming them and
+// confirming none.
 func allEvents(t *testing.T, ctx context.Context, s store.Store) []notify.Event {
 	t.Helper()
 	var got []notify.Event
-	_, err := s.RelayBatch(ctx, 1000, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := s.RelayBatch(ctx, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = append(got, evs...)
 		return nil, nil
 	})
@@ -463,7 +468,7 @@ func testMigrateTwice(t *testing.T, ctx context.Context, h Harness) {
 func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	// An empty outbox: 0 and publish is not called.
-	n, err := s.RelayBatch(ctx, 10, func(context.Context, []notify.Event) ([]int64, error) {
+	n, err := s.RelayBatch(ctx, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
 		t.Error("publish called on an empty outbox")
 		return nil, nil
 	})
@@ -475,7 +480,7 @@ func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 		created = append(created, create(t, ctx, s, i))
 	}
 	var got []notify.Event
-	n, err = s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err = s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = evs
 		return ids(evs), nil
 	})
@@ -499,7 +504,7 @@ func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Equal(t, 3, h.Count(t, "outbox"))
 
-	n, err = s.RelayBatch(ctx, 10, func(context.Context, []notify.Event) ([]int64, error) {
+	n, err = s.RelayBatch(ctx, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
 		t.Error("publish called with every row processed")
 		return nil, nil
 	})
@@ -518,7 +523,7 @@ func testRelayBatchPartial(t *testing.T, ctx context.Context, h Harness) {
 
 	// limit is honoured, in id order; only the confirmed ids are marked.
 	var got []int64
-	n, err := s.RelayBatch(ctx, 3, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := s.RelayBatch(ctx, 3, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = ids(evs)
 		return []int64{evs[0].ID, evs[2].ID}, nil
 	})
@@ -531,7 +536,7 @@ func testRelayBatchPartial(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, []int64{all[1], all[3], all[4]}, ids(allEvents(t, ctx, s)))
 
 	// An id publish returns that was not in the batch marks nothing.
-	n, err = s.RelayBatch(ctx, 1, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err = s.RelayBatch(ctx, 1, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		return []int64{all[4]}, nil
 	})
 	require.NoError(t, err)
@@ -546,7 +551,7 @@ func testRelayBatchPublishError(t *testing.T, ctx context.Context, h Harness) {
 	}
 	boom := errors.New("broker said no")
 	var all []int64
-	n, err := s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		all = ids(evs)
 		return all[:1], boom
 	})
@@ -556,7 +561,7 @@ func testRelayBatchPublishError(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, all[1:], ids(allEvents(t, ctx, s)))
 
 	// Nothing confirmed and an error: nothing marked.
-	_, err = s.RelayBatch(ctx, 10, func(context.Context, []notify.Event) ([]int64, error) { return nil, boom })
+	_, err = s.RelayBatch(ctx, 10, nil, func(context.Context, []notify.Event) ([]int64, error) { return nil, boom })
 	require.ErrorIs(t, err, boom)
 	require.EqualValues(t, 2, unprocessed(t, ctx, s))
 }
@@ -587,7 +592,7 @@ func testRelayBatchConcurrent(t *testing.T, ctx context.Context, h Harness) {
 		go func() {
 			defer done.Done()
 			entered := false
-			_, errs[r] = s.RelayBatch(ctx, 2, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+			_, errs[r] = s.RelayBatch(ctx, 2, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 				if !entered {
 					entered = true
 					inside.Done()
@@ -1048,14 +1053,14 @@ func testOutboxStats(t *testing.T, ctx context.Context, h Harness) {
 
 	// Processing the oldest row drops the count; the age is now the
 	// younger row's, and 0 once nothing is left.
-	_, err = s.RelayBatch(ctx, 1, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err = s.RelayBatch(ctx, 1, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		return ids(evs), nil
 	})
 	require.NoError(t, err)
 	st, err = s.OutboxStats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Unprocessed)
-	_, err = s.RelayBatch(ctx, 10, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err = s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		return ids(evs), nil
 	})
 	require.NoError(t, err)

@@ -48,6 +48,11 @@ func openConfirmChannel(conn *amqp.Connection, t Topology) (*confirmChannel, err
 type outgoing struct {
 	exchange, key string
 	msg           amqp.Publishing
+	// dropUnroutable publishes the message not mandatory: when no queue
+	// is bound to its routing key the broker drops it and confirms it (the
+	// status events, which no herald queue takes). Otherwise it is
+	// mandatory, and an unroutable message is returned, not confirmed.
+	dropUnroutable bool
 }
 
 // publishResult says what became of each message of a publish call.
@@ -64,7 +69,7 @@ type publishResult struct {
 }
 
 // publish publishes msgs (persistent copies are the caller's business),
-// mandatory, pipelined: every message is sent before any confirm is awaited.
+// mandatory unless dropUnroutable, pipelined: every message is sent before any confirm is awaited.
 // It waits for the confirms up to timeout or until ctx ends. A message the
 // broker returned, nacked or did not confirm in time is not confirmed.
 func (c *confirmChannel) publish(ctx context.Context, timeout time.Duration, msgs []outgoing) publishResult {
@@ -96,7 +101,7 @@ func (c *confirmChannel) publishChunk(ctx context.Context, timeout time.Duration
 	var errs []error
 	dcs := make([]*amqp.DeferredConfirmation, 0, len(msgs))
 	for _, m := range msgs {
-		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, m.exchange, m.key, true, false, m.msg)
+		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, m.exchange, m.key, !m.dropUnroutable, false, m.msg)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("publish message %s: %w", m.msg.MessageId, err))
 			// Unless ctx ended before the send, the channel is in doubt.

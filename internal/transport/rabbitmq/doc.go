@@ -16,9 +16,16 @@
 // expired retry is not dropped on its way back to the send queue. Classic
 // queues keep the topology herald had before.
 //
-// Nothing is settled on trust: every publish (the relay's, a retry copy, a
-// dead letter) is mandatory and waits for the broker's confirm, and a
-// message the broker returned as unroutable counts as not published. A
+// The status events (notification.sent, notification.failed) go to the same
+// exchange with their type as routing key, for queues other services bind
+// themselves (say to "notification.*"); herald binds none. They are the one
+// publish that is not mandatory: with no queue bound, the broker drops them
+// and confirms, by design, so that nobody listening never holds up the
+// outbox.
+//
+// Nothing is settled on trust: every other publish (the relay's, a retry
+// copy, a dead letter) is mandatory and waits for the broker's confirm, and
+// a message the broker returned as unroutable counts as not published. A
 // delivery is acknowledged only after its retry copy or dead letter is
 // confirmed, so an outage at any point leaves the message either in place or
 // safely moved, never lost. A Consumer publishes those copies on a

@@ -49,8 +49,10 @@ func newPublisher(cfg Config, topo Topology, role string) *Publisher {
 	return &Publisher{cfg: cfg, topo: topo, role: role, turn: make(chan struct{}, 1)}
 }
 
-// Publish publishes every event (persistent, mandatory, with the contract's
-// properties), all of them before awaiting any confirm, and returns the ids
+// Publish publishes every event (persistent, with the contract's
+// properties; mandatory, except the status events notification.sent and
+// notification.failed, which the broker drops when no queue is bound to
+// their routing key), all of them before awaiting any confirm, and returns the ids
 // of the events the broker confirmed. An event returned as unroutable,
 // nacked or not confirmed within ConfirmTimeout or before ctx ends is left
 // out, and err says why. After a connection or channel failure the next
@@ -65,6 +67,10 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		msgs[i] = outgoing{
 			exchange: p.topo.Exchange,
 			key:      ev.Type,
+			// A status event is for whoever binds a queue of their own
+			// to its routing key; with nobody bound it is dropped, by
+			// design, rather than held up in the outbox for ever.
+			dropUnroutable: notify.IsStatusEvent(ev.Type),
 			msg: amqp.Publishing{
 				ContentType:  "application/json",
 				DeliveryMode: amqp.Persistent,

@@ -38,7 +38,8 @@ type queueStore interface {
 }
 
 // pipelineHarness builds the table transport's end-to-end harness over s;
-// rewind marks the outbox row of a notification unprocessed and unleased
+// rewind marks the notification.requested outbox row of a notification
+// (not its status event) unprocessed and unleased
 // again, in the engine's own SQL, and reports how many rows it changed.
 func pipelineHarness(s queueStore, rewind func(ctx context.Context, notificationID int64) (int64, error)) pipelinetest.Harness {
 	return pipelinetest.Harness{
@@ -78,7 +79,7 @@ func TestPipelinePostgres(t *testing.T) {
 			defer conn.Close(context.WithoutCancel(ctx))
 			tag, err := conn.Exec(ctx, `
 UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL
-WHERE payload->>'notification_id' = $1`, notify.FormatID(notificationID))
+WHERE payload->>'notification_id' = $1 AND event_type = 'notification.requested'`, notify.FormatID(notificationID))
 			return tag.RowsAffected(), err
 		})
 	})
@@ -98,7 +99,7 @@ func TestPipelineSQLite(t *testing.T) {
 		return pipelineHarness(s, func(ctx context.Context, notificationID int64) (int64, error) {
 			res, err := db.ExecContext(ctx, `
 UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL
-WHERE json_extract(payload, '$.notification_id') = ?`, notify.FormatID(notificationID))
+WHERE json_extract(payload, '$.notification_id') = ? AND event_type = 'notification.requested'`, notify.FormatID(notificationID))
 			if err != nil {
 				return 0, err
 			}

@@ -10,9 +10,10 @@ import (
 // Queue is the outbox table used directly as a queue, with leases. The stores
 // implement it.
 type Queue interface {
-	// Claim leases up to limit due outbox rows (processed_at IS NULL,
-	// available_at <= now, no live lease) in id order to token until now +
-	// lease, and returns them as messages whose RetryCount is the row's
+	// Claim leases up to limit due notification.requested outbox rows
+	// (processed_at IS NULL, available_at <= now, no live lease; never a
+	// status event, which is the status relay's) in id order to token
+	// until now + lease, and returns them as messages whose RetryCount is the row's
 	// attempts. PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite with
 	// one UPDATE ... RETURNING.
 	Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error)
