@@ -173,7 +173,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 
 // allTransports are the runs of a plain `make chaos`; the cluster run
 // (25-80 s to start three nodes) is added by HERALD_CHAOS_CLUSTER=1.
-var allTransports = []string{"table", "rabbitmq", "nats", "kafka", "sqs"}
+var allTransports = []string{"table", "rabbitmq", "nats", "kafka", "sqs", "mongodb"}
 
 // knownTransports are the names --transport takes.
 var knownTransports = append(slices.Clone(allTransports), "rabbitmq-cluster")
