@@ -71,13 +71,13 @@ type harness struct {
 	// mqProxies front the broker (one per node), for rabbitmq and nats.
 	mqProxies []*faultproxy.Proxy
 	// br reaches the broker straight; nil for the table transport.
-	br        broker
-	rabbit    []*proctest.RabbitNode // the harness's own RabbitMQ nodes
-	natsSrv   *natsServer
-	sqsSrv    *sqstest.Server
-	kafka     *kafkaCluster
-	sink      *smtptest.Server
-	ferret    *ferret
+	br      broker
+	rabbit  []*proctest.RabbitNode // the harness's own RabbitMQ nodes
+	natsSrv *natsServer
+	sqsSrv  *sqstest.Server
+	kafka   *kafkaCluster
+	sink    *smtptest.Server
+	ferret  *ferret
 	// mongo is the notifications collection the mongodb run's checks
 	// read; nil on PostgreSQL.
 	mongo *mgo.Collection

@@ -37,7 +37,7 @@ type receiver struct {
 	index map[string]int
 	// badSignature and badBody count the requests refused (401, 400).
 	badSignature, badBody int
-	failing                bool
+	failing               bool
 	// failed counts the failures answered while failing, by kind.
 	failed map[string]int
 	turn   int
