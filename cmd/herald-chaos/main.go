@@ -1,23 +1,28 @@
 // Command herald-chaos is herald's reliability harness (make chaos). For each
 // transport it runs the real herald binaries against a scratch PostgreSQL
 // database and a broker of its own (a RabbitMQ node, a nats-server, an
-// in-process kfake Kafka cluster; the table transport needs none), loads them
-// over HTTP as a careful client would, injects faults on a schedule (process
-// kills, crashes inside the send-to-commit window, a broker restart or a
-// killed queue leader, terminated database backends, network latency, resets,
-// blackholes and a broker that accepts TCP and never answers, a purged send
-// queue, a deleted retry queue, SMTP refusals, an SMTP server throttling
-// (421 to MAIL) and one hanging past the lease, a few notifications whose
-// data makes the SMTP server drop the connection, poison and duplicate
-// messages), waits for the drain and checks the guarantees from the
-// database, the broker and the SMTP sink. It times every SIGTERM it sends
-// (restarts, and the stop of every process at the end) and fails a process
-// that needs more than 10s to exit. Each transport's last line sums up its
-// run:
+// in-process kfake Kafka cluster, goaws; the table transport needs none; the
+// mongodb run is the table transport on the MongoDB store, served by a
+// FerretDB process of the harness's own over the scratch database), loads them
+// over HTTP as a careful client would (a third of the notifications are
+// webhooks to a receiver in the harness that checks their signatures, the rest
+// email), injects faults on a schedule (process kills, crashes inside the
+// send-to-commit window, a broker restart or a killed queue leader, terminated
+// database backends, network latency, resets, blackholes and a broker that
+// accepts TCP and never answers, a purged send queue, a deleted retry queue,
+// SMTP refusals, an SMTP server throttling (421 to MAIL) and one hanging past
+// the lease, a few notifications whose data makes the SMTP server drop the
+// connection, poison and duplicate messages, a webhook receiver failing for a
+// while, FerretDB killed and restarted), waits for the drain and checks the
+// guarantees from the database, the broker, the SMTP sink and the webhook
+// receiver. It times every SIGTERM it sends (restarts, and the stop of every
+// process at the end) and fails a process that needs more than 10s to exit.
+// Each transport's last line sums up its run:
 //
-//	chaos: transport=T accepted=A delivered=D lost=L duplicates=U explained=E dead=X faults=F drain_s=S sigterms=K sigterm_p50_s=P sigterm_max_s=M
+//	chaos: transport=T accepted=A delivered=D lost=L duplicates=U explained=E dead=X faults=F drain_s=S sigterms=K sigterm_p50_s=P sigterm_max_s=M accepted_email=A1 lost_email=L1 duplicates_email=U1 accepted_webhook=A2 lost_webhook=L2 duplicates_webhook=U2
 //
-// A RabbitMQ cluster run (HERALD_CHAOS_CLUSTER=1, or the transport
+// The totals cover both channels; the _email and _webhook fields split
+// them. A RabbitMQ cluster run (HERALD_CHAOS_CLUSTER=1, or the transport
 // rabbitmq-cluster) adds nodes=3 to its line. It exits non-zero when an
 // invariant fails.
 package main
@@ -56,7 +61,7 @@ func main() {
 // options is the parsed command line.
 type options struct {
 	// transports are the runs, in order: table, rabbitmq, nats, kafka,
-	// rabbitmq-cluster.
+	// sqs, mongodb, rabbitmq-cluster.
 	transports []string
 	// sharedRabbit runs RabbitMQ on a scratch vhost of the --amqp broker
 	// (restarted with the machine's rabbitmqctl) instead of a node of the

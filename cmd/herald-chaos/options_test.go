@@ -19,7 +19,7 @@ func TestOptions(t *testing.T) {
 	o, err := parseOptions(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, 42, o.n)
-	require.Equal(t, []string{"table", "rabbitmq", "nats", "kafka", "sqs"}, o.transports)
+	require.Equal(t, []string{"table", "rabbitmq", "nats", "kafka", "sqs", "mongodb"}, o.transports)
 	require.Equal(t, 16, o.clients)
 	require.NotZero(t, o.seed)
 
