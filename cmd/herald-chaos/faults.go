@@ -165,6 +165,7 @@ func (h *harness) schedule() []step {
 			smtp4xx,
 			hookFail,
 			restart,
+			{name: "kill-9 api", do: h.killAPI, est: 2 * time.Second},
 			smtpThrottle,
 			crash(h.workers[0], "after-commit"),
 			smtpDrop,
