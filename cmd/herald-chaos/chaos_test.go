@@ -46,6 +46,7 @@ func TestChaosShort(t *testing.T) {
 		}
 	}
 	require.Len(t, summaries, 2, stdout.String())
+	t.Logf("summaries:\n%s", strings.Join(summaries, "\n"))
 	require.True(t, strings.HasPrefix(summaries[0], "chaos: transport=table accepted=300 delivered=300 lost=0 "), summaries[0])
 	require.True(t, strings.HasPrefix(summaries[1], "chaos: transport=rabbitmq accepted=300 delivered=300 lost=0 "), summaries[1])
 	// The table's dead letters: 4 poison messages and the 3 notifications
