@@ -249,6 +249,28 @@ func (h *harness) mongoDrained(ctx context.Context, ids, drops []int64) (bool, s
 	return true, ""
 }
 
+// mongoStates is notificationStates on MongoDB: the status and attempts of
+// the notifications ids, and nothing else of their documents (smtp-drop
+// polls it every 250ms).
+func (h *harness) mongoStates(ctx context.Context, ids []int64) (map[int64]string, map[int64]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cur, err := h.mongo.Find(ctx, bson.D{{Key: "id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		mopts.Find().SetProjection(bson.D{{Key: "id", Value: 1}, {Key: "status", Value: 1}, {Key: "attempts", Value: 1}}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read notifications: %w", err)
+	}
+	var notes []mongoNote
+	if err := cur.All(ctx, &notes); err != nil {
+		return nil, nil, fmt.Errorf("read notifications: %w", err)
+	}
+	status, attempts := map[int64]string{}, map[int64]int{}
+	for _, n := range notes {
+		status[n.ID], attempts[n.ID] = n.Status, n.Attempts
+	}
+	return status, attempts, nil
+}
+
 // mongoDeadLetters are the table transport's dead letters on MongoDB: the
 // events finished with a reason, unless their notification was sent.
 func mongoDeadLetters(notes []mongoNote) (map[int64]bool, int) {

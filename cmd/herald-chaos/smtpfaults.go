@@ -151,17 +151,7 @@ func (h *harness) createDrop(ctx context.Context, k int) (int64, error) {
 // notificationStates reads the status and attempts of the notifications.
 func (h *harness) notificationStates(ctx context.Context, ids []int64) (map[int64]string, map[int64]int, error) {
 	if h.mongo != nil {
-		notes, err := h.mongoNotes(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		status, attempts := map[int64]string{}, map[int64]int{}
-		for _, n := range notes {
-			if slices.Contains(ids, n.ID) {
-				status[n.ID], attempts[n.ID] = n.Status, n.Attempts
-			}
-		}
-		return status, attempts, nil
+		return h.mongoStates(ctx, ids)
 	}
 	rows, err := h.db.Query(ctx, `SELECT id, status, attempts FROM notifications WHERE id = ANY($1)`, ids)
 	if err != nil {
