@@ -530,6 +530,7 @@ func runTransport(ctx context.Context, o options, transport, bin string, rng *ra
 		h.kind, h.nodes = "rabbitmq", 3
 	case "mongodb":
 		h.kind, h.store = "table", "mongodb"
+		h.o.drainTimeout = o.mongoDrainTimeout
 	}
 	defer h.teardown()
 	if err := h.setup(ctx); err != nil {

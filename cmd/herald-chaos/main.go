@@ -75,7 +75,11 @@ type options struct {
 	amqp         string
 	step         time.Duration
 	drainTimeout time.Duration
-	loadTimeout  time.Duration
+	// mongoDrainTimeout is the drain's bound on the mongodb run: longer,
+	// as FerretDB v1 reads the whole collection for each claim; an
+	// explicit --drain-timeout sets it too.
+	mongoDrainTimeout time.Duration
+	loadTimeout       time.Duration
 	// skipFaults are the faults left out of the schedule: FAULT on every
 	// transport, TRANSPORT:FAULT on one.
 	skipFaults []string
@@ -127,7 +131,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.postgres, "postgres", defPG, "PostgreSQL admin URL; a scratch database is created beside it (HERALD_TEST_POSTGRES_URL)")
 	fs.StringVar(&o.amqp, "amqp", defAMQP, "RabbitMQ URL; a scratch vhost is created on its broker (HERALD_TEST_AMQP_URL)")
 	fs.DurationVar(&o.step, "step", 2*time.Second, "pause between two faults of the schedule")
-	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Minute, "longest wait for the drain once the faults stopped")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Minute, "longest wait for the drain once the faults stopped (mongodb: 15m unless set)")
 	fs.DurationVar(&o.loadTimeout, "load-timeout", 10*time.Minute, "longest the load may run; a notification not accepted by then counts as refused")
 	skip := fs.String("skip-faults", "", "comma-separated faults to leave out of the schedule: FAULT on every transport, TRANSPORT:FAULT on one (e.g. rabbitmq:smtp-throttle)")
 	fs.Usage = func() {
@@ -145,6 +149,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		ts = append(ts, "rabbitmq-cluster")
 	}
 	o.transports = ts
+	o.mongoDrainTimeout = 15 * time.Minute
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "drain-timeout" {
+			o.mongoDrainTimeout = o.drainTimeout
+		}
+	})
 	for _, f := range strings.Split(*skip, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
