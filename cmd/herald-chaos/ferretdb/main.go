@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -40,7 +41,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *pgURL == "" {
-		return fmt.Errorf("--postgresql-url is required")
+		return errors.New("--postgresql-url is required")
 	}
 	var logOut io.Writer = io.Discard
 	if *verbose {
@@ -56,5 +57,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "ferretdb: serving %s on %s\n", f.MongoDBURI(), *listen)
-	return f.Run(ctx)
+	if err := f.Run(ctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
 }
