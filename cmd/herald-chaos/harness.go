@@ -50,7 +50,7 @@ type harness struct {
 	o         options
 	transport string
 	// kind is the transport proper: table, rabbitmq, nats, kafka or sqs (the
-	// cluster run is rabbitmq with three nodes).
+	// cluster run is rabbitmq with three nodes, the mongodb run table).
 	kind string
 	// store is the store herald runs on: postgres, or mongodb (FerretDB
 	// of the harness's own over the scratch database).
