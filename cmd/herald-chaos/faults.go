@@ -28,8 +28,9 @@ type faultRecord struct {
 	// it struck (0 for faults that cannot cause one).
 	window int
 	err    error
-	// Outcome counts when the fault ended.
-	accepted, emails, duplicates int
+	// Outcome counts when the fault ended: duplicates are the repeated
+	// emails and webhooks.
+	accepted, emails, webhooks, duplicates int
 }
 
 // step is one fault of the schedule.
@@ -142,6 +143,7 @@ func (h *harness) schedule() []step {
 	}
 	pgTerminate := step{name: "pg-terminate", do: h.terminateBackends}
 	smtp4xx := step{name: "smtp-4xx", do: h.smtpRefusal, est: faultPause}
+	hookFail := step{name: "webhook-fail", do: h.webhookFail, est: faultPause}
 	smtpHang := step{name: "smtp-hang", do: h.smtpHang, est: smtpHangPause}
 	smtpThrottle := step{name: "smtp-throttle", do: h.smtpThrottle, est: throttlePause}
 	// The drop notifications' six attempts, a second apart, after a
@@ -149,6 +151,28 @@ func (h *harness) schedule() []step {
 	smtpDrop := step{name: "smtp-drop", do: h.smtpDrop, est: faultPause + 8*time.Second}
 	poison := step{name: "poison", do: h.poison}
 	dups := step{name: "duplicates", do: h.duplicates}
+	if h.store == "mongodb" {
+		for _, f := range []string{"broker-*", "broker-restart", "queue-purge", "retry-queue-delete"} {
+			skipped = append(skipped, f+" (no broker)")
+		}
+		skipped = append(skipped,
+			"pg-* (herald talks to FerretDB, not to PostgreSQL; ferretdb-restart takes the store away instead)",
+			"poison, duplicates (a notification document carries its events under the store's revision protocol: the harness does not forge one)")
+		restart := step{name: "ferretdb-restart", do: h.ferretRestart, est: 3 * time.Second}
+		return h.leaveOut([]step{
+			kill(h.workers[0]),
+			crash(h.workers[1], "after-send"),
+			smtp4xx,
+			hookFail,
+			restart,
+			{name: "kill-9 api", do: h.killAPI, est: 2 * time.Second},
+			smtpThrottle,
+			crash(h.workers[0], "after-commit"),
+			smtpDrop,
+			smtpHang,
+			kill(h.workers[1]),
+		}, skipped)
+	}
 	if h.kind == "table" {
 		for _, f := range []string{"broker-*", "broker-restart", "queue-purge", "retry-queue-delete"} {
 			skipped = append(skipped, f+" (no broker)")
@@ -159,6 +183,7 @@ func (h *harness) schedule() []step {
 			crash(h.workers[1], "after-send"),
 			pgTerminate,
 			smtp4xx,
+			hookFail,
 			smtpThrottle,
 			poison,
 			crash(h.workers[0], "after-commit"),
@@ -201,7 +226,7 @@ func (h *harness) schedule() []step {
 	add(pg("pg-latency"), kill(h.relays[0]), kill(h.workers[0]))
 	add(visibility...)
 	add(mq("broker-latency")...)
-	add(crash(h.workers[1], "after-send"), pgTerminate, smtp4xx, smtpThrottle)
+	add(crash(h.workers[1], "after-send"), pgTerminate, smtp4xx, hookFail, smtpThrottle)
 	add(retryDelete...)
 	add(mq("broker-reset")...)
 	add(poison, crash(h.workers[0], "after-commit"), pg("pg-reset"), dups, smtpDrop)
@@ -219,8 +244,8 @@ func (h *harness) schedule() []step {
 var knownFaults = []string{
 	"kill-9", "crash", "pg-terminate", "pg-latency", "pg-reset", "pg-blackhole",
 	"broker-latency", "broker-reset", "broker-blackhole", "broker-hang", "broker-restart", "kill-leader",
-	"queue-purge", "retry-queue-delete", "smtp-4xx", "smtp-hang", "smtp-throttle", "smtp-drop",
-	"poison", "duplicates", "visibility-expiry",
+	"queue-purge", "retry-queue-delete", "smtp-4xx", "smtp-hang", "smtp-throttle", "smtp-drop", "webhook-fail",
+	"poison", "duplicates", "visibility-expiry", "ferretdb-restart",
 }
 
 // faultOf is the fault a step's name belongs to: its first word.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	mgo "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/heraldhq/herald/internal/faultproxy"
 	"github.com/heraldhq/herald/internal/proctest"
@@ -49,8 +50,11 @@ type harness struct {
 	o         options
 	transport string
 	// kind is the transport proper: table, rabbitmq, nats, kafka or sqs (the
-	// cluster run is rabbitmq with three nodes).
-	kind  string
+	// cluster run is rabbitmq with three nodes, the mongodb run table).
+	kind string
+	// store is the store herald runs on: postgres, or mongodb (FerretDB
+	// of the harness's own over the scratch database).
+	store string
 	nodes int
 	bin   string
 	rng   *rand.Rand
@@ -67,12 +71,18 @@ type harness struct {
 	// mqProxies front the broker (one per node), for rabbitmq and nats.
 	mqProxies []*faultproxy.Proxy
 	// br reaches the broker straight; nil for the table transport.
-	br        broker
-	rabbit    []*proctest.RabbitNode // the harness's own RabbitMQ nodes
-	natsSrv   *natsServer
-	sqsSrv    *sqstest.Server
-	kafka     *kafkaCluster
-	sink      *smtptest.Server
+	br      broker
+	rabbit  []*proctest.RabbitNode // the harness's own RabbitMQ nodes
+	natsSrv *natsServer
+	sqsSrv  *sqstest.Server
+	kafka   *kafkaCluster
+	sink    *smtptest.Server
+	ferret  *ferret
+	// mongo is the notifications collection the mongodb run's checks
+	// read; nil on PostgreSQL.
+	mongo *mgo.Collection
+	// hooks is the webhook endpoint a third of the load goes to.
+	hooks     *receiver
 	db        *pgxpool.Pool
 	env       map[string]string
 	apiBase   string
@@ -178,6 +188,11 @@ func (h *harness) setup(ctx context.Context) error {
 	// Only the smtp-drop fault's notifications go to such recipients.
 	h.sink.DropAfterData(isDropRecipient)
 
+	if h.hooks, err = startReceiver(); err != nil {
+		return err
+	}
+	h.cleanups = append(h.cleanups, h.hooks.close)
+
 	h.env = map[string]string{
 		"HERALD_DATABASE_URL":   viaProxy.String(),
 		"HERALD_SMTP_URL":       h.sink.URL(),
@@ -190,6 +205,17 @@ func (h *harness) setup(ctx context.Context) error {
 		"HERALD_SMTP_TIMEOUT":   smtpTimeout.String(),
 		// The reconciler (in the api) brings back what a purge took.
 		"HERALD_RECONCILE_AFTER": reconcileAfter.String(),
+		// The webhook channel, to the receiver on loopback; its timeout
+		// is the SMTP one, so that the lease stays what smtp-hang needs.
+		"HERALD_WEBHOOK_SECRET":  h.hooks.secret,
+		"HERALD_WEBHOOK_ALLOW":   "127.0.0.0/8",
+		"HERALD_WEBHOOK_TIMEOUT": smtpTimeout.String(),
+	}
+
+	if h.store == "mongodb" {
+		if err := h.setupMongo(ctx); err != nil {
+			return err
+		}
 	}
 
 	switch h.kind {
@@ -498,9 +524,13 @@ func (h *harness) unexpectedExits() []string {
 // runTransport runs the whole scenario on one transport and prints its
 // report; it fails when an invariant does.
 func runTransport(ctx context.Context, o options, transport, bin string, rng *rand.Rand, stdout, stderr io.Writer) (err error) {
-	h := &harness{o: o, transport: transport, kind: transport, nodes: 1, bin: bin, rng: rng, log: stderr}
-	if transport == "rabbitmq-cluster" {
+	h := &harness{o: o, transport: transport, kind: transport, store: "postgres", nodes: 1, bin: bin, rng: rng, log: stderr}
+	switch transport {
+	case "rabbitmq-cluster":
 		h.kind, h.nodes = "rabbitmq", 3
+	case "mongodb":
+		h.kind, h.store = "table", "mongodb"
+		h.o.drainTimeout = o.mongoDrainTimeout
 	}
 	defer h.teardown()
 	if err := h.setup(ctx); err != nil {

@@ -26,6 +26,9 @@ type load struct {
 	spread   time.Duration
 	deadline time.Time
 	client   *http.Client
+	// hookURL is the webhook receiver's endpoint: every webhookEvery-th
+	// notification is a webhook to it (none when empty).
+	hookURL string
 
 	mu       sync.Mutex
 	accepted map[int]string // index -> notification id
@@ -36,9 +39,9 @@ type load struct {
 	done     atomic.Int64
 }
 
-func newLoad(base, runID string, n, clients int, spread time.Duration, deadline time.Time) *load {
+func newLoad(base, runID, hookURL string, n, clients int, spread time.Duration, deadline time.Time) *load {
 	return &load{
-		base: base, runID: runID, n: n, clients: clients, spread: spread, deadline: deadline,
+		base: base, runID: runID, hookURL: hookURL, n: n, clients: clients, spread: spread, deadline: deadline,
 		client: &http.Client{
 			Timeout:   10 * time.Second,
 			Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxIdleConns: clients},
@@ -50,6 +53,28 @@ func newLoad(base, runID string, n, clients int, spread time.Duration, deadline 
 
 // key is the Idempotency-Key of notification i.
 func (l *load) key(i int) string { return fmt.Sprintf("chaos-%s-%d", l.runID, i) }
+
+// webhookEvery makes every third notification of the load a webhook.
+const webhookEvery = 3
+
+// channel is the channel of notification i: a third of the load are
+// webhooks to the receiver (when there is one), the rest email.
+func (l *load) channel(i int) string {
+	if l.hookURL != "" && i%webhookEvery == webhookEvery-1 {
+		return "webhook"
+	}
+	return "email"
+}
+
+// body is the create request of notification i.
+func (l *load) body(i int) string {
+	if l.channel(i) == "webhook" {
+		return fmt.Sprintf(`{"user_id":"chaos-u%d","channel":"webhook","to":%q,"body":{"chaos":%q,"i":%d}}`,
+			i%97, l.hookURL, l.runID, i)
+	}
+	return fmt.Sprintf(`{"user_id":"chaos-u%d","channel":"email","to":"user%d@example.com","subject":"chaos %s #%d","body":"notification %d of the chaos run %s"}`,
+		i%97, i, l.runID, i, i, l.runID)
+}
 
 // acceptedCount returns the number of notifications accepted so far.
 func (l *load) acceptedCount() int {
@@ -97,8 +122,7 @@ func (l *load) run(ctx context.Context) {
 // network errors, timeouts, 429 and 5xx, with a capped backoff, until the
 // deadline; any other answer is final.
 func (l *load) create(ctx context.Context, i int) {
-	body := fmt.Sprintf(`{"user_id":"chaos-u%d","channel":"email","to":"user%d@example.com","subject":"chaos %s #%d","body":"notification %d of the chaos run %s"}`,
-		i%97, i, l.runID, i, i, l.runID)
+	body := l.body(i)
 	backoff := 50 * time.Millisecond
 	last := ""
 	for attempt := 0; attempt < 10000; attempt++ {

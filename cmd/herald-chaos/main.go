@@ -1,23 +1,28 @@
 // Command herald-chaos is herald's reliability harness (make chaos). For each
 // transport it runs the real herald binaries against a scratch PostgreSQL
 // database and a broker of its own (a RabbitMQ node, a nats-server, an
-// in-process kfake Kafka cluster; the table transport needs none), loads them
-// over HTTP as a careful client would, injects faults on a schedule (process
-// kills, crashes inside the send-to-commit window, a broker restart or a
-// killed queue leader, terminated database backends, network latency, resets,
-// blackholes and a broker that accepts TCP and never answers, a purged send
-// queue, a deleted retry queue, SMTP refusals, an SMTP server throttling
-// (421 to MAIL) and one hanging past the lease, a few notifications whose
-// data makes the SMTP server drop the connection, poison and duplicate
-// messages), waits for the drain and checks the guarantees from the
-// database, the broker and the SMTP sink. It times every SIGTERM it sends
-// (restarts, and the stop of every process at the end) and fails a process
-// that needs more than 10s to exit. Each transport's last line sums up its
-// run:
+// in-process kfake Kafka cluster, goaws; the table transport needs none; the
+// mongodb run is the table transport on the MongoDB store, served by a
+// FerretDB process of the harness's own over the scratch database), loads them
+// over HTTP as a careful client would (a third of the notifications are
+// webhooks to a receiver in the harness that checks their signatures, the rest
+// email), injects faults on a schedule (process kills, crashes inside the
+// send-to-commit window, a broker restart or a killed queue leader, terminated
+// database backends, network latency, resets, blackholes and a broker that
+// accepts TCP and never answers, a purged send queue, a deleted retry queue,
+// SMTP refusals, an SMTP server throttling (421 to MAIL) and one hanging past
+// the lease, a few notifications whose data makes the SMTP server drop the
+// connection, poison and duplicate messages, a webhook receiver failing for a
+// while, FerretDB killed and restarted), waits for the drain and checks the
+// guarantees from the database, the broker, the SMTP sink and the webhook
+// receiver. It times every SIGTERM it sends (restarts, and the stop of every
+// process at the end) and fails a process that needs more than 10s to exit.
+// Each transport's last line sums up its run:
 //
-//	chaos: transport=T accepted=A delivered=D lost=L duplicates=U explained=E dead=X faults=F drain_s=S sigterms=K sigterm_p50_s=P sigterm_max_s=M
+//	chaos: transport=T accepted=A delivered=D lost=L duplicates=U explained=E dead=X faults=F drain_s=S sigterms=K sigterm_p50_s=P sigterm_max_s=M accepted_email=A1 lost_email=L1 duplicates_email=U1 accepted_webhook=A2 lost_webhook=L2 duplicates_webhook=U2
 //
-// A RabbitMQ cluster run (HERALD_CHAOS_CLUSTER=1, or the transport
+// The totals cover both channels; the _email and _webhook fields split
+// them. A RabbitMQ cluster run (HERALD_CHAOS_CLUSTER=1, or the transport
 // rabbitmq-cluster) adds nodes=3 to its line. It exits non-zero when an
 // invariant fails.
 package main
@@ -56,7 +61,7 @@ func main() {
 // options is the parsed command line.
 type options struct {
 	// transports are the runs, in order: table, rabbitmq, nats, kafka,
-	// rabbitmq-cluster.
+	// sqs, mongodb, rabbitmq-cluster.
 	transports []string
 	// sharedRabbit runs RabbitMQ on a scratch vhost of the --amqp broker
 	// (restarted with the machine's rabbitmqctl) instead of a node of the
@@ -70,7 +75,11 @@ type options struct {
 	amqp         string
 	step         time.Duration
 	drainTimeout time.Duration
-	loadTimeout  time.Duration
+	// mongoDrainTimeout is the drain's bound on the mongodb run: longer,
+	// as FerretDB v1 reads the whole collection for each claim; an
+	// explicit --drain-timeout sets it too.
+	mongoDrainTimeout time.Duration
+	loadTimeout       time.Duration
 	// skipFaults are the faults left out of the schedule: FAULT on every
 	// transport, TRANSPORT:FAULT on one.
 	skipFaults []string
@@ -122,7 +131,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.postgres, "postgres", defPG, "PostgreSQL admin URL; a scratch database is created beside it (HERALD_TEST_POSTGRES_URL)")
 	fs.StringVar(&o.amqp, "amqp", defAMQP, "RabbitMQ URL; a scratch vhost is created on its broker (HERALD_TEST_AMQP_URL)")
 	fs.DurationVar(&o.step, "step", 2*time.Second, "pause between two faults of the schedule")
-	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Minute, "longest wait for the drain once the faults stopped")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Minute, "longest wait for the drain once the faults stopped (mongodb: 15m unless set)")
 	fs.DurationVar(&o.loadTimeout, "load-timeout", 10*time.Minute, "longest the load may run; a notification not accepted by then counts as refused")
 	skip := fs.String("skip-faults", "", "comma-separated faults to leave out of the schedule: FAULT on every transport, TRANSPORT:FAULT on one (e.g. rabbitmq:smtp-throttle)")
 	fs.Usage = func() {
@@ -140,6 +149,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		ts = append(ts, "rabbitmq-cluster")
 	}
 	o.transports = ts
+	o.mongoDrainTimeout = 15 * time.Minute
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "drain-timeout" {
+			o.mongoDrainTimeout = o.drainTimeout
+		}
+	})
 	for _, f := range strings.Split(*skip, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
@@ -173,7 +188,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 
 // allTransports are the runs of a plain `make chaos`; the cluster run
 // (25-80 s to start three nodes) is added by HERALD_CHAOS_CLUSTER=1.
-var allTransports = []string{"table", "rabbitmq", "nats", "kafka", "sqs"}
+var allTransports = []string{"table", "rabbitmq", "nats", "kafka", "sqs", "mongodb"}
 
 // knownTransports are the names --transport takes.
 var knownTransports = append(slices.Clone(allTransports), "rabbitmq-cluster")

@@ -19,15 +19,21 @@ func TestOptions(t *testing.T) {
 	o, err := parseOptions(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, 42, o.n)
-	require.Equal(t, []string{"table", "rabbitmq", "nats", "kafka", "sqs"}, o.transports)
+	require.Equal(t, []string{"table", "rabbitmq", "nats", "kafka", "sqs", "mongodb"}, o.transports)
 	require.Equal(t, 16, o.clients)
 	require.NotZero(t, o.seed)
+	require.Equal(t, 5*time.Minute, o.drainTimeout)
+	require.Equal(t, 15*time.Minute, o.mongoDrainTimeout, "FerretDB drains slowly")
 
 	o, err = parseOptions([]string{"--transport", "table", "--n", "7", "--seed", "9"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"table"}, o.transports)
 	require.Equal(t, 7, o.n)
 	require.EqualValues(t, 9, o.seed)
+
+	o, err = parseOptions([]string{"--drain-timeout", "2m"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Minute, o.mongoDrainTimeout, "an explicit --drain-timeout holds for mongodb too")
 
 	o, err = parseOptions([]string{"--transport", "both"}, &bytes.Buffer{})
 	require.NoError(t, err)

@@ -40,6 +40,36 @@ type result struct {
 	dropFailed int
 	// terms are the SIGTERMs the harness sent and how long each exit took.
 	terms []termRecord
+	// channels are the figures of each channel of the load, email first.
+	channels []*channelFigures
+}
+
+// row is a notification as the checks read it.
+type row struct {
+	id     int64
+	status string
+}
+
+// channelFigures are one channel's share of the load and what became of it.
+type channelFigures struct {
+	name       string
+	accepted   int
+	delivered  int
+	lost       int
+	duplicates int
+	failed     int
+}
+
+// channel returns the figures of channel name, added on first use.
+func (r *result) channel(name string) *channelFigures {
+	for _, c := range r.channels {
+		if c.name == name {
+			return c
+		}
+	}
+	c := &channelFigures{name: name}
+	r.channels = append(r.channels, c)
+	return c
 }
 
 // check is one invariant and whether it held.
@@ -76,7 +106,7 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 		spread += s.est
 	}
 	h.start = time.Now()
-	l := newLoad(h.apiBase, h.runID, h.o.n, h.o.clients, spread, h.start.Add(h.o.loadTimeout))
+	l := newLoad(h.apiBase, h.runID, h.hooks.url(h.runID), h.o.n, h.o.clients, spread, h.start.Add(h.o.loadTimeout))
 	h.load = l
 	loadDone := make(chan struct{})
 	go func() {
@@ -86,6 +116,9 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 	h.logf("load started: %d notifications from %d clients over ~%s; %d faults, one every ~%s", h.o.n, h.o.clients, spread, len(steps), h.o.step)
 
 	res := &result{transport: h.kind, nodes: h.nodes}
+	if h.store == "mongodb" {
+		res.transport = h.transport
+	}
 	// The first sample is taken under load, with every pool warm.
 	if err := sleep(ctx, h.o.step); err != nil {
 		return nil, err
@@ -103,6 +136,11 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 		rec.accepted = l.acceptedCount()
 		rec.emails = h.sink.Count()
 		rec.duplicates = rec.emails - len(h.sink.CountByMessageID())
+		hooks, _ := h.hooks.deliveries()
+		for _, c := range hooks {
+			rec.webhooks += c
+			rec.duplicates += c - 1
+		}
 		if rec.err != nil {
 			h.logf("fault %s FAILED: %v", s.name, rec.err)
 		} else {
@@ -126,6 +164,7 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 	h.sink.Fail(0, "")
 	h.sink.FailAt(smtptest.StepMail, 0, "")
 	h.sink.SetHang(false)
+	h.hooks.setFailing(false)
 	res.loadTime = h.offset()
 	h.logf("load done: %d accepted, %d refused, %d requests; faults over, waiting for the drain", len(l.accepted), len(l.refused), l.attempts.Load())
 	res.samples = append(res.samples, h.sample(ctx, "load done"))
@@ -158,6 +197,10 @@ func (h *harness) sample(ctx context.Context, label string) sample {
 	m, err := scrapeMetrics(ctx, h.apiBase+"/metrics")
 	if err == nil {
 		s.goroutines, s.rss = m["go_goroutines"], m["process_resident_memory_bytes"]
+	}
+	if h.mongo != nil {
+		// The scratch database's connections are FerretDB's, not herald's.
+		return s
 	}
 	_ = h.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name IS DISTINCT FROM $2`,
 		h.dbName, appName).Scan(&s.dbConns)
@@ -223,7 +266,7 @@ func (h *harness) waitDrain(ctx context.Context, l *load) (bool, string) {
 	for {
 		ok, w := h.drainedOnce(ctx, ids, drops)
 		why = w
-		emails := h.sink.Count()
+		emails := h.sink.Count() + h.hooks.count()
 		if ok && emails == lastEmails {
 			quiet++
 		} else {
@@ -241,6 +284,9 @@ func (h *harness) waitDrain(ctx context.Context, l *load) (bool, string) {
 }
 
 func (h *harness) drainedOnce(ctx context.Context, ids, drops []int64) (bool, string) {
+	if h.mongo != nil {
+		return h.mongoDrained(ctx, ids, drops)
+	}
 	var unprocessed, pending, dropsPending int
 	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`).Scan(&unprocessed); err != nil {
 		return false, "count unprocessed: " + err.Error()
@@ -280,6 +326,14 @@ func (h *harness) drainedOnce(ctx context.Context, ids, drops []int64) (bool, st
 // reason) and the total number of dead letters.
 func (h *harness) deadLetters(ctx context.Context) (map[int64]bool, int, error) {
 	ids := map[int64]bool{}
+	if h.mongo != nil {
+		notes, err := h.mongoNotes(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		ids, n := mongoDeadLetters(notes)
+		return ids, n, nil
+	}
 	if h.kind == "table" {
 		// A row finished with a reason is a dead letter, unless its
 		// notification was sent (a retry's reason stays on the row).
@@ -360,38 +414,36 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	r.expect("every fault injected", len(faultErrs) == 0, "%d faults, %d failed %v", len(h.faults), len(faultErrs), faultErrs)
 
 	// One row per idempotency key, the one the 2xx named, and no other row.
-	type row struct {
-		id     int64
-		status string
-	}
 	byKey := map[string]row{}
 	keyless := 0
-	rows, err := h.db.Query(ctx, `SELECT id, idempotency_key, status FROM notifications`)
-	if err != nil {
-		return fmt.Errorf("read notifications: %w", err)
-	}
-	for rows.Next() {
-		var rw row
-		var key *string
-		if err := rows.Scan(&rw.id, &key, &rw.status); err != nil {
-			rows.Close()
-			return fmt.Errorf("read notifications: %w", err)
+	// On MongoDB every check reads the documents once; unprocessed and
+	// failed are counted from them.
+	var notes []mongoNote
+	if h.mongo != nil {
+		var err error
+		if notes, err = h.mongoNotes(ctx); err != nil {
+			return err
 		}
-		if key == nil {
-			keyless++
-			continue
+		for _, n := range notes {
+			if n.IdempotencyKey == "" {
+				keyless++
+				continue
+			}
+			byKey[n.IdempotencyKey] = row{id: n.ID, status: n.Status}
 		}
-		byKey[*key] = rw
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read notifications: %w", err)
+	} else if err := h.readNotifications(ctx, byKey, &keyless); err != nil {
+		return err
 	}
 	mismatched, missing, strangers := 0, 0, 0
 	emails := h.sink.CountByMessageID()
+	hooks, hookIndex := h.hooks.deliveries()
 	domain := smtpFrom[strings.IndexByte(smtpFrom, '@')+1:]
-	known := map[string]bool{}
+	known, knownHooks := map[string]bool{}, map[string]bool{}
+	hookMismatch := 0
+	r.channel("email")
 	for i, id := range l.accepted {
+		cf := r.channel(l.channel(i))
+		cf.accepted++
 		rw, ok := byKey[l.key(i)]
 		switch {
 		case !ok:
@@ -400,15 +452,35 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 		case strconv.FormatInt(rw.id, 10) != id:
 			mismatched++
 		}
-		mid := "<" + id + "@" + domain + ">"
-		known[mid] = true
-		c := emails[mid]
+		// What the channel's receiving end got: emails by Message-ID,
+		// webhooks by webhook-id (msg_ and the notification id).
+		var c int
+		if cf.name == "webhook" {
+			wid := "msg_" + id
+			knownHooks[wid] = true
+			c = hooks[wid]
+			if j, ok := hookIndex[wid]; ok && j != i {
+				hookMismatch++
+			}
+		} else {
+			mid := "<" + id + "@" + domain + ">"
+			known[mid] = true
+			c = emails[mid]
+		}
 		if rw.status == "sent" && c > 0 {
 			r.delivered++
+			cf.delivered++
+		}
+		if rw.status == "failed" {
+			cf.failed++
 		}
 		if c > 1 {
 			r.duplicates += c - 1
+			cf.duplicates += c - 1
 		}
+	}
+	for _, cf := range r.channels {
+		cf.lost = cf.accepted - cf.delivered
 	}
 	dropKeys := map[string]bool{}
 	for k := range h.dropIDs {
@@ -432,7 +504,12 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	r.lost = r.accepted - r.delivered
 	r.expect("one row per accepted create", missing == 0 && mismatched == 0 && keyless == 0 && strangers == 0,
 		"%d accepted without a row, %d answered with another id, %d rows without a key, %d rows nobody asked for", missing, mismatched, keyless, strangers)
-	r.expect("nothing lost", r.lost == 0, "%d accepted notifications not sent with an email", r.lost)
+	var perChannel []string
+	for _, cf := range r.channels {
+		perChannel = append(perChannel, fmt.Sprintf("%s %d of %d (%d failed)", cf.name, cf.lost, cf.accepted, cf.failed))
+	}
+	r.expect("nothing lost", r.lost == 0, "%d accepted notifications not sent and received (an email, a 2xx webhook); per channel: %s",
+		r.lost, strings.Join(perChannel, ", "))
 
 	// An email of an smtp-drop notification is the drop check's failure,
 	// not a phantom.
@@ -450,19 +527,43 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 		}
 	}
 	r.expect("no email without a notification", phantom == 0, "%d Message-IDs match no accepted notification", phantom)
+	phantomHooks := 0
+	for wid := range hooks {
+		if !knownHooks[wid] {
+			phantomHooks++
+		}
+	}
+	r.expect("no webhook without a notification", phantomHooks == 0 && hookMismatch == 0,
+		"%d webhook-ids match no accepted webhook notification, %d carried another notification's body", phantomHooks, hookMismatch)
+	badSig, badBody := h.hooks.refused()
+	r.expect("every webhook signed", badSig == 0 && badBody == 0,
+		"%d requests with a missing or wrong Standard Webhooks signature, %d with a body the load never sent", badSig, badBody)
 
 	var unprocessed int
-	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`).Scan(&unprocessed); err != nil {
+	if h.mongo != nil {
+		for _, n := range notes {
+			unprocessed += n.Open
+		}
+	} else if err := h.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`).Scan(&unprocessed); err != nil {
 		return fmt.Errorf("count unprocessed: %w", err)
 	}
 	r.expect("outbox drained", unprocessed == 0, "%d unprocessed outbox rows", unprocessed)
 	r.expect("duplicates explained", r.duplicates <= window,
-		"%d repeated emails; the logged kills could explain at most %d", r.duplicates, window)
+		"%d repeated emails and webhooks; the logged kills could explain at most %d", r.duplicates, window)
 
 	// The smtp-drop notifications must fail (checked above); no other
 	// notification may.
 	var failed, otherFailed int
-	if err := h.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT (id = ANY(COALESCE($1::bigint[], '{}')))) FROM notifications WHERE status = 'failed'`,
+	if h.mongo != nil {
+		for _, n := range notes {
+			if n.Status == "failed" {
+				failed++
+				if !slices.Contains(h.dropIDs, n.ID) {
+					otherFailed++
+				}
+			}
+		}
+	} else if err := h.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT (id = ANY(COALESCE($1::bigint[], '{}')))) FROM notifications WHERE status = 'failed'`,
 		h.dropIDs).Scan(&failed, &otherFailed); err != nil {
 		return fmt.Errorf("count failed: %w", err)
 	}
@@ -494,6 +595,32 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	procs := 1 + len(h.relays) + len(h.workers)
 	limit := procs * 15
 	r.expect("no resource growth", !grows(r.samples, limit), "%s (connection limit %d)", formatSamples(r.samples), limit)
+	return nil
+}
+
+// readNotifications reads every notification row on PostgreSQL into byKey
+// (id and status by idempotency key), counting the rows without a key.
+func (h *harness) readNotifications(ctx context.Context, byKey map[string]row, keyless *int) error {
+	rows, err := h.db.Query(ctx, `SELECT id, idempotency_key, status FROM notifications`)
+	if err != nil {
+		return fmt.Errorf("read notifications: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rw row
+		var key *string
+		if err := rows.Scan(&rw.id, &key, &rw.status); err != nil {
+			return fmt.Errorf("read notifications: %w", err)
+		}
+		if key == nil {
+			*keyless++
+			continue
+		}
+		byKey[*key] = rw
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read notifications: %w", err)
+	}
 	return nil
 }
 
@@ -540,13 +667,13 @@ func formatSamples(s []sample) string {
 func (r *result) print(w io.Writer) {
 	fmt.Fprintf(w, "\n== herald chaos report: transport %s ==\n", r.transport)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "at\ttook\tfault\tresult\taccepted\temails\trepeats\twindow")
+	fmt.Fprintln(tw, "at\ttook\tfault\tresult\taccepted\temails\twebhooks\trepeats\twindow")
 	for _, f := range r.faults {
 		res := f.detail
 		if f.err != nil {
 			res = "FAILED: " + strings.SplitN(f.err.Error(), "\n", 2)[0]
 		}
-		fmt.Fprintf(tw, "%6.1fs\t%5.1fs\t%s\t%s\t%d\t%d\t%d\t%d\n", f.at.Seconds(), f.took.Seconds(), f.name, res, f.accepted, f.emails, f.duplicates, f.window)
+		fmt.Fprintf(tw, "%6.1fs\t%5.1fs\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", f.at.Seconds(), f.took.Seconds(), f.name, res, f.accepted, f.emails, f.webhooks, f.duplicates, f.window)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nload: %d accepted, %d refused, %d requests, %.1fs; drain %.1fs\n", r.accepted, r.refused, r.attempts, r.loadTime.Seconds(), r.drain.Seconds())
@@ -559,12 +686,16 @@ func (r *result) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%s %s: %s\n", mark, c.name, c.note)
 	}
+	channels := ""
+	for _, c := range r.channels {
+		channels += fmt.Sprintf(" accepted_%[1]s=%[2]d lost_%[1]s=%[3]d duplicates_%[1]s=%[4]d", c.name, c.accepted, c.lost, c.duplicates)
+	}
 	nodes := ""
 	if r.nodes > 1 {
 		nodes = fmt.Sprintf(" nodes=%d", r.nodes)
 	}
 	p50, longest := termQuantiles(r.terms)
-	fmt.Fprintf(w, "chaos: transport=%s accepted=%d delivered=%d lost=%d duplicates=%d explained=%d dead=%d faults=%d drain_s=%.1f sigterms=%d sigterm_p50_s=%.2f sigterm_max_s=%.2f%s\n",
+	fmt.Fprintf(w, "chaos: transport=%s accepted=%d delivered=%d lost=%d duplicates=%d explained=%d dead=%d faults=%d drain_s=%.1f sigterms=%d sigterm_p50_s=%.2f sigterm_max_s=%.2f%s%s\n",
 		r.transport, r.accepted, r.delivered, r.lost, r.duplicates, min(r.duplicates, r.window), r.dead, len(r.faults), r.drain.Seconds(),
-		len(r.terms), p50.Seconds(), longest.Seconds(), nodes)
+		len(r.terms), p50.Seconds(), longest.Seconds(), channels, nodes)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -149,6 +150,9 @@ func (h *harness) createDrop(ctx context.Context, k int) (int64, error) {
 
 // notificationStates reads the status and attempts of the notifications.
 func (h *harness) notificationStates(ctx context.Context, ids []int64) (map[int64]string, map[int64]int, error) {
+	if h.mongo != nil {
+		return h.mongoStates(ctx, ids)
+	}
 	rows, err := h.db.Query(ctx, `SELECT id, status, attempts FROM notifications WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read notifications: %w", err)
@@ -180,11 +184,9 @@ func rate(n int, d time.Duration) float64 {
 // events, which may be dead letters.
 func (h *harness) verifySMTPFaults(ctx context.Context, r *result, emails map[string]int, domain string) (map[int64]bool, error) {
 	if h.ran("smtp-throttle") {
-		var spent int
-		err := h.db.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE outcome IS DISTINCT FROM 'deferred' AND error LIKE '%' || $1 || '%'`,
-			throttleMarker).Scan(&spent)
+		spent, err := h.throttleSpent(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("count throttled attempts: %w", err)
+			return nil, err
 		}
 		r.expect("smtp-throttle spent no attempt", spent == 0,
 			"%d delivery attempts spent on a 421 to MAIL; %d MAIL commands during the %s throttle", spent, h.throttleMails, throttlePause)
@@ -216,6 +218,20 @@ func (h *harness) verifySMTPFaults(ctx context.Context, r *result, emails map[st
 		"%d of %d failed after their retries (HERALD_MAX_RETRIES=%d), %d connections dropped after DATA; %s",
 		r.dropFailed, len(h.dropIDs), maxRetries, h.sink.Drops(), strings.Join(bad, "; "))
 
+	if h.mongo != nil {
+		notes, err := h.mongoNotes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range notes {
+			if slices.Contains(h.dropIDs, n.ID) {
+				for _, e := range n.Events {
+					dropEvents[e.ID] = true
+				}
+			}
+		}
+		return dropEvents, nil
+	}
 	rows, err := h.db.Query(ctx, `SELECT id FROM outbox WHERE jsonb_typeof(payload) = 'object' AND payload->>'notification_id' = ANY($1) AND event_type = 'notification.requested'`, idStrings(h.dropIDs))
 	if err != nil {
 		return nil, fmt.Errorf("read the drop notifications' events: %w", err)
@@ -229,6 +245,33 @@ func (h *harness) verifySMTPFaults(ctx context.Context, r *result, emails map[st
 		dropEvents[id] = true
 	}
 	return dropEvents, rows.Err()
+}
+
+// throttleSpent counts the delivery attempts a 421 of the smtp-throttle
+// fault cost (a deferred one costs none).
+func (h *harness) throttleSpent(ctx context.Context) (int, error) {
+	if h.mongo != nil {
+		notes, err := h.mongoNotes(ctx)
+		if err != nil {
+			return 0, err
+		}
+		spent := 0
+		for _, n := range notes {
+			for _, a := range n.History {
+				if a.Outcome != "deferred" && strings.Contains(a.Error, throttleMarker) {
+					spent++
+				}
+			}
+		}
+		return spent, nil
+	}
+	var spent int
+	err := h.db.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE outcome IS DISTINCT FROM 'deferred' AND error LIKE '%' || $1 || '%'`,
+		throttleMarker).Scan(&spent)
+	if err != nil {
+		return 0, fmt.Errorf("count throttled attempts: %w", err)
+	}
+	return spent, nil
 }
 
 // ran reports whether the schedule held the fault.
