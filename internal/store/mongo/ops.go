@@ -55,7 +55,9 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 }
 
 // Redrive puts a dead-lettered notification back to pending with a fresh
-// notification.requested event, in one change of its document. It reports
+// notification.requested event, in one change of its document; last_error is
+// cleared (it describes the current state; the history is in the attempts).
+// It reports
 // false, writing nothing, for a notification that is not failed; a missing
 // one is notify.ErrNotFound.
 func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
@@ -64,7 +66,7 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 			return errNoChange
 		}
 		t := now()
-		d.Status, d.FailedAt, d.UpdatedAt = string(notify.StatusPending), nil, t
+		d.Status, d.FailedAt, d.LastError, d.UpdatedAt = string(notify.StatusPending), nil, "", t
 		return d.addEvent(d.notification(), t)
 	})
 	switch {

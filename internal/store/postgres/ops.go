@@ -69,11 +69,12 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 const (
 	// redriveNotification is the compare-and-set that makes a redrive
 	// safe: only a failed notification goes back to pending, so one that
-	// was sent (or redriven already) is never delivered again. attempts and
-	// last_error stay as the history of the earlier tries.
+	// was sent (or redriven already) is never delivered again. last_error
+	// describes the current state, so it is cleared until a new failure;
+	// attempts keeps counting, and delivery_attempts keeps the history.
 	redriveNotification = `
 UPDATE notifications
-SET status = 'pending', failed_at = NULL, updated_at = now()
+SET status = 'pending', failed_at = NULL, last_error = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
 RETURNING id, user_id, channel, recipient, subject, body`
 

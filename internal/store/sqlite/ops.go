@@ -69,10 +69,11 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 
 // redriveNotification is the compare-and-set that makes a redrive safe: only
 // a failed notification goes back to pending, so one that was sent (or
-// redriven already) is never delivered again. attempts and last_error stay as
-// the history of the earlier tries.
+// redriven already) is never delivered again. last_error describes the
+// current state, so it is cleared until a new failure; attempts keeps
+// counting, and delivery_attempts keeps the history.
 const redriveNotification = `
-UPDATE notifications SET status = 'pending', failed_at = NULL, updated_at = ?1
+UPDATE notifications SET status = 'pending', failed_at = NULL, last_error = NULL, updated_at = ?1
 WHERE id = ?2 AND status = 'failed'
 RETURNING id, user_id, channel, recipient, subject, body`
 
