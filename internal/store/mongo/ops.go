@@ -27,6 +27,13 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 	if !f.Since.IsZero() {
 		filter = append(filter, bson.E{Key: "failed_at", Value: bson.D{{Key: "$gte", Value: msTime(f.Since)}}})
 	}
+	if f.After != nil {
+		at := msTime(f.After.FailedAt)
+		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "failed_at", Value: bson.D{{Key: "$lt", Value: at}}}},
+			bson.D{{Key: "failed_at", Value: at}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: key(f.After.ID)}}}},
+		}})
+	}
 	cur, err := s.n.Find(ctx, filter, options.Find().
 		SetSort(bson.D{{Key: "failed_at", Value: -1}, {Key: "_id", Value: -1}}).SetProjection(noHeavy))
 	if err != nil {
