@@ -34,6 +34,8 @@ type Notification struct {
 	CreatedAt time.Time  `json:"created_at"`
 	UpdatedAt time.Time  `json:"updated_at"`
 	SentAt    *time.Time `json:"sent_at"`
+	// FailedAt is when it was dead-lettered; nil unless Status is failed.
+	FailedAt *time.Time `json:"failed_at"`
 }
 
 // CreateRequest is a notification to send. Each channel has its fields:

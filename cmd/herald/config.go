@@ -19,6 +19,7 @@ type Config struct {
 	BrokerURL   string
 	HTTPAddr    string
 	APIToken    string
+	APIURL      string
 	SMTPURL     string
 	SMTPCAFile  string
 	SMTPRate    int
@@ -93,6 +94,8 @@ const (
 	cmdsBroker   = "serve api relay worker dlq-redrive bench"
 	cmdsProcess  = "relay worker"
 	cmdsLong     = "serve api relay worker"
+	// cmdsClient can talk to the API instead of the database.
+	cmdsClient = "notifications-list notifications-show dlq-list dlq-show dlq-redrive"
 )
 
 var settings = []setting{
@@ -102,8 +105,10 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.BrokerURL }, cmds: cmdsBroker},
 	{env: "HERALD_HTTP_ADDR", flag: "http-addr", def: "127.0.0.1:8080", usage: "API listen address",
 		field: func(c *Config) any { return &c.HTTPAddr }, cmds: cmdsAPI},
-	{env: "HERALD_API_TOKEN", flag: "api-token", def: "", usage: "when set, every API call but health needs Authorization: Bearer <token>",
-		field: func(c *Config) any { return &c.APIToken }, cmds: cmdsAPI, secret: true},
+	{env: "HERALD_API_TOKEN", flag: "api-token", def: "", usage: "when set, every API call but health needs Authorization: Bearer <token>; the commands given --api-url send it",
+		field: func(c *Config) any { return &c.APIToken }, cmds: cmdsAPI + " " + cmdsClient, secret: true},
+	{env: "HERALD_API_URL", flag: "api-url", def: "", usage: "read and redrive through this herald API (http://host:8080, with HERALD_API_TOKEN) instead of the database; unset: the database",
+		field: func(c *Config) any { return &c.APIURL }, cmds: cmdsClient},
 	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port[?tls=required|opportunistic|none] (STARTTLS; required with credentials), smtps:// for implicit TLS, or mbox:PATH to write mail to a file on purpose; unset: serve writes mail to herald.mbox, a worker refuses to start",
 		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker"},
 	{env: "HERALD_SMTP_CA_FILE", flag: "smtp-ca-file", def: "", usage: "PEM certificates trusted besides the system's for the SMTP server's TLS (a private CA)",

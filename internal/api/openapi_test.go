@@ -392,7 +392,7 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 	valid := map[string]any{
 		"id": "1", "user_id": "u", "channel": "email", "to": "a@example.com", "subject": "s",
 		"status": "pending", "attempts": float64(0), "last_error": nil,
-		"created_at": "2026-05-01T12:00:00.123456Z", "updated_at": "2026-05-01T12:00:00Z", "sent_at": nil,
+		"created_at": "2026-05-01T12:00:00.123456Z", "updated_at": "2026-05-01T12:00:00Z", "sent_at": nil, "failed_at": nil,
 	}
 	with := func(k string, v any) map[string]any {
 		m := map[string]any{}
