@@ -277,6 +277,12 @@ func (a *API) redrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, *e)
 		return
 	}
+	// The selection is the body; a query parameter would be ignored in
+	// silence, so none is taken.
+	if e := checkParams(r.URL.Query(), nil); e != nil {
+		writeError(w, http.StatusBadRequest, *e)
+		return
+	}
 	sel, ids, e, status := a.readRedrive(w, r)
 	if e != nil {
 		writeError(w, status, *e)

@@ -129,6 +129,8 @@ func TestRedriveRefuses(t *testing.T) {
 		r := do(t, http.MethodPost, srv+"/dead-letters/redrive", jsonHeaders(), body)
 		requireError(t, r, http.StatusBadRequest, want[0], want[1])
 	}
+	// The selection is the body: a query parameter is refused, not ignored.
+	requireError(t, do(t, http.MethodPost, srv+"/dead-letters/redrive?dry_run=true", jsonHeaders(), `{"all":true}`), http.StatusBadRequest, "unknown_field", "dry_run")
 }
 
 // Replies are JSON, not HTML: <, > and & come back as they were sent.
