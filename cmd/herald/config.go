@@ -22,6 +22,9 @@ type Config struct {
 	APIToken    string
 	// CORSOrigins is HERALD_CORS_ORIGINS as given: a comma-separated list.
 	CORSOrigins string
+	// APIURL is HERALD_API_URL: the read and redrive commands go through
+	// this API instead of the database.
+	APIURL      string
 	SMTPURL     string
 	SMTPCAFile  string
 	SMTPRate    int
@@ -100,6 +103,8 @@ const (
 	cmdsBroker   = "serve api relay worker dlq-redrive bench"
 	cmdsProcess  = "relay worker"
 	cmdsLong     = "serve api relay worker"
+	// cmdsClient can talk to the API instead of the database.
+	cmdsClient = "notifications-list notifications-show dlq-list dlq-show dlq-redrive"
 )
 
 var settings = []setting{
@@ -109,8 +114,10 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.BrokerURL }, cmds: cmdsBroker},
 	{env: "HERALD_HTTP_ADDR", flag: "http-addr", def: "127.0.0.1:8080", usage: "API listen address",
 		field: func(c *Config) any { return &c.HTTPAddr }, cmds: cmdsAPI},
-	{env: "HERALD_API_TOKEN", flag: "api-token", def: "", usage: "when set, every API call but health needs Authorization: Bearer <token>",
-		field: func(c *Config) any { return &c.APIToken }, cmds: cmdsAPI, secret: true},
+	{env: "HERALD_API_TOKEN", flag: "api-token", def: "", usage: "when set, every API call but health needs Authorization: Bearer <token>; the commands given --api-url send it",
+		field: func(c *Config) any { return &c.APIToken }, cmds: cmdsAPI + " " + cmdsClient, secret: true},
+	{env: "HERALD_API_URL", flag: "api-url", def: "", usage: "read and redrive through this herald API (http://host:8080, with HERALD_API_TOKEN) instead of the database; unset: the database",
+		field: func(c *Config) any { return &c.APIURL }, cmds: cmdsClient},
 	{env: "HERALD_CORS_ORIGINS", flag: "cors-origins", def: "", usage: "browser origins allowed to call the API, comma-separated: exact origins (https://app.example.com) or * for any; preflights from them are answered; unset: no CORS",
 		field: func(c *Config) any { return &c.CORSOrigins }, cmds: cmdsAPI},
 	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port[?tls=required|opportunistic|none] (STARTTLS; required with credentials), smtps:// for implicit TLS, or mbox:PATH to write mail to a file on purpose; unset: serve writes mail to herald.mbox, a worker refuses to start",

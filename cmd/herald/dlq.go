@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	apiclient "github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/notify"
@@ -55,7 +55,7 @@ func cmdDLQList(ctx context.Context, args []string, e env) error {
 	cfg, err := parseFlags("dlq list", "Lists dead letters (notifications in status failed), newest first.",
 		args, e, func(fs *flag.FlagSet) {
 			ff.register(fs, 100)
-			fs.BoolVar(&asJSON, "json", false, "print a JSON array of {id, to, attempts, last_error, failed_at}")
+			fs.BoolVar(&asJSON, "json", false, `print them as GET /dead-letters answers: {"items": [{id, to, attempts, last_error, failed_at}, ...]}`)
 		})
 	if err != nil {
 		return err
@@ -64,23 +64,27 @@ func cmdDLQList(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openMigrated(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	ns, err := deadletter.New(st, nil).List(ctx, f)
-	if err != nil {
-		return err
+	var ns []notify.Notification
+	if cfg.APIURL != "" {
+		c, err := newAPIClient(cfg)
+		if err != nil {
+			return err
+		}
+		if ns, err = c.deadLetters(ctx, ff, f.Limit); err != nil {
+			return err
+		}
+	} else {
+		st, closeStore, err := openMigrated(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		if ns, err = deadletter.New(st, nil).List(ctx, f); err != nil {
+			return err
+		}
 	}
 	if asJSON {
-		out := make([]any, 0, len(ns))
-		for _, n := range ns {
-			out = append(out, api.NewDeadLetterView(n))
-		}
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printJSON(e.stdout, api.NewDeadLetterPage(ns, ""))
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tFAILED_AT\tATTEMPTS\tTO\tLAST_ERROR")
@@ -110,7 +114,7 @@ func cmdDLQShow(ctx context.Context, args []string, e env) error {
 	if !ok {
 		return usageError{fmt.Errorf("dlq show: %q is not a notification id", rest[0])}
 	}
-	st, closeStore, err := openMigrated(ctx, cfg)
+	st, closeStore, err := openReader(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -169,27 +173,44 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 	if (notify.RedriveSelection{Filter: f, All: all}).Empty() {
 		return usageError{errors.New("dlq redrive: nothing selected: name --id ID..., --all, or a filter (--since, --error, --limit)")}
 	}
-	st, closeStore, err := openMigrated(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	tr, err := newTransport(cfg, slog.New(slog.NewTextHandler(e.stderr, nil)), "")
-	if err != nil {
-		return err
-	}
-	queue := tr.deadLetters
 	sel := notify.RedriveSelection{Filter: f, All: all, DryRun: dryRun}
-	if isTerminal(e.stderr) {
-		sel.Progress = progressBar(e.stderr)
-	}
-	res, err := deadletter.New(st, queue).Redrive(ctx, sel)
-	if err != nil {
-		return err
-	}
-	skips, err := api.ExplainSkips(ctx, st.Get, ids, res)
-	if err != nil {
-		return err
+	var (
+		res        notify.RedriveResult
+		skips      []api.Skip
+		queueName  string
+		queueInUse bool
+	)
+	if cfg.APIURL != "" {
+		c, err := newAPIClient(cfg)
+		if err != nil {
+			return err
+		}
+		if res, skips, err = c.redrive(ctx, ff, sel); err != nil {
+			return err
+		}
+		// The API's process removes the messages from its broker.
+		queueName, queueInUse = "the broker's dead letters", res.RemovedFromQueue > 0
+	} else {
+		st, closeStore, err := openMigrated(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		tr, err := newTransport(cfg, slog.New(slog.NewTextHandler(e.stderr, nil)), "")
+		if err != nil {
+			return err
+		}
+		queue := tr.deadLetters
+		if isTerminal(e.stderr) {
+			sel.Progress = progressBar(e.stderr)
+		}
+		if res, err = deadletter.New(st, queue).Redrive(ctx, sel); err != nil {
+			return err
+		}
+		if skips, err = api.ExplainSkips(ctx, st.Get, ids, res); err != nil {
+			return err
+		}
+		queueName, queueInUse = tr.deadLetterName, queue != nil
 	}
 	var skipped []string
 	for _, s := range skips {
@@ -207,8 +228,8 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 	if len(skipped) > 0 {
 		fmt.Fprintf(e.stdout, "; skipped %d: %s", len(skipped), strings.Join(skipped, ", "))
 	}
-	if queue != nil {
-		fmt.Fprintf(e.stdout, "; removed %d message(s) from %s", res.RemovedFromQueue, tr.deadLetterName)
+	if queueInUse {
+		fmt.Fprintf(e.stdout, "; removed %d message(s) from %s", res.RemovedFromQueue, queueName)
 	}
 	fmt.Fprintln(e.stdout)
 	return nil
@@ -248,4 +269,58 @@ func oneLine(s string, n int) string {
 		return s[:n-1] + "…"
 	}
 	return s
+}
+
+// deadLetters lists the dead letters through the API, page after page, up
+// to limit (0: all of them), as the database path lists them.
+func (a apiClient) deadLetters(ctx context.Context, ff filterFlags, limit int) ([]notify.Notification, error) {
+	opts := apiclient.DeadLetterOptions{Since: ff.since, Error: ff.text, Limit: api.MaxDeadLetterLimit}
+	if limit > 0 {
+		opts.Limit = min(limit, api.MaxDeadLetterLimit)
+	}
+	var out []notify.Notification
+	for d, err := range a.c.AllDeadLetters(ctx, opts) {
+		if err != nil {
+			return nil, fmt.Errorf("list dead letters: %w", err)
+		}
+		id, ok := notify.ParseID(d.ID)
+		if !ok {
+			return nil, fmt.Errorf("the API answered a notification id %q", d.ID)
+		}
+		out = append(out, notify.Notification{ID: id, To: d.To, Attempts: d.Attempts, LastError: d.LastError, FailedAt: d.FailedAt, Status: notify.StatusFailed})
+		if limit > 0 && len(out) == limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// redrive redrives through the API, which says why it skipped what it
+// skipped.
+func (a apiClient) redrive(ctx context.Context, ff filterFlags, sel notify.RedriveSelection) (notify.RedriveResult, []api.Skip, error) {
+	req := apiclient.RedriveRequest{All: sel.All, Since: ff.since, Error: ff.text, Limit: ff.limit, DryRun: sel.DryRun}
+	for _, id := range sel.Filter.IDs {
+		req.IDs = append(req.IDs, notify.FormatID(id))
+	}
+	r, err := a.c.Redrive(ctx, req)
+	if err != nil {
+		return notify.RedriveResult{}, nil, fmt.Errorf("redrive: %w", err)
+	}
+	res := notify.RedriveResult{Selected: r.Selected, RemovedFromQueue: r.RemovedFromQueue, DryRun: r.DryRun, Redriven: []int64{}}
+	for _, s := range r.Redriven {
+		id, ok := notify.ParseID(s)
+		if !ok {
+			return res, nil, fmt.Errorf("the API answered a notification id %q", s)
+		}
+		res.Redriven = append(res.Redriven, id)
+	}
+	var skips []api.Skip
+	for _, s := range r.Skipped {
+		id, ok := notify.ParseID(s.ID)
+		if !ok {
+			return res, nil, fmt.Errorf("the API answered a notification id %q", s.ID)
+		}
+		skips = append(skips, api.Skip{ID: id, Reason: s.Reason})
+	}
+	return res, skips, nil
 }

@@ -98,8 +98,11 @@ func TestEmbeddedDeadLetterRedrive(t *testing.T) {
 		return p.Log()
 	}
 	out := cli("dlq", "list", "--json")
-	var listed []map[string]any
-	require.NoError(t, json.Unmarshal([]byte(out[:strings.LastIndex(out, "]")+1]), &listed), out)
+	var page struct {
+		Items []map[string]any `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &page), out)
+	listed := page.Items
 	require.Len(t, listed, 1)
 	require.Equal(t, r.ID, listed[0]["id"])
 	require.Contains(t, listed[0]["last_error"], "451")

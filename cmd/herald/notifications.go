@@ -7,12 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	apiclient "github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/notify"
 )
@@ -61,7 +63,7 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openMigrated(ctx, cfg)
+	st, closeStore, err := openReader(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -71,9 +73,7 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(api.NewPageView(f, page))
+		return printJSON(e.stdout, api.NewPageView(f, page))
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCREATED_AT\tSTATUS\tATTEMPTS\tUSER_ID\tCHANNEL\tTO\tSUBJECT")
@@ -112,7 +112,7 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 	if !ok {
 		return usageError{fmt.Errorf("notifications show: %q is not a notification id", rest[0])}
 	}
-	st, closeStore, err := openMigrated(ctx, cfg)
+	st, closeStore, err := openReader(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -127,9 +127,7 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"notification": api.NewNotificationDetail(n), "attempts": api.NewAttemptViews(attempts)})
+		return printJSON(e.stdout, map[string]any{"notification": api.NewNotificationDetail(n), "attempts": api.NewAttemptViews(attempts)})
 	}
 	if err := writeNotification(e.stdout, n); err != nil {
 		return err
@@ -190,4 +188,129 @@ func writeNotification(w io.Writer, n notify.Notification) error {
 		row("failed_at", n.FailedAt.UTC().Format(time.RFC3339Nano))
 	}
 	return tw.Flush()
+}
+
+// reader is what the read commands read: the database, or (with
+// --api-url) the API through the Go client. Both give the same values, so
+// the commands print the same either way.
+type reader interface {
+	List(ctx context.Context, f notify.ListFilter) (notify.ListPage, error)
+	Get(ctx context.Context, id int64) (notify.Notification, error)
+	Attempts(ctx context.Context, id int64) ([]notify.Attempt, error)
+}
+
+// openReader opens the API's client when cfg names an API, the database
+// otherwise.
+func openReader(ctx context.Context, cfg Config) (reader, func(), error) {
+	if cfg.APIURL != "" {
+		c, err := newAPIClient(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() {}, nil
+	}
+	st, closeStore, err := openMigrated(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, closeStore, nil
+}
+
+// apiClient reads and redrives through the API.
+type apiClient struct{ c *apiclient.Client }
+
+func newAPIClient(cfg Config) (apiClient, error) {
+	c, err := apiclient.New(cfg.APIURL, apiclient.WithToken(cfg.APIToken))
+	if err != nil {
+		return apiClient{}, usageError{fmt.Errorf("--api-url (HERALD_API_URL): %w", err)}
+	}
+	return apiClient{c}, nil
+}
+
+// List asks for the page f selects; the cursors are the API's, which the
+// filter encodes and decodes as the database path does.
+func (a apiClient) List(ctx context.Context, f notify.ListFilter) (notify.ListPage, error) {
+	opts := apiclient.ListOptions{
+		UserID: f.UserID, Status: apiclient.Status(f.Status), Channel: f.Channel,
+		CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore, Limit: f.Limit,
+	}
+	if f.After != nil {
+		opts.Cursor = f.EncodeCursor(*f.After)
+	}
+	p, err := a.c.List(ctx, opts)
+	if err != nil {
+		return notify.ListPage{}, fromAPIError(err)
+	}
+	var out notify.ListPage
+	for _, n := range p.Items {
+		nn, err := fromClient(n)
+		if err != nil {
+			return notify.ListPage{}, err
+		}
+		out.Items = append(out.Items, nn)
+	}
+	if p.NextCursor != "" {
+		pos, err := f.DecodeCursor(p.NextCursor)
+		if err != nil {
+			return notify.ListPage{}, fmt.Errorf("the API's next cursor: %w", err)
+		}
+		out.Next = &pos
+	}
+	return out, nil
+}
+
+// Get asks for one notification with its body.
+func (a apiClient) Get(ctx context.Context, id int64) (notify.Notification, error) {
+	n, err := a.c.Get(ctx, notify.FormatID(id))
+	if err != nil {
+		return notify.Notification{}, fromAPIError(err)
+	}
+	return fromClient(n)
+}
+
+// Attempts asks for a notification's delivery attempts.
+func (a apiClient) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error) {
+	as, err := a.c.Attempts(ctx, notify.FormatID(id))
+	if err != nil {
+		return nil, fromAPIError(err)
+	}
+	out := make([]notify.Attempt, 0, len(as))
+	for _, at := range as {
+		mid, ok := notify.ParseID(at.MessageID)
+		if !ok {
+			return nil, fmt.Errorf("the API answered a message id %q", at.MessageID)
+		}
+		out = append(out, notify.Attempt{Attempt: at.Attempt, MessageID: mid, StartedAt: at.StartedAt, FinishedAt: at.FinishedAt, Outcome: at.Outcome, Error: at.Error})
+	}
+	return out, nil
+}
+
+// fromAPIError turns the API's 404 into notify.ErrNotFound, as the
+// database path reports it.
+func fromAPIError(err error) error {
+	if e, ok := errors.AsType[*apiclient.Error](err); ok && e.StatusCode == http.StatusNotFound {
+		return notify.ErrNotFound
+	}
+	return err
+}
+
+// fromClient is the notification the API showed.
+func fromClient(n apiclient.Notification) (notify.Notification, error) {
+	id, ok := notify.ParseID(n.ID)
+	if !ok {
+		return notify.Notification{}, fmt.Errorf("the API answered a notification id %q", n.ID)
+	}
+	return notify.Notification{
+		ID: id, UserID: n.UserID, Channel: n.Channel, To: n.To, Subject: n.Subject, Body: n.Body,
+		Status: notify.Status(n.Status), Attempts: n.Attempts, LastError: n.LastError,
+		CreatedAt: n.CreatedAt, UpdatedAt: n.UpdatedAt, SentAt: n.SentAt, FailedAt: n.FailedAt,
+	}, nil
+}
+
+// printJSON prints v indented, without HTML escaping, as the API writes.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }

@@ -120,9 +120,12 @@ func TestDeadLetterListAndRedrive(t *testing.T) {
 	n := s.waitStatus(r.ID, "failed", 30*time.Second)
 	require.Equal(t, 1, n.Attempts, "a 5xx is permanent: no retries")
 
-	var listed []map[string]any
+	var page struct {
+		Items []map[string]any `json:"items"`
+	}
 	out := s.run("dlq", "list", "--json")
-	require.NoError(t, json.Unmarshal([]byte(out[:strings.LastIndex(out, "]")+1]), &listed), out)
+	require.NoError(t, json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &page), out)
+	listed := page.Items
 	require.Len(t, listed, 1)
 	require.Equal(t, r.ID, listed[0]["id"])
 	require.Equal(t, "dead@example.com", listed[0]["to"])

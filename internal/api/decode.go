@@ -61,7 +61,7 @@ func decodeCreate(raw []byte, channels notify.Channels) (notify.CreateRequest, *
 	if !utf8.Valid(raw) {
 		return req, &apiError{Code: "invalid_utf8", Message: "the request body is not valid UTF-8"}
 	}
-	if e := scanKeys(raw); e != nil {
+	if e := scanKeys(raw, requestFields); e != nil {
 		return req, e
 	}
 	var cb createBody
@@ -110,8 +110,8 @@ func decodeBody(v json.RawMessage, jsonBody bool) (string, *apiError) {
 }
 
 // scanKeys checks the shape of the body before it is decoded: one object,
-// known keys spelled exactly and given once, nothing after it.
-func scanKeys(raw []byte) *apiError {
+// keys of fields spelled exactly and given once, nothing after it.
+func scanKeys(raw []byte, fields map[string]bool) *apiError {
 	invalid := func(msg string) *apiError { return &apiError{Code: "invalid_json", Message: msg} }
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
@@ -124,7 +124,7 @@ func scanKeys(raw []byte) *apiError {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return invalid("the request body must be a JSON object")
 	}
-	seen := make(map[string]bool, len(requestFields))
+	seen := make(map[string]bool, len(fields))
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -134,7 +134,7 @@ func scanKeys(raw []byte) *apiError {
 		if !ok {
 			return invalid("the request body is not valid JSON")
 		}
-		if !requestFields[key] {
+		if !fields[key] {
 			key = clip(key, maxEchoLen)
 			return &apiError{Code: "unknown_field", Message: "unknown field " + strconv.Quote(key), Field: key}
 		}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -38,9 +39,12 @@ func writeError(w http.ResponseWriter, status int, e apiError) {
 }
 
 // writeJSON writes v as the whole reply. The values it is given are built
-// from plain strings and numbers, so encoding cannot fail.
+// from plain strings and numbers, so encoding cannot fail. <, > and & are
+// written as they are, not as \u003c...: a reply is JSON, never HTML, and
+// "Ada <ada@example.com>" must come back as it was sent (nosniff keeps a
+// browser from reading it as anything else).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshalJSON(v)
 	if err != nil {
 		b = []byte(`{"error":{"code":"internal","message":"internal error"}}`)
 		status = http.StatusInternalServerError
@@ -51,6 +55,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// marshalJSON is json.Marshal without HTML escaping, as every reply of the
+// API is written (and the command line prints the same shapes).
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // retryAfterSeconds renders d for a Retry-After header: whole seconds,

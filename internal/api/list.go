@@ -34,17 +34,8 @@ var listParams = map[string]bool{
 // not among channels.
 func parseListQuery(q url.Values, channels notify.Channels) (notify.ListFilter, *apiError) {
 	f := notify.ListFilter{Limit: DefaultListLimit}
-	for name, vs := range q {
-		if name == "" {
-			continue // "?=x" names nothing, like a stray "&"
-		}
-		if !listParams[name] {
-			name = strings.ToValidUTF8(clip(name, maxEchoLen), "\uFFFD")
-			return f, &apiError{Code: "unknown_field", Message: "unknown query parameter " + strconv.Quote(name), Field: name}
-		}
-		if len(vs) != 1 {
-			return f, invalidParam(name, "is given more than once")
-		}
+	if e := checkParams(q, listParams); e != nil {
+		return f, e
 	}
 	if v, ok := one(q, "user_id"); ok {
 		if e := checkQueryText("user_id", v, notify.MaxUserIDLen); e != nil {

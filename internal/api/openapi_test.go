@@ -5,10 +5,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
 	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -388,7 +392,7 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 	valid := map[string]any{
 		"id": "1", "user_id": "u", "channel": "email", "to": "a@example.com", "subject": "s",
 		"status": "pending", "attempts": float64(0), "last_error": nil,
-		"created_at": "2026-05-01T12:00:00.123456Z", "updated_at": "2026-05-01T12:00:00Z", "sent_at": nil,
+		"created_at": "2026-05-01T12:00:00.123456Z", "updated_at": "2026-05-01T12:00:00Z", "sent_at": nil, "failed_at": nil,
 	}
 	with := func(k string, v any) map[string]any {
 		m := map[string]any{}
@@ -443,4 +447,59 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 	skip := s.schema(t, "/components/schemas/Skipped")
 	require.NoError(t, skip.Validate(map[string]any{"id": "3", "reason": "not_found"}))
 	require.Error(t, skip.Validate(map[string]any{"id": "3", "reason": "gone"}))
+}
+
+// Every error the API answers is documented: the ErrorCode enum is exactly
+// the codes the package writes, every operation behind the token lists 401,
+// every one that reads parameters or a body lists 400, and every error
+// response has the one error shape.
+func TestOpenAPIErrorsDocumented(t *testing.T) {
+	t.Parallel()
+	s := loadSpec(t)
+	schemas := obj(t, obj(t, s.doc["components"], "components")["schemas"], "schemas")
+	var documented []string
+	for _, c := range obj(t, schemas["ErrorCode"], "ErrorCode")["enum"].([]any) {
+		documented = append(documented, c.(string))
+	}
+	used := map[string]bool{}
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	codeRE := regexp.MustCompile(`Code: +"([a-z0-9_]+)"`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range codeRE.FindAllSubmatch(src, -1) {
+			used[string(m[1])] = true
+		}
+		// The fallback of writeJSON is a literal reply.
+		for _, m := range regexp.MustCompile(`"code":"([a-z0-9_]+)"`).FindAllSubmatch(src, -1) {
+			used[string(m[1])] = true
+		}
+	}
+	require.ElementsMatch(t, slices.Sorted(maps.Keys(used)), documented, "ErrorCode's enum and the codes the API writes")
+
+	for _, pattern := range s.operations(t) {
+		op, ptr := s.operation(t, pattern)
+		responses := obj(t, op["responses"], pattern)
+		sec, hasSec := op["security"].([]any)
+		if !hasSec || len(sec) > 0 {
+			require.Contains(t, responses, "401", "%s needs the token: it lists 401", pattern)
+		}
+		if _, ok := op["parameters"]; ok || op["requestBody"] != nil {
+			if !strings.Contains(pattern, "{id}") {
+				require.Contains(t, responses, "400", "%s reads input: it lists 400", pattern)
+			}
+		}
+		for status, r := range responses {
+			if strings.HasPrefix(status, "2") {
+				continue
+			}
+			res, _ := s.resolve(t, obj(t, r, status), ptr+"/responses/"+status)
+			sch := obj(t, obj(t, obj(t, res["content"], status)["application/json"], status)["schema"], status)
+			require.Contains(t, []string{"#/components/schemas/Error", "#/components/schemas/Ready"}, sch["$ref"], "%s %s", pattern, status)
+		}
+	}
 }

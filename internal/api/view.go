@@ -21,6 +21,7 @@ type notificationView struct {
 	CreatedAt string  `json:"created_at"`
 	UpdatedAt string  `json:"updated_at"`
 	SentAt    *string `json:"sent_at"`
+	FailedAt  *string `json:"failed_at"`
 }
 
 func newNotificationView(n notify.Notification) notificationView {
@@ -41,6 +42,10 @@ func newNotificationView(n notify.Notification) notificationView {
 	if n.SentAt != nil {
 		s := formatTime(*n.SentAt)
 		v.SentAt = &s
+	}
+	if n.FailedAt != nil {
+		s := formatTime(*n.FailedAt)
+		v.FailedAt = &s
 	}
 	return v
 }

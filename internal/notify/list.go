@@ -85,13 +85,17 @@ type cursorBody struct {
 // fingerprint digests the filters that define a listing (not Limit: a
 // client may change its page size between pages, nor After).
 func (f ListFilter) fingerprint() string {
-	var b bytes.Buffer
 	fields := []string{f.UserID, string(f.Status), stamp(f.CreatedAfter), stamp(f.CreatedBefore)}
 	if f.Channel != "" {
 		// Only when set, so that the cursors issued before the channel
 		// filter existed stay valid.
 		fields = append(fields, "channel", f.Channel)
 	}
+	return fingerprint(fields)
+}
+
+func fingerprint(fields []string) string {
+	var b bytes.Buffer
 	for _, s := range fields {
 		// Length-prefixed, so that no two filter sets share an encoding.
 		b.WriteString(strconv.Itoa(len(s)))
@@ -123,37 +127,65 @@ func cursorSum(body []byte) []byte {
 // an edited or truncated cursor fail loudly, without a key that every API
 // replica would have to share.
 func (f ListFilter) EncodeCursor(p ListPosition) string {
-	body, _ := json.Marshal(cursorBody{V: cursorVersion, At: p.CreatedAt.UTC().Format(time.RFC3339Nano), ID: p.ID, F: f.fingerprint()})
-	return base64.RawURLEncoding.EncodeToString(append(body, cursorSum(body)...))
+	return encodeCursor(f.fingerprint(), p.CreatedAt, p.ID)
 }
 
 // DecodeCursor reads a cursor written by EncodeCursor for the same filters.
 // It fails with ErrBadCursor for anything else, and with ErrForeignCursor
 // for a cursor of another listing.
 func (f ListFilter) DecodeCursor(s string) (ListPosition, error) {
+	at, id, err := decodeCursor(s, f.fingerprint())
+	return ListPosition{CreatedAt: at, ID: id}, err
+}
+
+// EncodeDeadLetterCursor writes p as an opaque cursor of the dead-letter
+// listing whose filters are given as the client wrote them (since as a
+// duration, not the instant it stands for at each page), in the same form as
+// ListFilter.EncodeCursor. A cursor of one listing is foreign to the other.
+func EncodeDeadLetterCursor(filters []string, p DeadLetterPosition) string {
+	return encodeCursor(deadLetterFingerprint(filters), p.FailedAt, p.ID)
+}
+
+// DecodeDeadLetterCursor reads a cursor written by EncodeDeadLetterCursor
+// for the same filters, failing like ListFilter.DecodeCursor.
+func DecodeDeadLetterCursor(filters []string, s string) (DeadLetterPosition, error) {
+	at, id, err := decodeCursor(s, deadLetterFingerprint(filters))
+	return DeadLetterPosition{FailedAt: at, ID: id}, err
+}
+
+func deadLetterFingerprint(filters []string) string {
+	return fingerprint(append([]string{"dead-letters"}, filters...))
+}
+
+func encodeCursor(fp string, at time.Time, id int64) string {
+	body, _ := json.Marshal(cursorBody{V: cursorVersion, At: at.UTC().Format(time.RFC3339Nano), ID: id, F: fp})
+	return base64.RawURLEncoding.EncodeToString(append(body, cursorSum(body)...))
+}
+
+func decodeCursor(s, fp string) (time.Time, int64, error) {
 	if len(s) > MaxCursorLen {
-		return ListPosition{}, ErrBadCursor
+		return time.Time{}, 0, ErrBadCursor
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(raw) <= cursorSumLen {
-		return ListPosition{}, ErrBadCursor
+		return time.Time{}, 0, ErrBadCursor
 	}
 	body, sum := raw[:len(raw)-cursorSumLen], raw[len(raw)-cursorSumLen:]
 	if !bytes.Equal(sum, cursorSum(body)) {
-		return ListPosition{}, ErrBadCursor
+		return time.Time{}, 0, ErrBadCursor
 	}
 	var c cursorBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil || dec.More() || c.V != cursorVersion || c.ID <= 0 {
-		return ListPosition{}, ErrBadCursor
+		return time.Time{}, 0, ErrBadCursor
 	}
 	at, err := time.Parse(time.RFC3339Nano, c.At)
 	if err != nil {
-		return ListPosition{}, ErrBadCursor
+		return time.Time{}, 0, ErrBadCursor
 	}
-	if c.F != f.fingerprint() {
-		return ListPosition{}, ErrForeignCursor
+	if c.F != fp {
+		return time.Time{}, 0, ErrForeignCursor
 	}
-	return ListPosition{CreatedAt: at, ID: c.ID}, nil
+	return at, c.ID, nil
 }

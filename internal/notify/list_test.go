@@ -87,3 +87,23 @@ func FuzzDecodeCursor(f *testing.F) {
 		}
 	})
 }
+
+// A dead-letter cursor resumes its own listing only: not one with other
+// filters, not the notifications listing (nor the other way round).
+func TestDeadLetterCursor(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 5, 1, 12, 0, 0, 123456000, time.UTC)
+	filters := []string{"24h", "550"}
+	c := EncodeDeadLetterCursor(filters, DeadLetterPosition{FailedAt: at, ID: 7})
+	p, err := DecodeDeadLetterCursor(filters, c)
+	require.NoError(t, err)
+	require.Equal(t, DeadLetterPosition{FailedAt: at, ID: 7}, p)
+	_, err = DecodeDeadLetterCursor([]string{"24h", ""}, c)
+	require.ErrorIs(t, err, ErrForeignCursor)
+	_, err = ListFilter{}.DecodeCursor(EncodeDeadLetterCursor(nil, p))
+	require.ErrorIs(t, err, ErrForeignCursor)
+	_, err = DecodeDeadLetterCursor(nil, ListFilter{}.EncodeCursor(ListPosition{CreatedAt: at, ID: 7}))
+	require.ErrorIs(t, err, ErrForeignCursor)
+	_, err = DecodeDeadLetterCursor(filters, c[:len(c)-2])
+	require.ErrorIs(t, err, ErrBadCursor)
+}

@@ -116,6 +116,16 @@ type DeadLetterFilter struct {
 	ErrorContains string
 	// Limit caps the result (0: no cap).
 	Limit int
+	// After, when set, resumes a listing: only dead letters strictly after
+	// this position in the order (failed earlier) are listed.
+	After *DeadLetterPosition
+}
+
+// DeadLetterPosition is a dead letter's place in a listing's order, newest
+// failure first: by failed_at descending, then id descending.
+type DeadLetterPosition struct {
+	FailedAt time.Time
+	ID       int64
 }
 
 // PruneResult counts what a retention pass deleted.

@@ -27,6 +27,13 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 	if !f.Since.IsZero() {
 		filter = append(filter, bson.E{Key: "failed_at", Value: bson.D{{Key: "$gte", Value: msTime(f.Since)}}})
 	}
+	if f.After != nil {
+		at := msTime(f.After.FailedAt)
+		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "failed_at", Value: bson.D{{Key: "$lt", Value: at}}}},
+			bson.D{{Key: "failed_at", Value: at}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: key(f.After.ID)}}}},
+		}})
+	}
 	cur, err := s.n.Find(ctx, filter, options.Find().
 		SetSort(bson.D{{Key: "failed_at", Value: -1}, {Key: "_id", Value: -1}}).SetProjection(noHeavy))
 	if err != nil {
@@ -55,7 +62,9 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 }
 
 // Redrive puts a dead-lettered notification back to pending with a fresh
-// notification.requested event, in one change of its document. It reports
+// notification.requested event, in one change of its document; last_error is
+// cleared (it describes the current state; the history is in the attempts).
+// It reports
 // false, writing nothing, for a notification that is not failed; a missing
 // one is notify.ErrNotFound.
 func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
@@ -64,7 +73,7 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 			return errNoChange
 		}
 		t := now()
-		d.Status, d.FailedAt, d.UpdatedAt = string(notify.StatusPending), nil, t
+		d.Status, d.FailedAt, d.LastError, d.UpdatedAt = string(notify.StatusPending), nil, "", t
 		return d.addEvent(d.notification(), t)
 	})
 	switch {

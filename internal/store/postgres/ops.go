@@ -21,11 +21,13 @@ WHERE status = 'failed'
   AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
   AND ($2::timestamptz IS NULL OR failed_at >= $2::timestamptz)
   AND ($3::text = '' OR strpos(lower(COALESCE(last_error, '')), lower($3::text)) > 0)
+  AND ($5::timestamptz IS NULL OR (failed_at, id) < ($5::timestamptz, $6::bigint))
 ORDER BY failed_at DESC, id DESC
 LIMIT $4::bigint`
 
 // DeadLetters returns the failed notifications that match f, newest failure
-// first (failed_at, then id, descending). ErrorContains compares with
+// first (failed_at, then id, descending), resuming after f.After when it is
+// set. ErrorContains compares with
 // lower() on both sides: ASCII always folds, other letters as the
 // database's collation decides.
 func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error) {
@@ -47,7 +49,12 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 		l := int64(f.Limit)
 		limit = &l
 	}
-	rows, err := s.pool.Query(ctx, selectDeadLetters, ids, since, f.ErrorContains, limit)
+	var afterAt *time.Time
+	var afterID int64
+	if f.After != nil {
+		afterAt, afterID = &f.After.FailedAt, f.After.ID
+	}
+	rows, err := s.pool.Query(ctx, selectDeadLetters, ids, since, f.ErrorContains, limit, afterAt, afterID)
 	if err != nil {
 		return nil, wrap("list dead letters", err)
 	}
@@ -69,11 +76,12 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 const (
 	// redriveNotification is the compare-and-set that makes a redrive
 	// safe: only a failed notification goes back to pending, so one that
-	// was sent (or redriven already) is never delivered again. attempts and
-	// last_error stay as the history of the earlier tries.
+	// was sent (or redriven already) is never delivered again. last_error
+	// describes the current state, so it is cleared until a new failure;
+	// attempts keeps counting, and delivery_attempts keeps the history.
 	redriveNotification = `
 UPDATE notifications
-SET status = 'pending', failed_at = NULL, updated_at = now()
+SET status = 'pending', failed_at = NULL, last_error = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
 RETURNING id, user_id, channel, recipient, subject, body`
 

@@ -23,11 +23,13 @@ WHERE status = 'failed'
   AND (?1 IS NULL OR id IN (SELECT value FROM json_each(?1)))
   AND (?2 IS NULL OR failed_at >= ?2)
   AND (?3 = '' OR instr(lower(coalesce(last_error, '')), lower(?3)) > 0)
+  AND (?5 IS NULL OR failed_at < ?5 OR (failed_at = ?5 AND id < ?6))
 ORDER BY failed_at DESC, id DESC
 LIMIT ?4`
 
 // DeadLetters returns the failed notifications that match f, newest failure
-// first (failed_at, then id, descending). ErrorContains ignores the case of
+// first (failed_at, then id, descending), resuming after f.After when it is
+// set. ErrorContains ignores the case of
 // ASCII letters (SQLite's lower() folds nothing else).
 func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error) {
 	if f.Limit < 0 {
@@ -48,7 +50,12 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 	if f.Limit > 0 {
 		limit = f.Limit
 	}
-	rows, err := s.read.QueryContext(ctx, selectDeadLetters, ids, since, f.ErrorContains, limit)
+	var afterAt sql.NullString
+	var afterID int64
+	if f.After != nil {
+		afterAt, afterID = sql.NullString{String: formatTime(f.After.FailedAt), Valid: true}, f.After.ID
+	}
+	rows, err := s.read.QueryContext(ctx, selectDeadLetters, ids, since, f.ErrorContains, limit, afterAt, afterID)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", classify(err))
 	}
@@ -69,10 +76,11 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 
 // redriveNotification is the compare-and-set that makes a redrive safe: only
 // a failed notification goes back to pending, so one that was sent (or
-// redriven already) is never delivered again. attempts and last_error stay as
-// the history of the earlier tries.
+// redriven already) is never delivered again. last_error describes the
+// current state, so it is cleared until a new failure; attempts keeps
+// counting, and delivery_attempts keeps the history.
 const redriveNotification = `
-UPDATE notifications SET status = 'pending', failed_at = NULL, updated_at = ?1
+UPDATE notifications SET status = 'pending', failed_at = NULL, last_error = NULL, updated_at = ?1
 WHERE id = ?2 AND status = 'failed'
 RETURNING id, user_id, channel, recipient, subject, body`
 

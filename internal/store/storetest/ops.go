@@ -197,6 +197,50 @@ func testDeadLettersFilter(t *testing.T, ctx context.Context, h Harness) {
 	require.Error(t, err, "a negative limit")
 }
 
+// A listing resumed after a position (the API's cursor) goes on strictly
+// after it, in the same order, with the same filters: the pages together
+// are the whole listing, nothing twice.
+func testDeadLettersPaging(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	var failed []notify.Notification
+	for i := range 5 {
+		n := create(t, ctx, s, i)
+		if i > 0 {
+			waitPast(t, failed[i-1].FailedAt.Add(time.Millisecond))
+		}
+		reason := "550 mailbox unavailable"
+		if i == 2 {
+			reason = "421 busy"
+		}
+		failed = append(failed, deadLetter(t, ctx, s, int64(700+i), n, reason))
+	}
+	for _, f := range []notify.DeadLetterFilter{{}, {ErrorContains: "550"}} {
+		all, err := s.DeadLetters(ctx, f)
+		require.NoError(t, err)
+		var paged []int64
+		f.Limit = 2
+		for range 10 {
+			page, err := s.DeadLetters(ctx, f)
+			require.NoError(t, err)
+			paged = append(paged, notificationIDs(page)...)
+			if len(page) < f.Limit {
+				break
+			}
+			last := page[len(page)-1]
+			f.After = &notify.DeadLetterPosition{FailedAt: *last.FailedAt, ID: last.ID}
+		}
+		require.Equal(t, notificationIDs(all), paged, "filter %+v", f)
+	}
+	all, err := s.DeadLetters(ctx, notify.DeadLetterFilter{})
+	require.NoError(t, err)
+	require.Len(t, all, 5)
+	// After the oldest: nothing.
+	oldest := all[len(all)-1]
+	rest, err := s.DeadLetters(ctx, notify.DeadLetterFilter{After: &notify.DeadLetterPosition{FailedAt: *oldest.FailedAt, ID: oldest.ID}})
+	require.NoError(t, err)
+	require.Empty(t, rest)
+}
+
 func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	subCtx, cancel := context.WithCancel(ctx)
@@ -254,7 +298,11 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	require.Nil(t, got.FailedAt)
 	require.Nil(t, got.SentAt)
 	require.Equal(t, 2, got.Attempts, "attempts are history: kept")
-	require.Equal(t, "550 mailbox unavailable", got.LastError, "last_error is history: kept")
+	require.Empty(t, got.LastError, "last_error describes the current state: none until a new failure")
+	as, err := s.Attempts(ctx, n.ID)
+	require.NoError(t, err)
+	require.NotEmpty(t, as, "the history stays in the attempts")
+	require.Equal(t, "550 mailbox unavailable", as[len(as)-1].Error)
 	require.Zero(t, deadLetterCount(t, ctx, s))
 	dead, err := s.DeadLetters(ctx, notify.DeadLetterFilter{})
 	require.NoError(t, err)

@@ -108,6 +108,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"OutboxStats", testOutboxStats},
 		{"DeadLetters", testDeadLetters},
 		{"DeadLettersFilter", testDeadLettersFilter},
+		{"DeadLettersPaging", testDeadLettersPaging},
 		{"RedriveFailed", testRedriveFailed},
 		{"RedriveNotFailed", testRedriveNotFailed},
 		{"Prune", testPrune},

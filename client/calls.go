@@ -1,0 +1,157 @@
+package client
+
+import (
+	"context"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Create sends a notification (POST /notifications). The answer means the
+// notification and its delivery are recorded; it is sent asynchronously.
+// Retries (429, 503, no answer) carry the same idempotency key, so they
+// never create a second notification.
+func (c *Client) Create(ctx context.Context, req CreateRequest) (Created, error) {
+	key := req.IdempotencyKey
+	if key == "" {
+		key = NewIdempotencyKey()
+	}
+	var out Created
+	h, err := c.do(ctx, request{
+		method: http.MethodPost, path: "/notifications", body: req,
+		header: http.Header{"Idempotency-Key": {key}}, repeatable: true,
+	}, &out.Notification)
+	if err != nil {
+		return Created{}, err
+	}
+	out.Replayed = h.Get("Idempotent-Replayed") == "true"
+	return out, nil
+}
+
+// Get returns one notification with its body (GET /notifications/{id}). An
+// unknown id is an *Error with Code CodeNotFound.
+func (c *Client) Get(ctx context.Context, id string) (Notification, error) {
+	var n Notification
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/notifications/" + url.PathEscape(id), repeatable: true}, &n)
+	return n, err
+}
+
+// Attempts returns every delivery attempt of a notification, oldest first
+// (GET /notifications/{id}/attempts).
+func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
+	var out struct {
+		Items []Attempt `json:"items"`
+	}
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/notifications/" + url.PathEscape(id) + "/attempts", repeatable: true}, &out)
+	return out.Items, err
+}
+
+// List returns one page of notifications, newest first (GET
+// /notifications). Pass the page's NextCursor as opts.Cursor for the next.
+func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("user_id", opts.UserID)
+	set("status", string(opts.Status))
+	set("channel", opts.Channel)
+	set("created_after", stamp(opts.CreatedAfter))
+	set("created_before", stamp(opts.CreatedBefore))
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	set("cursor", opts.Cursor)
+	var p Page
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/notifications", query: q, repeatable: true}, &p)
+	return p, err
+}
+
+// ListAll iterates over every notification opts selects, page after page,
+// newest first; it stops at the first error, which it yields.
+//
+//	for n, err := range c.ListAll(ctx, client.ListOptions{Status: client.StatusFailed}) {
+//		if err != nil { ... }
+//	}
+func (c *Client) ListAll(ctx context.Context, opts ListOptions) iter.Seq2[Notification, error] {
+	return pages(ctx, opts.Cursor, func(ctx context.Context, cursor string) ([]Notification, string, error) {
+		opts.Cursor = cursor
+		p, err := c.List(ctx, opts)
+		return p.Items, p.NextCursor, err
+	})
+}
+
+// DeadLetters returns one page of dead letters, newest failure first (GET
+// /dead-letters).
+func (c *Client) DeadLetters(ctx context.Context, opts DeadLetterOptions) (DeadLetterPage, error) {
+	q := url.Values{}
+	if opts.Since != 0 {
+		q.Set("since", opts.Since.String())
+	}
+	if opts.Error != "" {
+		q.Set("error", opts.Error)
+	}
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Cursor != "" {
+		q.Set("cursor", opts.Cursor)
+	}
+	var p DeadLetterPage
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/dead-letters", query: q, repeatable: true}, &p)
+	return p, err
+}
+
+// AllDeadLetters iterates over every dead letter opts selects, page after
+// page; it stops at the first error, which it yields.
+func (c *Client) AllDeadLetters(ctx context.Context, opts DeadLetterOptions) iter.Seq2[DeadLetter, error] {
+	return pages(ctx, opts.Cursor, func(ctx context.Context, cursor string) ([]DeadLetter, string, error) {
+		opts.Cursor = cursor
+		p, err := c.DeadLetters(ctx, opts)
+		return p.Items, p.NextCursor, err
+	})
+}
+
+// Redrive sends dead letters again (POST /dead-letters/redrive): each goes
+// back to pending with a fresh delivery; one that was sent is never sent
+// twice. Sending the same redrive again does no harm (what was redriven is
+// then skipped as not failed), so it is retried like a read.
+func (c *Client) Redrive(ctx context.Context, req RedriveRequest) (RedriveResult, error) {
+	var res RedriveResult
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/dead-letters/redrive", body: req, repeatable: true}, &res)
+	return res, err
+}
+
+// pages walks a cursor listing.
+func pages[T any](ctx context.Context, cursor string, page func(context.Context, string) ([]T, string, error)) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		for {
+			items, next, err := page(ctx, cursor)
+			if err != nil {
+				var zero T
+				yield(zero, err)
+				return
+			}
+			for _, it := range items {
+				if !yield(it, nil) {
+					return
+				}
+			}
+			if next == "" {
+				return
+			}
+			cursor = next
+		}
+	}
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}

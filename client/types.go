@@ -1,0 +1,202 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is a notification's state.
+type Status string
+
+// The statuses of a notification.
+const (
+	StatusPending Status = "pending"
+	StatusSent    Status = "sent"
+	// StatusFailed is a dead letter: every attempt failed, or one failed
+	// for good.
+	StatusFailed Status = "failed"
+)
+
+// Notification is a notification as the API shows it. A listing leaves
+// Body empty; Get fills it.
+type Notification struct {
+	ID       string `json:"id"`
+	UserID   string `json:"user_id"`
+	Channel  string `json:"channel"`
+	To       string `json:"to"`
+	Subject  string `json:"subject"`
+	Body     string `json:"body"`
+	Status   Status `json:"status"`
+	Attempts int    `json:"attempts"`
+	// LastError is the current failure, empty while there is none (a
+	// redrive clears it; Attempts has the history).
+	LastError string     `json:"last_error"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	SentAt    *time.Time `json:"sent_at"`
+	// FailedAt is when it was dead-lettered; nil unless Status is failed.
+	FailedAt *time.Time `json:"failed_at"`
+}
+
+// CreateRequest is a notification to send. Each channel has its fields:
+// email (To an address, Subject, Body), webhook (To an http(s) URL, Body or
+// BodyJSON), telegram (To a chat id or @channel, Body).
+type CreateRequest struct {
+	UserID  string
+	Channel string
+	To      string
+	Subject string
+	Body    string
+	// BodyJSON, when set, is sent as the body's JSON value instead of Body
+	// (the webhook channel takes any JSON value).
+	BodyJSON json.RawMessage
+	// IdempotencyKey makes the create safe to send again: the same key with
+	// the same request answers the same notification. Create sets a fresh
+	// one (NewIdempotencyKey) when it is empty, so that its own retries never
+	// create twice.
+	IdempotencyKey string
+}
+
+// MarshalJSON writes the API's request body (without the key, a header).
+func (r CreateRequest) MarshalJSON() ([]byte, error) {
+	body := json.RawMessage(r.BodyJSON)
+	if len(body) == 0 {
+		b, err := marshal(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	v := struct {
+		UserID  string          `json:"user_id"`
+		Channel string          `json:"channel"`
+		To      string          `json:"to"`
+		Subject string          `json:"subject,omitempty"`
+		Body    json.RawMessage `json:"body"`
+	}{r.UserID, r.Channel, r.To, r.Subject, body}
+	return marshal(v)
+}
+
+// Created is the answer to a create.
+type Created struct {
+	Notification
+	// Replayed is true when an earlier create with the same idempotency key
+	// was answered again: nothing new was written.
+	Replayed bool
+}
+
+// ListOptions filter a listing of notifications (GET /notifications); the
+// zero value lists every notification, newest first, 50 a page.
+type ListOptions struct {
+	UserID        string
+	Status        Status
+	Channel       string
+	CreatedAfter  time.Time
+	CreatedBefore time.Time
+	// Limit is the page size, 1 to 500 (0: the server's default, 50).
+	Limit int
+	// Cursor resumes after the page that gave it (NextCursor), with the
+	// same filters.
+	Cursor string
+}
+
+// Page is one page of notifications.
+type Page struct {
+	Items []Notification `json:"items"`
+	// NextCursor resumes the listing; empty when it is done.
+	NextCursor string `json:"next_cursor"`
+}
+
+// Attempt is one delivery attempt of a notification.
+type Attempt struct {
+	Attempt    int        `json:"attempt"`
+	MessageID  string     `json:"message_id"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	// Outcome is sent, retry, dead or deferred; empty while in flight.
+	Outcome string `json:"outcome"`
+	Error   string `json:"error"`
+}
+
+// DeadLetter is a notification in status failed, as the dead-letter listing
+// shows it.
+type DeadLetter struct {
+	ID        string     `json:"id"`
+	To        string     `json:"to"`
+	Attempts  int        `json:"attempts"`
+	LastError string     `json:"last_error"`
+	FailedAt  *time.Time `json:"failed_at"`
+}
+
+// DeadLetterOptions filter a listing of dead letters (GET /dead-letters).
+type DeadLetterOptions struct {
+	// Since keeps those that failed within this duration (0: any time).
+	Since time.Duration
+	// Error keeps those whose last error contains this text
+	// (case-insensitive).
+	Error string
+	// Limit is the page size, 1 to 500 (0: the server's default, 100).
+	Limit int
+	// Cursor resumes after the page that gave it, with the same filters.
+	Cursor string
+}
+
+// DeadLetterPage is one page of dead letters.
+type DeadLetterPage struct {
+	Items      []DeadLetter `json:"items"`
+	NextCursor string       `json:"next_cursor"`
+}
+
+// RedriveRequest selects dead letters to send again: IDs, or All, or the
+// filters. All with IDs is refused.
+type RedriveRequest struct {
+	IDs []string
+	All bool
+	// Since, Error and Limit select as DeadLetterOptions do; Limit up to
+	// 10000.
+	Since  time.Duration
+	Error  string
+	Limit  int
+	DryRun bool
+}
+
+// MarshalJSON writes the API's request body.
+func (r RedriveRequest) MarshalJSON() ([]byte, error) {
+	v := struct {
+		IDs    []string `json:"ids,omitempty"`
+		All    bool     `json:"all,omitempty"`
+		Since  string   `json:"since,omitempty"`
+		Error  string   `json:"error,omitempty"`
+		Limit  int      `json:"limit,omitempty"`
+		DryRun bool     `json:"dry_run,omitempty"`
+	}{IDs: r.IDs, All: r.All, Error: r.Error, Limit: r.Limit, DryRun: r.DryRun}
+	if r.Since != 0 {
+		v.Since = r.Since.String()
+	}
+	return marshal(v)
+}
+
+// Why a redrive skipped a notification (Skipped.Reason).
+const (
+	SkipNotFound    = "not_found"
+	SkipNotFailed   = "not_failed"
+	SkipFilteredOut = "filtered_out"
+)
+
+// RedriveResult says what a redrive did.
+type RedriveResult struct {
+	// Selected counts the dead letters the selection matched.
+	Selected int      `json:"selected"`
+	Redriven []string `json:"redriven"`
+	// Skipped lists every named or selected notification that was not
+	// redriven, with why.
+	Skipped          []Skipped `json:"skipped"`
+	RemovedFromQueue int       `json:"removed_from_queue"`
+	DryRun           bool      `json:"dry_run"`
+}
+
+// Skipped is a notification a redrive did not redrive.
+type Skipped struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
