@@ -77,6 +77,9 @@ type eventDoc struct {
 	LockedUntil *time.Time `bson:"locked_until,omitempty"`
 	Retries     int        `bson:"attempts"`
 	LastError   string     `bson:"last_error,omitempty"`
+	// Traceparent is the W3C trace context of the create (issue 22),
+	// absent when the event was written untraced.
+	Traceparent string `bson:"traceparent,omitempty"`
 }
 
 // procDoc is a message id applied (ProcessedAt set), leased to a claim, or
@@ -116,7 +119,7 @@ const (
 	maxNotificationID = (1 << 62) / attemptSpan
 )
 
-func (d *doc) addEvent(n notify.Notification, at time.Time) error {
+func (d *doc) addEvent(n notify.Notification, at time.Time, traceparent string) error {
 	payload, err := notify.RequestedPayload(n)
 	if err != nil {
 		return err
@@ -127,7 +130,7 @@ func (d *doc) addEvent(n notify.Notification, at time.Time) error {
 	d.NextEvent++
 	d.Events = append(d.Events, eventDoc{
 		ID: d.ID*eventSpan + d.NextEvent, Type: notify.EventRequested, Payload: string(payload),
-		OccurredAt: at, AvailableAt: at,
+		OccurredAt: at, AvailableAt: at, Traceparent: traceparent,
 	})
 	return nil
 }

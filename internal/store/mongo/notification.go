@@ -47,7 +47,7 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 			Key: key(id), ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
 			Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
 		}
-		if err := d.addEvent(n, t); err != nil {
+		if err := d.addEvent(n, t, nn.Traceparent); err != nil {
 			return notify.Created{}, err
 		}
 		d.derive()

@@ -27,7 +27,7 @@ VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''))
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, created_at`
 
-	insertOutbox = `INSERT INTO outbox (event_type, payload) VALUES ($1, $2)`
+	insertOutbox = `INSERT INTO outbox (event_type, payload, traceparent) VALUES ($1, $2, NULLIF($3, ''))`
 
 	// notifyOutbox runs after the commit, on its own (see announce): a
 	// NOTIFY inside the create transaction would make every create's commit
@@ -103,7 +103,7 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 	if err != nil {
 		return notify.Created{}, err
 	}
-	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload); err != nil {
+	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, nn.Traceparent); err != nil {
 		return notify.Created{}, wrap("insert outbox", err)
 	}
 	return notify.Created{Notification: n}, nil

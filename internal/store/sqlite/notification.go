@@ -25,8 +25,8 @@ RETURNING id`
 const selectNotificationByKey = `SELECT ` + notificationColumns + ` FROM notifications WHERE idempotency_key = ?`
 
 const insertOutbox = `
-INSERT INTO outbox (event_type, payload, occurred_at, available_at)
-VALUES (?, ?, ?, ?)`
+INSERT INTO outbox (event_type, payload, occurred_at, available_at, traceparent)
+VALUES (?, ?, ?, ?, ?)`
 
 // Create writes the notification and its notification.requested outbox event
 // in one transaction, then wakes the subscribers. See api.Store. Concurrent
@@ -63,7 +63,7 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 		return notify.Created{}, err
 	}
 	if _, err := tx.ExecContext(ctx, insertOutbox,
-		notify.EventRequested, string(payload), formatTime(t), formatTime(t)); err != nil {
+		notify.EventRequested, string(payload), formatTime(t), formatTime(t), nullString(nn.Traceparent)); err != nil {
 		return notify.Created{}, fmt.Errorf("insert outbox event: %w", classify(err))
 	}
 	if nn.Fault == notify.FaultAfterOutboxInsert {
