@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -30,7 +31,7 @@ func runProcess(ctx context.Context, cfg Config, e env, migrate bool, roles ...r
 	if (cfg.TelegramToken == "") != (cfg.TelegramChatID == "") && hasRole(roles, roleAPI) {
 		return usageError{errors.New("HERALD_TELEGRAM_TOKEN and HERALD_TELEGRAM_CHAT_ID go together: set both to send alerts to Telegram, or neither")}
 	}
-	a, err := build(ctx, cfg, e, hooks{}, migrate)
+	a, err := build(ctx, cfg, e, hooks{role: roleNames(roles)}, migrate)
 	if err != nil {
 		return err
 	}
@@ -68,6 +69,16 @@ func runProcess(ctx context.Context, cfg Config, e env, migrate bool, roles ...r
 		a.log.Info("stopped")
 	}
 	return err
+}
+
+// roleNames names a process by its roles: "api", or "api+relay+worker"
+// for serve.
+func roleNames(roles []role) string {
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, "+")
 }
 
 func hasRole(roles []role, r role) bool {
@@ -167,7 +178,7 @@ func cmdMigrate(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, true)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, true, nil)
 	if err != nil {
 		return err
 	}
@@ -201,7 +212,7 @@ func cmdMigrateStatus(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false, nil)
 	if err != nil {
 		return err
 	}
