@@ -33,10 +33,11 @@ func TestMigrateRetryGuardOnExistingRows(t *testing.T) {
 	require.Len(t, before, 7)
 	require.NoError(t, migrate.Run(ctx, migrator{s}, before))
 
-	c, err := s.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
-		UserID: "u", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b"}})
-	require.NoError(t, err)
-	nid := c.Notification.ID
+	// Written as SQL of that schema: today's Create writes columns of later
+	// migrations (0010's traceparent).
+	var nid int64
+	require.NoError(t, s.pool.QueryRow(ctx, `INSERT INTO notifications (user_id, channel, recipient, subject, body)
+		VALUES ('u', 'email', 'a@example.com', 's', 'b') RETURNING id`).Scan(&nid))
 	_, err = s.pool.Exec(ctx, `INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
 		VALUES (1, now(), NULL, NULL), (2, NULL, now(), 99)`)
 	require.NoError(t, err)

@@ -28,11 +28,12 @@ func TestMigrateRetryGuardOnExistingRows(t *testing.T) {
 	require.Len(t, before, 7)
 	require.NoError(t, migrate.Run(ctx, migrator{s}, before))
 
-	c, err := s.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
-		UserID: "u", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b"}})
-	require.NoError(t, err)
-	nid := c.Notification.ID
+	// Written as SQL of that schema: today's Create writes columns of later
+	// migrations (0010's traceparent).
 	ts := formatTime(now())
+	var nid int64
+	require.NoError(t, s.write.QueryRowContext(ctx, `INSERT INTO notifications (user_id, channel, recipient, subject, body, created_at, updated_at)
+		VALUES ('u', 'email', 'a@example.com', 's', 'b', ?1, ?1) RETURNING id`, ts).Scan(&nid))
 	_, err = s.write.ExecContext(ctx, `INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
 		VALUES (1, ?1, NULL, NULL), (2, NULL, ?1, 99)`, ts)
 	require.NoError(t, err)
