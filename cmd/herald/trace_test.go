@@ -212,7 +212,9 @@ func checkDeliveryTrace(t *testing.T, rcv *otlpReceiver, viaRelay bool, secret .
 	}
 	procs := tr.children(parent, "process notification.requested")
 	require.Len(t, procs, 2, "two deliveries (the first failed, its retry sent), both children of the %s span:\n%s", map[bool]string{true: "publish", false: "create"}[viaRelay], tr)
-	slices.SortFunc(procs, func(a, b otlpSpan) int { return strings.Compare(a.Attrs["herald.retry_count"], b.Attrs["herald.retry_count"]) })
+	slices.SortFunc(procs, func(a, b otlpSpan) int {
+		return strings.Compare(a.Attrs["herald.retry_count"], b.Attrs["herald.retry_count"])
+	})
 	require.Equal(t, "0", procs[0].Attrs["herald.retry_count"])
 	require.Equal(t, "retried", procs[0].Attrs["herald.outcome"])
 	require.Equal(t, "1", procs[1].Attrs["herald.retry_count"])
