@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -248,8 +251,9 @@ func TestTraceFromPostToSendRabbitMQ(t *testing.T) {
 	s := newStack(t, env)
 	s.smtp.Greylist(1)
 	s.startAPI(nil)
-	s.start("relay")
-	w := s.start("worker")
+	relayMetrics, workerMetrics := freeAddr(t), freeAddr(t)
+	s.startWith(map[string]string{"HERALD_METRICS_ADDR": relayMetrics}, "relay")
+	w := s.startWith(map[string]string{"HERALD_METRICS_ADDR": workerMetrics}, "worker")
 
 	r := s.api.create(t, "trace-rabbit@example.com", map[string]string{"traceparent": "00-" + clientTraceID + "-" + clientSpanID + "-01"})
 	require.Equal(t, 201, r.Status, r.Body)
@@ -257,10 +261,50 @@ func TestTraceFromPostToSendRabbitMQ(t *testing.T) {
 	require.Equal(t, 2, n.Attempts)
 
 	tr := checkDeliveryTrace(t, rcv, true, "trace-rabbit@example.com", "Line one")
+	require.Equal(t, readmeMetrics(t), servedMetrics(t, s.api.base+"/metrics", "http://"+relayMetrics+"/metrics", "http://"+workerMetrics+"/metrics"),
+		"README.md's metric table lists what api, relay and worker serve")
 	require.NotEmpty(t, tr.children(tr.named("create notification")[0], "INSERT"), "the create's statements are spans (pgx's tracer hook):\n%s", tr)
 	require.Eventually(t, func() bool {
 		return strings.Contains(w.Log(), "retry scheduled") && strings.Contains(w.Log(), "trace_id="+clientTraceID)
 	}, 10*time.Second, 20*time.Millisecond, "the worker's log record of the retry carries the trace id:\n%s", w.Log())
+}
+
+// readmeMetrics are the metric names of README.md's metric table.
+func readmeMetrics(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	var names []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := readmeMetricRow.FindStringSubmatch(line); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+var readmeMetricRow = regexp.MustCompile("^\\| `(herald_[a-z_]+)[`{]")
+
+// servedMetrics are the herald_* metric families the /metrics endpoints at
+// urls serve.
+func servedMetrics(t *testing.T, urls ...string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, u := range urls {
+		resp, err := http.Get(u)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" && strings.HasPrefix(f[2], "herald_") {
+				seen[f[2]] = true
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(seen))
+	return names
 }
 
 // The same trace in the embedded shape: herald serve on SQLite with the
