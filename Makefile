@@ -10,7 +10,7 @@ export HERALD_REQUIRE_SERVICES = 1
 export HERALD_TEST_POSTGRES_URL ?= $(POSTGRES)
 export HERALD_TEST_AMQP_URL ?= $(AMQP)
 
-.PHONY: help build test services test-go gencheck test-long test-outage fuzz-short fuzz lint check-deploy bench chaos cluster
+.PHONY: help build test services test-go gencheck test-long test-outage fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,7 +18,7 @@ help: ## list the targets
 build: ## build bin/herald
 	$(GO) build -o bin/herald ./cmd/herald
 
-test: services lint check-deploy test-go gencheck fuzz-short test-outage ## everything CI runs: services, lint, deploy files, all tests
+test: services lint check-deploy check-prometheus test-go gencheck fuzz-short test-outage ## everything CI runs: services, lint, deploy files, all tests
 	@echo "make test: all passed"
 
 services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS; install chromium
@@ -71,9 +71,17 @@ lint: ## gofmt and go vet
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags outage ./cmd/...
 	$(GO) vet -tags long ./cmd/herald/
+	$(GO) vet -tags deploycheck ./cmd/herald/
 
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON
 	@scripts/check-deploy.sh
+
+# A real Prometheus (Debian's, installed by the services script) scrapes a
+# running herald with the shipped configuration: every dashboard query and
+# alert rule returns data, exemplars arrive, the relay-down alerts fire
+# (about 80 seconds).
+check-prometheus: ## the deploy/ configuration, rules and dashboard against a real Prometheus scraping herald
+	$(GO) test -count=1 -timeout 5m -tags deploycheck -run '^TestDeployPrometheus$$' ./cmd/herald/
 
 chaos: services ## reliability harness under faults on every transport (HERALD_CHAOS_TRANSPORTS, HERALD_CHAOS_N default 5000; HERALD_CHAOS_CLUSTER=1 adds a 3-node RabbitMQ run)
 	$(GO) run ./cmd/herald-chaos

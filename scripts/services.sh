@@ -3,8 +3,10 @@
 # 127.0.0.1:5432 (user postgres, trust auth), RabbitMQ on 127.0.0.1:5672
 # (guest/guest), the nats-server binary (the NATS tests start servers of
 # their own on free ports; the machine's server on 4222 is started too when
-# it is installed but stopped), and Debian's chromium (the console's browser
-# tests run it headless themselves). Starts them when stopped and installs
+# it is installed but stopped), Debian's chromium (the console's browser
+# tests run it headless themselves) and Debian's prometheus (the deploy
+# check runs its own server on a free port; the package's service is not
+# started). Starts them when stopped and installs
 # Debian's packages when absent. Safe to run again and again. Kafka needs
 # nothing: its tests run franz-go's kfake in process.
 set -euo pipefail
@@ -103,7 +105,25 @@ browser() {
 	log "chromium ready ($(chromium --version 2>/dev/null | head -n 1))"
 }
 
+prometheus_bin() {
+	if ! command -v prometheus >/dev/null 2>&1; then
+		# --no-install-recommends: the server and promtool, not the exporters.
+		if [ "$(id -u)" != 0 ]; then
+			log "need root to install prometheus"
+			return 1
+		fi
+		if [ "$apt_updated" = 0 ]; then
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq
+			apt_updated=1
+		fi
+		log "installing prometheus"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+	fi
+	log "prometheus ready ($(prometheus --version 2>&1 | head -n 1))"
+}
+
 postgres
 rabbitmq
 nats
 browser
+prometheus_bin

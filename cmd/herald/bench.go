@@ -380,7 +380,7 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 		})
 	}
 	// The schema first: the raw PostgreSQL ceiling copies its tables.
-	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, 0, true)
+	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, 0, true, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +466,7 @@ func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, e
 		dbURL = "sqlite:" + path
 	}
 	defer func() { err = errors.Join(err, remove()) }()
-	s, closeStore, err := openStore(ctx, dbURL, o.concurrency, true)
+	s, closeStore, err := openStore(ctx, dbURL, o.concurrency, true, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -553,6 +553,7 @@ func startBenchStack(ctx context.Context, sc *scratch, e env) (_ *benchStack, er
 	closers = append(closers, func() { _ = ln.Close() })
 	st.url = "http://" + ln.Addr().String()
 	h := hooks{
+		role:          "bench",
 		prefix:        sc.prefix,
 		quiet:         true,
 		listener:      ln,

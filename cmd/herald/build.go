@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
@@ -32,6 +33,7 @@ import (
 	"github.com/heraldhq/herald/internal/store/mongo"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/tracing"
 	"github.com/heraldhq/herald/internal/transport/kafka"
 	"github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
@@ -74,10 +76,10 @@ func mailTarget(cfg Config) (path string, ok bool) {
 // PostgreSQL pool (0: the store's default); see poolSize. Only create (serve
 // and migrate) may create a SQLite file: every other command on a missing
 // file says so instead of leaving an empty database behind.
-func openStore(ctx context.Context, url string, conns int, create bool) (store, func(), error) {
+func openStore(ctx context.Context, url string, conns int, create bool, tp trace.TracerProvider) (store, func(), error) {
 	switch storeKind(url) {
 	case "postgres":
-		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns})
+		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns, TracerProvider: tp})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open postgres store: %w", err)
 		}
@@ -109,7 +111,7 @@ func openStore(ctx context.Context, url string, conns int, create bool) (store, 
 // openMigrated opens the store of a one-shot command: it must exist and be
 // migrated.
 func openMigrated(ctx context.Context, cfg Config) (store, func(), error) {
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -494,6 +496,8 @@ type hooks struct {
 	// the worker's sender.
 	wrapPublisher func(relay.Publisher) relay.Publisher
 	wrapSender    func(worker.Sender) worker.Sender
+	// role names the process in its traces' resource (herald.role).
+	role string
 }
 
 // app is one herald process: its configuration, logger, metrics registry,
@@ -506,6 +510,9 @@ type app struct {
 	tr    transport
 	hooks hooks
 	close []func()
+	// tp is the process's tracer provider; nil while tracing is off (no
+	// OTLP endpoint set), and then no part makes a span.
+	tp trace.TracerProvider
 	// checks are the readiness checks of the parts built so far (a relay
 	// that stopped on a permanent error says so).
 	checks []api.Check
@@ -516,10 +523,15 @@ type app struct {
 func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app, error) {
 	log := newLogger(cfg, e)
 	if h.quiet {
-		log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		log = slog.New(tracing.NewLogHandler(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	}
+	tp, closeTracing, err := newTracerProvider(e.getenv, h.role)
+	if err != nil {
+		return nil, err
 	}
 	tr, err := newTransport(cfg, log, h.prefix)
 	if err != nil {
+		closeTracing()
 		return nil, err
 	}
 	if migrate && storeKind(cfg.DatabaseURL) == "sqlite" {
@@ -527,11 +539,13 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 			log.Info("creating a new SQLite database", "path", sqlitePath(cfg.DatabaseURL))
 		}
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg), migrate)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg), migrate, tp)
 	if err != nil {
+		closeTracing()
 		return nil, err
 	}
-	a := &app{cfg: cfg, log: log, st: st, tr: tr, hooks: h, close: []func(){closeStore}}
+	// Closed last: the spans of the parts' last work are flushed.
+	a := &app{cfg: cfg, log: log, st: st, tr: tr, hooks: h, tp: tp, close: []func(){closeTracing, closeStore}}
 	check := checkMigrated
 	if migrate {
 		check = func(ctx context.Context, st store) error { return st.Migrate(ctx) }
@@ -606,7 +620,9 @@ func (a *app) parts(roles ...role) ([]func(context.Context) error, error) {
 }
 
 func (a *app) metricsHandler() http.Handler {
-	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
+	// OpenMetrics when the scraper asks for it (Prometheus does): the only
+	// exposition that carries the histograms' trace exemplars.
+	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg, EnableOpenMetrics: true})
 }
 
 // apiHandler builds the HTTP API.
@@ -633,6 +649,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 		DeadLetters: deadletter.New(a.st, a.tr.deadLetters),
 		Channels:    channels,
 		CORSOrigins: corsOrigins(a.cfg.CORSOrigins),
+		TracerProvider: a.tp,
 	})
 	if err != nil {
 		return nil, err
@@ -717,6 +734,8 @@ func (a *app) newRelays() ([]*relay.Relay, error) {
 		Types:      types,
 		Logger:     a.log.With("component", "relay"),
 		Registerer: a.reg,
+
+		TracerProvider: a.tp,
 	})
 	if err != nil {
 		return nil, err
@@ -825,6 +844,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		Logger:               a.log.With("component", "worker"),
 		Registerer:           a.reg,
 		Crash:                crash,
+		TracerProvider:       a.tp,
 	})
 	if err != nil {
 		return nil, usageError{fmt.Errorf("worker: %w (HERALD_SMTP_RATE=%d, HERALD_PREFETCH=%d, HERALD_EMAIL_CONCURRENCY=%d)", err, a.cfg.SMTPRate, a.cfg.Prefetch, a.cfg.EmailConcurrency)}
@@ -955,9 +975,9 @@ func newLogger(cfg Config, e env) *slog.Logger {
 		return a
 	}}
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(e.stderr, opts))
+		return slog.New(tracing.NewLogHandler(slog.NewJSONHandler(e.stderr, opts)))
 	}
-	return slog.New(slog.NewTextHandler(e.stderr, opts))
+	return slog.New(tracing.NewLogHandler(slog.NewTextHandler(e.stderr, opts)))
 }
 
 // configSecrets lists the values of cfg's settings for a scrubber.

@@ -45,7 +45,7 @@ func runProcess(ctx context.Context, cmd string, cfg Config, e env, migrate bool
 	if e.warned != nil {
 		*e.warned = true
 	}
-	a, err := build(ctx, cfg, e, hooks{}, migrate)
+	a, err := build(ctx, cfg, e, hooks{role: roleNames(roles)}, migrate)
 	if err != nil {
 		return err
 	}
@@ -78,6 +78,16 @@ func runProcess(ctx context.Context, cmd string, cfg Config, e env, migrate bool
 		a.log.Info("stopped")
 	}
 	return err
+}
+
+// roleNames names a process by its roles: "api", or "api+relay+worker"
+// for serve.
+func roleNames(roles []role) string {
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, "+")
 }
 
 func hasRole(roles []role, r role) bool {
@@ -186,7 +196,7 @@ func cmdMigrate(ctx context.Context, args []string, e env) error {
 	// Said before anything changes: which database this is, and whether a
 	// new SQLite file is about to appear.
 	fmt.Fprintf(e.stderr, "migrate: database %s\n", describeDatabase(cfg.DatabaseURL))
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, true)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, true, nil)
 	if err != nil {
 		return err
 	}
@@ -220,7 +230,7 @@ func cmdMigrateStatus(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false, nil)
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/tracing"
 )
 
 // DefaultMaxBodyBytes is the default limit on a request body: 1 MiB, as the
@@ -89,6 +94,12 @@ type Config struct {
 	// "*" for any. Default: none (no CORS headers; browsers on other
 	// origins are refused by their own rules).
 	CORSOrigins []string
+	// TracerProvider, when set, traces every request but the probes
+	// (/healthz, /readyz, /metrics): a server span per request, the
+	// client's W3C traceparent honoured as its parent, and a span around
+	// the create transaction whose context is stored with the outbox
+	// event. Default: nil (no spans).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -149,6 +160,8 @@ type API struct {
 	open    map[string]bool
 	tokenH  [sha256.Size]byte
 	metrics *httpMetrics
+	tracer  trace.Tracer
+	traced  bool
 	handler http.Handler
 }
 
@@ -162,7 +175,8 @@ func New(store Store, cfg Config) (*API, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("new api: %w", err)
 	}
-	a := &API{store: store, cfg: cfg, log: slog.New(notify.NewLogHandler(cfg.Logger.Handler())), mux: http.NewServeMux(), routes: map[string]bool{}, open: map[string]bool{}}
+	a := &API{store: store, cfg: cfg, log: slog.New(notify.NewLogHandler(cfg.Logger.Handler())), mux: http.NewServeMux(), routes: map[string]bool{}, open: map[string]bool{},
+		tracer: tracing.Tracer(cfg.TracerProvider), traced: cfg.TracerProvider != nil}
 	if cfg.Token != "" {
 		a.tokenH = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -193,6 +207,18 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 		route = pattern
 	}
 	sw := &statusWriter{ResponseWriter: w}
+	if a.traced && !a.open[r.URL.Path] {
+		var span trace.Span
+		r, span = a.startSpan(r, route)
+		defer func() {
+			code := sw.code()
+			span.SetAttributes(attribute.Int("http.response.status_code", code))
+			if code >= 500 {
+				span.SetStatus(codes.Error, http.StatusText(code))
+			}
+			span.End()
+		}()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -222,6 +248,20 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(sw, http.StatusNotFound, apiError{Code: "not_found", Message: "no such resource"})
+}
+
+// startSpan starts the server span of r, as a child of the client's
+// traceparent when it sent a valid one, and returns r with the span in its
+// context. The span names the route pattern, never the raw path.
+func (a *API) startSpan(r *http.Request, route string) (*http.Request, trace.Span) {
+	ctx := tracing.ExtractHTTP(r.Context(), propagation.HeaderCarrier(r.Header))
+	name := route
+	if route == routeUnmatched {
+		name = r.Method
+	}
+	ctx, span := a.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route)))
+	return r.WithContext(ctx), span
 }
 
 // allowed lists the methods a route accepts at r's path, asking the mux

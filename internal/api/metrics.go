@@ -13,6 +13,9 @@ import (
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// create times the create transaction (the store's Create) of the
+	// creates that committed or were replayed, with trace exemplars.
+	create prometheus.Histogram
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
@@ -26,8 +29,13 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Help:    "Time to answer an HTTP request, by route pattern.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
+		create: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "herald_create_seconds",
+			Help:    "Time of the create transaction (the notification and its outbox event) of the creates that succeeded.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.create} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register http metrics: %w", err)
 		}

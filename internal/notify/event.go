@@ -17,6 +17,11 @@ type Event struct {
 	Type       string
 	Payload    []byte
 	OccurredAt time.Time
+	// Traceparent is the W3C trace context the event was written in
+	// (the create's span), "" when it was written untraced. The relay
+	// replaces it with its publish span's before it hands the event on,
+	// and a transport carries it as the traceparent header.
+	Traceparent string
 }
 
 // Requested is the payload of a notification.requested event.
@@ -63,6 +68,14 @@ type Message struct {
 	// OccurredAt is when the event was written (with its notification);
 	// zero when the transport cannot tell.
 	OccurredAt time.Time
+	// PublishedAt is when the broker took this copy of the message from
+	// the relay, for the time-in-broker histogram; zero when the
+	// transport cannot tell (the outbox table has no broker).
+	PublishedAt time.Time
+	// Traceparent is the W3C trace context the message carries (the
+	// traceparent header, or the outbox row's column), "" when none.
+	// Retry copies keep it, so every attempt joins the create's trace.
+	Traceparent string
 }
 
 // Decode checks a message's type and decodes its payload. Every error it

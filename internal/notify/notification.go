@@ -83,6 +83,9 @@ type NewNotification struct {
 	// transaction (FaultAfterOutboxInsert). Only the API sets it, and only
 	// when HERALD_DEBUG_FAULTS=1.
 	Fault string
+	// Traceparent, when not empty, is the W3C trace context of the create,
+	// stored with the outbox event so that its delivery joins the trace.
+	Traceparent string
 }
 
 // IdempotencyWindow is how long an idempotency key answers with the

@@ -9,12 +9,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/tracing"
 )
 
 // Config tunes a Relay. No field has a meaningful zero (claiming no rows,
@@ -52,6 +58,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, receives the relay's metrics.
 	Registerer prometheus.Registerer
+	// TracerProvider, when set, gives every published event a publish span,
+	// a child of the trace context stored with the event (its create), and
+	// hands the span's context on in the event's Traceparent for the
+	// broker's headers. Default: nil (no spans; events keep what the
+	// outbox stored).
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -100,6 +112,8 @@ type Relay struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics metrics
+	tracer  trace.Tracer
+	traced  bool
 	// stopped holds the error Run stopped on, for Ping.
 	stopped atomic.Pointer[error]
 }
@@ -107,6 +121,9 @@ type Relay struct {
 type metrics struct {
 	published prometheus.Counter
 	failures  prometheus.Counter
+	// wait is the time an event spent in the outbox: from its create to
+	// the broker's confirm of its publish.
+	wait prometheus.Histogram
 }
 
 // New returns a Relay that claims from src and publishes with pub. waker may
@@ -116,7 +133,8 @@ func New(src Source, pub Publisher, waker Waker, cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{src: src, pub: pub, waker: waker, cfg: cfg, log: cfg.Logger}
+	r := &Relay{src: src, pub: pub, waker: waker, cfg: cfg, log: cfg.Logger,
+		tracer: tracing.Tracer(cfg.TracerProvider), traced: cfg.TracerProvider != nil}
 	r.metrics = metrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name:        "herald_relay_published_total",
@@ -128,9 +146,15 @@ func New(src Source, pub Publisher, waker Waker, cfg Config) (*Relay, error) {
 			Help:        "Relay batches that failed (store or broker error, or events not confirmed).",
 			ConstLabels: prometheus.Labels{"relay": cfg.Name},
 		}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "herald_outbox_wait_seconds",
+			Help:        "Time an event spent in the outbox: from its create to the broker's confirm of its publish.",
+			Buckets:     []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
+			ConstLabels: prometheus.Labels{"relay": cfg.Name},
+		}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.metrics.published, r.metrics.failures} {
+		for _, c := range []prometheus.Collector{r.metrics.published, r.metrics.failures, r.metrics.wait} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register relay metrics: %w", err)
 			}
@@ -247,7 +271,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	confirmedTotal := 0
 	var pubErr error
 	n, err := r.src.RelayBatch(ctx, r.cfg.Batch, r.cfg.Types, func(ctx context.Context, events []notify.Event) ([]int64, error) {
+		events, spans := r.startPublish(ctx, events)
 		confirmed, err := r.pub.Publish(ctx, events)
+		r.endPublish(events, spans, confirmed, err)
 		confirmedTotal = len(confirmed)
 		pubErr = err
 		if err == nil && len(confirmed) < len(events) {
@@ -266,4 +292,58 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		return n, fmt.Errorf("relay batch: %w", err)
 	}
 	return n, nil
+}
+
+// startPublish starts one publish span per event, each a child of the
+// context stored with its event (an event written untraced, by a reconcile
+// or a redrive, starts a trace of its own), and returns copies of the
+// events carrying their span's context. One span per event rather than one
+// per batch with links: each notification's trace then runs unbroken from
+// the POST to the send, and a batch's spans share their start and end.
+// Without a tracer it returns events as they are.
+func (r *Relay) startPublish(ctx context.Context, events []notify.Event) ([]notify.Event, []trace.Span) {
+	if !r.traced {
+		return events, nil
+	}
+	out := make([]notify.Event, len(events))
+	spans := make([]trace.Span, len(events))
+	base := trace.ContextWithSpanContext(ctx, trace.SpanContext{}) // the relay loop's own span, if any, is no parent
+	for i, e := range events {
+		pctx, span := r.tracer.Start(tracing.Extract(base, e.Traceparent), "publish "+e.Type,
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(
+				attribute.String("messaging.operation.type", "publish"),
+				attribute.String("messaging.message.id", strconv.FormatInt(e.ID, 10)),
+				attribute.Int("messaging.batch.message_count", len(events))))
+		e.Traceparent = tracing.Traceparent(pctx)
+		out[i], spans[i] = e, span
+	}
+	return out, spans
+}
+
+// endPublish ends the publish spans (an error on those the broker did not
+// confirm) and records the outbox wait of the confirmed events, with the
+// span's trace as exemplar.
+func (r *Relay) endPublish(events []notify.Event, spans []trace.Span, confirmed []int64, err error) {
+	now := time.Now()
+	for i, e := range events {
+		ok := slices.Contains(confirmed, e.ID)
+		if ok && !e.OccurredAt.IsZero() {
+			ctx := context.Background()
+			if spans != nil {
+				ctx = trace.ContextWithSpan(ctx, spans[i])
+			}
+			tracing.Observe(ctx, r.metrics.wait, now.Sub(e.OccurredAt).Seconds())
+		}
+		if spans == nil {
+			continue
+		}
+		if !ok {
+			if err != nil {
+				spans[i].RecordError(err)
+			}
+			spans[i].SetStatus(codes.Error, "not confirmed by the broker")
+		}
+		spans[i].End()
+	}
 }

@@ -21,14 +21,19 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/tracing"
 )
 
 // Config tunes a Worker. A zero that means something is honoured (no
@@ -81,6 +86,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, receives the worker's metrics. Default: none.
 	Registerer prometheus.Registerer
+	// TracerProvider, when set, traces every delivery: a process span, a
+	// child of the message's traceparent (the relay's publish span, or for
+	// the outbox table the create's), with claim, send and record spans
+	// under it. A retry copy carries the same traceparent, so each attempt
+	// is a sibling under the publish. Default: nil (no spans).
+	TracerProvider trace.TracerProvider
 	// Crash, when set, is called at the named points of a delivery
 	// ("after-send", "after-commit"); it exists for fault-injection runs
 	// and is only wired when HERALD_DEBUG_FAULTS=1. Default: none.
@@ -250,6 +261,7 @@ type Worker struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics metrics
+	tracer  trace.Tracer
 	books   *batcher[bookOp, bookResult]
 	lanes   map[string]*lane
 	names   []string // the channels, sorted
@@ -279,6 +291,11 @@ type metrics struct {
 	deliveries *prometheus.CounterVec
 	latency    prometheus.Histogram
 	senderUp   *prometheus.GaugeVec
+	// brokerWait is the time a message's first copy spent in the broker,
+	// from the relay's publish to its arrival at this worker.
+	brokerWait prometheus.Histogram
+	// send is the time of each send to a channel's provider.
+	send *prometheus.HistogramVec
 }
 
 // New returns a Worker that delivers on channels, by name. A message of a
@@ -292,7 +309,7 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 	if err := cfg.validate(longest); err != nil {
 		return nil, err
 	}
-	w := &Worker{src: src, cfg: cfg, log: slog.New(notify.NewLogHandler(cfg.Logger.Handler())), lanes: make(map[string]*lane, len(channels))}
+	w := &Worker{src: src, cfg: cfg, log: slog.New(notify.NewLogHandler(cfg.Logger.Handler())), lanes: make(map[string]*lane, len(channels)), tracer: tracing.Tracer(cfg.TracerProvider)}
 	w.metrics.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_worker_deliveries_total",
 		Help: "Deliveries handled by the worker, by channel and outcome.",
@@ -302,6 +319,16 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 		Help:    "Time from a notification's create to its being sent.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
 	})
+	w.metrics.brokerWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "herald_broker_wait_seconds",
+		Help:    "Time a message spent in the broker, from the relay's publish to its arrival at a worker (first deliveries, on transports that tell the publish time).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
+	w.metrics.send = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "herald_send_seconds",
+		Help:    "Time of one send to the channel's provider, whatever its result.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"channel"})
 	w.metrics.senderUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "herald_sender_up",
 		Help: "1 while the channel's provider takes sends, 0 while the worker has paused them because it is down or throttling.",
@@ -337,7 +364,7 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 		}
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{w.metrics.deliveries, w.metrics.latency, w.metrics.senderUp} {
+		for _, c := range []prometheus.Collector{w.metrics.deliveries, w.metrics.latency, w.metrics.senderUp, w.metrics.brokerWait, w.metrics.send} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register worker metrics: %w", err)
 			}
@@ -442,8 +469,19 @@ var errNoTimeLeft = errors.New("claim took too long: no time left in its lease f
 // Handle applies one delivery and settles it.
 func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	msg := d.Message()
+	ctx, span := w.tracer.Start(tracing.Extract(ctx, msg.Traceparent), "process "+msg.Type,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.message.id", strconv.FormatInt(msg.ID, 10)),
+			attribute.Int("herald.retry_count", msg.RetryCount)))
+	defer span.End()
+	if msg.RetryCount == 0 && !msg.PublishedAt.IsZero() {
+		tracing.Observe(ctx, w.metrics.brokerWait, max(time.Since(msg.PublishedAt), 0).Seconds())
+	}
 	channel := unknownChannel
 	outcome, err := w.apply(ctx, d, msg, &channel, &ctx)
+	span.SetAttributes(attribute.String("herald.channel", channel))
 	if err != nil && ctx.Err() != nil {
 		w.handedBack.Add(1)
 	}
@@ -452,16 +490,20 @@ func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld), errors.Is(err, errRateHeld), errors.Is(err, errDestHeld):
 		// Expected while a claim runs, the server is down or the rate
 		// limit is reached; the gate logs the outage once.
+		span.SetAttributes(attribute.String("herald.outcome", "handed_back"), attribute.String("herald.reason", err.Error()))
 		w.log.DebugContext(ctx, "delivery handed back", "message_id", msg.ID, "reason", err)
 		return
 	default:
+		span.SetStatus(codes.Error, "delivery not settled")
+		span.RecordError(err)
 		w.log.ErrorContext(ctx, "delivery not settled; it will come back", "message_id", msg.ID, "retry_count", msg.RetryCount, "err", err)
 		return
 	}
+	span.SetAttributes(attribute.String("herald.outcome", string(outcome)))
 	w.metrics.deliveries.WithLabelValues(channel, string(outcome)).Inc()
 	w.log.DebugContext(ctx, "delivery settled", "message_id", msg.ID, "channel", channel, "outcome", outcome)
 	if outcome == notify.OutcomeSent && !msg.OccurredAt.IsZero() {
-		w.metrics.latency.Observe(time.Since(msg.OccurredAt).Seconds())
+		tracing.Observe(ctx, w.metrics.latency, time.Since(msg.OccurredAt).Seconds())
 	}
 }
 
@@ -529,7 +571,14 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	// The lease runs from the claim's transaction, which starts after this;
 	// measured from here, the send's deadline is on the safe side.
 	claimStart := time.Now()
+	_, cspan := w.tracer.Start(ctx, "claim")
 	c, err := w.claim(msg, nid)
+	if err != nil {
+		cspan.SetStatus(codes.Error, "claim failed")
+	} else {
+		cspan.SetAttributes(attribute.String("herald.claim", string(c.Status)))
+	}
+	cspan.End()
 	if err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
@@ -555,8 +604,17 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		}
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, errNoTimeLeft)
 	}
-	sctx, cancel := context.WithDeadline(ctx, deadline)
+	sctx, sspan := w.tracer.Start(ctx, "send "+l.name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("herald.channel", l.name), attribute.String("herald.notification_id", out.NotificationID)))
+	sctx, cancel := context.WithDeadline(sctx, deadline)
+	sendStart := time.Now()
 	sendErr := l.sender.Send(sctx, out)
+	tracing.Observe(sctx, w.metrics.send.WithLabelValues(l.name), time.Since(sendStart).Seconds())
+	if sendErr != nil {
+		sspan.SetStatus(codes.Error, "send failed")
+		sspan.RecordError(sendErr)
+	}
+	sspan.End()
 	// A send that ran out of the time this worker's own lease left it says
 	// nothing about the message: no attempt is spent on it.
 	ownLimit := cut && sendErr != nil && errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
@@ -594,7 +652,9 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 			res.RetryIn = w.retryDelay(msg.RetryCount)
 		}
 	}
-	recorded, err := w.recordUntilCommitted(ctx, res)
+	rctx, rspan := w.tracer.Start(ctx, "record", trace.WithAttributes(attribute.String("herald.attempt", string(res.Outcome))))
+	recorded, err := w.recordUntilCommitted(rctx, res)
+	rspan.End()
 	if err != nil {
 		// The worker stopped and the store stayed unreachable through the
 		// grace: the claim stays until its lease runs out; the redelivery

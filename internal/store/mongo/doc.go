@@ -86,6 +86,9 @@ type eventDoc struct {
 	LockedUntil *time.Time `bson:"locked_until,omitempty"`
 	Retries     int        `bson:"attempts"`
 	LastError   string     `bson:"last_error,omitempty"`
+	// Traceparent is the W3C trace context of the create (issue 22),
+	// absent when the event was written untraced.
+	Traceparent string `bson:"traceparent,omitempty"`
 }
 
 // procDoc is a message id applied (ProcessedAt set), leased to a claim, or
@@ -125,12 +128,12 @@ const (
 	maxNotificationID = (1 << 62) / attemptSpan
 )
 
-func (d *doc) addEvent(n notify.Notification, at time.Time) error {
+func (d *doc) addEvent(n notify.Notification, at time.Time, traceparent string) error {
 	payload, err := notify.RequestedPayload(n)
 	if err != nil {
 		return err
 	}
-	return d.appendEvent(notify.EventRequested, payload, at)
+	return d.appendEvent(notify.EventRequested, payload, at, traceparent)
 }
 
 // addStatusEvent adds the status event of the settled notification d (sent
@@ -147,17 +150,17 @@ func (d *doc) addStatusEvent(at time.Time) error {
 	if err != nil {
 		return fmt.Errorf("encode %s payload: %w", typ, err)
 	}
-	return d.appendEvent(typ, payload, at)
+	return d.appendEvent(typ, payload, at, "")
 }
 
-func (d *doc) appendEvent(typ string, payload []byte, at time.Time) error {
+func (d *doc) appendEvent(typ string, payload []byte, at time.Time, traceparent string) error {
 	if d.NextEvent+1 >= eventSpan {
 		return fmt.Errorf("notification %d has had %d events, the most one can have", d.ID, eventSpan-1)
 	}
 	d.NextEvent++
 	d.Events = append(d.Events, eventDoc{
 		ID: d.ID*eventSpan + d.NextEvent, Type: typ, Payload: string(payload),
-		OccurredAt: at, AvailableAt: at,
+		OccurredAt: at, AvailableAt: at, Traceparent: traceparent,
 	})
 	return nil
 }

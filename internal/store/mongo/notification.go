@@ -50,7 +50,7 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 		if nn.IdempotencyKey != "" {
 			d.IdemScope = idemScope(r.UserID, nn.IdempotencyKey)
 		}
-		if err := d.addEvent(n, t); err != nil {
+		if err := d.addEvent(n, t, nn.Traceparent); err != nil {
 			return notify.Created{}, err
 		}
 		d.derive()

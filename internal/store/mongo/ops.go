@@ -74,7 +74,7 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 		}
 		t := now()
 		d.Status, d.FailedAt, d.LastError, d.UpdatedAt = string(notify.StatusPending), nil, "", t
-		return d.addEvent(d.notification(), t)
+		return d.addEvent(d.notification(), t, "")
 	})
 	switch {
 	case err != nil:
@@ -129,7 +129,7 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 				return errNoChange
 			}
 			d.UpdatedAt, d.RetryDueAt = t, nil
-			return d.addEvent(d.notification(), t)
+			return d.addEvent(d.notification(), t, "")
 		})
 		if err != nil {
 			return ids, fmt.Errorf("reconcile: %w", err)

@@ -195,7 +195,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 	}
 	events := make([]notify.Event, len(evs))
 	for i, e := range evs {
-		events[i] = notify.Event{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), OccurredAt: e.OccurredAt.UTC()}
+		events[i] = notify.Event{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), OccurredAt: e.OccurredAt.UTC(), Traceparent: e.Traceparent}
 	}
 	confirmed, pubErr := publish(ctx, events)
 	ok := make(map[int64]bool, len(confirmed))
@@ -313,7 +313,7 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	}
 	msgs := make([]notify.Message, len(evs))
 	for i, e := range evs {
-		msgs[i] = notify.Message{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), RetryCount: e.Retries, OccurredAt: e.OccurredAt.UTC()}
+		msgs[i] = notify.Message{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), RetryCount: e.Retries, OccurredAt: e.OccurredAt.UTC(), Traceparent: e.Traceparent}
 	}
 	return msgs, nil
 }

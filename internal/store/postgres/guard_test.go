@@ -33,8 +33,8 @@ func TestMigrateRetryGuardOnExistingRows(t *testing.T) {
 	require.Len(t, before, 7)
 	require.NoError(t, migrate.Run(ctx, migrator{s}, before))
 
-	// The row as a build of that time wrote it (today's Create speaks the
-	// latest schema).
+	// Written as SQL of that schema: today's Create writes columns of later
+	// migrations (0012's traceparent).
 	var nid int64
 	require.NoError(t, s.pool.QueryRow(ctx, `INSERT INTO notifications (user_id, channel, recipient, subject, body)
 		VALUES ('u', 'email', 'a@example.com', 's', 'b') RETURNING id`).Scan(&nid))

@@ -36,7 +36,7 @@ RETURNING id, created_at`
 UPDATE notifications SET idempotency_key = NULL
 WHERE user_id = $1 AND idempotency_key = $2 AND created_at <= now() - make_interval(secs => $3)`
 
-	insertOutbox = `INSERT INTO outbox (event_type, payload) VALUES ($1, $2)`
+	insertOutbox = `INSERT INTO outbox (event_type, payload, traceparent) VALUES ($1, $2, NULLIF($3, ''))`
 
 	// notifyOutbox runs after the commit, on its own (see announce): a
 	// NOTIFY inside the create transaction would make every create's commit
@@ -118,7 +118,7 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 	if err != nil {
 		return notify.Created{}, err
 	}
-	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload); err != nil {
+	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, nn.Traceparent); err != nil {
 		return notify.Created{}, wrap("insert outbox", err)
 	}
 	return notify.Created{Notification: n}, nil

@@ -44,7 +44,7 @@ UPDATE outbox o
 SET locked_by = $3, locked_until = clock_timestamp() + $4::bigint * interval '1 microsecond'
 FROM claimed
 WHERE o.id = claimed.id
-RETURNING o.id, o.event_type, o.payload, o.occurred_at`
+RETURNING o.id, o.event_type, o.payload, o.occurred_at, COALESCE(o.traceparent, '')`
 
 	// markRelayed records the confirmed rows; any relay's confirm counts,
 	// so it does not check the lease: the broker has the event either way.
@@ -148,7 +148,7 @@ func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string,
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (notify.Event, error) {
 		var e notify.Event
-		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.OccurredAt)
+		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.OccurredAt, &e.Traceparent)
 		return e, err
 	})
 	if err != nil {

@@ -33,7 +33,7 @@ UPDATE outbox o
 SET locked_by = $1, locked_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.event_type, o.payload, o.attempts, o.occurred_at`
+RETURNING o.id, o.event_type, o.payload, o.attempts, o.occurred_at, COALESCE(o.traceparent, '')`
 
 	finishLeased = `
 UPDATE outbox
@@ -68,7 +68,7 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	var ms []notify.Message
 	for rows.Next() {
 		var m notify.Message
-		if err := rows.Scan(&m.ID, &m.Type, &m.Payload, &m.RetryCount, &m.OccurredAt); err != nil {
+		if err := rows.Scan(&m.ID, &m.Type, &m.Payload, &m.RetryCount, &m.OccurredAt, &m.Traceparent); err != nil {
 			return nil, wrap("claim outbox rows", err)
 		}
 		ms = append(ms, m)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/wake"
@@ -28,6 +29,11 @@ type Config struct {
 	// MaxConns is the largest number of pooled connections. The listener
 	// behind Subscribe uses one more connection of its own. Default 10.
 	MaxConns int
+	// TracerProvider, when set, traces the pool's queries and batches
+	// that run inside a traced operation (a span in their context: the
+	// create's transaction, for one), through pgx's tracer hook. Queries
+	// of the background loops, with no span, make none. Default: nil.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -116,6 +122,9 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("parse postgres url: %w", err)
 	}
 	pcfg.MaxConns = int32(cfg.MaxConns)
+	if cfg.TracerProvider != nil {
+		pcfg.ConnConfig.Tracer = newQueryTracer(cfg.TracerProvider)
+	}
 	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = "herald"
 	}

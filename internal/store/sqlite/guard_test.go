@@ -28,8 +28,8 @@ func TestMigrateRetryGuardOnExistingRows(t *testing.T) {
 	require.Len(t, before, 7)
 	require.NoError(t, migrate.Run(ctx, migrator{s}, before))
 
-	// The row as a build of that time wrote it (today's Create speaks the
-	// latest schema).
+	// Written as SQL of that schema: today's Create writes columns of later
+	// migrations (0012's traceparent).
 	ts := formatTime(now())
 	var nid int64
 	require.NoError(t, s.write.QueryRowContext(ctx, `INSERT INTO notifications (user_id, channel, recipient, subject, body, created_at, updated_at)

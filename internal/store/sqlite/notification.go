@@ -33,8 +33,8 @@ UPDATE notifications SET idempotency_key = NULL
 WHERE user_id = ? AND idempotency_key = ? AND created_at <= ?`
 
 const insertOutbox = `
-INSERT INTO outbox (event_type, payload, occurred_at, available_at)
-VALUES (?, ?, ?, ?)`
+INSERT INTO outbox (event_type, payload, occurred_at, available_at, traceparent)
+VALUES (?, ?, ?, ?, ?)`
 
 // Create writes the notification and its notification.requested outbox event
 // in one transaction, then wakes the subscribers. See api.Store. Concurrent
@@ -77,7 +77,7 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 		return notify.Created{}, err
 	}
 	if _, err := tx.ExecContext(ctx, insertOutbox,
-		notify.EventRequested, string(payload), formatTime(t), formatTime(t)); err != nil {
+		notify.EventRequested, string(payload), formatTime(t), formatTime(t), nullString(nn.Traceparent)); err != nil {
 		return notify.Created{}, fmt.Errorf("insert outbox event: %w", classify(err))
 	}
 	if nn.Fault == notify.FaultAfterOutboxInsert {

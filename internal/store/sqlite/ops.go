@@ -115,7 +115,7 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t); err != nil {
+		if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t, nil); err != nil {
 			return fmt.Errorf("insert outbox event: %w", classify(err))
 		}
 		redriven = true

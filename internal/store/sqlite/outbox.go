@@ -30,7 +30,7 @@ WHERE id IN (
       AND (locked_until IS NULL OR locked_until < ?3)
     ORDER BY id
     LIMIT ?4)
-RETURNING id, event_type, payload, occurred_at`
+RETURNING id, event_type, payload, occurred_at, coalesce(traceparent, '')`
 
 // markRelayed records the confirmed rows; any relay's confirm counts, so it
 // does not check the lease: the broker has the event either way.
@@ -156,7 +156,7 @@ func leaseRelayEvents(ctx context.Context, tx *sql.Tx, token string, until, at t
 			payload    string
 			occurredAt string
 		)
-		if err := rows.Scan(&e.ID, &e.Type, &payload, &occurredAt); err != nil {
+		if err := rows.Scan(&e.ID, &e.Type, &payload, &occurredAt, &e.Traceparent); err != nil {
 			return nil, fmt.Errorf("scan outbox row: %w", err)
 		}
 		e.Payload = []byte(payload)
@@ -227,7 +227,7 @@ WHERE id IN (
       AND (locked_until IS NULL OR locked_until < ?)
     ORDER BY id
     LIMIT ?)
-RETURNING id, event_type, payload, attempts, occurred_at`
+RETURNING id, event_type, payload, attempts, occurred_at, coalesce(traceparent, '')`
 
 // Claim leases up to limit due outbox rows to token until now + lease. It
 // implements table.Queue.
@@ -255,7 +255,7 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 				payload    string
 				occurredAt string
 			)
-			if err := rows.Scan(&m.ID, &m.Type, &payload, &m.RetryCount, &occurredAt); err != nil {
+			if err := rows.Scan(&m.ID, &m.Type, &payload, &m.RetryCount, &occurredAt, &m.Traceparent); err != nil {
 				return fmt.Errorf("scan: %w", err)
 			}
 			m.Payload = []byte(payload)

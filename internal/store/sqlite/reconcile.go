@@ -64,7 +64,7 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t); err != nil {
+			if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t, nil); err != nil {
 				return fmt.Errorf("insert outbox event: %w", classify(err))
 			}
 			if _, err := tx.ExecContext(ctx, touchReconciled, t, n.ID); err != nil {

@@ -120,6 +120,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
 		{"Activity", testActivity},
 		{"OtherChannels", testOtherChannels},
+		{"Traceparent", testTraceparent},
 	}, append(append(deliverTests, staleCopyTests...), statusTests...)...) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)

@@ -54,6 +54,9 @@ const (
 	// HeaderOccurredAt holds when the event was written, in Unix
 	// microseconds.
 	HeaderOccurredAt = "x-occurred-at"
+	// HeaderTraceparent holds the W3C trace context of the event's publish
+	// span; retry and dead-letter copies keep it.
+	HeaderTraceparent = "traceparent"
 	// HeaderRetryDelay holds how long a retry copy waits before it goes
 	// back to the requested topic, in milliseconds. It is a duration, not
 	// a time: the Consumer that reads the copy holds it that long from the

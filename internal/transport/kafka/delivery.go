@@ -96,10 +96,11 @@ var errReturned = errors.New("its handler returned without settling it; it is de
 // with the decoding error.
 func message(r *kgo.Record) (m notify.Message, bad string) {
 	m = notify.Message{
-		Type:       header(r, HeaderType),
-		Payload:    r.Value,
-		RetryCount: retryCount(header(r, HeaderRetryCount)),
-		OccurredAt: r.Timestamp,
+		Type:        header(r, HeaderType),
+		Payload:     r.Value,
+		RetryCount:  retryCount(header(r, HeaderRetryCount)),
+		OccurredAt:  r.Timestamp,
+		Traceparent: header(r, HeaderTraceparent),
 	}
 	if v, err := strconv.ParseInt(header(r, HeaderOccurredAt), 10, 64); err == nil && v > 0 {
 		m.OccurredAt = time.UnixMicro(v)

@@ -124,7 +124,7 @@ func (p *Publisher) Close() error {
 // eventRecord is the record of an outbox event: the payload keyed by the
 // notification's user, with the message's headers.
 func eventRecord(topic string, ev notify.Event) *kgo.Record {
-	return &kgo.Record{
+	r := &kgo.Record{
 		Topic:     topic,
 		Key:       recordKey(ev.Payload, ev.ID),
 		Value:     ev.Payload,
@@ -136,6 +136,10 @@ func eventRecord(topic string, ev notify.Event) *kgo.Record {
 			{Key: HeaderOccurredAt, Value: strconv.AppendInt(nil, ev.OccurredAt.UnixMicro(), 10)},
 		},
 	}
+	if ev.Traceparent != "" {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderTraceparent, Value: []byte(ev.Traceparent)})
+	}
+	return r
 }
 
 // recordKey is the user id of a payload: one user's notifications share a

@@ -285,11 +285,13 @@ func (s *session) dispatch(ctx context.Context, m jetstream.Msg, handle notify.H
 	raw := h.Get(HeaderMessageID)
 	id, ok := notify.ParseID(raw)
 	d := &delivery{s: s, m: m, msg: notify.Message{
-		ID:         id,
-		Type:       h.Get(HeaderType),
-		Payload:    m.Data(),
-		RetryCount: retryCount(h),
-		OccurredAt: occurredAt(m),
+		ID:          id,
+		Type:        h.Get(HeaderType),
+		Payload:     m.Data(),
+		RetryCount:  retryCount(h),
+		OccurredAt:  occurredAt(m),
+		PublishedAt: storedAt(m),
+		Traceparent: h.Get(HeaderTraceparent),
 	}}
 	if !ok {
 		reason := fmt.Sprintf("not a herald message: invalid %s %q", HeaderMessageID, consume.Truncate(raw, 64))
@@ -496,6 +498,15 @@ func occurredAt(m jetstream.Msg) time.Time {
 	if v, err := strconv.ParseInt(m.Headers().Get(HeaderOccurredAt), 10, 64); err == nil && v > 0 {
 		return time.UnixMicro(v)
 	}
+	if md, err := m.Metadata(); err == nil {
+		return md.Timestamp
+	}
+	return time.Time{}
+}
+
+// storedAt is when the stream stored this copy of the message; zero when
+// the metadata cannot be read.
+func storedAt(m jetstream.Msg) time.Time {
 	if md, err := m.Metadata(); err == nil {
 		return md.Timestamp
 	}

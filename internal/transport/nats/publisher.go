@@ -86,6 +86,9 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		m.Header.Set(HeaderType, ev.Type)
 		m.Header.Set(HeaderContentType, contentType)
 		m.Header.Set(HeaderOccurredAt, strconv.FormatInt(ev.OccurredAt.UnixMicro(), 10))
+		if ev.Traceparent != "" {
+			m.Header.Set(HeaderTraceparent, ev.Traceparent)
+		}
 		m.Data = ev.Payload
 		f, err := p.js.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithExpectStream(stream),
 			jetstream.WithStallWait(p.cfg.ConfirmTimeout))

@@ -35,6 +35,9 @@ const (
 	// HeaderOccurredAt holds when the event was written, in Unix
 	// microseconds.
 	HeaderOccurredAt = "x-occurred-at"
+	// HeaderTraceparent holds the W3C trace context of the event's publish
+	// span; retry and dead-letter copies keep it.
+	HeaderTraceparent = "traceparent"
 	// HeaderRetryDelay holds how long a retry copy waits before it goes
 	// back to notifications.requested, in milliseconds. It is a duration:
 	// the server counts it (a negative acknowledgement with that delay), so

@@ -257,11 +257,13 @@ const handBackTimeout = 5 * time.Second
 func (s *session) delivery(d amqp.Delivery) *delivery {
 	id, _ := notify.ParseID(d.MessageId)
 	return &delivery{s: s, d: d, msg: notify.Message{
-		ID:         id,
-		Type:       d.Type,
-		Payload:    d.Body,
-		RetryCount: retryCount(d.Headers),
-		OccurredAt: occurredAt(d),
+		ID:          id,
+		Type:        d.Type,
+		Payload:     d.Body,
+		RetryCount:  retryCount(d.Headers),
+		OccurredAt:  occurredAt(d),
+		PublishedAt: microsHeader(d.Headers, HeaderPublishedAt),
+		Traceparent: stringHeader(d.Headers, HeaderTraceparent),
 	}}
 }
 
@@ -357,6 +359,20 @@ func occurredAt(d amqp.Delivery) time.Time {
 		return time.UnixMicro(v)
 	}
 	return d.Timestamp
+}
+
+// microsHeader reads a time in Unix microseconds; zero when absent.
+func microsHeader(h amqp.Table, key string) time.Time {
+	if v, ok := h[key].(int64); ok && v > 0 {
+		return time.UnixMicro(v)
+	}
+	return time.Time{}
+}
+
+// stringHeader reads a string header; "" when absent or not a string.
+func stringHeader(h amqp.Table, key string) string {
+	s, _ := h[key].(string)
+	return s
 }
 
 // headerDeliveryCount is where a quorum queue says how often it has

@@ -63,7 +63,12 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		return nil, nil
 	}
 	msgs := make([]outgoing, len(events))
+	now := time.Now().UnixMicro()
 	for i, ev := range events {
+		headers := amqp.Table{HeaderOccurredAt: ev.OccurredAt.UnixMicro(), HeaderPublishedAt: now}
+		if ev.Traceparent != "" {
+			headers[HeaderTraceparent] = ev.Traceparent
+		}
 		msgs[i] = outgoing{
 			exchange: p.topo.Exchange,
 			key:      ev.Type,
@@ -79,7 +84,7 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 				Timestamp:    ev.OccurredAt,
 				// The AMQP timestamp has whole seconds; the header keeps
 				// microseconds for the create-to-sent latency.
-				Headers: amqp.Table{HeaderOccurredAt: ev.OccurredAt.UnixMicro()},
+				Headers: headers,
 				Body:    ev.Payload,
 			},
 		}

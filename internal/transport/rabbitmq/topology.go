@@ -28,6 +28,12 @@ const (
 	// HeaderOccurredAt holds when the event was written, in Unix
 	// microseconds.
 	HeaderOccurredAt = "x-occurred-at"
+	// HeaderPublishedAt holds when the relay published the event, in Unix
+	// microseconds (the time-in-broker histogram); copies keep it.
+	HeaderPublishedAt = "x-published-at"
+	// HeaderTraceparent holds the W3C trace context of the event's publish
+	// span; retry, hand-back and dead-letter copies keep it.
+	HeaderTraceparent = "traceparent"
 )
 
 // Queue types (Config.QueueType).

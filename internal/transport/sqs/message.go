@@ -51,6 +51,9 @@ func newMessage(ev notify.Event, fifo bool) message {
 	if !ev.OccurredAt.IsZero() {
 		m.attrs[AttrOccurredAt] = numberAttr(ev.OccurredAt.UnixMicro())
 	}
+	if ev.Traceparent != "" {
+		m.attrs[AttrTraceparent] = stringAttr(ev.Traceparent)
+	}
 	if fifo {
 		m.group = groupOf(ev.Payload)
 		m.dedup = id
@@ -91,7 +94,7 @@ func printableASCII(s string) bool {
 // FIFO deduplication id of the copy.
 func copyOf(m types.Message, retries int, reason string, hold time.Duration, fifo bool, dedupSuffix string) message {
 	out := message{body: aws.ToString(m.Body), attrs: map[string]types.MessageAttributeValue{}}
-	for _, k := range []string{AttrMessageID, AttrType, AttrOccurredAt} {
+	for _, k := range []string{AttrMessageID, AttrType, AttrOccurredAt, AttrTraceparent} {
 		if v, ok := m.MessageAttributes[k]; ok {
 			out.attrs[k] = types.MessageAttributeValue{DataType: v.DataType, StringValue: v.StringValue}
 		}
@@ -174,6 +177,9 @@ func decode(m types.Message) (decoded, error) {
 		if us, err := strconv.ParseInt(aws.ToString(v.StringValue), 10, 64); err == nil && us > 0 {
 			d.msg.OccurredAt = time.UnixMicro(us).UTC()
 		}
+	}
+	if v, ok := m.MessageAttributes[AttrTraceparent]; ok {
+		d.msg.Traceparent = aws.ToString(v.StringValue)
 	}
 	if v, ok := m.MessageAttributes[AttrRetryCount]; ok {
 		if n, err := strconv.Atoi(aws.ToString(v.StringValue)); err == nil && n > 0 {

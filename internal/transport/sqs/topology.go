@@ -32,6 +32,9 @@ const (
 	// AttrOccurredAt holds when the event was written, in Unix
 	// microseconds.
 	AttrOccurredAt = "herald-occurred-at"
+	// AttrTraceparent holds the W3C trace context of the event's publish
+	// span; retry and dead-letter copies keep it.
+	AttrTraceparent = "traceparent"
 	// AttrHold holds, on a retry copy, how much of its delay (in
 	// milliseconds) is still to wait when it arrives: SQS delays a message
 	// at most 15 minutes, so a longer delay hops (the copy is sent again,

@@ -60,7 +60,7 @@ func conformanceHarness(s outboxStore, q outboxSQL) transporttest.Harness {
 				require.NoError(t, json.Unmarshal(ev.Payload, &r))
 				c, err := s.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
 					UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
-				}})
+				}, Traceparent: ev.Traceparent})
 				require.NoError(t, err)
 				id, err := q.rowOf(ctx, c.Notification.ID)
 				require.NoError(t, err)
@@ -68,7 +68,8 @@ func conformanceHarness(s outboxStore, q outboxSQL) transporttest.Harness {
 				require.NoError(t, err)
 				// The row is written with its notification, at the same
 				// instant.
-				out[i] = notify.Event{ID: id, Type: notify.EventRequested, Payload: payload, OccurredAt: c.Notification.CreatedAt}
+				out[i] = notify.Event{ID: id, Type: notify.EventRequested, Payload: payload, OccurredAt: c.Notification.CreatedAt,
+					Traceparent: ev.Traceparent}
 			}
 			return out
 		},

@@ -167,7 +167,8 @@ func events(t *testing.T, n int) []notify.Event {
 			Body:           "Body line one\nline two",
 		})
 		require.NoError(t, err)
-		evs[i] = notify.Event{ID: id, Type: notify.EventRequested, Payload: payload, OccurredAt: at.Add(time.Duration(i) * time.Microsecond)}
+		evs[i] = notify.Event{ID: id, Type: notify.EventRequested, Payload: payload, OccurredAt: at.Add(time.Duration(i) * time.Microsecond),
+			Traceparent: fmt.Sprintf("00-4bf92f3577b34da6a3ce929d0e0e%04x-00f067aa0ba9%04x-01", id%0x10000, id%0x10000)}
 	}
 	return evs
 }
@@ -293,6 +294,8 @@ func requireMessage(t *testing.T, ev notify.Event, m notify.Message, retries int
 	require.Equal(t, retries, m.RetryCount, "retry count of message %d", m.ID)
 	require.True(t, ev.OccurredAt.Equal(m.OccurredAt), "occurred at of message %d: published %s, delivered %s",
 		m.ID, ev.OccurredAt, m.OccurredAt)
+	// The trace context travels with every copy (retries, hand-backs).
+	require.Equal(t, ev.Traceparent, m.Traceparent, "traceparent of message %d", m.ID)
 }
 
 // requireQuiet requires that j sees no further delivery for a while.
