@@ -2,20 +2,17 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/heraldhq/herald/internal/webhooktest"
 )
 
 // receiver is the webhook endpoint of the run: an HTTP server in the
@@ -52,21 +49,14 @@ const (
 
 var failKinds = []string{failDrop, fail500, fail503}
 
-// signatureTolerance is how far a webhook-timestamp may be from the
-// receiver's clock, as Standard Webhooks receivers check (5 minutes).
-const signatureTolerance = 5 * time.Minute
-
 func startReceiver() (*receiver, error) {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, err
-	}
+	secret, key := webhooktest.NewSecret()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("webhook receiver: %w", err)
 	}
 	r := &receiver{
-		key: key, secret: "whsec_" + base64.StdEncoding.EncodeToString(key), ln: ln,
+		key: key, secret: secret, ln: ln,
 		got: map[string]int{}, index: map[string]int{}, failed: map[string]int{},
 	}
 	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
@@ -99,7 +89,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	id := req.Header.Get("webhook-id")
-	if !verifySignature(r.key, id, req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature"), body, time.Now()) {
+	if webhooktest.Verify(r.key, req.Header, body, time.Now()) != nil {
 		r.mu.Lock()
 		r.badSignature++
 		r.mu.Unlock()
@@ -190,39 +180,6 @@ func (r *receiver) failures() map[string]int {
 		out[k] = v
 	}
 	return out
-}
-
-// verifySignature checks a Standard Webhooks signature as a receiver does:
-// some v1 entry of the header (space-separated) is the base64 HMAC-SHA256
-// of "id.timestamp.body" under key, and the timestamp is within
-// signatureTolerance of now. Written from the specification, not from
-// herald's signing code, so that the two check each other.
-func verifySignature(key []byte, id, timestamp, header string, body []byte, now time.Time) bool {
-	if id == "" || timestamp == "" || header == "" {
-		return false
-	}
-	ts, err := strconv.ParseInt(timestamp, 10, 64)
-	if err != nil {
-		return false
-	}
-	if d := now.Sub(time.Unix(ts, 0)); d > signatureTolerance || d < -signatureTolerance {
-		return false
-	}
-	mac := hmac.New(sha256.New, key)
-	fmt.Fprintf(mac, "%s.%s.", id, timestamp)
-	mac.Write(body)
-	want := mac.Sum(nil)
-	for _, entry := range strings.Fields(header) {
-		version, sig, ok := strings.Cut(entry, ",")
-		if !ok || version != "v1" {
-			continue
-		}
-		got, err := base64.StdEncoding.DecodeString(sig)
-		if err == nil && hmac.Equal(got, want) {
-			return true
-		}
-	}
-	return false
 }
 
 // webhookFail makes the receiver fail every request for faultPause (a

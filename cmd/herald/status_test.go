@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/webhooktest"
 )
 
 // statusEvent is a status event's payload as a consumer reads it.
@@ -139,14 +139,8 @@ func startStatusReceiver(t *testing.T, key []byte) *statusReceiver {
 func (r *statusReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.tries.Add(1)
 	body, _ := io.ReadAll(req.Body)
-	id, ts := req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp")
-	mac := hmac.New(sha256.New, r.key)
-	fmt.Fprintf(mac, "%s.%s.%s", id, ts, body)
-	want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
-	valid := false
-	for _, sig := range strings.Fields(req.Header.Get("webhook-signature")) {
-		valid = valid || hmac.Equal([]byte(sig), []byte(want))
-	}
+	id := req.Header.Get("webhook-id")
+	valid := webhooktest.Verify(r.key, req.Header, body, time.Now()) == nil
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !valid {

@@ -1,9 +1,6 @@
 package bench
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -11,10 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/heraldhq/herald/internal/webhooktest"
 )
 
 // Paths a Receiver serves.
@@ -72,9 +70,8 @@ type Receiver struct {
 // NewWebhookSecret returns a fresh Standard Webhooks secret: whsec_ and
 // the base64 of 32 random bytes.
 func NewWebhookSecret() string {
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	return "whsec_" + base64.StdEncoding.EncodeToString(key)
+	secret, _ := webhooktest.NewSecret()
+	return secret
 }
 
 // NewReceiver starts a Receiver on 127.0.0.1 at a free port.
@@ -198,50 +195,18 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 // hook takes one webhook: it verifies the signature and counts it.
 func (r *Receiver) hook(w http.ResponseWriter, h http.Header, body []byte) {
 	id := h.Get("webhook-id")
-	why := verify(r.key, id, h.Get("webhook-timestamp"), h.Get("webhook-signature"), body, time.Now())
+	err := webhooktest.Verify(r.key, h, body, time.Now())
 	r.mu.Lock()
-	if why != "" {
+	if err != nil {
 		r.bad++
 		if r.badWhy == "" {
-			r.badWhy = fmt.Sprintf("webhook-id %q: %s", id, why)
+			r.badWhy = fmt.Sprintf("webhook-id %q: %v", id, err)
 		}
 	} else {
 		r.byID[strings.TrimPrefix(id, "msg_")]++
 	}
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// verify checks a Standard Webhooks signature: one of the space-separated
-// v1,<base64> entries of sig must be the HMAC-SHA256 under key of
-// "id.timestamp.body", and the timestamp within five minutes of now. It
-// returns why not, or "".
-func verify(key []byte, id, timestamp, sig string, body []byte, now time.Time) string {
-	if id == "" {
-		return "no webhook-id"
-	}
-	ts, err := strconv.ParseInt(timestamp, 10, 64)
-	if err != nil {
-		return "webhook-timestamp is not a number"
-	}
-	if d := now.Sub(time.Unix(ts, 0)); d > 5*time.Minute || d < -5*time.Minute {
-		return "webhook-timestamp is more than five minutes off"
-	}
-	mac := hmac.New(sha256.New, key)
-	fmt.Fprintf(mac, "%s.%d.", id, ts)
-	mac.Write(body)
-	want := mac.Sum(nil)
-	for _, entry := range strings.Fields(sig) {
-		version, b64, ok := strings.Cut(entry, ",")
-		if !ok || version != "v1" {
-			continue
-		}
-		got, err := base64.StdEncoding.DecodeString(b64)
-		if err == nil && hmac.Equal(got, want) {
-			return ""
-		}
-	}
-	return "no v1 signature matches"
 }
 
 // bot answers the Bot API's getMe and sendMessage as Telegram does.
