@@ -639,16 +639,16 @@ func (a *app) apiHandler() (http.Handler, error) {
 		return nil, err
 	}
 	h, err := api.New(a.st, api.Config{
-		Token:       a.cfg.APIToken,
-		DebugFaults: a.cfg.DebugFaults,
-		Ready:       checks,
-		Metrics:     a.metricsHandler(),
-		Registerer:  a.reg,
-		Logger:      a.log.With("component", "api"),
-		Admission:   admission,
-		DeadLetters: deadletter.New(a.st, a.tr.deadLetters),
-		Channels:    channels,
-		CORSOrigins: corsOrigins(a.cfg.CORSOrigins),
+		Token:          a.cfg.APIToken,
+		DebugFaults:    a.cfg.DebugFaults,
+		Ready:          checks,
+		Metrics:        a.metricsHandler(),
+		Registerer:     a.reg,
+		Logger:         a.log.With("component", "api"),
+		Admission:      admission,
+		DeadLetters:    deadletter.New(a.st, a.tr.deadLetters),
+		Channels:       channels,
+		CORSOrigins:    corsOrigins(a.cfg.CORSOrigins),
 		TracerProvider: a.tp,
 	})
 	if err != nil {
