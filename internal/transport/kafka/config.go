@@ -54,6 +54,10 @@ const (
 	// HeaderOccurredAt holds when the event was written, in Unix
 	// microseconds.
 	HeaderOccurredAt = "x-occurred-at"
+	// HeaderPublishedAt holds when the relay published the event, in Unix
+	// microseconds: the start of its time in the broker
+	// (herald_broker_wait_seconds, measured on first deliveries only).
+	HeaderPublishedAt = "x-published-at"
 	// HeaderTraceparent holds the W3C trace context of the event's publish
 	// span; retry and dead-letter copies keep it.
 	HeaderTraceparent = "traceparent"

@@ -105,6 +105,9 @@ func message(r *kgo.Record) (m notify.Message, bad string) {
 	if v, err := strconv.ParseInt(header(r, HeaderOccurredAt), 10, 64); err == nil && v > 0 {
 		m.OccurredAt = time.UnixMicro(v)
 	}
+	if v, err := strconv.ParseInt(header(r, HeaderPublishedAt), 10, 64); err == nil && v > 0 {
+		m.PublishedAt = time.UnixMicro(v)
+	}
 	raw := header(r, HeaderMessageID)
 	id, ok := notify.ParseID(raw)
 	if !ok {

@@ -134,6 +134,7 @@ func eventRecord(topic string, ev notify.Event) *kgo.Record {
 			{Key: HeaderContentType, Value: []byte("application/json")},
 			{Key: HeaderType, Value: []byte(ev.Type)},
 			{Key: HeaderOccurredAt, Value: strconv.AppendInt(nil, ev.OccurredAt.UnixMicro(), 10)},
+			{Key: HeaderPublishedAt, Value: strconv.AppendInt(nil, time.Now().UnixMicro(), 10)},
 		},
 	}
 	if ev.Traceparent != "" {

@@ -44,8 +44,9 @@ func newMessage(ev notify.Event, fifo bool) message {
 	m := message{
 		body: string(ev.Payload),
 		attrs: map[string]types.MessageAttributeValue{
-			AttrMessageID: numberAttr(ev.ID),
-			AttrType:      stringAttr(ev.Type),
+			AttrMessageID:   numberAttr(ev.ID),
+			AttrType:        stringAttr(ev.Type),
+			AttrPublishedAt: numberAttr(time.Now().UnixMicro()),
 		},
 	}
 	if !ev.OccurredAt.IsZero() {
@@ -180,6 +181,11 @@ func decode(m types.Message) (decoded, error) {
 	}
 	if v, ok := m.MessageAttributes[AttrTraceparent]; ok {
 		d.msg.Traceparent = aws.ToString(v.StringValue)
+	}
+	if v, ok := m.MessageAttributes[AttrPublishedAt]; ok {
+		if us, err := strconv.ParseInt(aws.ToString(v.StringValue), 10, 64); err == nil && us > 0 {
+			d.msg.PublishedAt = time.UnixMicro(us).UTC()
+		}
 	}
 	if v, ok := m.MessageAttributes[AttrRetryCount]; ok {
 		if n, err := strconv.Atoi(aws.ToString(v.StringValue)); err == nil && n > 0 {

@@ -32,6 +32,11 @@ const (
 	// AttrOccurredAt holds when the event was written, in Unix
 	// microseconds.
 	AttrOccurredAt = "herald-occurred-at"
+	// AttrPublishedAt holds when the relay published the event, in Unix
+	// microseconds: the start of its time in the queue
+	// (herald_broker_wait_seconds, measured on first deliveries only).
+	// Copies do not carry it.
+	AttrPublishedAt = "herald-published-at"
 	// AttrTraceparent holds the W3C trace context of the event's publish
 	// span; retry and dead-letter copies keep it.
 	AttrTraceparent = "traceparent"

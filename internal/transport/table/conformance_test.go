@@ -50,6 +50,7 @@ ORDER BY id`
 // the store.
 func conformanceHarness(s outboxStore, q outboxSQL) transporttest.Harness {
 	return transporttest.Harness{
+		NoBrokerTime: true,
 		Publish: func(t *testing.T, evs []notify.Event) []notify.Event {
 			t.Helper()
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

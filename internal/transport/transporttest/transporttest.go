@@ -86,6 +86,11 @@ type Harness struct {
 	// only looks at the dead letters of messages it never acknowledged
 	// after a retry. Required.
 	DeadLetters func(t *testing.T) []DeadLetter
+	// NoBrokerTime says the transport has no broker to wait in (the table
+	// transport): its messages carry no PublishedAt. Every other
+	// transport's first deliveries must carry when the relay published
+	// them (herald_broker_wait_seconds).
+	NoBrokerTime bool
 }
 
 const (
@@ -317,7 +322,9 @@ func byID(evs []notify.Event) map[int64]notify.Event {
 // Every published message is delivered once, as published, and an
 // acknowledged message is gone: the next consumer receives nothing.
 func testAck(t *testing.T, e *env) {
+	before := time.Now()
 	evs := e.publish(t, 10)
+	after := time.Now()
 	var j journal
 	c := e.consume(t, sourceConfig(), func(ctx context.Context, d notify.Delivery) {
 		j.add(d.Message())
@@ -334,6 +341,14 @@ func testAck(t *testing.T, e *env) {
 		ev, ok := want[d.msg.ID]
 		require.True(t, ok, "message %d was never published", d.msg.ID)
 		requireMessage(t, ev, d.msg, 0)
+		if e.h.NoBrokerTime {
+			require.True(t, d.msg.PublishedAt.IsZero(), "message %d: published at %s on a transport with no broker time", d.msg.ID, d.msg.PublishedAt)
+		} else {
+			// A second of slack for a broker's own clock (NATS stamps
+			// the stored time).
+			require.WithinRange(t, d.msg.PublishedAt, before.Add(-time.Second), after.Add(time.Second),
+				"message %d: published at (the start of its time in the broker)", d.msg.ID)
+		}
 	}
 	require.Len(t, j.deliveries(), len(evs), "deliveries")
 
