@@ -254,7 +254,7 @@ func TestClaimUsesPartialIndex(t *testing.T) {
 	require.Contains(t, plan, "outbox_processed_idx", plan)
 
 	// The dead letters come from their partial index, already in order.
-	plan = explain(t, s, selectDeadLetters, nil, nil, "", nil)
+	plan = explain(t, s, selectDeadLetters, nil, nil, "", nil, nil, nil)
 	t.Logf("dead letters:\n%s", plan)
 	require.Contains(t, plan, "notifications_failed_idx", plan)
 	require.NotContains(t, plan, "Sort", plan)
