@@ -215,15 +215,37 @@ func (b *LogBuffer) String() string {
 	return b.buf.String()
 }
 
+// handedOut holds the ports FreeAddr has returned in this process: the
+// kernel may offer a port again once its listener is closed, and two
+// processes of one test binary told the same port would meet each other's
+// API (a test that waits for /healthz would find the other one's).
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
 // FreeAddr returns a loopback address with a port that was free a moment
-// ago, for a process to listen on.
+// ago, for a process to listen on, and that no earlier call in this process
+// returned.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("find a free port: %w", err)
+		}
+		addr := ln.Addr().(*net.TCPAddr)
+		ln.Close()
+		if !handedOut.ports[addr.Port] {
+			handedOut.ports[addr.Port] = true
+			return addr.String(), nil
+		}
+	}
+	return "", errors.New("find a free port: the kernel kept offering ports already handed out")
 }
 
 // pollEvery paces WaitHTTP: short enough that a test does not wait long
