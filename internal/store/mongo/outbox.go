@@ -294,8 +294,10 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	return st, nil
 }
 
-// Claim leases up to limit due notification.requested events (never a
-// status event: those are the relay's) to token until now + lease. It
+// Claim leases up to limit due events that are not status events (those
+// are the relay's) to token until now + lease: the notifications' events,
+// and one of a type herald does not know, which the worker dead-letters as
+// poison. It
 // implements table.Queue.
 func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
 	switch {
@@ -306,8 +308,8 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	case lease <= 0:
 		return nil, fmt.Errorf("claim outbox events: lease must be positive, got %s", lease)
 	}
-	requested := func(typ string) bool { return typ == notify.EventRequested }
-	evs, err := s.lease(ctx, token, limit, requested, func(t time.Time) time.Time { return t.Add(lease) })
+	work := func(typ string) bool { return !notify.IsStatusEvent(typ) }
+	evs, err := s.lease(ctx, token, limit, work, func(t time.Time) time.Time { return t.Add(lease) })
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox events: %w", err)
 	}

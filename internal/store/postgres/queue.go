@@ -11,9 +11,11 @@ import (
 )
 
 const (
-	// claimDue leases due notification.requested rows: the status events
-	// in the same table are for the relay, never for a worker (it would
-	// take one for poison). The CTE is materialized so the locking
+	// claimDue leases due rows of every type but the status events, which
+	// are for the relay, never for a worker (it would take one for poison):
+	// the notifications, and a row of a type herald does not know, which
+	// the worker dead-letters as poison. The type condition is the
+	// predicate of outbox_work_unprocessed_idx, written the same way. The CTE is materialized so the locking
 	// subquery runs exactly once; rows another worker is claiming right now
 	// are skipped, not waited for. Due times and leases are judged and
 	// started on clock_timestamp(), the statement's time (see deliver.go,
@@ -22,7 +24,7 @@ const (
 WITH due AS MATERIALIZED (
 	SELECT id FROM outbox
 	WHERE processed_at IS NULL
-	  AND event_type = '` + notify.EventRequested + `'
+	  AND event_type NOT IN ('` + notify.EventSent + `', '` + notify.EventFailed + `')
 	  AND available_at <= clock_timestamp()
 	  AND (locked_until IS NULL OR locked_until < clock_timestamp())
 	ORDER BY id
@@ -50,7 +52,7 @@ SET locked_by = NULL,
 WHERE id = $1 AND locked_by = $2 AND processed_at IS NULL`
 )
 
-// Claim leases up to limit due notification.requested outbox rows
+// Claim leases up to limit due outbox rows that are not status events
 // (unprocessed, available, with no live lease) to token until now + lease, and returns them in id order as
 // messages whose RetryCount is the row's attempts.
 func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {

@@ -215,14 +215,15 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 // serializes claimers, so the subquery and the update see the same rows and
 // two workers can never lease the same row. A lease whose time has passed is
 // free to take: its worker died or stalled, and the row must not be lost.
-// Only notification.requested rows: the status events are the relay's,
-// never a worker's.
+// Every row but the status events, which are the relay's, never a
+// worker's: the notifications, and a row of a type herald does not know,
+// which the worker dead-letters as poison (see outbox_work_unprocessed_idx).
 const claimOutbox = `
 UPDATE outbox SET locked_by = ?, locked_until = ?
 WHERE id IN (
     SELECT id FROM outbox
     WHERE processed_at IS NULL
-      AND event_type = '` + notify.EventRequested + `'
+      AND event_type NOT IN ('` + notify.EventSent + `', '` + notify.EventFailed + `')
       AND available_at <= ?
       AND (locked_until IS NULL OR locked_until < ?)
     ORDER BY id
