@@ -237,7 +237,7 @@ func TestUnreachableAtStart(t *testing.T) {
 		require.NoError(c, err)
 		require.Equal(c, []int64{1}, confirmed)
 	}, wait, 100*time.Millisecond, "publish after the server came up")
-	require.Eventually(t, func() bool { return r.distinct() == 1 }, wait, tick, "the consumer never got the event")
+	require.Eventually(t, func() bool { return r.distinct() == 1 }, wait, tick, "the consumer never got the event; its log:\n%s", logs.String())
 }
 
 // Wrong credentials are a clear error: the publisher and the readiness
