@@ -8,8 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store/migrate"
-	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // Migration 0011 on a database with keyed notifications: the global
@@ -19,18 +17,7 @@ func TestMigrateIdempotencyScope(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, testenv.PostgresURL(t), Config{})
-	require.NoError(t, err)
-	t.Cleanup(s.Close)
-	ms, err := migrate.Load(migrationFS, "migrations")
-	require.NoError(t, err)
-	var before []migrate.Migration
-	for _, m := range ms {
-		if m.Version < 11 {
-			before = append(before, m)
-		}
-	}
-	require.NoError(t, migrate.Run(ctx, migrator{s}, before))
+	s := openMigratedBefore(ctx, t, 11)
 	var nid int64
 	require.NoError(t, s.pool.QueryRow(ctx, `INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key)
 		VALUES ('u1', 'email', 'a@example.com', 's', 'b', 'k') RETURNING id`).Scan(&nid))
