@@ -114,3 +114,38 @@ func TestStatusPublisherConfig(t *testing.T) {
 		require.NotContains(t, err.Error(), "pw", name)
 	}
 }
+
+// A status endpoint that hangs, throttles (429 with Retry-After) or drops
+// the connection mid-request confirms nothing and never stops the relay;
+// a hung one costs one request timeout, not the relay's batch deadline.
+func TestStatusPublisherHungThrottledDropped(t *testing.T) {
+	t.Parallel()
+	r := startReceiver(t)
+	p, err := webhook.NewStatusPublisher(webhook.StatusConfig{URL: r.url("/status"), Secret: testSecret, Timeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	cases := map[string]http.HandlerFunc{
+		"hung": func(_ http.ResponseWriter, req *http.Request) { <-req.Context().Done() },
+		"throttled": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(http.StatusTooManyRequests)
+		},
+		"dropped": func(w http.ResponseWriter, _ *http.Request) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		},
+	}
+	for name, h := range cases {
+		r.answer(h)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		confirmed, err := p.Publish(ctx, []notify.Event{statusEvent(1, notify.EventSent)})
+		deadlineErr := ctx.Err()
+		cancel()
+		require.Error(t, err, name)
+		require.False(t, notify.IsPermanent(err), "%s stops the relay", name)
+		require.Empty(t, confirmed, name)
+		require.NoError(t, deadlineErr, "%s: the publish outlived the request timeout up to the batch deadline", name)
+	}
+}
