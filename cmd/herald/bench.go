@@ -218,7 +218,13 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			return fmt.Errorf("herald bench: %w", err)
 		}
 	}
+	dbProcs := ""
+	if sc.store == "postgres" {
+		dbProcs = "postgres"
+	}
+	cpu0, cpuErr := raw.ReadCPUClock(dbProcs)
 	res, err := bench.Run(ctx, st.rec, bcfg)
+	cpu1, cpuErr1 := raw.ReadCPUClock(dbProcs)
 	conns, serr := stopSampler()
 	if target.check != nil && ctx.Err() == nil {
 		// The provider's own account comes first: a bad signature also
@@ -250,6 +256,12 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	}
 	report := bench.NewReport(sc.store, sc.tr.name, bcfg, res, ceilings)
 	report.Preload = o.preload
+	if cpuErr == nil && cpuErr1 == nil {
+		report.SetCPU(cpu1.Sub(cpu0))
+		report.Notes = append(report.Notes, "cpu_*_ms split the machine's CPU over the measured run (from /proc): herald is this process (api, relay, worker, and the bench's clients and SMTP sink or receiver), database the PostgreSQL server's processes on this machine (SQLite and FerretDB run inside herald), broker RabbitMQ's or nats-server's processes; a database or broker on another machine is not counted")
+	} else {
+		report.Notes = append(report.Notes, "cpu_*_ms not measured: "+errors.Join(cpuErr, cpuErr1).Error())
+	}
 	if sc.store == "postgres" {
 		report.SetActivity(activity)
 		how := "pg_stat counts reported lazily are read exactly at the end (after every connection of the stack closed: a backend reports all it counted when it exits)"

@@ -84,6 +84,22 @@ type Report struct {
 	RowsPerNotification     *float64 `json:"rows_per_notification"`
 	CommitsPerNotification  *float64 `json:"commits_per_notification"`
 	WALBytesPerNotification *float64 `json:"wal_bytes_per_notification"`
+	// HOTUpdateShare is the share of the measured run's updates that were
+	// HOT (wrote no index entry); null when not measured.
+	HOTUpdateShare *float64 `json:"hot_update_share"`
+
+	// CPU*MsPerNotification split the CPU the machine spent over the
+	// measured run, per notification delivered: herald's process (api,
+	// relay, worker, and the bench's clients and sink, all in it), the
+	// database server's processes on this machine (PostgreSQL; SQLite
+	// runs inside herald), the broker's (RabbitMQ, NATS), and the rest.
+	// CPUBusy is the machine's busy share over the run (1: every core).
+	// null where /proc is missing.
+	CPUHeraldMsPerNotification   *float64 `json:"cpu_herald_ms_per_notification"`
+	CPUDatabaseMsPerNotification *float64 `json:"cpu_database_ms_per_notification"`
+	CPUBrokerMsPerNotification   *float64 `json:"cpu_broker_ms_per_notification"`
+	CPUOtherMsPerNotification    *float64 `json:"cpu_other_ms_per_notification"`
+	CPUBusy                      *float64 `json:"cpu_busy"`
 
 	// Notes explains zeros and anything else a reader of the numbers needs
 	// (a metric that does not apply to the transport, rejected creates).
@@ -116,6 +132,34 @@ type Activity struct {
 	// OtherRows is the rows the server's other databases wrote meanwhile
 	// (pg_stat_database), whose WAL WALBytes includes.
 	OtherRows int64
+	// Updates is the rows of Rows that were updates; HOTUpdates those of
+	// them that wrote no index entry (heap-only tuples).
+	Updates, HOTUpdates int64
+}
+
+// SetCPU adds the CPU split of the measured run, per notification
+// delivered.
+func (r *Report) SetCPU(s CPUSplit) {
+	if r.Delivered == 0 {
+		return
+	}
+	per := func(d time.Duration) *float64 {
+		v := round(float64(d.Microseconds())/1000/float64(r.Delivered), 3)
+		return &v
+	}
+	r.CPUHeraldMsPerNotification = per(s.Herald)
+	r.CPUDatabaseMsPerNotification = per(s.Database)
+	r.CPUBrokerMsPerNotification = per(s.Broker)
+	r.CPUOtherMsPerNotification = per(s.Other)
+	busy := round(s.Busy, 3)
+	r.CPUBusy = &busy
+}
+
+// CPUSplit is the CPU time of a span by who spent it (see raw.CPUClock).
+type CPUSplit struct {
+	Herald, Database, Broker, Other time.Duration
+	// Busy is the machine's busy share of the span: 1 is every core busy.
+	Busy float64
 }
 
 // SetActivity adds the database's activity over the measured run, per
@@ -129,6 +173,10 @@ func (r *Report) SetActivity(a Activity) {
 		return &v
 	}
 	r.RowsPerNotification = per(a.Rows, 2)
+	if a.Updates > 0 {
+		v := round(float64(a.HOTUpdates)/float64(a.Updates), 3)
+		r.HOTUpdateShare = &v
+	}
 	r.CommitsPerNotification = per(a.Commits, 2)
 	r.WALBytesPerNotification = per(a.WALBytes, 0)
 	tables := slices.Sorted(maps.Keys(a.RowsByTable))
@@ -284,6 +332,12 @@ func (r Report) WriteText(w io.Writer) error {
 	row("rows_per_notification", optional(r.RowsPerNotification, "%.2f"), "rows written to herald's tables, measured run")
 	row("commits_per_notification", optional(r.CommitsPerNotification, "%.2f"), "transactions committed, measured run")
 	row("wal_bytes_per_notification", optional(r.WALBytesPerNotification, "%.0f"), "WAL bytes written (server-wide), measured run")
+	row("hot_update_share", optional(r.HOTUpdateShare, "%.3f"), "updates that wrote no index entry (HOT), measured run")
+	row("cpu_herald_ms", optional(r.CPUHeraldMsPerNotification, "%.3f"), "CPU ms per notification in herald's process, measured run")
+	row("cpu_database_ms", optional(r.CPUDatabaseMsPerNotification, "%.3f"), "CPU ms per notification in the database server's processes")
+	row("cpu_broker_ms", optional(r.CPUBrokerMsPerNotification, "%.3f"), "CPU ms per notification in the broker's processes")
+	row("cpu_other_ms", optional(r.CPUOtherMsPerNotification, "%.3f"), "CPU ms per notification elsewhere on the machine")
+	row("cpu_busy", optional(r.CPUBusy, "%.3f"), "the machine's busy share over the run (1: every core)")
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\n  note: %s", n)
 	}

@@ -22,7 +22,7 @@ FROM pg_stat_database`
 	// readRows reads the rows written to each table of the schema herald
 	// works in (the search path's first), updates HOT or not.
 	readRows = `
-SELECT relname, (n_tup_ins + n_tup_upd + n_tup_del)::bigint
+SELECT relname, (n_tup_ins + n_tup_upd + n_tup_del)::bigint, n_tup_upd, n_tup_hot_upd
 FROM pg_stat_user_tables WHERE schemaname = current_schema()`
 	// walSince is the WAL written since the position $1.
 	walSince = `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`
@@ -33,6 +33,9 @@ type counters struct {
 	lsn                string
 	commits, otherRows int64
 	rows               map[string]int64
+	// updates and hot are the rows updated and, of them, the HOT updates
+	// (no index entry written), over every table.
+	updates, hot int64
 }
 
 func readCounters(ctx context.Context, conn *pgx.Conn) (counters, error) {
@@ -47,13 +50,15 @@ func readCounters(ctx context.Context, conn *pgx.Conn) (counters, error) {
 	c.rows = map[string]int64{}
 	for rows.Next() {
 		var (
-			table string
-			n     int64
+			table       string
+			n, upd, hot int64
 		)
-		if err := rows.Scan(&table, &n); err != nil {
+		if err := rows.Scan(&table, &n, &upd, &hot); err != nil {
 			return c, err
 		}
 		c.rows[table] = n
+		c.updates += upd
+		c.hot += hot
 	}
 	return c, rows.Err()
 }
@@ -134,6 +139,8 @@ func WatchActivity(ctx context.Context, dbURL string) (func(context.Context) (be
 		}
 		a := bench.Activity{
 			Commits:     after.commits - before.commits,
+			Updates:     after.updates - before.updates,
+			HOTUpdates:  after.hot - before.hot,
 			OtherRows:   after.otherRows - before.otherRows,
 			RowsByTable: map[string]int64{},
 		}

@@ -128,21 +128,22 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 	return len(events), nil
 }
 
-// leaseRelayEvents leases up to limit rows to token, in id order. The lease
+// leaseRelayEvents leases up to limit rows to token, in id order, in one
+// round trip (a pipelined batch, one implicit transaction). The lease
 // commits without waiting for its WAL flush (synchronous_commit off, for
 // this transaction only): a lease lost in a database crash only frees rows
 // that are unprocessed anyway, and the flush would double the fsyncs of a
 // batch.
 func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string, token string, lease time.Duration) ([]notify.Event, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(leaseRelayBatch, limit, types, token, lease.Microseconds())
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
-	defer rollback(tx)
-	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-		return nil, err
-	}
-	rows, err := tx.Query(ctx, leaseRelayBatch, limit, types, token, lease.Microseconds())
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +155,7 @@ func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string,
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := br.Close(); err != nil {
 		return nil, err
 	}
 	// RETURNING gives no order guarantee.
@@ -163,25 +164,19 @@ func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string,
 }
 
 // settleRelayed marks the confirmed rows and releases the others, in one
-// transaction.
+// transaction and one round trip (a pipelined batch), on keyedPlan: both
+// reach their rows by primary key.
 func (s *Store) settleRelayed(ctx context.Context, mark, release []int64, token string) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return wrap("relay batch: begin", err)
-	}
-	defer rollback(tx)
+	b := &pgx.Batch{}
+	b.Queue(keyedPlan)
 	if len(mark) > 0 {
-		if _, err := tx.Exec(ctx, markRelayed, mark); err != nil {
-			return wrap("relay batch: mark processed", err)
-		}
+		b.Queue(markRelayed, mark)
 	}
 	if len(release) > 0 {
-		if _, err := tx.Exec(ctx, releaseRelayed, release, token); err != nil {
-			return wrap("relay batch: release unconfirmed", err)
-		}
+		b.Queue(releaseRelayed, release, token)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return wrap("relay batch: commit", err)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return wrap("relay batch: mark processed and release unconfirmed", err)
 	}
 	return nil
 }
