@@ -365,7 +365,9 @@ func TestStatusEventsNotWrittenWithoutADestination(t *testing.T) {
 	p := startHerald(t, dir, map[string]string{"HERALD_HTTP_ADDR": addr, "HERALD_RELAY_INTERVAL": "100ms"}, "serve")
 	api := client{base: "http://" + addr}
 	waitHTTP(t, api.base+"/healthz")
-	require.True(t, p.LogContains("HERALD_STATUS_EVENTS=auto"), p.Log())
+	// The start-up record says the setting (read from the process's
+	// output, which may trail its first answer).
+	waitFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return p.LogContains("HERALD_STATUS_EVENTS=auto") }, p.Log)
 	waitFor(t, 20*time.Second, 10*time.Millisecond, func() bool {
 		return sqliteCount(t, path, "SELECT count(*) FROM outbox WHERE processed_at IS NULL") == 0
 	}, func() string {
