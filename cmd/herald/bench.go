@@ -392,7 +392,7 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 		})
 	}
 	// The schema first: the raw PostgreSQL ceiling copies its tables.
-	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, 0, true, nil)
+	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, 0, true, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -478,7 +478,10 @@ func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, e
 		dbURL = "sqlite:" + path
 	}
 	defer func() { err = errors.Join(err, remove()) }()
-	s, closeStore, err := openStore(ctx, dbURL, o.concurrency, true, nil)
+	// Status events as the stack writes them: they are statements herald
+	// issues for a notification, or not.
+	statusEvents, _ := writeStatusEvents(sc.cfg)
+	s, closeStore, err := openStore(ctx, dbURL, o.concurrency, true, nil, statusEvents)
 	if err != nil {
 		return 0, err
 	}
@@ -576,6 +579,11 @@ func startBenchStack(ctx context.Context, sc *scratch, e env) (_ *benchStack, er
 	if sc.tr.publisher != nil {
 		groups = [][]role{{roleAPI}, {roleRelay}, {roleWorker}}
 		st.notes = append(st.notes, "api, relay and worker each have a store (connection pool) of their own, as separate processes would")
+	}
+	if write, _ := writeStatusEvents(cfg); write {
+		st.notes = append(st.notes, "status events written (HERALD_STATUS_EVENTS="+cfg.StatusEvents+"): one outbox row more per notification, and its relay")
+	} else {
+		st.notes = append(st.notes, "no status events written (HERALD_STATUS_EVENTS="+cfg.StatusEvents+"): nobody would receive them; HERALD_STATUS_EVENTS=on counts them")
 	}
 	var parts []func(context.Context) error
 	for _, roles := range groups {

@@ -75,11 +75,13 @@ func mailTarget(cfg Config) (path string, ok bool) {
 // openStore opens the store HERALD_DATABASE_URL names. conns sizes a
 // PostgreSQL pool (0: the store's default); see poolSize. Only create (serve
 // and migrate) may create a SQLite file: every other command on a missing
-// file says so instead of leaving an empty database behind.
-func openStore(ctx context.Context, url string, conns int, create bool, tp trace.TracerProvider) (store, func(), error) {
+// file says so instead of leaving an empty database behind. statusEvents
+// is whether a settling record writes its status event (see
+// writeStatusEvents); only a worker's records settle.
+func openStore(ctx context.Context, url string, conns int, create bool, tp trace.TracerProvider, statusEvents bool) (store, func(), error) {
 	switch storeKind(url) {
 	case "postgres":
-		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns, TracerProvider: tp})
+		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns, TracerProvider: tp, NoStatusEvents: !statusEvents})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open postgres store: %w", err)
 		}
@@ -92,13 +94,13 @@ func openStore(ctx context.Context, url string, conns int, create bool, tp trace
 		if _, err := os.Stat(path); !create && errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("database %s does not exist: run `herald migrate` (or `herald serve`, which migrates) first", path)
 		}
-		s, err := sqlite.Open(ctx, path, sqlite.Config{})
+		s, err := sqlite.Open(ctx, path, sqlite.Config{NoStatusEvents: !statusEvents})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 		}
 		return s, func() { _ = s.Close() }, nil
 	case "mongodb":
-		s, err := mongo.Open(ctx, url, mongo.Config{})
+		s, err := mongo.Open(ctx, url, mongo.Config{NoStatusEvents: !statusEvents})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open mongodb store: %w", err)
 		}
@@ -111,7 +113,7 @@ func openStore(ctx context.Context, url string, conns int, create bool, tp trace
 // openMigrated opens the store of a one-shot command: it must exist and be
 // migrated.
 func openMigrated(ctx context.Context, cfg Config) (store, func(), error) {
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false, nil)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false, nil, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,6 +131,26 @@ func checkMigrated(ctx context.Context, st store) error {
 		return err
 	}
 	return migrate.Check(states)
+}
+
+// writeStatusEvents decides HERALD_STATUS_EVENTS: whether the records
+// that settle notifications write their status events. auto writes them
+// when they have a destination: a broker (other services bind to them
+// there), or HERALD_STATUS_WEBHOOK_URL. On the outbox table without a
+// status webhook nobody receives them, and each would cost an outbox row
+// that a status relay only marks processed. on always writes them, off
+// never; off with HERALD_STATUS_WEBHOOK_URL is a contradiction, refused.
+func writeStatusEvents(cfg Config) (bool, error) {
+	switch cfg.StatusEvents {
+	case "on":
+		return true, nil
+	case "off":
+		if cfg.StatusWebhookURL != "" {
+			return false, usageError{errors.New("HERALD_STATUS_EVENTS=off writes no status events, so HERALD_STATUS_WEBHOOK_URL would never receive one: unset HERALD_STATUS_WEBHOOK_URL, or set HERALD_STATUS_EVENTS to auto or on")}
+		}
+		return false, nil
+	}
+	return cfg.BrokerURL != "" || cfg.StatusWebhookURL != "", nil
 }
 
 // schemaCheck is the readiness check "the database is migrated".
@@ -516,6 +538,9 @@ type app struct {
 	// checks are the readiness checks of the parts built so far (a relay
 	// that stopped on a permanent error says so).
 	checks []api.Check
+	// statusEvents is whether the store writes status events (see
+	// writeStatusEvents).
+	statusEvents bool
 }
 
 // build opens the store and the transport cfg names; with migrate it also
@@ -529,6 +554,9 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 	if err != nil {
 		return nil, err
 	}
+	// The refusal of off with a status webhook is runProcess's, for the
+	// processes that take both settings; here off writes none.
+	statusEvents, _ := writeStatusEvents(cfg)
 	tr, err := newTransport(cfg, log, h.prefix)
 	if err != nil {
 		closeTracing()
@@ -539,13 +567,13 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 			log.Info("creating a new SQLite database", "path", sqlitePath(cfg.DatabaseURL))
 		}
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg), migrate, tp)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg), migrate, tp, statusEvents)
 	if err != nil {
 		closeTracing()
 		return nil, err
 	}
 	// Closed last: the spans of the parts' last work are flushed.
-	a := &app{cfg: cfg, log: log, st: st, tr: tr, hooks: h, tp: tp, close: []func(){closeTracing, closeStore}}
+	a := &app{cfg: cfg, log: log, st: st, tr: tr, hooks: h, tp: tp, close: []func(){closeTracing, closeStore}, statusEvents: statusEvents}
 	check := checkMigrated
 	if migrate {
 		check = func(ctx context.Context, st store) error { return st.Migrate(ctx) }
@@ -608,11 +636,17 @@ func (a *app) parts(roles ...role) ([]func(context.Context) error, error) {
 			if a.tr.publisher == nil {
 				// The outbox table has no relay for the notifications;
 				// the status events get theirs where the workers run.
+				// A worker that writes none only clears what an earlier
+				// run left.
 				rl, err := a.newStatusRelay(nil)
 				if err != nil {
 					return nil, err
 				}
-				out = append(out, rl.Run)
+				if a.statusEvents {
+					out = append(out, rl.Run)
+				} else {
+					out = append(out, drainStatus(rl, a.cfg.RelayBatch, a.cfg.RelayInterval))
+				}
 			}
 		}
 	}
@@ -800,6 +834,35 @@ func (a *app) newStatusRelay(broker relay.Publisher) (*relay.Relay, error) {
 	}
 	a.checks = append(a.checks, api.Check{Name: "status-relay", Pinger: rl})
 	return rl, nil
+}
+
+// drainStatus returns a part that relays (with rl, whose sinks confirm
+// at once) the status events left unprocessed by an earlier run that wrote
+// them, until a batch comes back short, and then returns: the process
+// writes none itself. Left alone they would count in the backlog for ever,
+// and retention prunes only processed rows. A failing store is retried
+// every interval until ctx ends.
+func drainStatus(rl *relay.Relay, batch int, interval time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for {
+			n, err := rl.RunOnce(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err == nil && n < batch:
+				return nil
+			case err == nil:
+				continue
+			}
+			t := time.NewTimer(interval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		}
+	}
 }
 
 // newWorker builds the worker on the transport's source and one sender

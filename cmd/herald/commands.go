@@ -37,6 +37,11 @@ func runProcess(ctx context.Context, cmd string, cfg Config, e env, migrate bool
 	if (cfg.TelegramToken == "") != (cfg.TelegramChatID == "") && hasRole(roles, roleAPI) {
 		return usageError{errors.New("HERALD_TELEGRAM_TOKEN and HERALD_TELEGRAM_CHAT_ID go together: set both to send alerts to Telegram, or neither")}
 	}
+	if hasRole(roles, roleRelay) || hasRole(roles, roleWorker) {
+		if _, err := writeStatusEvents(cfg); err != nil {
+			return err
+		}
+	}
 	// Before anything is opened: a misspelt variable may be why what
 	// follows fails.
 	for _, u := range unknownVariableList(e.environment()) {
@@ -196,7 +201,7 @@ func cmdMigrate(ctx context.Context, args []string, e env) error {
 	// Said before anything changes: which database this is, and whether a
 	// new SQLite file is about to appear.
 	fmt.Fprintf(e.stderr, "migrate: database %s\n", describeDatabase(cfg.DatabaseURL))
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, true, nil)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, true, nil, true)
 	if err != nil {
 		return err
 	}
@@ -230,7 +235,7 @@ func cmdMigrateStatus(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false, nil)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false, nil, true)
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,7 @@ type Config struct {
 	WebhookRate         int
 	WebhookConcurrency  int
 	StatusWebhookURL    string
+	StatusEvents        string // auto, on or off: see writeStatusEvents
 	TelegramBotToken    string
 	TelegramTimeout     time.Duration
 	TelegramRate        int
@@ -146,6 +147,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.WebhookConcurrency }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_STATUS_WEBHOOK_URL", flag: "status-webhook-url", def: "", usage: "the operator's endpoint that receives every status event (notification.sent, notification.failed) as a signed POST (HERALD_WEBHOOK_SECRET, required with it; not guarded: the URL is trusted), at least once, webhook-id evt_<outbox id>; a second relay loop sends them, so a failing endpoint delays only status events (with a broker: the relay process; on the outbox table: each worker process)",
 		field: func(c *Config) any { return &c.StatusWebhookURL }, cmds: "serve relay worker"},
+	{env: "HERALD_STATUS_EVENTS", flag: "status-events", def: "auto", usage: "whether the delivery that settles a notification writes its status event (notification.sent, notification.failed) to the outbox: auto when the events have a destination (a broker, or HERALD_STATUS_WEBHOOK_URL), so not on the outbox table without a status webhook, where nobody receives them; on always (on the outbox table without a status webhook they are marked processed at once, for whoever reads the outbox); off never (HERALD_STATUS_WEBHOOK_URL with off is a start-up error)",
+		field: func(c *Config) any { return &c.StatusEvents }, cmds: "serve relay worker bench", oneOf: "auto on off"},
 	{env: "HERALD_TELEGRAM_BOT_TOKEN", flag: "telegram-bot-token", def: "", usage: "the telegram channel's bot token (at HERALD_TELEGRAM_API); set, it enables the channel telegram (alerts keep HERALD_TELEGRAM_TOKEN)",
 		field: func(c *Config) any { return &c.TelegramBotToken }, cmds: cmdsChannels, secret: true},
 	{env: "HERALD_TELEGRAM_TIMEOUT", flag: "telegram-timeout", def: "10s", usage: "bound on one Bot API request of the telegram channel",

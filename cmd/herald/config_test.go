@@ -211,3 +211,40 @@ func TestWorkerWithoutSMTPURLRefused(t *testing.T) {
 	require.ErrorIs(t, err, errUsage)
 	require.ErrorContains(t, err, "mbox:PATH")
 }
+
+// HERALD_STATUS_EVENTS: auto writes status events where they have a
+// destination; on and off decide alone, and off refuses a status webhook.
+func TestWriteStatusEvents(t *testing.T) {
+	t.Parallel()
+	const hook = "http://127.0.0.1:9/status"
+	for _, tc := range []struct {
+		mode, broker, webhook string
+		want, refused         bool
+	}{
+		{"auto", "", "", false, false},
+		{"auto", "", hook, true, false},
+		{"auto", "amqp://mq:5672/", "", true, false},
+		{"on", "", "", true, false},
+		{"on", "amqp://mq:5672/", hook, true, false},
+		{"off", "amqp://mq:5672/", "", false, false},
+		{"off", "", "", false, false},
+		{"off", "", hook, false, true},
+	} {
+		cfg, _, err := parseConfig("worker", "", nil, env{getenv: func(k string) string {
+			return map[string]string{"HERALD_STATUS_EVENTS": tc.mode, "HERALD_BROKER_URL": tc.broker, "HERALD_STATUS_WEBHOOK_URL": tc.webhook}[k]
+		}}, nil)
+		require.NoError(t, err)
+		got, err := writeStatusEvents(cfg)
+		if tc.refused {
+			require.ErrorIs(t, err, errUsage, "%+v", tc)
+			require.ErrorContains(t, err, "HERALD_STATUS_EVENTS=off")
+			continue
+		}
+		require.NoError(t, err, "%+v", tc)
+		require.Equal(t, tc.want, got, "%+v", tc)
+	}
+	_, _, err := parseConfig("worker", "", nil, env{getenv: func(k string) string {
+		return map[string]string{"HERALD_STATUS_EVENTS": "sometimes"}[k]
+	}}, nil)
+	require.ErrorContains(t, err, "want one of auto, on, off")
+}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/notify"
+	herstore "github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/webhooktest"
 )
 
@@ -305,4 +310,123 @@ func TestStatusWebhookBesideRabbitMQ(t *testing.T) {
 	}
 	require.Len(t, got, n, "the broker got a status event again while the webhook failed: %v", got)
 	require.False(t, relayProc.LogContains("relay stopped"))
+}
+
+// outboxTypes lists the outbox rows of a SQLite file as "type processed"
+// or "type unprocessed", in id order.
+func outboxTypes(t *testing.T, path string) []string {
+	t.Helper()
+	var out []string
+	for _, typ := range []string{"notification.requested", "notification.sent", "notification.failed"} {
+		for _, state := range []string{"processed", "unprocessed"} {
+			cond := "processed_at IS NOT NULL"
+			if state == "unprocessed" {
+				cond = "processed_at IS NULL"
+			}
+			for range sqliteCount(t, path, "SELECT count(*) FROM outbox WHERE event_type = ? AND "+cond, typ) {
+				out = append(out, typ+" "+state)
+			}
+		}
+	}
+	return out
+}
+
+// The embedded mode with the default settings (HERALD_STATUS_EVENTS=auto,
+// the outbox table, no status webhook): nobody could receive a status
+// event, so a delivery writes none; the outbox holds the request only. A
+// status event an earlier run left unprocessed is marked processed at
+// start, so that it neither stays in the backlog nor escapes retention.
+func TestStatusEventsNotWrittenWithoutADestination(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "herald.db")
+
+	// The earlier run: a store that writes status events delivers one
+	// notification, and nobody relays its event.
+	ctx := t.Context()
+	old, err := sqlite.Open(ctx, path, sqlite.Config{})
+	require.NoError(t, err)
+	require.NoError(t, old.Migrate(ctx))
+	c, err := old.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
+		UserID: "u0", Channel: notify.ChannelEmail, To: "old@example.com", Subject: "s", Body: "b"}})
+	require.NoError(t, err)
+	_, err = old.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		require.Len(t, evs, 1)
+		out, err := herstore.Deliver(ctx, old, evs[0].ID, c.Notification.ID, func(context.Context) error { return nil })
+		require.NoError(t, err)
+		require.Equal(t, notify.OutcomeSent, out)
+		return []int64{evs[0].ID}, nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, old.Close())
+	require.Equal(t, []string{"notification.requested processed", "notification.sent unprocessed"}, outboxTypes(t, path))
+
+	addr := freeAddr(t)
+	p := startHerald(t, dir, map[string]string{"HERALD_HTTP_ADDR": addr, "HERALD_RELAY_INTERVAL": "100ms"}, "serve")
+	api := client{base: "http://" + addr}
+	waitHTTP(t, api.base+"/healthz")
+	// The start-up record says the setting (read from the process's
+	// output, which may trail its first answer).
+	waitFor(t, 10*time.Second, 10*time.Millisecond, func() bool { return p.LogContains("HERALD_STATUS_EVENTS=auto") }, p.Log)
+	waitFor(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		return sqliteCount(t, path, "SELECT count(*) FROM outbox WHERE processed_at IS NULL") == 0
+	}, func() string {
+		return fmt.Sprintf("the earlier run's status event is still unprocessed: %v", outboxTypes(t, path))
+	})
+
+	r := api.create(t, "new@example.com", nil)
+	require.Equal(t, 201, r.Status, r.Body)
+	require.Eventually(t, func() bool { return api.get(t, r.ID).Status == "sent" }, 20*time.Second, 5*time.Millisecond)
+	// The record that settled it is committed, and wrote no status event:
+	// the notification's one row is its request.
+	require.Equal(t, 1, sqliteCount(t, path, "SELECT count(*) FROM outbox WHERE json_extract(payload, '$.notification_id') = ?", r.ID),
+		"the new notification's rows: %v", outboxTypes(t, path))
+	require.Equal(t, 1, sqliteCount(t, path, "SELECT count(*) FROM outbox WHERE event_type = 'notification.requested' AND json_extract(payload, '$.notification_id') = ?", r.ID))
+	waitFor(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		return sqliteCount(t, path, "SELECT count(*) FROM outbox WHERE processed_at IS NULL") == 0
+	}, func() string { return fmt.Sprintf("the request was never finished: %v", outboxTypes(t, path)) })
+	require.Equal(t, []string{"notification.requested processed", "notification.requested processed", "notification.sent processed"}, outboxTypes(t, path))
+}
+
+// HERALD_STATUS_EVENTS=on on the outbox table without a status webhook: the
+// status event is written with the settling, and marked processed at once
+// by the workers' status relay.
+func TestStatusEventsOnWithoutADestination(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "herald.db")
+	addr := freeAddr(t)
+	startHerald(t, dir, map[string]string{"HERALD_HTTP_ADDR": addr, "HERALD_RELAY_INTERVAL": "100ms", "HERALD_STATUS_EVENTS": "on"}, "serve")
+	api := client{base: "http://" + addr}
+	waitHTTP(t, api.base+"/healthz")
+
+	r := api.create(t, "ann@example.com", nil)
+	require.Equal(t, 201, r.Status, r.Body)
+	require.Eventually(t, func() bool { return api.get(t, r.ID).Status == "sent" }, 20*time.Second, 5*time.Millisecond)
+	require.Equal(t, 1, sqliteCount(t, path, "SELECT count(*) FROM outbox WHERE event_type = 'notification.sent' AND json_extract(payload, '$.notification_id') = ?", r.ID),
+		"no status event: %v", outboxTypes(t, path))
+	waitFor(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		return sqliteCount(t, path, "SELECT count(*) FROM outbox WHERE processed_at IS NULL") == 0
+	}, func() string { return fmt.Sprintf("not every row was processed: %v", outboxTypes(t, path)) })
+	require.Equal(t, []string{"notification.requested processed", "notification.sent processed"}, outboxTypes(t, path))
+}
+
+// HERALD_STATUS_EVENTS=off with HERALD_STATUS_WEBHOOK_URL is a usage error
+// at start, whatever the transport: the webhook would never get an event.
+func TestStatusEventsOffRefusesStatusWebhook(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"serve", "worker"} {
+		dir := t.TempDir()
+		code, out := runBin(t, dir, map[string]string{
+			"HERALD_DATABASE_URL":       "sqlite:" + filepath.Join(dir, "herald.db"),
+			"HERALD_HTTP_ADDR":          freeAddr(t),
+			"HERALD_SMTP_URL":           "mbox:herald.mbox",
+			"HERALD_STATUS_EVENTS":      "off",
+			"HERALD_WEBHOOK_SECRET":     "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")),
+			"HERALD_STATUS_WEBHOOK_URL": "http://127.0.0.1:9/status",
+		}, cmd)
+		require.Equal(t, 2, code, "%s: %s", cmd, out)
+		require.Contains(t, out, "HERALD_STATUS_EVENTS=off writes no status events, so HERALD_STATUS_WEBHOOK_URL would never receive one", cmd)
+		require.NoFileExists(t, filepath.Join(dir, "herald.db"), "%s opened the database before refusing", cmd)
+	}
 }

@@ -181,8 +181,10 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 			d.markProcessed(c.MessageID, t)
 			// The status event goes in the same document write as the
 			// settling: atomic without a transaction.
-			if err := d.addStatusEvent(t); err != nil {
-				return err
+			if s.statusEvents {
+				if err := d.addStatusEvent(t); err != nil {
+					return err
+				}
 			}
 		} else {
 			if r.Outcome == notify.AttemptRetry {
@@ -201,7 +203,7 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 	if err != nil {
 		return false, fmt.Errorf("record attempt %d of notification %d: %w", c.AttemptID, c.NotificationID, err)
 	}
-	if applied && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
+	if s.statusEvents && applied && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
 		s.hub.Wake() // a status event was written
 	}
 	return applied, nil

@@ -50,6 +50,11 @@ type Config struct {
 	// retrying with backoff (100ms doubling to 5s), before it fails.
 	// Default 1m; negative: do not wait (Open only checks the URL).
 	StartTimeout time.Duration
+	// NoStatusEvents, when true, makes a record that settles a
+	// notification write no status event (notification.sent or
+	// notification.failed) and wake no relay for one: for a deployment
+	// where nobody receives them. Default false: written.
+	NoStatusEvents bool
 }
 
 func (c Config) withDefaults() Config {
@@ -90,6 +95,9 @@ type Store struct {
 	// nextID is this process's guess of the next free notification id;
 	// a duplicate _id moves it past the largest id stored.
 	nextID atomic.Int64
+	// statusEvents is !Config.NoStatusEvents: whether a settling record
+	// adds its status event.
+	statusEvents bool
 }
 
 // DatabaseName returns the database a mongodb:// URL names, or an error
@@ -145,11 +153,12 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
 		}
 	}
 	return &Store{
-		client: client,
-		db:     db,
-		n:      db.Collection(collNotifications),
-		revs:   db.Collection(collRevisions),
-		orph:   db.Collection(collOrphans),
+		client:       client,
+		db:           db,
+		n:            db.Collection(collNotifications),
+		revs:         db.Collection(collRevisions),
+		orph:         db.Collection(collOrphans),
+		statusEvents: !cfg.NoStatusEvents,
 	}, nil
 }
 

@@ -30,7 +30,13 @@ func openMigrated(t testing.TB) (*mongo.Store, *mgo.Database) {
 // openMigratedAt opens a store on the database u names, migrated.
 func openMigratedAt(t testing.TB, u string) (*mongo.Store, *mgo.Database) {
 	t.Helper()
-	s, err := mongo.Open(t.Context(), u, mongo.Config{})
+	return openMigratedConfig(t, u, mongo.Config{})
+}
+
+// openMigratedConfig is openMigratedAt with cfg.
+func openMigratedConfig(t testing.TB, u string, cfg mongo.Config) (*mongo.Store, *mgo.Database) {
+	t.Helper()
+	s, err := mongo.Open(t.Context(), u, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	require.NoError(t, s.Migrate(t.Context()))
@@ -43,35 +49,54 @@ func openMigratedAt(t testing.TB, u string) (*mongo.Store, *mgo.Database) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		s, db := openMigrated(t)
-		return storetest.Harness{
-			Store: s,
-			Count: func(t testing.TB, table string) int { return count(t, db, table) },
-			AddAttempt: func(t testing.TB, id int64, a notify.Attempt) {
-				require.NoError(t, s.AddAttempt(t.Context(), id, a))
-			},
-			Backdate: func(t testing.TB, id int64, d time.Duration) {
-				t.Helper()
-				var n struct {
-					CreatedAt time.Time `bson:"created_at"`
-				}
-				coll := db.Collection("notifications")
-				filter := bson.D{{Key: "id", Value: id}}
-				require.NoError(t, coll.FindOne(t.Context(), filter).Decode(&n))
-				_, err := coll.UpdateOne(t.Context(), filter, bson.D{{Key: "$set", Value: bson.D{{Key: "created_at", Value: n.CreatedAt.Add(-d)}}}})
-				require.NoError(t, err)
-			},
-			Attempts: func(t testing.TB, id int64) []notify.Attempt {
-				as, err := s.Attempts(t.Context(), id)
-				if err != nil {
-					require.ErrorIs(t, err, notify.ErrNotFound)
-					return nil
-				}
-				return as
-			},
-		}
-	})
+	storetest.Run(t, func(t *testing.T) storetest.Harness { return harness(t, mongo.Config{}) })
+}
+
+// harness is the conformance suite's Harness on a database of its own, with
+// a store opened with cfg.
+func harness(t *testing.T, cfg mongo.Config) storetest.Harness {
+	t.Helper()
+	s, db := openMigratedConfig(t, mongotest.URL(t), cfg)
+	return storetest.Harness{
+		Store: s,
+		Count: func(t testing.TB, table string) int { return count(t, db, table) },
+		AddAttempt: func(t testing.TB, id int64, a notify.Attempt) {
+			require.NoError(t, s.AddAttempt(t.Context(), id, a))
+		},
+		Backdate: func(t testing.TB, id int64, d time.Duration) {
+			t.Helper()
+			var n struct {
+				CreatedAt time.Time `bson:"created_at"`
+			}
+			coll := db.Collection("notifications")
+			filter := bson.D{{Key: "id", Value: id}}
+			require.NoError(t, coll.FindOne(t.Context(), filter).Decode(&n))
+			_, err := coll.UpdateOne(t.Context(), filter, bson.D{{Key: "$set", Value: bson.D{{Key: "created_at", Value: n.CreatedAt.Add(-d)}}}})
+			require.NoError(t, err)
+		},
+		Attempts: func(t testing.TB, id int64) []notify.Attempt {
+			as, err := s.Attempts(t.Context(), id)
+			if err != nil {
+				require.ErrorIs(t, err, notify.ErrNotFound)
+				return nil
+			}
+			return as
+		},
+		NoStatusEvents: func(t *testing.T) storetest.Harness {
+			cfg := cfg
+			cfg.NoStatusEvents = true
+			return harness(t, cfg)
+		},
+	}
+}
+
+// A settling record wakes the relays when it added a status event, and
+// only then.
+func TestSettleWakesOnlyForStatusEvents(t *testing.T) {
+	for _, cfg := range []mongo.Config{{}, {NoStatusEvents: true}} {
+		s, _ := openMigratedConfig(t, mongotest.URL(t), cfg)
+		require.Equal(t, !cfg.NoStatusEvents, storetest.SettleWakes(t, s), "%+v", cfg)
+	}
 }
 
 // count counts what a SQL table would hold: notifications, the events of

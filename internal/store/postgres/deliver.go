@@ -138,7 +138,8 @@ LEFT JOIN attempt AS a ON a.message_id = d.msg`
 	// $1 attempt ids, $2 notification ids, $3 message ids, $4 outcomes,
 	// $5 errors, $6 microseconds until a retry is due (retry_due_at, on
 	// the database's clock: the worker sends a duration, not its time), $7
-	// the retry counts the claims were taken for.
+	// the retry counts the claims were taken for, $8 whether status events
+	// are written (Config.NoStatusEvents).
 	// A settling result also writes its status event (notification.sent or
 	// notification.failed) to the outbox, in the same statement.
 	// The compare-and-set on status is written (n.status || '') so that it
@@ -169,13 +170,14 @@ applied AS (
 -- A result that settled its notification (sent, or failed: dead) writes
 -- its status event in the same statement, so the event exists exactly
 -- when the outcome does. Only applied results: a lost claim writes none.
+-- A store configured without status events ($8 false) writes none at all.
 status_event AS (
 	INSERT INTO outbox (event_type, payload)
 	SELECT CASE ap.status WHEN 'sent' THEN '` + notify.EventSent + `' ELSE '` + notify.EventFailed + `' END,
 		jsonb_build_object('notification_id', ap.id::text, 'user_id', ap.user_id, 'channel', ap.channel,
 			'status', ap.status, 'attempts', ap.attempts, 'at', ap.at, 'last_error', ap.last_error)
 	FROM applied AS ap
-	WHERE ap.outcome IN ('sent', 'dead')
+	WHERE ap.outcome IN ('sent', 'dead') AND $8::boolean
 	ORDER BY ap.id
 ),
 finished AS (
@@ -273,7 +275,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	b := &pgx.Batch{}
 	b.Queue(lockNotifications, lockIDs)
 	if n > 0 {
-		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn, rcs)
+		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn, rcs, s.statusEvents)
 	}
 	if len(msgs) > 0 {
 		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds(), reqRCs)
@@ -353,7 +355,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		return nil, nil, wrap("claim and record deliveries: commit", err)
 	}
 	for i, r := range results {
-		if recorded[i] && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
+		if s.statusEvents && recorded[i] && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
 			s.announce() // a status event was written
 			break
 		}

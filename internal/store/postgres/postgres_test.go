@@ -32,9 +32,15 @@ func setup(t *testing.T) *Store {
 // ends; two of them on one database stand for two processes.
 func open(t *testing.T, url string) *Store {
 	t.Helper()
+	return openConfig(t, url, Config{})
+}
+
+// openConfig is open with cfg.
+func openConfig(t *testing.T, url string, cfg Config) *Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	s, err := Open(ctx, url, Config{})
+	s, err := Open(ctx, url, cfg)
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	require.NoError(t, s.Migrate(ctx))
@@ -69,23 +75,29 @@ func count(t testing.TB, s *Store, query string, args ...any) int {
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		s := setup(t)
-		return storetest.Harness{
-			Store: s,
-			Count: func(t testing.TB, table string) int {
-				t.Helper()
-				return count(t, s, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize())
-			},
-			AddAttempt: addAttempt(s),
-			Attempts:   func(t testing.TB, nid int64) []notify.Attempt { return attempts(t, s, nid) },
-			Backdate: func(t testing.TB, nid int64, d time.Duration) {
-				t.Helper()
-				_, err := s.pool.Exec(t.Context(), `UPDATE notifications SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, nid, d.Seconds())
-				require.NoError(t, err)
-			},
-		}
-	})
+	storetest.Run(t, func(t *testing.T) storetest.Harness { return harness(t, Config{}) })
+}
+
+// harness is the conformance suite's Harness on a fresh database, with a
+// store opened with cfg.
+func harness(t *testing.T, cfg Config) storetest.Harness {
+	t.Helper()
+	s := openConfig(t, testenv.PostgresURL(t), cfg)
+	return storetest.Harness{
+		Store: s,
+		Count: func(t testing.TB, table string) int {
+			t.Helper()
+			return count(t, s, "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize())
+		},
+		AddAttempt: addAttempt(s),
+		Attempts:   func(t testing.TB, nid int64) []notify.Attempt { return attempts(t, s, nid) },
+		Backdate: func(t testing.TB, nid int64, d time.Duration) {
+			t.Helper()
+			_, err := s.pool.Exec(t.Context(), `UPDATE notifications SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, nid, d.Seconds())
+			require.NoError(t, err)
+		},
+		NoStatusEvents: func(t *testing.T) storetest.Harness { return harness(t, Config{NoStatusEvents: true}) },
+	}
 }
 
 func TestConfig(t *testing.T) {

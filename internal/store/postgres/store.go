@@ -34,6 +34,11 @@ type Config struct {
 	// create's transaction, for one), through pgx's tracer hook. Queries
 	// of the background loops, with no span, make none. Default: nil.
 	TracerProvider trace.TracerProvider
+	// NoStatusEvents, when true, makes a record that settles a
+	// notification write no status event (notification.sent or
+	// notification.failed) and wake no relay for one: for a deployment
+	// where nobody receives them. Default false: written.
+	NoStatusEvents bool
 }
 
 func (c Config) withDefaults() Config {
@@ -129,6 +134,9 @@ type Store struct {
 	notifyc   chan struct{}
 	wg        sync.WaitGroup // listener and notifier goroutines
 	closeOnce sync.Once
+	// statusEvents is !Config.NoStatusEvents: whether a settling record
+	// writes its status event.
+	statusEvents bool
 }
 
 // Open returns a Store on the database at url (postgres://...). It connects
@@ -168,6 +176,7 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 		listenConfig: listenConfig,
 		closing:      make(chan struct{}),
 		notifyc:      make(chan struct{}, 1),
+		statusEvents: !cfg.NoStatusEvents,
 	}
 	s.hub = &wake.Hub{OnFirst: s.startListener, OnLast: s.stopListener}
 	s.wg.Add(1)

@@ -97,7 +97,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		q := txStmts{ctx: ctx, tx: tx, stmts: stmts}
 		t := now()
-		if err := recordTx(ctx, q, results, t, recorded); err != nil {
+		if err := recordTx(ctx, q, results, t, s.statusEvents, recorded); err != nil {
 			return fmt.Errorf("record deliveries: %w", err)
 		}
 		if err := claimTx(ctx, q, reqs, t, lease, claims); err != nil {
@@ -109,7 +109,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		return nil, nil, err
 	}
 	for i, r := range results {
-		if recorded[i] && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
+		if s.statusEvents && recorded[i] && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
 			s.hub.Wake() // a status event was written
 			break
 		}
@@ -231,7 +231,9 @@ const releaseMarked = `
 UPDATE processed_messages SET lease_until = NULL, attempt_id = NULL, next_retry_count = max(next_retry_count, ?3)
 WHERE message_id = ?1 AND attempt_id = ?2 AND processed_at IS NULL`
 
-func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, t time.Time, out []bool) error {
+// recordTx applies results; a settling one writes its status event when
+// statusEvents is set.
+func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, t time.Time, statusEvents bool, out []bool) error {
 	ts := formatTime(t)
 	for i, r := range results {
 		c := r.Claim
@@ -253,8 +255,10 @@ func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, 
 		case notify.AttemptSent, notify.AttemptDead:
 			// The settling writes its status event in the same
 			// transaction.
-			if err := insertStatusEvent(ctx, tx, ev, ts); err != nil {
-				return err
+			if statusEvents {
+				if err := insertStatusEvent(ctx, tx, ev, ts); err != nil {
+					return err
+				}
 			}
 			_, err = tx.ExecContext(ctx, markProcessed, c.MessageID, ts)
 		case notify.AttemptRetry:

@@ -45,6 +45,11 @@ type Config struct {
 	// loss or kernel crash (never on a process crash). Every other write
 	// commits with NORMAL (see beginDurable).
 	Synchronous string
+	// NoStatusEvents, when true, makes a record that settles a
+	// notification write no status event (notification.sent or
+	// notification.failed) and wake no relay for one: for a deployment
+	// where nobody receives them. Default false: written.
+	NoStatusEvents bool
 }
 
 func (c Config) withDefaults() Config {
@@ -94,7 +99,10 @@ type Store struct {
 	closeOnce sync.Once
 	// synchronous is Config.Synchronous, for beginDurable.
 	synchronous string
-	committer   sync.WaitGroup
+	// statusEvents is !Config.NoStatusEvents: whether a settling record
+	// writes its status event.
+	statusEvents bool
+	committer    sync.WaitGroup
 }
 
 // prepared returns the statements for queries, prepared on the write
@@ -177,7 +185,8 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 		_ = write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, classify(err))
 	}
-	st := &Store{write: write, read: read, creates: make(chan createReq), closing: make(chan struct{}), synchronous: cfg.Synchronous}
+	st := &Store{write: write, read: read, creates: make(chan createReq), closing: make(chan struct{}), synchronous: cfg.Synchronous,
+		statusEvents: !cfg.NoStatusEvents}
 	st.committer.Add(1)
 	go st.commitCreates()
 	return st, nil

@@ -19,11 +19,30 @@ import (
 var _ store.Store = (*sqlite.Store)(nil)
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		s, path := setup(t)
-		return storetest.Harness{Store: s, Count: counter(t, path), SingleWriter: true, AddAttempt: attempter(t, path), Attempts: attempts(t, path),
-			Backdate: backdater(t, path)}
-	})
+	storetest.Run(t, func(t *testing.T) storetest.Harness { return harness(t, sqlite.Config{}) })
+}
+
+// harness is the conformance suite's Harness on a fresh file, with a store
+// opened with cfg.
+func harness(t *testing.T, cfg sqlite.Config) storetest.Harness {
+	t.Helper()
+	s, path := setupConfig(t, cfg)
+	return storetest.Harness{Store: s, Count: counter(t, path), SingleWriter: true, AddAttempt: attempter(t, path), Attempts: attempts(t, path),
+		Backdate: backdater(t, path),
+		NoStatusEvents: func(t *testing.T) storetest.Harness {
+			cfg := cfg
+			cfg.NoStatusEvents = true
+			return harness(t, cfg)
+		}}
+}
+
+// A settling record wakes the relays when it wrote a status event, and
+// only then.
+func TestSettleWakesOnlyForStatusEvents(t *testing.T) {
+	for _, cfg := range []sqlite.Config{{}, {NoStatusEvents: true}} {
+		s, _ := setupConfig(t, cfg)
+		require.Equal(t, !cfg.NoStatusEvents, storetest.SettleWakes(t, s), "%+v", cfg)
+	}
 }
 
 // backdater moves a notification's created_at back, for the harness. The
@@ -44,8 +63,14 @@ func backdater(t testing.TB, path string) func(testing.TB, int64, time.Duration)
 // setup opens a migrated store on a fresh file, closed when the test ends.
 func setup(t testing.TB) (*sqlite.Store, string) {
 	t.Helper()
+	return setupConfig(t, sqlite.Config{})
+}
+
+// setupConfig is setup with cfg.
+func setupConfig(t testing.TB, cfg sqlite.Config) (*sqlite.Store, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "herald.db")
-	s := open(t, path, sqlite.Config{})
+	s := open(t, path, cfg)
 	require.NoError(t, s.Migrate(t.Context()))
 	return s, path
 }

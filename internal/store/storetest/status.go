@@ -24,6 +24,7 @@ var statusTests = []subtest{
 	{"RelayBatchTypes", testRelayBatchTypes},
 	{"ClaimSkipsStatusEvents", testClaimSkipsStatusEvents},
 	{"ReconcileIgnoresStatusEvents", testReconcileIgnoresStatusEvents},
+	{"NoStatusEvents", testNoStatusEvents},
 }
 
 // relayStatus relays the unprocessed status events, confirming every one,
@@ -308,4 +309,133 @@ func testReconcileIgnoresStatusEvents(t *testing.T, ctx context.Context, h Harne
 	require.NoError(t, err)
 	require.Equal(t, []int64{n.ID}, got, "an unprocessed status event hid a lost notification from the reconciler")
 	require.Len(t, allEvents(t, ctx, s), 1, "the reconciler's fresh event")
+}
+
+// settledRecord is what a store records of a short history, the same
+// whether it writes status events or not: one notification sent (and a
+// duplicate of its message refused), one retried then dead-lettered. Ids
+// and times differ between two stores and are left out; the status events
+// are counted apart.
+type settledRecord struct {
+	Sent, Failed         notify.Notification
+	SentAtt, FailedAtt   []notify.Attempt
+	Duplicate            notify.Outcome
+	Notifications, Dedup int
+	DeadLetters          int64
+	Unprocessed          int64
+	// Outbox counts every outbox row; Status the status events among them
+	// (relayed, then confirmed).
+	Outbox int
+	Status []string
+}
+
+// recordHistory plays the history of settledRecord on h's store.
+func recordHistory(t *testing.T, ctx context.Context, h Harness) settledRecord {
+	t.Helper()
+	s := h.Store
+	sent, failed := create(t, ctx, s, 1), create(t, ctx, s, 2)
+	evs := relayAll(t, ctx, h)
+	require.Len(t, evs, 2)
+	out, err := store.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, notify.OutcomeSent, out)
+	c := claimCopy(t, ctx, s, evs[1].ID, 0, failed.ID, lease)
+	require.True(t, record1(t, ctx, s, c, notify.AttemptRetry, "421 busy"))
+	c = claimCopy(t, ctx, s, evs[1].ID, 1, failed.ID, lease)
+	require.True(t, record1(t, ctx, s, c, notify.AttemptDead, "550 no such user"))
+
+	var r settledRecord
+	r.Duplicate, err = store.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error {
+		t.Error("a duplicate was sent")
+		return nil
+	})
+	require.NoError(t, err)
+	r.Outbox = h.Count(t, "outbox")
+	stats, err := s.OutboxStats(ctx)
+	require.NoError(t, err)
+	r.DeadLetters = stats.DeadLetters
+	require.Equal(t, stats.Unprocessed, stats.UnprocessedStatus, "every request was relayed")
+	for _, e := range relayStatus(t, ctx, s) {
+		r.Status = append(r.Status, e.Type)
+	}
+	r.Unprocessed = unprocessed(t, ctx, s)
+	r.Notifications, r.Dedup = h.Count(t, "notifications"), h.Count(t, "processed_messages")
+
+	// What the notifications and their attempts say, without ids and
+	// times, which are checked here instead.
+	r.Sent, r.Failed = get(t, ctx, s, sent.ID), get(t, ctx, s, failed.ID)
+	require.NotNil(t, r.Sent.SentAt)
+	require.NotNil(t, r.Failed.FailedAt)
+	r.SentAtt, r.FailedAtt = h.Attempts(t, sent.ID), h.Attempts(t, failed.ID)
+	for _, n := range []*notify.Notification{&r.Sent, &r.Failed} {
+		n.ID, n.CreatedAt, n.UpdatedAt, n.SentAt, n.FailedAt = 0, time.Time{}, time.Time{}, nil, nil
+	}
+	for i, as := range [][]notify.Attempt{r.SentAtt, r.FailedAtt} {
+		for j := range as {
+			require.Equal(t, evs[i].ID, as[j].MessageID)
+			require.NotNil(t, as[j].FinishedAt)
+			as[j].MessageID, as[j].StartedAt, as[j].FinishedAt = 0, time.Time{}, nil
+		}
+	}
+	return r
+}
+
+// A store opened without status events records a settling exactly as one
+// with them, but writes no outbox row for it: the outbox holds the two
+// requests only, and there is no status event to relay.
+func testNoStatusEvents(t *testing.T, ctx context.Context, h Harness) {
+	with := recordHistory(t, ctx, h)
+	require.Equal(t, []string{notify.EventSent, notify.EventFailed}, with.Status)
+	require.Equal(t, 4, with.Outbox)
+
+	q := h.NoStatusEvents(t)
+	without := recordHistory(t, ctx, q)
+	require.Empty(t, without.Status, "a status event written without status events")
+	require.Equal(t, 2, without.Outbox, "the outbox holds more than the two requests")
+	require.Zero(t, without.Unprocessed)
+
+	with.Outbox, with.Status = 0, nil
+	without.Outbox, without.Status = 0, nil
+	require.Equal(t, with, without, "without status events, the rest of the record differs")
+	require.Equal(t, notify.OutcomeDuplicate, without.Duplicate)
+	require.Equal(t, notify.StatusSent, without.Sent.Status)
+	require.Equal(t, notify.StatusFailed, without.Failed.Status)
+	require.Equal(t, "550 no such user", without.Failed.LastError)
+	require.Equal(t, []string{notify.AttemptRetry, notify.AttemptDead}, outcomes(without.FailedAtt))
+	require.EqualValues(t, 1, without.DeadLetters)
+}
+
+// SettleWakes creates a notification on s (migrated, empty), takes the
+// wake-up of its create, delivers it, and reports whether the settling
+// record woke the store's subscribers: it must exactly when it wrote a
+// status event. It is for the engines whose every wake-up comes from this
+// process's own commits, at once (SQLite, MongoDB); PostgreSQL's listener
+// also wakes on its own, at times no test controls.
+func SettleWakes(t *testing.T, s store.Store) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	wake := s.Subscribe(ctx)
+	n := create(t, ctx, s, 1)
+	select {
+	case <-wake:
+	case <-ctx.Done():
+		t.Fatal("no wake-up after a create")
+	}
+	var msg int64
+	_, err := s.RelayBatch(ctx, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		require.Len(t, evs, 1)
+		msg = evs[0].ID
+		return ids(evs), nil
+	})
+	require.NoError(t, err)
+	out, err := store.Deliver(ctx, s, msg, n.ID, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, notify.OutcomeSent, out)
+	select {
+	case <-wake:
+		return true
+	default:
+		return false
+	}
 }

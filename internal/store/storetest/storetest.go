@@ -56,6 +56,10 @@ type Harness struct {
 	// engine's own write, for the subtests of idempotency keys that
 	// expire. Required.
 	Backdate func(t testing.TB, notificationID int64, d time.Duration)
+	// NoStatusEvents returns another Harness, on a fresh database of its
+	// own like this one's, whose store was opened with the engine's option
+	// to write no status events, for the subtest of that option. Required.
+	NoStatusEvents func(t *testing.T) Harness
 }
 
 // Run runs the suite. newStore is called once per subtest, so subtests run in
@@ -70,6 +74,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		require.NotNil(t, h.Count, "Harness.Count")
 		require.NotNil(t, h.Attempts, "Harness.Attempts")
 		require.NotNil(t, h.Backdate, "Harness.Backdate")
+		require.NotNil(t, h.NoStatusEvents, "Harness.NoStatusEvents")
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		t.Cleanup(cancel)
 		return ctx, h
