@@ -34,12 +34,15 @@ import (
 // scans. The pool's connections plan every execution afresh
 // (plan_cache_mode, see Open), with the batch's values and the tables' size
 // on disk at that moment, so those scans are never chosen for a table that
-// has grown since a plan was first made. These two statements cannot run on
-// one plan made once (keyedPlan, store.go): each joins a table to a CTE,
-// and a generic plan made while the table was young walks the whole table
-// as the join's outer side (an index scan without a bound: seen in
-// TestDeliveryCostStaysWithBatchAsTablesGrow, 7 M rows read per 640
-// deliveries), which forbidding sequential scans does not prevent.
+// has grown since a plan was first made. Planning is half the cost of the
+// claim and the record (pg_stat_statements, issue 23), but they cannot run
+// on one plan made once per connection (plan_cache_mode=force_generic_plan
+// with sequential scans, hash and merge joins switched off, tried): a
+// generic plan made while the tables were young read a whole table as a
+// join's materialized inner side or through an index other than the key's
+// (TestDeliveryCostStaysWithBatchAsTablesGrow: 3-7 M rows read per 640
+// deliveries), and bounding every read by the batch's keys left the
+// planner other indexes to choose from on young statistics.
 const (
 	lockNotifications = `SELECT id FROM notifications WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 

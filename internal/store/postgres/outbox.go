@@ -164,11 +164,9 @@ func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string,
 }
 
 // settleRelayed marks the confirmed rows and releases the others, in one
-// transaction and one round trip (a pipelined batch), on keyedPlan: both
-// reach their rows by primary key.
+// transaction and one round trip (a pipelined batch).
 func (s *Store) settleRelayed(ctx context.Context, mark, release []int64, token string) error {
 	b := &pgx.Batch{}
-	b.Queue(keyedPlan)
 	if len(mark) > 0 {
 		b.Queue(markRelayed, mark)
 	}

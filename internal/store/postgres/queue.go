@@ -7,8 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/heraldhq/herald/internal/notify"
 )
 
@@ -54,10 +52,6 @@ SET locked_by = NULL,
 WHERE id = $1 AND locked_by = $2 AND processed_at IS NULL`
 )
 
-// Finish runs on keyedPlan (store.go): it reaches its rows by primary key.
-// Claim does not: its update joins the outbox to the claimed rows (see
-// deliver.go, "Plans").
-
 // Claim leases up to limit due outbox rows that are not status events
 // (unprocessed, available, with no live lease) to token until now + lease, and returns them in id order as
 // messages whose RetryCount is the row's attempts.
@@ -96,10 +90,7 @@ func (s *Store) Finish(ctx context.Context, ids []int64, token, reason string) e
 	if len(ids) == 0 {
 		return nil
 	}
-	b := &pgx.Batch{}
-	b.Queue(keyedPlan)
-	b.Queue(finishLeased, ids, token, reason)
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if _, err := s.pool.Exec(ctx, finishLeased, ids, token, reason); err != nil {
 		return wrap(fmt.Sprintf("finish %d outbox rows", len(ids)), err)
 	}
 	return nil

@@ -86,35 +86,12 @@ func (c Config) validate() error {
 // none), so a per-key index lookup is chosen whenever a table is more than a
 // few pages, however stale its statistics. The statements are short; the
 // planning costs far less than one scan of a grown table.
-//
-// The delivery path's statements are the exception (keyedPlan): they run
-// thousands of times a second, and planning each execution afresh cost
-// them as much as executing it.
 var sessionLimits = map[string]string{
 	"lock_timeout":                        "10s",
 	"statement_timeout":                   "30s",
 	"idle_in_transaction_session_timeout": "60s",
 	"plan_cache_mode":                     "force_custom_plan",
 }
-
-// keyedPlan goes first in the implicit transaction (a pipelined batch) of
-// the delivery path's statements that read one table by primary key and
-// join nothing: the relay's mark and release, the table transport's
-// finish. One plan is right for them at every table size provided it is an
-// index lookup, and keyedPlan makes it so for the rest of the transaction:
-// a generic plan, made once per connection and statement and reused, made
-// without sequential scans, hash or merge joins, so that a plan made while
-// the tables were empty is still a per-key lookup once they hold millions
-// of rows (the reason for force_custom_plan above). Planning each
-// execution afresh cost those statements a third of their time
-// (pg_stat_statements, issue 23). A statement that joins a table to
-// anything must not run on it: see deliver.go, "Plans". The settings are
-// local to the transaction: the pool's other statements keep the
-// session's.
-const keyedPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true),
-	set_config('enable_hashjoin', 'off', true),
-	set_config('enable_mergejoin', 'off', true)`
 
 // Store is the PostgreSQL store. It is safe for concurrent use.
 type Store struct {
