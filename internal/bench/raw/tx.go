@@ -40,8 +40,11 @@ func (o TxOptions) validate() error {
 const scratchSchema = "bench_raw"
 
 // PostgresTx measures bare create transactions per second on the scratch
-// database at dbURL (see ScratchPostgres): BEGIN, the store's notification
-// and outbox INSERTs (postgres.CreateInTx), COMMIT, from o.Clients
+// database at dbURL (see ScratchPostgres): the store's create of a
+// notification without an idempotency key, one statement that inserts the
+// notification and its outbox event (postgres.CreateOne), or, with the
+// NOTIFY inside, BEGIN, the two INSERTs (postgres.CreateInTx), the NOTIFY
+// and COMMIT, from o.Clients
 // connections at once. It works in a schema of its own, migrated by the
 // store and dropped afterwards.
 func PostgresTx(ctx context.Context, dbURL string, o TxOptions) (float64, error) {
@@ -111,6 +114,12 @@ func warm(ctx context.Context, pool *pgxpool.Pool, n int) error {
 }
 
 func pgCreate(ctx context.Context, pool *pgxpool.Pool, i int, withNotify bool) error {
+	if !withNotify {
+		if _, err := postgres.CreateOne(ctx, pool, newNotification(i)); err != nil {
+			return fmt.Errorf("raw tx: %w", err)
+		}
+		return nil
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("raw tx: begin: %w", err)
