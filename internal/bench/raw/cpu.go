@@ -19,7 +19,12 @@ import (
 // broker's on this machine, and by the whole machine. Two readings
 // subtracted give the CPU split of a span (Sub).
 type CPUClock struct {
-	Self, Database, Broker, Busy, Total time.Duration
+	Self, Busy, Total time.Duration
+	// database and broker are the CPU time of each such process, by pid
+	// (a postmaster's includes its exited children's): Sub counts a
+	// process only from its first reading, so one that restarted during
+	// the span (a broker stopped by hand) does not count negative.
+	database, broker map[int]time.Duration
 }
 
 // Sub is the split of the span from c0 to c: Herald is this process,
@@ -28,10 +33,21 @@ type CPUClock struct {
 // during the span), Broker the broker's processes (RabbitMQ's beam.smp,
 // nats-server), Other the rest of the machine's busy time.
 func (c CPUClock) Sub(c0 CPUClock) bench.CPUSplit {
+	since := func(now, before map[int]time.Duration) time.Duration {
+		var d time.Duration
+		for pid, t := range now {
+			if t0, ok := before[pid]; ok && t0 <= t {
+				d += t - t0
+			} else if !ok {
+				d += t // started during the span
+			}
+		}
+		return d
+	}
 	s := bench.CPUSplit{
 		Herald:   c.Self - c0.Self,
-		Database: c.Database - c0.Database,
-		Broker:   c.Broker - c0.Broker,
+		Database: since(c.database, c0.database),
+		Broker:   since(c.broker, c0.broker),
 	}
 	busy := c.Busy - c0.Busy
 	s.Other = max(busy-s.Herald-s.Database-s.Broker, 0)
@@ -90,17 +106,18 @@ func ReadCPUClock(database string) (CPUClock, error) {
 		}
 		all[pid] = proc{comm: comm, ppid: ppid, own: ticks(11) + ticks(12), children: ticks(13) + ticks(14)}
 	}
-	for _, p := range all {
+	c.database, c.broker = map[int]time.Duration{}, map[int]time.Duration{}
+	for pid, p := range all {
 		switch {
 		case database != "" && p.comm == database:
-			c.Database += p.own
+			c.database[pid] = p.own
 			// The postmaster (whose parent is no database process)
 			// holds the times of its children that exited.
 			if all[p.ppid].comm != database {
-				c.Database += p.children
+				c.database[pid] += p.children
 			}
 		case p.comm == "beam.smp" || p.comm == "nats-server":
-			c.Broker += p.own
+			c.broker[pid] = p.own
 		}
 	}
 	return c, nil
