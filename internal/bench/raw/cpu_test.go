@@ -52,3 +52,20 @@ func cpuSelf() time.Duration {
 	c, _ := ReadCPUClock("")
 	return c.Self
 }
+
+// A process counts from its first reading: one that ran through the span
+// counts its difference, one that started during it all its time, one
+// that exited nothing more (its time before the span is not subtracted).
+func TestCPUSplitAcrossRestarts(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	c0 := CPUClock{Self: ms(100), Busy: ms(1000), Total: ms(4000),
+		database: map[int]time.Duration{1: ms(50)}, broker: map[int]time.Duration{7: ms(900)}}
+	c1 := CPUClock{Self: ms(300), Busy: ms(2000), Total: ms(6000),
+		database: map[int]time.Duration{1: ms(350), 2: ms(40)}, broker: map[int]time.Duration{8: ms(30)}}
+	s := c1.Sub(c0)
+	require.Equal(t, ms(200), s.Herald)
+	require.Equal(t, ms(340), s.Database)
+	require.Equal(t, ms(30), s.Broker)
+	require.Equal(t, ms(1000-200-340-30), s.Other)
+	require.InDelta(t, 0.5, s.Busy, 1e-9)
+}
