@@ -532,6 +532,21 @@ func runOutboxStudy(t *testing.T, ctx context.Context, cfg studyConfig) []studyR
 		st.sizes(table, "after VACUUM")
 	}
 
+	// A steady-state pass: the retention loop runs every 10 minutes, so
+	// after the day's prune and vacuum (and autovacuum's ANALYZE) the next
+	// pass deletes ten minutes' worth, through Store.Prune itself.
+	st.exec(`ANALYZE outbox, processed_messages`)
+	next := cut.Add(10 * time.Minute)
+	st.add("pruneProcessed plan, a 10-minute pass", "%s", st.joinPlan(pruneProcessed, next, studyPruneBatch))
+	begin = time.Now()
+	res, err := s.Prune(ctx, next, studyPruneBatch)
+	took = time.Since(begin)
+	require.NoError(t, err)
+	require.Positive(t, res.Outbox)
+	require.Zero(t, st.int64(`SELECT count(*) FROM outbox WHERE processed_at < $1`, next))
+	st.add("Store.Prune, the next 10-minute pass", "%d outbox + %d processed_messages rows in %s",
+		res.Outbox, res.ProcessedMessages, fmtDur(took))
+
 	// Retention the partitioned way: the oldest partition, detached and
 	// dropped. Its rows are all processed (else it must wait).
 	oldest := parts[0]
