@@ -10,7 +10,7 @@ export HERALD_REQUIRE_SERVICES = 1
 export HERALD_TEST_POSTGRES_URL ?= $(POSTGRES)
 export HERALD_TEST_AMQP_URL ?= $(AMQP)
 
-.PHONY: help build test services test-go gencheck test-long test-outage fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster
+.PHONY: help build test services test-go gencheck test-long test-outage fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster outbox-study
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -72,6 +72,7 @@ lint: ## gofmt and go vet
 	$(GO) vet -tags outage ./cmd/...
 	$(GO) vet -tags long ./cmd/herald/
 	$(GO) vet -tags deploycheck ./cmd/herald/
+	$(GO) vet -tags study ./internal/store/postgres/
 
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON
 	@scripts/check-deploy.sh
@@ -91,3 +92,9 @@ cluster: services ## RabbitMQ cluster tests on nodes of their own: leader loss, 
 
 bench: services ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# Not part of make test: it fills a scratch database (dropped at the end)
+# with HERALD_STUDY_ROWS outbox rows, a few GB at the default, and takes
+# tens of minutes. TestOutboxStudySmall runs the same code small in test-go.
+outbox-study: ## retention, vacuum and claims on a 10M-row outbox, and the partitioned way (HERALD_STUDY_ROWS, default 10000000); see docs/benchmarks.md
+	$(GO) test -count=1 -timeout 3h -tags study -run '^TestOutboxAtScale$$' -v ./internal/store/postgres/
