@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,50 +21,67 @@ import (
 // 300 notifications, a third of them webhooks, and one of each fault;
 // smtp-throttle and smtp-drop (about 35s together) run on the table
 // transport only. The mongodb run stays out: its schedule alone takes
-// longer than the budget of make test. It is long for a
-// test (over two minutes on two busy cores), so it is built only with the
-// outage tag and runs in the serialized outage phase.
+// longer than the budget of make test. It is long for a test (about two
+// minutes on two busy cores), so it is built only with the outage tag and
+// runs in the serialized outage phase.
+//
+// The two transports run at once, as parallel subtests: each run has a
+// scratch database, an SMTP sink, a webhook receiver and proxies of its
+// own (and the RabbitMQ run a node of its own), and the one fault that
+// reaches a shared service, pg-terminate, ends only the backends of its
+// run's database. Their schedules wait on timers far more than they
+// compute, so together they take little more than the longer one alone.
 func TestChaosShort(t *testing.T) {
 	pg := testenv.Require(t, testenv.PostgresVar)
 	if _, err := proctest.RabbitScripts(); err != nil {
 		t.Fatalf("the chaos harness starts a RabbitMQ node of its own: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	err := run(ctx, []string{"--transport", "table,rabbitmq", "--n", "300", "--clients", "8", "--step", "1s", "--drain-timeout", "2m",
-		"--skip-faults", "rabbitmq:smtp-throttle,rabbitmq:smtp-drop", "--postgres", pg}, &stdout, &stderr)
-	if err != nil {
-		t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-	}
-	require.NoError(t, err)
+	for _, tc := range []struct {
+		transport string
+		// dead and faults are the run's counts; the table's dead letters
+		// are its 4 poison messages and the 3 notifications of smtp-drop.
+		dead, faults int
+		// seen are the newer faults the report must name: a purge that
+		// took messages, a retry queue deleted, an SMTP hang, a silent
+		// broker, a broker restart, a throttling and a dropping SMTP
+		// server, a failing webhook receiver.
+		seen []string
+	}{
+		{"table", 7, 15, []string{"smtp-hang", "smtp-throttle", "smtp-drop", "webhook-fail"}},
+		{"rabbitmq", 4, 22, []string{"queue-purge", "retry-queue-delete", "smtp-hang", "broker-hang", "broker-restart", "webhook-fail"}},
+	} {
+		t.Run(tc.transport, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			err := run(ctx, []string{"--transport", tc.transport, "--n", "300", "--clients", "8", "--step", "1s", "--drain-timeout", "2m",
+				"--skip-faults", "rabbitmq:smtp-throttle,rabbitmq:smtp-drop", "--postgres", pg}, &stdout, &stderr)
+			if err != nil {
+				t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+			}
+			require.NoError(t, err)
 
-	// One summary line per transport, in order, every one clean.
-	var summaries []string
-	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		if strings.HasPrefix(line, "chaos: ") {
-			summaries = append(summaries, line)
-		}
+			// One summary line, clean, and it is the last line.
+			var summaries []string
+			for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+				if strings.HasPrefix(line, "chaos: ") {
+					summaries = append(summaries, line)
+				}
+			}
+			require.Len(t, summaries, 1, stdout.String())
+			s := summaries[0]
+			t.Logf("summary:\n%s", s)
+			require.True(t, strings.HasPrefix(s, "chaos: transport="+tc.transport+" accepted=300 delivered=300 lost=0 "), s)
+			require.Contains(t, s, fmt.Sprintf(" dead=%d faults=%d ", tc.dead, tc.faults))
+			// Per channel: every third notification is a webhook; none lost.
+			require.Regexp(t, ` sigterms=[1-9][0-9]* sigterm_p50_s=[0-9.]+ sigterm_max_s=[0-9.]+`+
+				` accepted_email=200 lost_email=0 duplicates_email=[0-9]+ accepted_webhook=100 lost_webhook=0 duplicates_webhook=[0-9]+$`, s)
+			for _, f := range tc.seen {
+				require.Contains(t, stdout.String(), "  "+f+"  ", "the %s fault is in the report", f)
+			}
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			require.Equal(t, s, lines[len(lines)-1], "the summary is the last line")
+		})
 	}
-	require.Len(t, summaries, 2, stdout.String())
-	t.Logf("summaries:\n%s", strings.Join(summaries, "\n"))
-	require.True(t, strings.HasPrefix(summaries[0], "chaos: transport=table accepted=300 delivered=300 lost=0 "), summaries[0])
-	require.True(t, strings.HasPrefix(summaries[1], "chaos: transport=rabbitmq accepted=300 delivered=300 lost=0 "), summaries[1])
-	// The table's dead letters: 4 poison messages and the 3 notifications
-	// of smtp-drop.
-	require.Contains(t, summaries[0], " dead=7 faults=15 ")
-	require.Contains(t, summaries[1], " dead=4 faults=22 ")
-	// Per channel: every third notification is a webhook; none lost.
-	for _, s := range summaries {
-		require.Regexp(t, ` sigterms=[1-9][0-9]* sigterm_p50_s=[0-9.]+ sigterm_max_s=[0-9.]+`+
-			` accepted_email=200 lost_email=0 duplicates_email=[0-9]+ accepted_webhook=100 lost_webhook=0 duplicates_webhook=[0-9]+$`, s)
-	}
-	// The new faults happened: a purge that took messages, a retry queue
-	// deleted, an SMTP hang, a silent broker, a throttling and a dropping
-	// SMTP server, a failing webhook receiver.
-	for _, f := range []string{"queue-purge", "retry-queue-delete", "smtp-hang", "broker-hang", "broker-restart", "smtp-throttle", "smtp-drop", "webhook-fail"} {
-		require.Contains(t, stdout.String(), "  "+f+"  ", "the %s fault is in the report", f)
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	require.Equal(t, summaries[1], lines[len(lines)-1], "the summary is the last line")
 }
