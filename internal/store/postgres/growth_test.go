@@ -284,20 +284,9 @@ func TestDeliveryCostStaysWithBatchAsTablesGrow(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 			defer cancel()
-			url := testenv.PostgresURL(t)
 			// One pooled connection: every statement below runs on the
 			// connection that cached it, as a busy worker's do.
-			s, err := Open(ctx, url, Config{MaxConns: 1})
-			require.NoError(t, err)
-			t.Cleanup(s.Close)
-			require.NoError(t, s.Migrate(ctx))
-			conn, err := pgx.Connect(ctx, url)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = conn.Close(context.Background()) })
-			for _, table := range growthTables {
-				_, err = conn.Exec(ctx, `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`)
-				require.NoError(t, err)
-			}
+			s, conn := openMeasured(t, ctx, 1, growthTables)
 			analyse := func() {
 				t.Helper()
 				_, err := conn.Exec(ctx, `ANALYZE`)
@@ -344,4 +333,25 @@ func TestDeliveryCostStaysWithBatchAsTablesGrow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openMeasured opens a store of maxConns pooled connections on a fresh
+// test database, migrated, and a connection of its own beside it, with
+// autovacuum off the tables named: what the test measures is its own work,
+// and no vacuum lands in the middle of it.
+func openMeasured(t *testing.T, ctx context.Context, maxConns int, tables []string) (*Store, *pgx.Conn) {
+	t.Helper()
+	url := testenv.PostgresURL(t)
+	s, err := Open(ctx, url, Config{MaxConns: maxConns})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	require.NoError(t, s.Migrate(ctx))
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, table := range tables {
+		_, err := conn.Exec(ctx, `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`)
+		require.NoError(t, err)
+	}
+	return s, conn
 }

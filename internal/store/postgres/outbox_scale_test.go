@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // The outbox study (issue 23, "Past one database"): what retention and
@@ -444,20 +443,10 @@ func (st *study) vacuum(table string) (bytes, fpi int64, indexes string) {
 func runOutboxStudy(t *testing.T, ctx context.Context, cfg studyConfig) []studyRow {
 	t.Helper()
 	require.GreaterOrEqual(t, cfg.Rows, studySmallRows)
-	url := testenv.PostgresURL(t)
-	s, err := Open(ctx, url, Config{MaxConns: 4})
-	require.NoError(t, err)
-	t.Cleanup(s.Close)
-	require.NoError(t, s.Migrate(ctx))
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	st := &study{t: t, ctx: ctx, s: s, conn: conn, cfg: cfg}
 	// Autovacuum stays off the study's tables: the vacuum measured is the
 	// study's own, and no pass lands in the middle of a measurement.
-	for _, table := range studyTables {
-		st.exec(`ALTER TABLE ` + table + ` SET (autovacuum_enabled = false)`)
-	}
+	s, conn := openMeasured(t, ctx, 4, studyTables)
+	st := &study{t: t, ctx: ctx, s: s, conn: conn, cfg: cfg}
 	var version string
 	require.NoError(t, conn.QueryRow(ctx, `SHOW server_version`).Scan(&version))
 	st.add("server", "PostgreSQL %s", version)
