@@ -23,7 +23,7 @@ func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
 	}
-	nc, js, err := dialDeadLetters(ctx, cfg)
+	nc, js, err := dialJetStream(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return 0, fmt.Errorf("count dead letters: %w", err)
 	}
@@ -64,7 +64,7 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 	for _, id := range notificationIDs {
 		remove[id] = true
 	}
-	nc, js, err := dialDeadLetters(ctx, cfg)
+	nc, js, err := dialJetStream(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return 0, fmt.Errorf("remove dead letters: %w", err)
 	}
@@ -115,9 +115,10 @@ func eachDeadLetter(ctx context.Context, js jetstream.JetStream, t Topology, fn 
 	return nil
 }
 
-// dialDeadLetters connects for one dead-letter operation.
-func dialDeadLetters(ctx context.Context, cfg Config) (*natsgo.Conn, jetstream.JetStream, error) {
-	nc, err := cfg.connect(ctx, ctx, deadLetterRole, nil)
+// dialJetStream connects for one operation (role names the connection) and
+// opens JetStream on it; the caller closes the connection.
+func dialJetStream(ctx context.Context, cfg Config, role string) (*natsgo.Conn, jetstream.JetStream, error) {
+	nc, err := cfg.connect(ctx, ctx, role, nil)
 	if err != nil {
 		return nil, nil, err
 	}

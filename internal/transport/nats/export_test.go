@@ -18,7 +18,7 @@ type PeekedDeadLetter struct {
 // PeekDeadLetters lists the dead letters without removing them.
 func PeekDeadLetters(ctx context.Context, cfg Config) ([]PeekedDeadLetter, error) {
 	cfg = cfg.withDefaults()
-	nc, js, err := dialDeadLetters(ctx, cfg)
+	nc, js, err := dialJetStream(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return nil, err
 	}

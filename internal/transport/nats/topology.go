@@ -305,15 +305,11 @@ func Delete(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	nc, err := cfg.connect(ctx, ctx, "admin", nil)
+	nc, js, err := dialJetStream(ctx, cfg, "admin")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("open jetstream: %w", err)
-	}
 	topo := cfg.Topology()
 	var errs []error
 	for _, name := range []string{topo.Stream, topo.StatusStream} {
@@ -335,15 +331,11 @@ func DeclareStream(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	nc, err := cfg.connect(ctx, ctx, "start-up check", nil)
+	nc, js, err := dialJetStream(ctx, cfg, "start-up check")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("open jetstream: %w", err)
-	}
 	if _, err := cfg.Topology().declareStream(ctx, js, cfg); err != nil {
 		if errors.Is(err, ErrTopologyMismatch) {
 			return notify.Permanent(err)
