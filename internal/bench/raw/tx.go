@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/heraldhq/herald/internal/bench"
+	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 )
@@ -42,10 +43,10 @@ const scratchSchema = "bench_raw"
 // PostgresTx measures bare create transactions per second on the scratch
 // database at dbURL (see ScratchPostgres): the store's create of a
 // notification without an idempotency key, one statement that inserts the
-// notification and its outbox event (postgres.CreateOne), or, with the
-// NOTIFY inside, BEGIN, the two INSERTs (postgres.CreateInTx), the NOTIFY
-// and COMMIT, from o.Clients
-// connections at once. It works in a schema of its own, migrated by the
+// notification and its outbox event (postgres.CreateGroup, a group of one:
+// the ceiling of creates that are not grouped), or, with the NOTIFY
+// inside, BEGIN, the two INSERTs (postgres.CreateInTx), the NOTIFY and
+// COMMIT, from o.Clients connections at once. It works in a schema of its own, migrated by the
 // store and dropped afterwards.
 func PostgresTx(ctx context.Context, dbURL string, o TxOptions) (float64, error) {
 	if err := o.validate(); err != nil {
@@ -115,7 +116,7 @@ func warm(ctx context.Context, pool *pgxpool.Pool, n int) error {
 
 func pgCreate(ctx context.Context, pool *pgxpool.Pool, i int, withNotify bool) error {
 	if !withNotify {
-		if _, err := postgres.CreateOne(ctx, pool, newNotification(i)); err != nil {
+		if _, err := postgres.CreateGroup(ctx, pool, []notify.NewNotification{newNotification(i)}); err != nil {
 			return fmt.Errorf("raw tx: %w", err)
 		}
 		return nil

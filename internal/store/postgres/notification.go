@@ -38,23 +38,34 @@ WHERE user_id = $1 AND idempotency_key = $2 AND created_at <= now() - make_inter
 
 	insertOutbox = `INSERT INTO outbox (event_type, payload, traceparent) VALUES ($1, $2, NULLIF($3, ''))`
 
-	// insertCreate is the whole create of a notification without an
-	// idempotency key, in one statement: one round trip, committed on its
-	// own, where a transaction of its own took four (BEGIN, two INSERTs,
-	// COMMIT). The event's payload comes encoded with notification_id "0",
-	// and the statement puts in the id it has just taken. One statement is
-	// one transaction: both rows or neither (guarantee 1).
-	insertCreate = `
-WITH n AS (
-	INSERT INTO notifications (user_id, channel, recipient, subject, body)
-	VALUES ($1, $2, $3, $4, $5)
+	// insertCreates is the whole create of a group of notifications without
+	// an idempotency key, in one statement: one round trip and one commit
+	// for the group (see groupcreate.go), where a transaction per create
+	// took four round trips (BEGIN, two INSERTs, COMMIT). Each event's
+	// payload comes encoded with notification_id "0", and the statement
+	// puts in the id it has just taken for its notification: ids are drawn
+	// first, in the requests' order, so that each event finds its own and
+	// the answer maps back by ordinal. One statement is one transaction:
+	// every notification with its event, or none (guarantee 1). It reads no
+	// table.
+	// $1-$5 user ids, channels, recipients, subjects, bodies; $6 event
+	// types; $7 payloads; $8 traceparents ('' for none).
+	insertCreates = `
+WITH r AS MATERIALIZED (
+	SELECT nextval(pg_get_serial_sequence('notifications', 'id')) AS id, r.*
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::text[])
+		WITH ORDINALITY AS r(user_id, channel, recipient, subject, body, event_type, payload, traceparent, ord)
+	ORDER BY r.ord
+), n AS (
+	INSERT INTO notifications (id, user_id, channel, recipient, subject, body) OVERRIDING SYSTEM VALUE
+	SELECT id, user_id, channel, recipient, subject, body FROM r ORDER BY ord
 	RETURNING id, created_at
 ), e AS (
 	INSERT INTO outbox (event_type, payload, traceparent)
-	SELECT $6, jsonb_set($7::jsonb, '{notification_id}', to_jsonb(n.id::text)), NULLIF($8, '')
-	FROM n
+	SELECT event_type, jsonb_set(payload, '{notification_id}', to_jsonb(id::text)), NULLIF(traceparent, '')
+	FROM r ORDER BY ord
 )
-SELECT id, created_at FROM n`
+SELECT r.ord, n.id, n.created_at FROM r JOIN n ON n.id = r.id`
 
 	// notifyOutbox runs after the commit, on its own (see announce): a
 	// NOTIFY inside the create transaction would make every create's commit
@@ -104,45 +115,75 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 }
 
 // createOne is Create for a request with no idempotency key (nothing to
-// look up or replay) and no injected fault: insertCreate, one round trip.
+// look up or replay) and no injected fault: it joins the next group
+// (groupcreate.go), one statement and one commit for every create that
+// queued meanwhile.
 func (s *Store) createOne(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
-	c, err := CreateOne(ctx, s.pool, nn)
+	c, err := s.groupCreate(ctx, nn)
 	if err != nil {
 		return notify.Created{}, fmt.Errorf("create notification: %w", err)
 	}
-	s.announce()
 	return c, nil
 }
 
-// Querier runs a statement that returns one row: a pool, a connection or
-// a transaction.
+// Querier runs a statement: a pool, a connection or a transaction.
 type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// CreateOne writes what Create writes for a request with no idempotency
-// key (it must have none) in one statement on q, and wakes no one. Create
-// is this on the pool, then the wake-up. It is exported for herald bench's
-// raw ceiling, which measures the database's create with the store's own
-// statement, on connections of its own.
-func CreateOne(ctx context.Context, q Querier, nn notify.NewNotification) (notify.Created, error) {
-	if nn.IdempotencyKey != "" {
-		return notify.Created{}, errors.New("create in one statement: the request has an idempotency key")
+// CreateGroup writes what Create writes for each request of nns (none may
+// have an idempotency key) in one statement on q, insertCreates, and wakes
+// no one: every notification with its event, or none. It answers in the
+// order of nns. The store's groups run it; it is exported for herald
+// bench's raw ceiling, which measures the database's create with the
+// store's own statement, on connections of its own.
+func CreateGroup(ctx context.Context, q Querier, nns []notify.NewNotification) ([]notify.Created, error) {
+	n := len(nns)
+	users, channels, tos, subjects, bodies := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	types, payloads, traces := make([]string, n), make([]string, n), make([]string, n)
+	for i, nn := range nns {
+		if nn.IdempotencyKey != "" {
+			return nil, errors.New("create in one statement: a request has an idempotency key")
+		}
+		payload, err := notify.RequestedPayload(nn.Pending(0, time.Time{}))
+		if err != nil {
+			return nil, err
+		}
+		r := nn.Request
+		users[i], channels[i], tos[i], subjects[i], bodies[i] = r.UserID, r.Channel, r.To, r.Subject, r.Body
+		types[i], payloads[i], traces[i] = notify.EventRequested, string(payload), nn.Traceparent
 	}
-	r := nn.Request
-	payload, err := notify.RequestedPayload(nn.Pending(0, time.Time{}))
+	rows, err := q.Query(ctx, insertCreates, users, channels, tos, subjects, bodies, types, payloads, traces)
 	if err != nil {
-		return notify.Created{}, err
+		return nil, wrap("insert", err)
 	}
-	var (
-		id int64
-		at time.Time
-	)
-	if err := q.QueryRow(ctx, insertCreate, r.UserID, r.Channel, r.To, r.Subject, r.Body,
-		notify.EventRequested, payload, nn.Traceparent).Scan(&id, &at); err != nil {
-		return notify.Created{}, wrap("insert", err)
+	out := make([]notify.Created, n)
+	got := 0
+	for rows.Next() {
+		var (
+			ord int64
+			id  int64
+			at  time.Time
+		)
+		if err := rows.Scan(&ord, &id, &at); err != nil {
+			rows.Close()
+			return nil, wrap("insert", err)
+		}
+		if ord < 1 || ord > int64(n) {
+			rows.Close()
+			return nil, fmt.Errorf("insert: answer for request %d of %d", ord, n)
+		}
+		out[ord-1] = notify.Created{Notification: nns[ord-1].Pending(id, at)}
+		got++
 	}
-	return notify.Created{Notification: nn.Pending(id, at)}, nil
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, wrap("insert", err)
+	}
+	if got != n {
+		return nil, fmt.Errorf("insert: %d answers to %d requests", got, n)
+	}
+	return out, nil
 }
 
 // CreateInTx writes what Create writes, the notification and its outbox

@@ -111,6 +111,9 @@ type Store struct {
 	notifyc   chan struct{}
 	wg        sync.WaitGroup // listener and notifier goroutines
 	closeOnce sync.Once
+	// creates queues creates without an idempotency key for the
+	// committers (groupcreate.go).
+	creates chan createReq
 	// statusEvents is !Config.NoStatusEvents: whether a settling record
 	// writes its status event.
 	statusEvents bool
@@ -158,6 +161,7 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	s.hub = &wake.Hub{OnFirst: s.startListener, OnLast: s.stopListener}
 	s.wg.Add(1)
 	go s.notifier()
+	s.startCommitters()
 	return s, nil
 }
 

@@ -1,0 +1,166 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Grouped creates. A create without an idempotency key is one statement
+// and one commit (insertCreates), and each commit costs the database a WAL
+// flush, a transaction's start and end and the statement's round trip,
+// more than the two rows it writes. So creates queue for a few committers:
+// each takes every create that queued while it ran the previous group (up
+// to maxCreateGroup) and writes them in one statement, one commit for the
+// group. Nothing waits to fill a group: a create that finds a committer
+// idle runs alone at once, and groups grow only as fast as creates arrive
+// while a commit is in flight, so under load the cost of a commit is
+// shared and at rest a create costs what it did alone. A caller is
+// answered only after the group's commit, so a 201 still means committed.
+//
+// A group fails or succeeds whole (one statement is one transaction). When
+// the server refused the statement (an error it answered: nothing
+// committed), each create of the group is retried alone, so that one bad
+// request fails alone; when the outcome is unknown (the connection broke
+// before the answer) nobody is retried, since a create without a key
+// cannot be repeated safely, and every caller learns that its create may
+// or may not have committed, as a single create would.
+
+const (
+	// createCommitters run groups at once: one group's commit overlaps the
+	// next group's statement.
+	createCommitters = 2
+	// maxCreateGroup caps a group, so that one statement stays short.
+	maxCreateGroup = 128
+	// createGroupTimeout bounds one group's statement and commit (the
+	// session's statement_timeout bounds it too).
+	createGroupTimeout = 30 * time.Second
+)
+
+// errStoreClosed answers a create made after Close.
+var errStoreClosed = errors.New("postgres store is closed")
+
+type createReq struct {
+	ctx context.Context
+	nn  notify.NewNotification
+	res chan createRes // buffered: a committer never blocks on it
+}
+
+type createRes struct {
+	c   notify.Created
+	err error
+}
+
+// startCommitters starts the committers; Close stops them.
+func (s *Store) startCommitters() {
+	s.creates = make(chan createReq)
+	for range createCommitters {
+		s.wg.Add(1)
+		go s.commitCreates()
+	}
+}
+
+// groupCreate hands nn to a committer and waits for its answer, or for ctx
+// to end (the create may then commit or not, as a single create whose
+// context ends during its commit).
+func (s *Store) groupCreate(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
+	req := createReq{ctx: ctx, nn: nn, res: make(chan createRes, 1)}
+	select {
+	case s.creates <- req:
+	case <-ctx.Done():
+		return notify.Created{}, ctx.Err()
+	case <-s.closing:
+		return notify.Created{}, errStoreClosed
+	}
+	select {
+	case r := <-req.res:
+		return r.c, r.err
+	case <-ctx.Done():
+		return notify.Created{}, ctx.Err()
+	}
+}
+
+// commitCreates is a committer: it runs until Close.
+func (s *Store) commitCreates() {
+	defer s.wg.Done()
+	group := make([]createReq, 0, maxCreateGroup)
+	for {
+		group = group[:0]
+		select {
+		case <-s.closing:
+			return
+		case req := <-s.creates:
+			group = append(group, req)
+		}
+	drain:
+		for len(group) < maxCreateGroup {
+			select {
+			case req := <-s.creates:
+				group = append(group, req)
+			default:
+				break drain
+			}
+		}
+		s.runGroup(group)
+	}
+}
+
+// runGroup writes the group's live creates and answers every one.
+func (s *Store) runGroup(group []createReq) {
+	live := group[:0:0]
+	for _, req := range group {
+		if err := req.ctx.Err(); err != nil {
+			req.res <- createRes{err: err} // its caller is gone: not written
+			continue
+		}
+		live = append(live, req)
+	}
+	if len(live) == 0 {
+		return
+	}
+	err := s.writeGroup(live)
+	var refused *pgconn.PgError
+	switch {
+	case err == nil:
+	case len(live) > 1 && errors.As(err, &refused):
+		// The server refused the group and committed nothing: each
+		// create alone, so that only the one at fault fails.
+		for _, req := range live {
+			if err := s.writeGroup([]createReq{req}); err != nil {
+				req.res <- createRes{err: err}
+			}
+		}
+	default:
+		for _, req := range live {
+			req.res <- createRes{err: err}
+		}
+	}
+}
+
+// writeGroup runs one group's statement and, when it committed, wakes the
+// relays and answers every create of the group; when it failed it answers
+// none (runGroup does).
+func (s *Store) writeGroup(group []createReq) error {
+	// The statement runs in the first create's context, without its
+	// cancellation (the group is answered whole): a lone create's
+	// statement is a span of its own trace.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), createGroupTimeout)
+	defer cancel()
+	nns := make([]notify.NewNotification, len(group))
+	for i, req := range group {
+		nns[i] = req.nn
+	}
+	cs, err := CreateGroup(ctx, s.pool, nns)
+	if err != nil {
+		return err
+	}
+	s.announce()
+	for i, req := range group {
+		req.res <- createRes{c: cs[i]}
+	}
+	return nil
+}
