@@ -62,14 +62,26 @@ const (
 	// microseconds, $4 the requests' retry counts. The lease runs from the
 	// moment the attempt row is written; the answer returns the very value
 	// stored.
+	// Every table is read by key (see Plans): the request's notification
+	// and dedup row in a LATERAL subquery each, the previous attempt number
+	// in delivery_attempts_notification_idx, the stale claim's attempt row
+	// by its id; every write is a single-table statement on key =
+	// ANY(ARRAY(...)) with its per-row values and conditions in subqueries
+	// on the CTEs.
 	claimDeliveries = `
 WITH req AS (
 	SELECT r.msg, r.nid, n.id IS NOT NULL AS found, n.status, n.claimed_until,
 		n.claim_attempt_id, COALESCE(pm.processed_at IS NOT NULL, false) AS done,
 		COALESCE(pm.next_retry_count, 0) > r.rc AS spent
 	FROM unnest($1::bigint[], $2::bigint[], $4::bigint[]) AS r(msg, nid, rc)
-	LEFT JOIN notifications AS n ON n.id = r.nid
-	LEFT JOIN processed_messages AS pm ON pm.message_id = r.msg
+	LEFT JOIN LATERAL (
+		SELECT n.id, n.status, n.claimed_until, n.claim_attempt_id
+		FROM notifications AS n WHERE n.id = r.nid OFFSET 0
+	) AS n ON true
+	LEFT JOIN LATERAL (
+		SELECT pm.processed_at, pm.next_retry_count
+		FROM processed_messages AS pm WHERE pm.message_id = r.msg OFFSET 0
+	) AS pm ON true
 ),
 decided AS (
 	SELECT msg, nid, claim_attempt_id AS stale,
@@ -92,27 +104,36 @@ attempt AS (
 ),
 lease AS (
 	UPDATE notifications AS n
-	SET claim_attempt_id = a.id, claimed_until = a.until
-	FROM attempt AS a
-	WHERE n.id = a.notification_id
+	SET (claim_attempt_id, claimed_until) = (SELECT a.id, a.until FROM attempt AS a WHERE a.notification_id = n.id)
+	WHERE n.id = ANY(ARRAY(SELECT a.notification_id FROM attempt AS a))
 ),
--- The stale claim's message id comes from its attempt row (primary key):
--- processed_messages has no index on attempt_id. Its row is deleted, or
--- released when it holds a retry mark (the two touch different rows).
+-- A claim that takes over an expired one releases the old claim's lease
+-- row when it is on another message id. That message id comes from the
+-- old claim's attempt row (primary key): processed_messages has no index
+-- on attempt_id.
+stale_claim AS (
+	SELECT sa.message_id, d.stale AS aid
+	FROM decided AS d
+	JOIN LATERAL (
+		SELECT sa.message_id FROM delivery_attempts AS sa WHERE sa.id = d.stale OFFSET 0
+	) AS sa ON true
+	WHERE d.status = 'claimed' AND sa.message_id <> d.msg
+),
+-- Its row is deleted, or released when it holds a retry mark (the two
+-- touch different rows). (processed_at IS NULL) IS TRUE is processed_at
+-- IS NULL that processed_messages_processed_idx cannot answer.
 stale AS (
 	DELETE FROM processed_messages AS pm
-	USING decided AS d, delivery_attempts AS sa
-	WHERE d.status = 'claimed' AND sa.id = d.stale AND pm.message_id = sa.message_id
-		AND pm.attempt_id = d.stale AND pm.message_id <> d.msg AND pm.processed_at IS NULL
-		AND pm.next_retry_count = 0
+	WHERE pm.message_id = ANY(ARRAY(SELECT s.message_id FROM stale_claim AS s))
+		AND pm.attempt_id = ANY(ARRAY(SELECT s.aid FROM stale_claim AS s WHERE s.message_id = pm.message_id))
+		AND (pm.processed_at IS NULL) IS TRUE AND pm.next_retry_count = 0
 ),
 stale_marked AS (
 	UPDATE processed_messages AS pm
 	SET lease_until = NULL, attempt_id = NULL
-	FROM decided AS d, delivery_attempts AS sa
-	WHERE d.status = 'claimed' AND sa.id = d.stale AND pm.message_id = sa.message_id
-		AND pm.attempt_id = d.stale AND pm.message_id <> d.msg AND pm.processed_at IS NULL
-		AND pm.next_retry_count > 0
+	WHERE pm.message_id = ANY(ARRAY(SELECT s.message_id FROM stale_claim AS s))
+		AND pm.attempt_id = ANY(ARRAY(SELECT s.aid FROM stale_claim AS s WHERE s.message_id = pm.message_id))
+		AND (pm.processed_at IS NULL) IS TRUE AND pm.next_retry_count > 0
 ),
 held AS (
 	INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
@@ -149,26 +170,51 @@ LEFT JOIN attempt AS a ON a.message_id = d.msg`
 	// cannot be answered from notifications_pending_idx: walking every
 	// pending notification to find a batch's few is what a plan made for a
 	// young database does once the backlog has grown.
+	// Every table is read by key (see Plans): holding finds the results
+	// whose claim holds with a LATERAL lookup of each one's notification
+	// (the rows are locked: the update that follows sees them unchanged,
+	// and repeats the compare-and-set), and every write is a single-table
+	// statement on key = ANY(ARRAY(...)) with its per-row values and
+	// conditions in subqueries on the CTEs. holding keeps one result per
+	// notification (two that hold it name the same attempt: the same
+	// result twice), as the update applies one.
 	recordDeliveries = `
 WITH r AS (
 	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
 		AS r(aid, nid, msg, outcome, err, retry_in, rc)
 ),
-applied AS (
-	UPDATE notifications AS n SET
-		status = CASE r.outcome WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'failed' ELSE n.status END,
-		attempts = n.attempts + CASE WHEN r.outcome = 'deferred' THEN 0 ELSE 1 END,
-		last_error = CASE WHEN r.outcome IN ('retry', 'dead') THEN r.err ELSE n.last_error END,
-		sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE n.sent_at END,
-		failed_at = CASE WHEN r.outcome = 'dead' THEN now() ELSE n.failed_at END,
-		updated_at = now(),
-		retry_due_at = CASE WHEN r.outcome = 'retry' THEN clock_timestamp() + r.retry_in * interval '1 microsecond' END,
-		claim_attempt_id = NULL,
-		claimed_until = NULL
+holding AS (
+	SELECT DISTINCT ON (r.nid) r.aid, r.nid, r.msg, r.outcome, r.err, r.retry_in, r.rc
 	FROM r
-	WHERE n.id = r.nid AND n.claim_attempt_id = r.aid AND (n.status || '') = 'pending'
-	RETURNING r.aid, r.msg, r.outcome, r.rc, n.id, n.user_id, n.channel, n.status, n.attempts,
+	JOIN LATERAL (
+		SELECT n.id FROM notifications AS n
+		WHERE n.id = r.nid AND n.claim_attempt_id = r.aid AND (n.status || '') = 'pending' OFFSET 0
+	) AS n ON true
+	ORDER BY r.nid
+),
+applied AS (
+	UPDATE notifications AS n
+	SET (status, attempts, last_error, sent_at, failed_at, updated_at, retry_due_at, claim_attempt_id, claimed_until) = (
+		SELECT CASE h.outcome WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'failed' ELSE n.status END,
+			n.attempts + CASE WHEN h.outcome = 'deferred' THEN 0 ELSE 1 END,
+			CASE WHEN h.outcome IN ('retry', 'dead') THEN h.err ELSE n.last_error END,
+			CASE WHEN h.outcome = 'sent' THEN now() ELSE n.sent_at END,
+			CASE WHEN h.outcome = 'dead' THEN now() ELSE n.failed_at END,
+			now(),
+			CASE WHEN h.outcome = 'retry' THEN clock_timestamp() + h.retry_in * interval '1 microsecond' END,
+			NULL::bigint,
+			NULL::timestamptz
+		FROM holding AS h WHERE h.nid = n.id AND h.aid = n.claim_attempt_id)
+	WHERE n.id = ANY(ARRAY(SELECT h.nid FROM holding AS h))
+		AND n.claim_attempt_id = ANY(ARRAY(SELECT h.aid FROM holding AS h WHERE h.nid = n.id))
+		AND (n.status || '') = 'pending'
+	RETURNING n.id, n.user_id, n.channel, n.status, n.attempts,
 		COALESCE(n.sent_at, n.failed_at) AS at, COALESCE(n.last_error, '') AS last_error
+),
+ap AS (
+	SELECT h.aid, h.msg, h.outcome, h.rc, a.id, a.user_id, a.channel, a.status, a.attempts, a.at, a.last_error
+	FROM applied AS a
+	JOIN holding AS h ON h.nid = a.id
 ),
 -- A result that settled its notification (sent, or failed: dead) writes
 -- its status event in the same statement, so the event exists exactly
@@ -179,38 +225,44 @@ status_event AS (
 	SELECT CASE ap.status WHEN 'sent' THEN '` + notify.EventSent + `' ELSE '` + notify.EventFailed + `' END,
 		jsonb_build_object('notification_id', ap.id::text, 'user_id', ap.user_id, 'channel', ap.channel,
 			'status', ap.status, 'attempts', ap.attempts, 'at', ap.at, 'last_error', ap.last_error)
-	FROM applied AS ap
+	FROM ap
 	WHERE ap.outcome IN ('sent', 'dead') AND $8::boolean
 	ORDER BY ap.id
 ),
 finished AS (
 	UPDATE delivery_attempts AS a
-	SET finished_at = now(), outcome = r.outcome, error = NULLIF(r.err, '')
-	FROM r
-	WHERE a.id = r.aid AND a.finished_at IS NULL
+	SET (finished_at, outcome, error) = (SELECT now(), r.outcome, NULLIF(r.err, '') FROM r WHERE r.aid = a.id LIMIT 1)
+	WHERE a.id = ANY(ARRAY(SELECT r.aid FROM r)) AND a.finished_at IS NULL
 ),
 done AS (
 	INSERT INTO processed_messages (message_id, processed_at, attempt_id)
-	SELECT msg, now(), aid FROM applied WHERE outcome IN ('sent', 'dead')
+	SELECT msg, now(), aid FROM ap WHERE outcome IN ('sent', 'dead')
 	ON CONFLICT (message_id) DO UPDATE
 	SET processed_at = excluded.processed_at, lease_until = NULL
 	WHERE processed_messages.processed_at IS NULL
 ),
+-- (processed_at IS NULL) IS TRUE: processed_at IS NULL that
+-- processed_messages_processed_idx cannot answer.
 freed AS (
 	DELETE FROM processed_messages AS pm
-	USING applied AS ap
-	WHERE pm.message_id = ap.msg AND ap.outcome = 'deferred'
-		AND pm.attempt_id = ap.aid AND pm.processed_at IS NULL AND pm.next_retry_count = 0
+	WHERE pm.message_id = ANY(ARRAY(SELECT ap.msg FROM ap WHERE ap.outcome = 'deferred'))
+		AND pm.attempt_id = ANY(ARRAY(SELECT ap.aid FROM ap WHERE ap.msg = pm.message_id AND ap.outcome = 'deferred'))
+		AND (pm.processed_at IS NULL) IS TRUE AND pm.next_retry_count = 0
 ),
 spent AS (
 	UPDATE processed_messages AS pm
 	SET lease_until = NULL, attempt_id = NULL,
-		next_retry_count = GREATEST(pm.next_retry_count, CASE WHEN ap.outcome = 'retry' THEN ap.rc + 1 ELSE 0 END)
-	FROM applied AS ap
-	WHERE pm.message_id = ap.msg AND (ap.outcome = 'retry' OR (ap.outcome = 'deferred' AND pm.next_retry_count > 0))
-		AND pm.attempt_id = ap.aid AND pm.processed_at IS NULL
+		next_retry_count = GREATEST(pm.next_retry_count, (
+			SELECT CASE WHEN ap.outcome = 'retry' THEN ap.rc + 1 ELSE 0 END FROM ap
+			WHERE ap.msg = pm.message_id AND ap.aid = pm.attempt_id
+				AND (ap.outcome = 'retry' OR (ap.outcome = 'deferred' AND pm.next_retry_count > 0))
+			LIMIT 1))
+	WHERE pm.message_id = ANY(ARRAY(SELECT ap.msg FROM ap WHERE ap.outcome IN ('retry', 'deferred')))
+		AND pm.attempt_id = ANY(ARRAY(SELECT ap.aid FROM ap WHERE ap.msg = pm.message_id
+			AND (ap.outcome = 'retry' OR (ap.outcome = 'deferred' AND pm.next_retry_count > 0))))
+		AND (pm.processed_at IS NULL) IS TRUE
 )
-SELECT aid FROM applied`
+SELECT aid FROM ap`
 )
 
 // ClaimDeliveries claims every request in one short transaction and
@@ -276,6 +328,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	}
 
 	b := &pgx.Batch{}
+	b.Queue(keyedPlan)
 	b.Queue(lockNotifications, lockIDs)
 	if n > 0 {
 		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn, rcs, s.statusEvents)
@@ -287,6 +340,9 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	fail := func(op string, err error) ([]notify.Claim, []bool, error) {
 		_ = br.Close()
 		return nil, nil, wrap(op, err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fail("claim and record deliveries: plan settings", err)
 	}
 	if _, err := br.Exec(); err != nil {
 		return fail("claim and record deliveries: lock notifications", err)

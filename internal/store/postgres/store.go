@@ -93,6 +93,22 @@ var sessionLimits = map[string]string{
 	"plan_cache_mode":                     "force_custom_plan",
 }
 
+// keyedPlan goes first in the delivery bookkeeping's batch (ClaimAndRecord,
+// deliver.go) and makes its statements run on generic plans, made once per
+// connection and statement and reused, made without sequential or bitmap
+// scans, hash or merge joins or materialized inner sides. It is safe only
+// for statements written so that every table has one reasonable access
+// path, a lookup by key (deliver.go, "Plans"); planning those afresh for
+// each execution cost more than executing them. The settings are local to
+// the batch's implicit transaction: the pool's other statements keep the
+// session's (sessionLimits).
+const keyedPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_seqscan', 'off', true),
+	set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_hashjoin', 'off', true),
+	set_config('enable_mergejoin', 'off', true),
+	set_config('enable_material', 'off', true)`
+
 // Store is the PostgreSQL store. It is safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
