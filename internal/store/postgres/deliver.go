@@ -27,22 +27,54 @@ import (
 // Whether a lease still holds is judged on the same clock. Timestamps that
 // are only a record (started_at, finished_at, sent_at) keep now().
 //
-// Plans. Every statement reaches its rows by primary key from the batch's
-// arrays (unnest(...) joined on id, or id = ANY), and none names the
-// notification's status in a way that matches the partial pending index,
-// so the only alternatives the planner has to per-key lookups are whole-table
-// scans. The pool's connections plan every execution afresh
-// (plan_cache_mode, see Open), with the batch's values and the tables' size
-// on disk at that moment, so those scans are never chosen for a table that
-// has grown since a plan was first made. Planning is half the cost of the
-// claim and the record (pg_stat_statements, issue 23), but they cannot run
-// on one plan made once per connection (plan_cache_mode=force_generic_plan
-// with sequential scans, hash and merge joins switched off, tried): a
-// generic plan made while the tables were young read a whole table as a
-// join's materialized inner side or through an index other than the key's
-// (TestDeliveryCostStaysWithBatchAsTablesGrow: 3-7 M rows read per 640
-// deliveries), and bounding every read by the batch's keys left the
-// planner other indexes to choose from on young statistics.
+// Plans. The batch runs on generic plans, made once per connection and
+// statement and reused (keyedPlan, store.go, goes first and sets it for the
+// implicit transaction): planning each execution afresh, as the pool's
+// other statements do (plan_cache_mode, see Open), cost the claim and the
+// record more than executing them. A plan made once must stay right while
+// the tables grow from empty to millions of rows, so every statement is
+// written so that each table it reads has one reasonable access path, a
+// lookup by key, whatever the statistics:
+//   - a read of a row per request or result is a LEFT JOIN LATERAL
+//     (SELECT ... WHERE key = r.key OFFSET 0): the lateral reference keeps
+//     the batch as the outer side of a nested loop, and OFFSET 0 keeps the
+//     subquery from being pulled up into a join whose order the planner
+//     would choose;
+//   - a write is a single-table statement on key = ANY(ARRAY(SELECT ...
+//     FROM cte)), its per-row values and conditions in subqueries on the
+//     CTE (no UPDATE ... FROM a CTE, DELETE ... USING or EXISTS, which
+//     become joins): there is no join order to choose. The claim's lease
+//     takes its values from one row of arrays (l) and names its rows by
+//     id = ANY(l.nids), which only a lookup inside a nested loop under l
+//     can answer;
+//   - a condition other than the key is written so that no index can
+//     answer it: the record's compare-and-set on status for
+//     notifications_pending_idx (see recordDeliveries), and
+//     (pm.processed_at IS NULL) IS TRUE for
+//     processed_messages_processed_idx;
+//   - the previous attempt number is max(attempt) over the notification's
+//     attempts in delivery_attempts_notification_idx;
+//   - the lock is a single-table read on id = ANY($1), in the key's order.
+//
+// Sequential and bitmap scans, merge joins and materialized inner sides are
+// off for the batch; hash joins stay on for joins of CTEs to each other (no
+// table is joined on a condition a hash join could use). What remains to choose between is the key's
+// index and an index that holds the key column but not first (every index
+// of notifications ends with id, delivery_attempts_notification_idx too),
+// scanned whole with the key as a qual; the key's lookup costs one tuple
+// against the whole index, so it wins on any statistics but one: tables
+// analysed while empty and still of zero pages when the plan is made, where
+// both cost one tuple and the planner keeps the other index. That plan lives
+// until the table is next analysed or vacuumed (autovacuum analyses a table
+// that held none after 50 changed rows, at its next round; with autovacuum
+// off for the table, it lives on); a database never analysed (a new
+// deployment) plans as if each table held 10 pages and is not affected. TestDeliveryPlansReadOnlyKeys checks each
+// statement's generic plan on new, young and grown statistics, and
+// TestDeliveryCostStaysWithBatchAsTablesGrow what the store's own plans
+// read. (A first attempt ran the earlier statements, joins to CTEs and
+// UPDATE ... FROM, on generic plans: a plan made young read a whole table
+// as a join's materialized inner side or through an index other than the
+// key's, 3-7 M rows per 640 deliveries.)
 const (
 	lockNotifications = `SELECT id FROM notifications WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
@@ -65,9 +97,10 @@ const (
 	// Every table is read by key (see Plans): the request's notification
 	// and dedup row in a LATERAL subquery each, the previous attempt number
 	// in delivery_attempts_notification_idx, the stale claim's attempt row
-	// by its id; every write is a single-table statement on key =
-	// ANY(ARRAY(...)) with its per-row values and conditions in subqueries
-	// on the CTEs.
+	// by its id; every write names its rows by key = ANY(...) with its
+	// per-row values and conditions in subqueries on the CTEs or, for the
+	// lease, in arrays. The answer is the unclaimed requests and the
+	// attempt rows (one per claimed request), without a join.
 	claimDeliveries = `
 WITH req AS (
 	SELECT r.msg, r.nid, n.id IS NOT NULL AS found, n.status, n.claimed_until,
@@ -102,10 +135,16 @@ attempt AS (
 	RETURNING id, notification_id, message_id, attempt,
 		clock_timestamp() + $3::bigint * interval '1 microsecond' AS until
 ),
+-- The lease's values are looked up in arrays of the attempt rows (one
+-- row l): a subquery on attempt per notification would read every attempt
+-- row for each.
 lease AS (
 	UPDATE notifications AS n
-	SET (claim_attempt_id, claimed_until) = (SELECT a.id, a.until FROM attempt AS a WHERE a.notification_id = n.id)
-	WHERE n.id = ANY(ARRAY(SELECT a.notification_id FROM attempt AS a))
+	SET claim_attempt_id = l.ids[array_position(l.nids, n.id)],
+		claimed_until = l.untils[array_position(l.nids, n.id)]
+	FROM (SELECT array_agg(a.notification_id) AS nids, array_agg(a.id) AS ids, array_agg(a.until) AS untils
+		FROM attempt AS a) AS l
+	WHERE n.id = ANY(l.nids)
 ),
 -- A claim that takes over an expired one releases the old claim's lease
 -- row when it is on another message id. That message id comes from the
@@ -144,10 +183,10 @@ held AS (
 	SET processed_at = excluded.processed_at, lease_until = excluded.lease_until, attempt_id = excluded.attempt_id
 	WHERE processed_messages.processed_at IS NULL
 )
-SELECT d.msg, CASE d.status WHEN 'stale' THEN 'duplicate' ELSE d.status END,
-	COALESCE(a.id, 0), COALESCE(a.attempt, 0), a.until
-FROM decided AS d
-LEFT JOIN attempt AS a ON a.message_id = d.msg`
+SELECT d.msg, CASE d.status WHEN 'stale' THEN 'duplicate' ELSE d.status END, 0::bigint, 0, NULL::timestamptz
+FROM decided AS d WHERE d.status <> 'claimed'
+UNION ALL
+SELECT a.message_id, 'claimed', a.id, a.attempt, a.until FROM attempt AS a`
 
 	// recordDeliveries applies each result whose claim still holds its
 	// notification (compare-and-set on claim_attempt_id, status pending)
@@ -173,11 +212,12 @@ LEFT JOIN attempt AS a ON a.message_id = d.msg`
 	// Every table is read by key (see Plans): holding finds the results
 	// whose claim holds with a LATERAL lookup of each one's notification
 	// (the rows are locked: the update that follows sees them unchanged,
-	// and repeats the compare-and-set), and every write is a single-table
-	// statement on key = ANY(ARRAY(...)) with its per-row values and
-	// conditions in subqueries on the CTEs. holding keeps one result per
-	// notification (two that hold it name the same attempt: the same
-	// result twice), as the update applies one.
+	// and repeats the compare-and-set; ap then carries each applied
+	// result's values), and every write is a single-table statement on key
+	// = ANY(ARRAY(...)) with its per-row values and conditions in
+	// subqueries on the CTEs. holding keeps one result per notification
+	// (two that hold it name the same attempt: the same result twice), as
+	// the update applies one.
 	recordDeliveries = `
 WITH r AS (
 	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
