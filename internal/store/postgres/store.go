@@ -86,9 +86,10 @@ func (c Config) validate() error {
 // none), so a per-key index lookup is chosen whenever a table is more than a
 // few pages, however stale its statistics. The statements are short; the
 // planning costs far less than one scan of a grown table.
+//
 // The delivery bookkeeping is the exception (keyedPlan): its statements
 // are written so that a generic plan is a lookup by key on any statistics,
-// and run on plans made once.
+// and run on plans made once, whatever plan_cache_mode the session has.
 var sessionLimits = map[string]string{
 	"lock_timeout":                        "10s",
 	"statement_timeout":                   "30s",
