@@ -27,22 +27,54 @@ import (
 // Whether a lease still holds is judged on the same clock. Timestamps that
 // are only a record (started_at, finished_at, sent_at) keep now().
 //
-// Plans. Every statement reaches its rows by primary key from the batch's
-// arrays (unnest(...) joined on id, or id = ANY), and none names the
-// notification's status in a way that matches the partial pending index,
-// so the only alternatives the planner has to per-key lookups are whole-table
-// scans. The pool's connections plan every execution afresh
-// (plan_cache_mode, see Open), with the batch's values and the tables' size
-// on disk at that moment, so those scans are never chosen for a table that
-// has grown since a plan was first made. Planning is half the cost of the
-// claim and the record (pg_stat_statements, issue 23), but they cannot run
-// on one plan made once per connection (plan_cache_mode=force_generic_plan
-// with sequential scans, hash and merge joins switched off, tried): a
-// generic plan made while the tables were young read a whole table as a
-// join's materialized inner side or through an index other than the key's
-// (TestDeliveryCostStaysWithBatchAsTablesGrow: 3-7 M rows read per 640
-// deliveries), and bounding every read by the batch's keys left the
-// planner other indexes to choose from on young statistics.
+// Plans. The batch runs on generic plans, made once per connection and
+// statement and reused (keyedPlan, store.go, goes first and sets it for the
+// implicit transaction): planning each execution afresh, as the pool's
+// other statements do (plan_cache_mode, see Open), cost the claim and the
+// record more than executing them. A plan made once must stay right while
+// the tables grow from empty to millions of rows, so every statement is
+// written so that each table it reads has one reasonable access path, a
+// lookup by key, whatever the statistics:
+//   - a read of a row per request or result is a LEFT JOIN LATERAL
+//     (SELECT ... WHERE key = r.key OFFSET 0): the lateral reference keeps
+//     the batch as the outer side of a nested loop, and OFFSET 0 keeps the
+//     subquery from being pulled up into a join whose order the planner
+//     would choose;
+//   - a write is a single-table statement on key = ANY(ARRAY(SELECT ...
+//     FROM cte)), its per-row values and conditions in subqueries on the
+//     CTE (no UPDATE ... FROM a CTE, DELETE ... USING or EXISTS, which
+//     become joins): there is no join order to choose. The claim's lease
+//     takes its values from one row of arrays (l) and names its rows by
+//     id = ANY(l.nids), which only a lookup inside a nested loop under l
+//     can answer;
+//   - a condition other than the key is written so that no index can
+//     answer it: the record's compare-and-set on status for
+//     notifications_pending_idx (see recordDeliveries), and
+//     (pm.processed_at IS NULL) IS TRUE for
+//     processed_messages_processed_idx;
+//   - the previous attempt number is max(attempt) over the notification's
+//     attempts in delivery_attempts_notification_idx;
+//   - the lock is a single-table read on id = ANY($1), in the key's order.
+//
+// Sequential and bitmap scans, merge joins and materialized inner sides are
+// off for the batch; hash joins stay on for joins of CTEs to each other (no
+// table is joined on a condition a hash join could use). What remains to choose between is the key's
+// index and an index that holds the key column but not first (every index
+// of notifications ends with id, delivery_attempts_notification_idx too),
+// scanned whole with the key as a qual; the key's lookup costs one tuple
+// against the whole index, so it wins on any statistics but one: tables
+// analysed while empty and still of zero pages when the plan is made, where
+// both cost one tuple and the planner keeps the other index. That plan lives
+// until the table is next analysed or vacuumed (autovacuum analyses a table
+// that held none after 50 changed rows, at its next round; with autovacuum
+// off for the table, it lives on); a database never analysed (a new
+// deployment) plans as if each table held 10 pages and is not affected. TestDeliveryPlansReadOnlyKeys checks each
+// statement's generic plan on new, young and grown statistics, and
+// TestDeliveryCostStaysWithBatchAsTablesGrow what the store's own plans
+// read. (A first attempt ran the earlier statements, joins to CTEs and
+// UPDATE ... FROM, on generic plans: a plan made young read a whole table
+// as a join's materialized inner side or through an index other than the
+// key's, 3-7 M rows per 640 deliveries.)
 const (
 	lockNotifications = `SELECT id FROM notifications WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
 
@@ -62,14 +94,27 @@ const (
 	// microseconds, $4 the requests' retry counts. The lease runs from the
 	// moment the attempt row is written; the answer returns the very value
 	// stored.
+	// Every table is read by key (see Plans): the request's notification
+	// and dedup row in a LATERAL subquery each, the previous attempt number
+	// in delivery_attempts_notification_idx, the stale claim's attempt row
+	// by its id; every write names its rows by key = ANY(...) with its
+	// per-row values and conditions in subqueries on the CTEs or, for the
+	// lease, in arrays. The answer is the unclaimed requests and the
+	// attempt rows (one per claimed request), without a join.
 	claimDeliveries = `
 WITH req AS (
 	SELECT r.msg, r.nid, n.id IS NOT NULL AS found, n.status, n.claimed_until,
 		n.claim_attempt_id, COALESCE(pm.processed_at IS NOT NULL, false) AS done,
 		COALESCE(pm.next_retry_count, 0) > r.rc AS spent
 	FROM unnest($1::bigint[], $2::bigint[], $4::bigint[]) AS r(msg, nid, rc)
-	LEFT JOIN notifications AS n ON n.id = r.nid
-	LEFT JOIN processed_messages AS pm ON pm.message_id = r.msg
+	LEFT JOIN LATERAL (
+		SELECT n.id, n.status, n.claimed_until, n.claim_attempt_id
+		FROM notifications AS n WHERE n.id = r.nid OFFSET 0
+	) AS n ON true
+	LEFT JOIN LATERAL (
+		SELECT pm.processed_at, pm.next_retry_count
+		FROM processed_messages AS pm WHERE pm.message_id = r.msg OFFSET 0
+	) AS pm ON true
 ),
 decided AS (
 	SELECT msg, nid, claim_attempt_id AS stale,
@@ -90,29 +135,44 @@ attempt AS (
 	RETURNING id, notification_id, message_id, attempt,
 		clock_timestamp() + $3::bigint * interval '1 microsecond' AS until
 ),
+-- The lease's values are looked up in arrays of the attempt rows (one
+-- row l): a subquery on attempt per notification would read every attempt
+-- row for each.
 lease AS (
 	UPDATE notifications AS n
-	SET claim_attempt_id = a.id, claimed_until = a.until
-	FROM attempt AS a
-	WHERE n.id = a.notification_id
+	SET claim_attempt_id = l.ids[array_position(l.nids, n.id)],
+		claimed_until = l.untils[array_position(l.nids, n.id)]
+	FROM (SELECT array_agg(a.notification_id) AS nids, array_agg(a.id) AS ids, array_agg(a.until) AS untils
+		FROM attempt AS a) AS l
+	WHERE n.id = ANY(l.nids)
 ),
--- The stale claim's message id comes from its attempt row (primary key):
--- processed_messages has no index on attempt_id. Its row is deleted, or
--- released when it holds a retry mark (the two touch different rows).
+-- A claim that takes over an expired one releases the old claim's lease
+-- row when it is on another message id. That message id comes from the
+-- old claim's attempt row (primary key): processed_messages has no index
+-- on attempt_id.
+stale_claim AS (
+	SELECT sa.message_id, d.stale AS aid
+	FROM decided AS d
+	JOIN LATERAL (
+		SELECT sa.message_id FROM delivery_attempts AS sa WHERE sa.id = d.stale OFFSET 0
+	) AS sa ON true
+	WHERE d.status = 'claimed' AND sa.message_id <> d.msg
+),
+-- Its row is deleted, or released when it holds a retry mark (the two
+-- touch different rows). (processed_at IS NULL) IS TRUE is processed_at
+-- IS NULL that processed_messages_processed_idx cannot answer.
 stale AS (
 	DELETE FROM processed_messages AS pm
-	USING decided AS d, delivery_attempts AS sa
-	WHERE d.status = 'claimed' AND sa.id = d.stale AND pm.message_id = sa.message_id
-		AND pm.attempt_id = d.stale AND pm.message_id <> d.msg AND pm.processed_at IS NULL
-		AND pm.next_retry_count = 0
+	WHERE pm.message_id = ANY(ARRAY(SELECT s.message_id FROM stale_claim AS s))
+		AND pm.attempt_id = ANY(ARRAY(SELECT s.aid FROM stale_claim AS s WHERE s.message_id = pm.message_id))
+		AND (pm.processed_at IS NULL) IS TRUE AND pm.next_retry_count = 0
 ),
 stale_marked AS (
 	UPDATE processed_messages AS pm
 	SET lease_until = NULL, attempt_id = NULL
-	FROM decided AS d, delivery_attempts AS sa
-	WHERE d.status = 'claimed' AND sa.id = d.stale AND pm.message_id = sa.message_id
-		AND pm.attempt_id = d.stale AND pm.message_id <> d.msg AND pm.processed_at IS NULL
-		AND pm.next_retry_count > 0
+	WHERE pm.message_id = ANY(ARRAY(SELECT s.message_id FROM stale_claim AS s))
+		AND pm.attempt_id = ANY(ARRAY(SELECT s.aid FROM stale_claim AS s WHERE s.message_id = pm.message_id))
+		AND (pm.processed_at IS NULL) IS TRUE AND pm.next_retry_count > 0
 ),
 held AS (
 	INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
@@ -123,10 +183,10 @@ held AS (
 	SET processed_at = excluded.processed_at, lease_until = excluded.lease_until, attempt_id = excluded.attempt_id
 	WHERE processed_messages.processed_at IS NULL
 )
-SELECT d.msg, CASE d.status WHEN 'stale' THEN 'duplicate' ELSE d.status END,
-	COALESCE(a.id, 0), COALESCE(a.attempt, 0), a.until
-FROM decided AS d
-LEFT JOIN attempt AS a ON a.message_id = d.msg`
+SELECT d.msg, CASE d.status WHEN 'stale' THEN 'duplicate' ELSE d.status END, 0::bigint, 0, NULL::timestamptz
+FROM decided AS d WHERE d.status <> 'claimed'
+UNION ALL
+SELECT a.message_id, 'claimed', a.id, a.attempt, a.until FROM attempt AS a`
 
 	// recordDeliveries applies each result whose claim still holds its
 	// notification (compare-and-set on claim_attempt_id, status pending)
@@ -149,26 +209,52 @@ LEFT JOIN attempt AS a ON a.message_id = d.msg`
 	// cannot be answered from notifications_pending_idx: walking every
 	// pending notification to find a batch's few is what a plan made for a
 	// young database does once the backlog has grown.
+	// Every table is read by key (see Plans): holding finds the results
+	// whose claim holds with a LATERAL lookup of each one's notification
+	// (the rows are locked: the update that follows sees them unchanged,
+	// and repeats the compare-and-set; ap then carries each applied
+	// result's values), and every write is a single-table statement on key
+	// = ANY(ARRAY(...)) with its per-row values and conditions in
+	// subqueries on the CTEs. holding keeps one result per notification
+	// (two that hold it name the same attempt: the same result twice), as
+	// the update applies one.
 	recordDeliveries = `
 WITH r AS (
 	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
 		AS r(aid, nid, msg, outcome, err, retry_in, rc)
 ),
-applied AS (
-	UPDATE notifications AS n SET
-		status = CASE r.outcome WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'failed' ELSE n.status END,
-		attempts = n.attempts + CASE WHEN r.outcome = 'deferred' THEN 0 ELSE 1 END,
-		last_error = CASE WHEN r.outcome IN ('retry', 'dead') THEN r.err ELSE n.last_error END,
-		sent_at = CASE WHEN r.outcome = 'sent' THEN now() ELSE n.sent_at END,
-		failed_at = CASE WHEN r.outcome = 'dead' THEN now() ELSE n.failed_at END,
-		updated_at = now(),
-		retry_due_at = CASE WHEN r.outcome = 'retry' THEN clock_timestamp() + r.retry_in * interval '1 microsecond' END,
-		claim_attempt_id = NULL,
-		claimed_until = NULL
+holding AS (
+	SELECT DISTINCT ON (r.nid) r.aid, r.nid, r.msg, r.outcome, r.err, r.retry_in, r.rc
 	FROM r
-	WHERE n.id = r.nid AND n.claim_attempt_id = r.aid AND (n.status || '') = 'pending'
-	RETURNING r.aid, r.msg, r.outcome, r.rc, n.id, n.user_id, n.channel, n.status, n.attempts,
+	JOIN LATERAL (
+		SELECT n.id FROM notifications AS n
+		WHERE n.id = r.nid AND n.claim_attempt_id = r.aid AND (n.status || '') = 'pending' OFFSET 0
+	) AS n ON true
+	ORDER BY r.nid
+),
+applied AS (
+	UPDATE notifications AS n
+	SET (status, attempts, last_error, sent_at, failed_at, updated_at, retry_due_at, claim_attempt_id, claimed_until) = (
+		SELECT CASE h.outcome WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'failed' ELSE n.status END,
+			n.attempts + CASE WHEN h.outcome = 'deferred' THEN 0 ELSE 1 END,
+			CASE WHEN h.outcome IN ('retry', 'dead') THEN h.err ELSE n.last_error END,
+			CASE WHEN h.outcome = 'sent' THEN now() ELSE n.sent_at END,
+			CASE WHEN h.outcome = 'dead' THEN now() ELSE n.failed_at END,
+			now(),
+			CASE WHEN h.outcome = 'retry' THEN clock_timestamp() + h.retry_in * interval '1 microsecond' END,
+			NULL::bigint,
+			NULL::timestamptz
+		FROM holding AS h WHERE h.nid = n.id AND h.aid = n.claim_attempt_id)
+	WHERE n.id = ANY(ARRAY(SELECT h.nid FROM holding AS h))
+		AND n.claim_attempt_id = ANY(ARRAY(SELECT h.aid FROM holding AS h WHERE h.nid = n.id))
+		AND (n.status || '') = 'pending'
+	RETURNING n.id, n.user_id, n.channel, n.status, n.attempts,
 		COALESCE(n.sent_at, n.failed_at) AS at, COALESCE(n.last_error, '') AS last_error
+),
+ap AS (
+	SELECT h.aid, h.msg, h.outcome, h.rc, a.id, a.user_id, a.channel, a.status, a.attempts, a.at, a.last_error
+	FROM applied AS a
+	JOIN holding AS h ON h.nid = a.id
 ),
 -- A result that settled its notification (sent, or failed: dead) writes
 -- its status event in the same statement, so the event exists exactly
@@ -179,38 +265,44 @@ status_event AS (
 	SELECT CASE ap.status WHEN 'sent' THEN '` + notify.EventSent + `' ELSE '` + notify.EventFailed + `' END,
 		jsonb_build_object('notification_id', ap.id::text, 'user_id', ap.user_id, 'channel', ap.channel,
 			'status', ap.status, 'attempts', ap.attempts, 'at', ap.at, 'last_error', ap.last_error)
-	FROM applied AS ap
+	FROM ap
 	WHERE ap.outcome IN ('sent', 'dead') AND $8::boolean
 	ORDER BY ap.id
 ),
 finished AS (
 	UPDATE delivery_attempts AS a
-	SET finished_at = now(), outcome = r.outcome, error = NULLIF(r.err, '')
-	FROM r
-	WHERE a.id = r.aid AND a.finished_at IS NULL
+	SET (finished_at, outcome, error) = (SELECT now(), r.outcome, NULLIF(r.err, '') FROM r WHERE r.aid = a.id LIMIT 1)
+	WHERE a.id = ANY(ARRAY(SELECT r.aid FROM r)) AND a.finished_at IS NULL
 ),
 done AS (
 	INSERT INTO processed_messages (message_id, processed_at, attempt_id)
-	SELECT msg, now(), aid FROM applied WHERE outcome IN ('sent', 'dead')
+	SELECT msg, now(), aid FROM ap WHERE outcome IN ('sent', 'dead')
 	ON CONFLICT (message_id) DO UPDATE
 	SET processed_at = excluded.processed_at, lease_until = NULL
 	WHERE processed_messages.processed_at IS NULL
 ),
+-- (processed_at IS NULL) IS TRUE: processed_at IS NULL that
+-- processed_messages_processed_idx cannot answer.
 freed AS (
 	DELETE FROM processed_messages AS pm
-	USING applied AS ap
-	WHERE pm.message_id = ap.msg AND ap.outcome = 'deferred'
-		AND pm.attempt_id = ap.aid AND pm.processed_at IS NULL AND pm.next_retry_count = 0
+	WHERE pm.message_id = ANY(ARRAY(SELECT ap.msg FROM ap WHERE ap.outcome = 'deferred'))
+		AND pm.attempt_id = ANY(ARRAY(SELECT ap.aid FROM ap WHERE ap.msg = pm.message_id AND ap.outcome = 'deferred'))
+		AND (pm.processed_at IS NULL) IS TRUE AND pm.next_retry_count = 0
 ),
 spent AS (
 	UPDATE processed_messages AS pm
 	SET lease_until = NULL, attempt_id = NULL,
-		next_retry_count = GREATEST(pm.next_retry_count, CASE WHEN ap.outcome = 'retry' THEN ap.rc + 1 ELSE 0 END)
-	FROM applied AS ap
-	WHERE pm.message_id = ap.msg AND (ap.outcome = 'retry' OR (ap.outcome = 'deferred' AND pm.next_retry_count > 0))
-		AND pm.attempt_id = ap.aid AND pm.processed_at IS NULL
+		next_retry_count = GREATEST(pm.next_retry_count, (
+			SELECT CASE WHEN ap.outcome = 'retry' THEN ap.rc + 1 ELSE 0 END FROM ap
+			WHERE ap.msg = pm.message_id AND ap.aid = pm.attempt_id
+				AND (ap.outcome = 'retry' OR (ap.outcome = 'deferred' AND pm.next_retry_count > 0))
+			LIMIT 1))
+	WHERE pm.message_id = ANY(ARRAY(SELECT ap.msg FROM ap WHERE ap.outcome IN ('retry', 'deferred')))
+		AND pm.attempt_id = ANY(ARRAY(SELECT ap.aid FROM ap WHERE ap.msg = pm.message_id
+			AND (ap.outcome = 'retry' OR (ap.outcome = 'deferred' AND pm.next_retry_count > 0))))
+		AND (pm.processed_at IS NULL) IS TRUE
 )
-SELECT aid FROM applied`
+SELECT aid FROM ap`
 )
 
 // ClaimDeliveries claims every request in one short transaction and
@@ -276,6 +368,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	}
 
 	b := &pgx.Batch{}
+	b.Queue(keyedPlan)
 	b.Queue(lockNotifications, lockIDs)
 	if n > 0 {
 		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn, rcs, s.statusEvents)
@@ -287,6 +380,9 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	fail := func(op string, err error) ([]notify.Claim, []bool, error) {
 		_ = br.Close()
 		return nil, nil, wrap(op, err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fail("claim and record deliveries: plan settings", err)
 	}
 	if _, err := br.Exec(); err != nil {
 		return fail("claim and record deliveries: lock notifications", err)

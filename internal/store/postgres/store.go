@@ -86,12 +86,34 @@ func (c Config) validate() error {
 // none), so a per-key index lookup is chosen whenever a table is more than a
 // few pages, however stale its statistics. The statements are short; the
 // planning costs far less than one scan of a grown table.
+//
+// The delivery bookkeeping is the exception (keyedPlan): its statements
+// are written so that a generic plan is a lookup by key on any statistics,
+// and run on plans made once, whatever plan_cache_mode the session has.
 var sessionLimits = map[string]string{
 	"lock_timeout":                        "10s",
 	"statement_timeout":                   "30s",
 	"idle_in_transaction_session_timeout": "60s",
 	"plan_cache_mode":                     "force_custom_plan",
 }
+
+// keyedPlan goes first in the delivery bookkeeping's batch (ClaimAndRecord,
+// deliver.go) and makes its statements run on generic plans, made once per
+// connection and statement and reused, made without sequential or bitmap
+// scans, merge joins or materialized inner sides. It is safe only for
+// statements written so that every table they read has one reasonable
+// access path, a lookup by key (deliver.go, "Plans"); planning those afresh
+// for each execution cost more than executing them. Hash joins stay on:
+// such statements join a table only on a condition that no hash join can
+// use (a LATERAL reference, key = ANY(array)), so a hash join can only join
+// CTEs to each other.
+// The settings are local to the batch's implicit transaction: the pool's
+// other statements keep the session's (sessionLimits).
+const keyedPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_seqscan', 'off', true),
+	set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_mergejoin', 'off', true),
+	set_config('enable_material', 'off', true)`
 
 // Store is the PostgreSQL store. It is safe for concurrent use.
 type Store struct {
