@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -267,15 +268,33 @@ func (s *Store) dropOldPartitions(ctx context.Context, before time.Time) (droppe
 	if err != nil {
 		return 0, err
 	}
+	// A partition whose range reaches past now is never dropped, whatever
+	// the cut: rows may still be written to it (a caller's cut may lie
+	// ahead of the clock, as the conformance suite's do).
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, readNow).Scan(&now); err != nil {
+		return 0, wrap("outbox partitions: read the clock", err)
+	}
 	var due []partition
 	for _, p := range parts {
-		if p.to != nil && !p.to.After(before) {
+		if p.to != nil && !p.to.After(before) && !p.to.After(now) {
 			due = append(due, p)
 		}
 	}
 	if len(due) == 0 {
 		return 0, nil
 	}
+	// A table takes one detach at a time: while a partition is detach
+	// pending, every other detach fails. Finalize those first.
+	slices.SortStableFunc(due, func(a, b partition) int {
+		switch {
+		case a.detachPending == b.detachPending:
+			return 0
+		case a.detachPending:
+			return -1
+		}
+		return 1
+	})
 	// DETACH ... CONCURRENTLY refuses a transaction block and waits for
 	// the outbox's transactions: a connection of its own, outside the
 	// pool, with limits of its own (the pool's may have none).
