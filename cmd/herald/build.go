@@ -133,11 +133,21 @@ type partitionKeeper interface {
 // ensurePartitions makes the outbox partitions of today and the days ahead
 // on a store that has them, before the process serves: a deployment that
 // was stopped for longer than the partitions reach finds today's made
-// before its first create.
-func ensurePartitions(ctx context.Context, st store) error {
-	if p, ok := st.(partitionKeeper); ok {
-		return p.EnsurePartitions(ctx)
+// before its first create. A process whose database role may not create
+// tables fails only when the present day has no partition (see
+// postgres.ErrNoPartitionNow).
+// Any other failure is logged: creates work today, and the retention
+// passes try again.
+func ensurePartitions(ctx context.Context, st store, log *slog.Logger) error {
+	p, ok := st.(partitionKeeper)
+	if !ok {
+		return nil
 	}
+	err := p.EnsurePartitions(ctx)
+	if err == nil || errors.Is(err, postgres.ErrNoPartitionNow) {
+		return err
+	}
+	log.Warn("could not make the outbox partitions of the days ahead", "err", err)
 	return nil
 }
 
@@ -600,7 +610,7 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 		// The start-up record is not out yet: say which database.
 		return nil, fmt.Errorf("database %s: %w", where(cfg.DatabaseURL), err)
 	}
-	if err := ensurePartitions(ctx, st); err != nil {
+	if err := ensurePartitions(ctx, st, log); err != nil {
 		a.Close()
 		return nil, fmt.Errorf("database %s: %w", where(cfg.DatabaseURL), err)
 	}

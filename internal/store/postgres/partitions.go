@@ -146,13 +146,33 @@ func partitionName(from time.Time) string {
 	return "outbox_p" + from.Format("20060102_150405")
 }
 
+// ErrNoPartitionNow marks a failure of EnsurePartitions that leaves the
+// outbox without a partition for the present instant: every create fails
+// until one is made. Any other failure leaves creates working for now (the
+// days ahead are missing, and the next pass tries again).
+var ErrNoPartitionNow = errors.New("the outbox has no partition for now")
+
 // EnsurePartitions makes the outbox partitions missing from the start of
 // today (UTC, on the database's clock) to the end of the partitionDaysAhead
 // days after it, so that no create finds its day without a partition. On a
 // schema before migration 0014 it does nothing. Several processes may run
-// it at once: they take turns, and the later ones find the work done.
+// it at once: they take turns, and the later ones find the work done. When
+// it fails (a role without the right to create tables, a lock it waited
+// for too long) and no partition holds the present instant, the error also
+// matches ErrNoPartitionNow.
 func (s *Store) EnsurePartitions(ctx context.Context) error {
 	_, err := s.ensurePartitions(ctx, time.Time{}, partitionDaysAhead)
+	if err == nil {
+		return nil
+	}
+	var now time.Time
+	if qerr := s.pool.QueryRow(ctx, readNow).Scan(&now); qerr != nil {
+		return err
+	}
+	parts, lerr := listPartitions(ctx, s.pool)
+	if lerr == nil && len(missingSpans(parts, now, now.Add(time.Microsecond))) > 0 {
+		return fmt.Errorf("%w: %w", ErrNoPartitionNow, err)
+	}
 	return err
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	neturl "net/url"
 	"sync"
 	"testing"
 	"time"
@@ -414,4 +415,46 @@ func TestPruneDropsPartitions(t *testing.T) {
 func testenvURL(t *testing.T, s *Store) string {
 	t.Helper()
 	return s.pool.Config().ConnString()
+}
+
+// A failure to make partitions (here a lock waited for too long) is
+// ErrNoPartitionNow only when the present day has no partition: a process
+// then cannot write and must not start; otherwise creates still work.
+func TestEnsurePartitionsFailure(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := testenv.PostgresURL(t)
+	s := open(t, url)
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("lock_timeout", "200ms")
+	u.RawQuery = q.Encode()
+	impatient := open(t, u.String())
+
+	// Another process holds the maintenance lock.
+	holder, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer rollback(holder)
+	_, err = holder.Exec(ctx, lockPartitions, int64(partitionLockKey))
+	require.NoError(t, err)
+
+	// The week ahead lacks its last day; today is there.
+	last := partitionName(scalar[time.Time](t, s, `SELECT now()`).UTC().Truncate(24*time.Hour).AddDate(0, 0, partitionDaysAhead))
+	_, err = s.pool.Exec(ctx, `DROP TABLE `+last)
+	require.NoError(t, err)
+	err = impatient.EnsurePartitions(ctx)
+	require.ErrorContains(t, err, "lock timeout")
+	require.NotErrorIs(t, err, ErrNoPartitionNow)
+
+	// No partition at all.
+	dropAllPartitions(t, s)
+	err = impatient.EnsurePartitions(ctx)
+	require.ErrorContains(t, err, "lock timeout")
+	require.ErrorIs(t, err, ErrNoPartitionNow)
+
+	// Once the lock is free, the same call makes them.
+	rollback(holder)
+	require.NoError(t, impatient.EnsurePartitions(ctx))
+	requireCovered(t, s, 0, partitionDaysAhead)
 }
