@@ -211,6 +211,9 @@ func (s *Store) Prune(ctx context.Context, before time.Time, batch int) (notify.
 	for _, table := range tables {
 		n, err := s.pruneBatches(ctx, "", pruneOutboxFrom(table), before, batch)
 		res.Outbox += n
+		if isUndefinedTable(err) {
+			continue // another process's pass dropped it meanwhile
+		}
 		if err != nil {
 			errs = append(errs, wrap("prune outbox", err))
 			break
@@ -250,8 +253,24 @@ func (s *Store) pruneOutboxPartitions(ctx context.Context, before time.Time, res
 	}
 	var tables []string
 	for _, p := range parts {
-		if !p.detachPending && (p.from == nil || (p.to != nil && !p.to.After(before))) {
-			tables = append(tables, p.name)
+		switch {
+		case p.detachPending:
+		case p.from == nil:
+			tables = append(tables, p.name) // outbox_legacy
+		case p.to != nil && !p.to.After(before):
+			// Past the cut, yet not dropped: deleted from only if it
+			// stays for a row to keep, not when another process's pass
+			// is about to drop it.
+			var keep bool
+			if err := s.pool.QueryRow(ctx, fmt.Sprintf(partitionKeeps, pgx.Identifier{p.name}.Sanitize()), before).Scan(&keep); err != nil {
+				if !isUndefinedTable(err) {
+					errs = append(errs, wrap("check "+p.name, err))
+				}
+				continue
+			}
+			if keep {
+				tables = append(tables, p.name)
+			}
 		}
 	}
 	return tables, errors.Join(errs...)
@@ -296,4 +315,10 @@ func (s *Store) PruneOlderThan(ctx context.Context, age time.Duration, batch int
 		return notify.PruneResult{}, wrap("prune: read the cut-off", err)
 	}
 	return s.Prune(ctx, before, batch)
+}
+
+// isUndefinedTable reports an error about a table that does not exist.
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }

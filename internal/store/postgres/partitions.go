@@ -258,10 +258,13 @@ func quoteTime(t time.Time) string {
 	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "+00'"
 }
 
+// querier is a pool or a connection.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// listPartitions reads the outbox's partitions (selectPartitions).
 func listPartitions(ctx context.Context, q querier) ([]partition, error) {
 	rows, err := q.Query(ctx, selectPartitions)
 	if err != nil {
@@ -284,37 +287,10 @@ func listPartitions(ctx context.Context, q querier) ([]partition, error) {
 // partitionKeeps), and finalizes an interrupted detach. It returns how
 // many it dropped. One partition's failure does not stop the others'.
 func (s *Store) dropOldPartitions(ctx context.Context, before time.Time) (dropped int64, err error) {
-	parts, err := listPartitions(ctx, s.pool)
-	if err != nil {
+	due, err := duePartitions(ctx, s.pool, before)
+	if err != nil || len(due) == 0 {
 		return 0, err
 	}
-	// A partition whose range reaches past now is never dropped, whatever
-	// the cut: rows may still be written to it (a caller's cut may lie
-	// ahead of the clock, as the conformance suite's do).
-	var now time.Time
-	if err := s.pool.QueryRow(ctx, readNow).Scan(&now); err != nil {
-		return 0, wrap("outbox partitions: read the clock", err)
-	}
-	var due []partition
-	for _, p := range parts {
-		if p.to != nil && !p.to.After(before) && !p.to.After(now) {
-			due = append(due, p)
-		}
-	}
-	if len(due) == 0 {
-		return 0, nil
-	}
-	// A table takes one detach at a time: while a partition is detach
-	// pending, every other detach fails. Finalize those first.
-	slices.SortStableFunc(due, func(a, b partition) int {
-		switch {
-		case a.detachPending == b.detachPending:
-			return 0
-		case a.detachPending:
-			return -1
-		}
-		return 1
-	})
 	// DETACH ... CONCURRENTLY refuses a transaction block and waits for
 	// the outbox's transactions: a connection of its own, outside the
 	// pool, with limits of its own (the pool's may have none).
@@ -335,6 +311,11 @@ func (s *Store) dropOldPartitions(ctx context.Context, before time.Time) (droppe
 	if !locked {
 		return 0, nil // another process is dropping them
 	}
+	// Read again under the lock: a pass that held it may have dropped
+	// some meanwhile.
+	if due, err = duePartitions(ctx, conn, before); err != nil {
+		return 0, err
+	}
 	var errs []error
 	for _, p := range due {
 		ok, err := dropPartition(ctx, conn, p, before)
@@ -345,6 +326,39 @@ func (s *Store) dropOldPartitions(ctx context.Context, before time.Time) (droppe
 		}
 	}
 	return dropped, errors.Join(errs...)
+}
+
+// duePartitions lists the partitions whose upper bound is at or before
+// the cut, those left detach pending first: a table takes one detach at a
+// time, and while a partition is detach pending every other detach fails.
+// A partition whose range reaches past now is never due, whatever the cut:
+// rows may still be written to it (a caller's cut may lie ahead of the
+// clock, as the conformance suite's do).
+func duePartitions(ctx context.Context, q querier, before time.Time) ([]partition, error) {
+	parts, err := listPartitions(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	var now time.Time
+	if err := q.QueryRow(ctx, readNow).Scan(&now); err != nil {
+		return nil, wrap("outbox partitions: read the clock", err)
+	}
+	var due []partition
+	for _, p := range parts {
+		if p.to != nil && !p.to.After(before) && !p.to.After(now) {
+			due = append(due, p)
+		}
+	}
+	slices.SortStableFunc(due, func(a, b partition) int {
+		switch {
+		case a.detachPending == b.detachPending:
+			return 0
+		case a.detachPending:
+			return -1
+		}
+		return 1
+	})
+	return due, nil
 }
 
 // dropPartition detaches p and drops it, unless it holds a row to keep

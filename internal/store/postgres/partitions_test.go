@@ -458,3 +458,41 @@ func TestEnsurePartitionsFailure(t *testing.T) {
 	require.NoError(t, impatient.EnsurePartitions(ctx))
 	requireCovered(t, s, 0, partitionDaysAhead)
 }
+
+// Two processes' retention passes at once drop each old partition once,
+// and neither fails for the other's work.
+func TestPruneTwoProcesses(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := testenv.PostgresURL(t)
+	s, other := open(t, url), open(t, url)
+	today := scalar[time.Time](t, s, `SELECT now()`).UTC().Truncate(24 * time.Hour)
+	_, err := s.pool.Exec(ctx, `ALTER TABLE outbox DETACH PARTITION outbox_legacy`)
+	require.NoError(t, err)
+	_, err = s.ensurePartitions(ctx, today.AddDate(0, 0, -6), 6+partitionDaysAhead)
+	require.NoError(t, err)
+	for d := -6; d < -2; d++ {
+		at := today.AddDate(0, 0, d).Add(time.Hour)
+		_, err := s.pool.Exec(ctx, `INSERT INTO outbox (event_type, payload, occurred_at, processed_at)
+			SELECT 'notification.requested', '{}', $1, $1 FROM generate_series(1, 1500)`, at)
+		require.NoError(t, err)
+	}
+	cut := today.AddDate(0, 0, -2)
+	results := make([]notify.PruneResult, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, st := range []*Store{s, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = st.Prune(ctx, cut, 1000)
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	// Each day went whole, once; no row was deleted one by one.
+	require.EqualValues(t, 4, results[0].OutboxPartitions+results[1].OutboxPartitions)
+	require.Zero(t, results[0].Outbox+results[1].Outbox)
+	require.Zero(t, count(t, s, `SELECT count(*) FROM outbox WHERE occurred_at < $1`, cut))
+}
