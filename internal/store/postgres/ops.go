@@ -135,8 +135,9 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 
 const (
 	// pruneOutbox deletes one batch of processed rows, oldest first, from
-	// outbox_processed_idx (see pruneOutboxFrom); on a partitioned outbox
-	// it runs on the partitions retention cannot drop yet.
+	// outbox_processed_idx. Rows another transaction holds are skipped, not
+	// waited for: the next pass takes them. On the partitioned outbox it
+	// runs on the partitions retention cannot drop (see pruneOutboxFrom).
 	pruneOutbox = `
 DELETE FROM outbox
 WHERE id IN (
