@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/group"
 )
 
 // Grouped creates. A create without an idempotency key is one statement
@@ -15,11 +16,9 @@ import (
 // flush, a transaction's start and end and the statement's round trip,
 // more than the two rows it writes. So creates queue for a few committers:
 // each takes every create that queued while it ran the previous group (up
-// to maxCreateGroup) and writes them in one statement, one commit for the
-// group. Nothing waits to fill a group: a create that finds a committer
-// idle runs alone at once, and groups grow only as fast as creates arrive
-// while a commit is in flight, so under load the cost of a commit is
-// shared and at rest a create costs what it did alone. A caller is
+// to maxCreateGroup: package group) and writes them in one statement, one
+// commit for the group: under load the cost of a commit is shared, and at
+// rest a create costs what it did alone. A caller is
 // answered only after the group's commit, so a 201 still means committed.
 //
 // A group fails or succeeds whole (one statement is one transaction). When
@@ -87,25 +86,13 @@ func (s *Store) groupCreate(ctx context.Context, nn notify.NewNotification) (not
 // commitCreates is a committer: it runs until Close.
 func (s *Store) commitCreates() {
 	defer s.wg.Done()
-	group := make([]createReq, 0, maxCreateGroup)
+	batch := make([]createReq, 0, maxCreateGroup)
 	for {
-		group = group[:0]
-		select {
-		case <-s.closing:
+		var ok bool
+		if batch, ok = group.Next(s.creates, s.closing, maxCreateGroup, batch); !ok {
 			return
-		case req := <-s.creates:
-			group = append(group, req)
 		}
-	drain:
-		for len(group) < maxCreateGroup {
-			select {
-			case req := <-s.creates:
-				group = append(group, req)
-			default:
-				break drain
-			}
-		}
-		s.runGroup(group)
+		s.runGroup(batch)
 	}
 }
 

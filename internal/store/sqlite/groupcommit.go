@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/group"
 )
 
 // Group commit. With synchronous=FULL every commit waits for an fsync of the
@@ -61,23 +62,11 @@ func (s *Store) groupCreate(ctx context.Context, nn notify.NewNotification) (not
 func (s *Store) commitCreates() {
 	defer s.committer.Done()
 	for {
-		var group []createReq
-		select {
-		case r := <-s.creates:
-			group = append(group, r)
-		case <-s.closing:
+		batch, ok := group.Next(s.creates, s.closing, maxCreateGroup, nil)
+		if !ok {
 			return
 		}
-	more:
-		for len(group) < maxCreateGroup {
-			select {
-			case r := <-s.creates:
-				group = append(group, r)
-			default:
-				break more
-			}
-		}
-		s.commitGroup(group)
+		s.commitGroup(batch)
 	}
 }
 
