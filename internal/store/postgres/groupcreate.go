@@ -43,16 +43,7 @@ const (
 // errStoreClosed answers a create made after Close.
 var errStoreClosed = errors.New("postgres store is closed")
 
-type createReq struct {
-	ctx context.Context
-	nn  notify.NewNotification
-	res chan createRes // buffered: a committer never blocks on it
-}
-
-type createRes struct {
-	c   notify.Created
-	err error
-}
+type createReq = group.Request[notify.NewNotification, notify.Created]
 
 // startCommitters starts the committers; Close stops them.
 func (s *Store) startCommitters() {
@@ -63,24 +54,11 @@ func (s *Store) startCommitters() {
 	}
 }
 
-// groupCreate hands nn to a committer and waits for its answer, or for ctx
-// to end (the create may then commit or not, as a single create whose
-// context ends during its commit).
+// groupCreate hands nn to a committer and waits for its answer (see
+// group.Hand): once a committer took it, the caller learns whether it
+// committed, even when its context ended meanwhile.
 func (s *Store) groupCreate(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
-	req := createReq{ctx: ctx, nn: nn, res: make(chan createRes, 1)}
-	select {
-	case s.creates <- req:
-	case <-ctx.Done():
-		return notify.Created{}, ctx.Err()
-	case <-s.closing:
-		return notify.Created{}, errStoreClosed
-	}
-	select {
-	case r := <-req.res:
-		return r.c, r.err
-	case <-ctx.Done():
-		return notify.Created{}, ctx.Err()
-	}
+	return group.Hand(ctx, s.creates, s.closing, errStoreClosed, nn)
 }
 
 // commitCreates is a committer: it runs until Close.
@@ -100,8 +78,8 @@ func (s *Store) commitCreates() {
 func (s *Store) runGroup(group []createReq) {
 	live := group[:0:0]
 	for _, req := range group {
-		if err := req.ctx.Err(); err != nil {
-			req.res <- createRes{err: err} // its caller is gone: not written
+		if err := req.Ctx.Err(); err != nil {
+			req.Answer(notify.Created{}, err) // its caller is gone: not written
 			continue
 		}
 		live = append(live, req)
@@ -118,12 +96,12 @@ func (s *Store) runGroup(group []createReq) {
 		// create alone, so that only the one at fault fails.
 		for _, req := range live {
 			if err := s.writeGroup([]createReq{req}); err != nil {
-				req.res <- createRes{err: err}
+				req.Answer(notify.Created{}, err)
 			}
 		}
 	default:
 		for _, req := range live {
-			req.res <- createRes{err: err}
+			req.Answer(notify.Created{}, err)
 		}
 	}
 }
@@ -135,11 +113,11 @@ func (s *Store) writeGroup(group []createReq) error {
 	// The statement runs in the first create's context, without its
 	// cancellation (the group is answered whole): a lone create's
 	// statement is a span of its own trace.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), createGroupTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].Ctx), createGroupTimeout)
 	defer cancel()
 	nns := make([]notify.NewNotification, len(group))
 	for i, req := range group {
-		nns[i] = req.nn
+		nns[i] = req.In
 	}
 	cs, err := CreateGroup(ctx, s.pool, nns)
 	if err != nil {
@@ -147,7 +125,7 @@ func (s *Store) writeGroup(group []createReq) error {
 	}
 	s.announce()
 	for i, req := range group {
-		req.res <- createRes{c: cs[i]}
+		req.Answer(cs[i], nil)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/group"
 )
 
 func groupRequest(i int) notify.NewNotification {
@@ -116,30 +117,30 @@ func TestGroupRefusedFailsOnlyTheBadCreate(t *testing.T) {
 	cancelGone()
 	bad := groupRequest(1)
 	bad.Request.Body = "a NUL byte \x00 PostgreSQL refuses in text"
-	reqs := []createReq{
-		{ctx: t.Context(), nn: groupRequest(0)},
-		{ctx: t.Context(), nn: bad},
-		{ctx: gone, nn: groupRequest(2)},
-		{ctx: t.Context(), nn: groupRequest(3)},
-	}
-	for i := range reqs {
-		reqs[i].res = make(chan createRes, 1)
+	ins := []struct {
+		ctx context.Context
+		nn  notify.NewNotification
+	}{{t.Context(), groupRequest(0)}, {t.Context(), bad}, {gone, groupRequest(2)}, {t.Context(), groupRequest(3)}}
+	reqs := make([]createReq, len(ins))
+	answers := make([]<-chan group.Result[notify.Created], len(ins))
+	for i, in := range ins {
+		reqs[i], answers[i] = group.NewRequest[notify.NewNotification, notify.Created](in.ctx, in.nn)
 	}
 	s.runGroup(reqs)
 
 	want := map[int64]notify.NewNotification{}
-	for i, req := range reqs {
+	for i, answer := range answers {
 		select {
-		case r := <-req.res:
+		case r := <-answer:
 			switch i {
 			case 1:
-				require.Error(t, r.err, "the bad create")
-				assert.NotErrorIs(t, r.err, notify.ErrUnavailable)
+				require.Error(t, r.Err, "the bad create")
+				assert.NotErrorIs(t, r.Err, notify.ErrUnavailable)
 			case 2:
-				require.ErrorIs(t, r.err, context.Canceled, "the create whose caller left")
+				require.ErrorIs(t, r.Err, context.Canceled, "the create whose caller left")
 			default:
-				require.NoError(t, r.err, "create %d", i)
-				want[r.c.Notification.ID] = req.nn
+				require.NoError(t, r.Err, "create %d", i)
+				want[r.Out.Notification.ID] = ins[i].nn
 			}
 		default:
 			t.Fatalf("create %d got no answer", i)

@@ -31,31 +31,15 @@ const groupTimeout = 30 * time.Second
 // errClosed answers a create made after Close.
 var errClosed = errors.New("sqlite store is closed")
 
-type createReq struct {
-	ctx context.Context
-	nn  notify.NewNotification
-	res chan createRes
-}
+type (
+	createReq = group.Request[notify.NewNotification, notify.Created]
+	createRes = group.Result[notify.Created]
+)
 
-type createRes struct {
-	c   notify.Created
-	err error
-}
-
-// groupCreate hands nn to the committer and waits for its answer. Once
-// handed over, the create is answered even if ctx ends: the caller learns
-// whether it committed.
+// groupCreate hands nn to the committer and waits for its answer (see
+// group.Hand).
 func (s *Store) groupCreate(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
-	req := createReq{ctx: ctx, nn: nn, res: make(chan createRes, 1)}
-	select {
-	case s.creates <- req:
-	case <-ctx.Done():
-		return notify.Created{}, ctx.Err()
-	case <-s.closing:
-		return notify.Created{}, errClosed
-	}
-	r := <-req.res
-	return r.c, r.err
+	return group.Hand(ctx, s.creates, s.closing, errClosed, nn)
 }
 
 // commitCreates is the committer: it runs until Close.
@@ -105,8 +89,8 @@ func (s *Store) commitGroup(group []createReq) {
 	answer := func() {
 		woke := false
 		for i, r := range group {
-			r.res <- res[i]
-			if res[i].err == nil && !res[i].c.Replayed && !woke {
+			r.Answer(res[i].Out, res[i].Err)
+			if res[i].Err == nil && !res[i].Out.Replayed && !woke {
 				s.hub.Wake()
 				woke = true
 			}
@@ -117,7 +101,7 @@ func (s *Store) commitGroup(group []createReq) {
 	tx, release, err := s.beginDurable(ctx)
 	if err != nil {
 		for i := range res {
-			res[i].err = fmt.Errorf("begin: %w", classify(err))
+			res[i].Err = fmt.Errorf("begin: %w", classify(err))
 		}
 		answer()
 		return
@@ -126,38 +110,38 @@ func (s *Store) commitGroup(group []createReq) {
 	t := now()
 	ran := 0
 	for i, r := range group {
-		if err := r.ctx.Err(); err != nil {
-			res[i].err = err // the caller gave up before its turn: nothing written
+		if err := r.Ctx.Err(); err != nil {
+			res[i].Err = err // the caller gave up before its turn: nothing written
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT create_one"); err != nil {
-			res[i].err = fmt.Errorf("savepoint: %w", classify(err))
+			res[i].Err = fmt.Errorf("savepoint: %w", classify(err))
 			continue
 		}
-		c, err := createIn(ctx, tx, r.nn, t)
+		c, err := createIn(ctx, tx, r.In, t)
 		if err != nil {
 			if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO create_one"); rerr != nil {
 				// The transaction cannot be trusted any more: fail the group.
 				_ = tx.Rollback()
 				for k := range res {
-					if res[k].err == nil {
-						res[k] = createRes{err: fmt.Errorf("roll back to savepoint: %w", classify(rerr))}
+					if res[k].Err == nil {
+						res[k] = createRes{Err: fmt.Errorf("roll back to savepoint: %w", classify(rerr))}
 					}
 				}
-				res[i].err = err
+				res[i].Err = err
 				answer()
 				return
 			}
-			res[i].err = err
+			res[i].Err = err
 		} else {
-			res[i].c = c
+			res[i].Out = c
 			ran++
 		}
 		if _, err := tx.ExecContext(ctx, "RELEASE create_one"); err != nil {
 			_ = tx.Rollback()
 			for k := range res {
-				if res[k].err == nil {
-					res[k] = createRes{err: fmt.Errorf("release savepoint: %w", classify(err))}
+				if res[k].Err == nil {
+					res[k] = createRes{Err: fmt.Errorf("release savepoint: %w", classify(err))}
 				}
 			}
 			answer()
@@ -171,8 +155,8 @@ func (s *Store) commitGroup(group []createReq) {
 	}
 	if err := tx.Commit(); err != nil {
 		for k := range res {
-			if res[k].err == nil {
-				res[k] = createRes{err: fmt.Errorf("commit: %w", classify(err))}
+			if res[k].Err == nil {
+				res[k] = createRes{Err: fmt.Errorf("commit: %w", classify(err))}
 			}
 		}
 	}
