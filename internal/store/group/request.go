@@ -28,18 +28,38 @@ func NewRequest[In, Out any](ctx context.Context, in In) (Request[In, Out], <-ch
 // Hand gives in to a committer receiving on ch and returns its answer.
 // Until a committer takes it, it gives up when ctx ends (ctx.Err()) or
 // closing is closed (closed); once taken, it is always answered, even after
-// ctx ended, so that the caller learns whether its request committed.
+// ctx ended, so that the caller learns whether its request committed: for
+// a committer that cannot hang (SQLite's, on a local file).
 func Hand[In, Out any](ctx context.Context, ch chan<- Request[In, Out], closing <-chan struct{}, closed error, in In) (Out, error) {
+	return hand(ctx, ch, closing, closed, in, false)
+}
+
+// HandOrLeave is Hand for a committer that can wait on a network peer
+// (PostgreSQL's): the caller also leaves when ctx ends while its request
+// is in a group, with ctx.Err(), and the request may then commit or not,
+// as a single statement whose context ends during its commit.
+func HandOrLeave[In, Out any](ctx context.Context, ch chan<- Request[In, Out], closing <-chan struct{}, closed error, in In) (Out, error) {
+	return hand(ctx, ch, closing, closed, in, true)
+}
+
+func hand[In, Out any](ctx context.Context, ch chan<- Request[In, Out], closing <-chan struct{}, closed error, in In, leave bool) (Out, error) {
+	var zero Out
 	req, res := NewRequest[In, Out](ctx, in)
 	select {
 	case ch <- req:
 	case <-ctx.Done():
-		var zero Out
 		return zero, ctx.Err()
 	case <-closing:
-		var zero Out
 		return zero, closed
 	}
-	r := <-res
-	return r.Out, r.Err
+	if !leave {
+		r := <-res
+		return r.Out, r.Err
+	}
+	select {
+	case r := <-res:
+		return r.Out, r.Err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
 }

@@ -54,11 +54,11 @@ func (s *Store) startCommitters() {
 	}
 }
 
-// groupCreate hands nn to a committer and waits for its answer (see
-// group.Hand): once a committer took it, the caller learns whether it
-// committed, even when its context ended meanwhile.
+// groupCreate hands nn to a committer and waits for its answer, or for ctx
+// to end (group.HandOrLeave): a group can wait on a database that stopped
+// answering, and its callers must not wait longer than they asked to.
 func (s *Store) groupCreate(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
-	return group.Hand(ctx, s.creates, s.closing, errStoreClosed, nn)
+	return group.HandOrLeave(ctx, s.creates, s.closing, errStoreClosed, nn)
 }
 
 // commitCreates is a committer: it runs until Close.
@@ -115,6 +115,15 @@ func (s *Store) writeGroup(group []createReq) error {
 	// statement is a span of its own trace.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].Ctx), createGroupTimeout)
 	defer cancel()
+	// Close ends a group in flight (a hung database would hold Close for
+	// the whole timeout otherwise).
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	nns := make([]notify.NewNotification, len(group))
 	for i, req := range group {
 		nns[i] = req.In

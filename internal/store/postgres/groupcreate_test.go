@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -148,4 +149,34 @@ func TestGroupRefusedFailsOnlyTheBadCreate(t *testing.T) {
 	}
 	checkEvents(t, s, want)
 	assert.Equal(t, 2, count(t, s, `SELECT count(*) FROM notifications`))
+}
+
+// A database that accepts the connection and never answers: a create
+// leaves when its context ends, and Close does not wait for the group's
+// own timeout.
+func TestGroupedCreateAgainstHungDatabase(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() }) // held open, never answered
+		}
+	}()
+	s, err := Open(t.Context(), "postgres://postgres@"+ln.Addr().String()+"/herald?sslmode=disable", Config{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = s.Create(ctx, groupRequest(0))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), createGroupTimeout/2, "the create waited for the group's timeout, not its own")
+	start = time.Now()
+	s.Close()
+	assert.Less(t, time.Since(start), createGroupTimeout/2, "Close waited for the hung group's timeout")
 }
