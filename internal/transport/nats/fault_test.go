@@ -226,8 +226,8 @@ func TestUnreachableAtStart(t *testing.T) {
 	cancel()
 	require.Error(t, err, "publish without a server")
 	require.Less(t, time.Since(began), 5*time.Second, "publish waited instead of failing fast")
-	require.Eventually(t, func() bool { return bytes.Count([]byte(logs.String()), []byte("reconnecting")) >= 2 },
-		wait, tick, "the consumer did not keep retrying:\n%s", logs.String())
+	eventually(t, func() bool { return bytes.Count([]byte(logs.String()), []byte("reconnecting")) >= 2 },
+		&logs, "the consumer did not keep retrying")
 
 	srv.Start()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -237,7 +237,7 @@ func TestUnreachableAtStart(t *testing.T) {
 		require.NoError(c, err)
 		require.Equal(c, []int64{1}, confirmed)
 	}, wait, 100*time.Millisecond, "publish after the server came up")
-	require.Eventually(t, func() bool { return r.distinct() == 1 }, wait, tick, "the consumer never got the event; its log:\n%s", logs.String())
+	eventually(t, func() bool { return r.distinct() == 1 }, &logs, "the consumer never got the event")
 }
 
 // Wrong credentials are a clear error: the publisher and the readiness
@@ -262,9 +262,9 @@ func TestWrongCredentials(t *testing.T) {
 	require.ErrorContains(t, err, "rejected the credentials")
 
 	consume(t, bad, func(context.Context, notify.Delivery) { t.Error("delivery with wrong credentials") })
-	require.Eventually(t, func() bool {
+	eventually(t, func() bool {
 		return bytes.Contains([]byte(logs.String()), []byte("level=ERROR msg=\"nats consumer cannot connect: credentials rejected; retrying\""))
-	}, wait, tick, "no clear error logged:\n%s", logs.String())
+	}, &logs, "no clear error logged")
 	require.NotContains(t, logs.String(), "wrong", "the log quotes the password")
 
 	require.NoError(t, natstr.Pinger{URL: cfg.URL}.Ping(ctx), "the right credentials")
@@ -327,7 +327,7 @@ func TestStreamDeletedMidRun(t *testing.T) {
 	defer cancel()
 	_, err := pub.Publish(ctx, events(t, 1, 1))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return r.distinct() == 1 }, wait, tick)
+	eventually(t, func() bool { return r.distinct() == 1 }, &logs, "the first message was not delivered")
 
 	require.NoError(t, natstr.Delete(ctx, cfg))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -337,8 +337,7 @@ func TestStreamDeletedMidRun(t *testing.T) {
 		require.NoError(c, err)
 		require.Equal(c, []int64{2}, confirmed)
 	}, wait, 100*time.Millisecond, "publish after the stream was deleted")
-	require.Eventually(t, func() bool { return r.distinct() == 2 }, wait, tick,
-		"nothing delivered after the stream was deleted:\n%s", logs.String())
+	eventually(t, func() bool { return r.distinct() == 2 }, &logs, "nothing delivered after the stream was deleted")
 	require.Regexp(t, `consumer .* (is gone|consumer deleted)`, logs.String(), "the consumer did not say why it reconnected")
 }
 
@@ -440,5 +439,15 @@ func TestRetrySchedule(t *testing.T) {
 		gap := r.at[i+1].Sub(r.at[i])
 		require.GreaterOrEqual(t, gap, d*9/10, "retry %d came back too early", i+1)
 		require.Less(t, gap, d+3*time.Second, "retry %d came back too late", i+1)
+	}
+}
+
+// eventually is require.Eventually whose failure shows the consumer's log
+// as it is when the wait ends (testify formats a message when it is
+// called, before the wait).
+func eventually(t *testing.T, cond func() bool, logs *syncBuffer, what string) {
+	t.Helper()
+	if !assert.Eventually(t, cond, wait, tick) {
+		t.Fatalf("%s; the consumer logged:\n%s", what, logs.String())
 	}
 }

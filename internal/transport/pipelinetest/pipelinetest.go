@@ -19,6 +19,7 @@ package pipelinetest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -204,6 +205,7 @@ func (e *env) startWorker(t *testing.T, sender mail.EmailSender) *runningWorker 
 		MaxRetries:   maxRetries,
 		StoreBackoff: 100 * time.Millisecond,
 		Registerer:   reg,
+		Logger:       slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
 	require.NoError(t, err)
 	cancel, stop := e.background(t, "worker", w.Run)

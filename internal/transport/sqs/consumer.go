@@ -97,7 +97,11 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 				break
 			}
 			if !failing {
-				c.cfg.Logger.Warn("sqs receive failed; retrying", "queue", c.cfg.Topology().Send, "err", err)
+				// A receive whose answer was lost on its way back took its
+				// messages all the same: they come back after the
+				// visibility timeout.
+				c.cfg.Logger.Warn("sqs receive failed; retrying (what it may have taken comes back after the visibility timeout)",
+					"queue", c.cfg.Topology().Send, "visibility_timeout", c.cfg.VisibilityTimeout, "err", err)
 			}
 			failing = true
 			backoff.Wait(ctx)
@@ -121,31 +125,41 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	wg.Wait()
 	hb, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
 	defer cancel()
+	var back sync.WaitGroup
 	for _, d := range pending.Take() {
 		if d.unsettled() {
-			if err := d.Release(hb); err != nil {
-				c.cfg.Logger.Warn("sqs hand-back failed; the message comes back after its visibility timeout", "message_id", d.msg.ID, "err", err)
-			}
+			back.Go(func() {
+				if err := d.Release(hb); err != nil {
+					c.cfg.Logger.Warn("sqs hand-back failed; the message comes back after its visibility timeout", "message_id", d.msg.ID, "err", err)
+				}
+			})
 		}
 	}
+	back.Wait()
 	return nil
 }
 
-// handBack makes messages received while stopping visible again.
+// handBack makes messages received while stopping visible again, all at
+// once: under load, one after another they could outlast the bound.
 func (c *Consumer) handBack(msgs []types.Message) {
-	client, send, _, err := c.q.urls(context.Background())
-	if err != nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout)
 	defer cancel()
-	for _, m := range msgs {
-		if _, err := client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
-			QueueUrl: aws.String(send), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
-		}); err != nil {
-			c.cfg.Logger.Warn("sqs hand-back failed; the message comes back after its visibility timeout", "sqs_message_id", aws.ToString(m.MessageId), "err", err)
-		}
+	client, send, _, err := c.q.urls(ctx)
+	if err != nil {
+		c.cfg.Logger.Warn("sqs hand-back failed; the messages come back after their visibility timeout", "messages", len(msgs), "err", err)
+		return
 	}
+	var back sync.WaitGroup
+	for _, m := range msgs {
+		back.Go(func() {
+			if _, err := client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+				QueueUrl: aws.String(send), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
+			}); err != nil {
+				c.cfg.Logger.Warn("sqs hand-back failed; the message comes back after its visibility timeout", "sqs_message_id", aws.ToString(m.MessageId), "err", err)
+			}
+		})
+	}
+	back.Wait()
 }
 
 // receive asks for up to n messages, declaring the queues first if needed.

@@ -45,7 +45,10 @@
 // Consumer extends it (ChangeMessageVisibility) every third of that while
 // the handler runs, so a slow send keeps its message; if the extension
 // fails and the message reaches another worker, the worker's claim on the
-// message id stops a second send. Settling:
+// message id stops a second send. A receive whose answer is lost on its
+// way back (the connection dropped mid-response) took its messages all the
+// same; nobody holds their receipt handles, so they come back after
+// VisibilityTimeout: a delay that long, never a loss. Settling:
 //   - Ack deletes the message: the acks waiting at the same moment (up to
 //     ten) go in one DeleteMessageBatch, each entry's result checked.
 //   - Retry sends a copy with x-retry-count one higher, delayed by the

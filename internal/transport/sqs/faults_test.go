@@ -1,9 +1,15 @@
 package sqs_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -231,4 +237,107 @@ func TestWrongEndpoint(t *testing.T) {
 	require.ErrorContains(t, err, "endpoint http://127.0.0.1:1")
 	require.ErrorContains(t, err, "nobody-send")
 	require.NotContains(t, err.Error(), "herald-test-secret")
+}
+
+// TestReceiveAnswerLost: the connection drops in the middle of the answer
+// to a receive that took a message. SQS counts it received; the Consumer
+// never saw its receipt handle. It comes back after the visibility timeout
+// and is handled then: delayed, not lost, and handled once.
+func TestReceiveAnswerLost(t *testing.T) {
+	cfg := config(t)
+	cfg.VisibilityTimeout = time.Second
+	_, err := newPublisher(t, cfg).Publish(t.Context(), testEvents(1, ""))
+	require.NoError(t, err)
+
+	cut := &cutFirstReceive{target: cfg.Endpoint}
+	front := httptest.NewServer(cut)
+	t.Cleanup(front.Close)
+	var logs syncBuffer
+	ccfg := cfg
+	ccfg.Endpoint = front.URL
+	ccfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+
+	var handled atomic.Int64
+	var handledAt atomic.Int64
+	consume(t, ccfg, func(ctx context.Context, d notify.Delivery) {
+		handled.Add(1)
+		handledAt.Store(time.Now().UnixNano())
+		assert.NoError(t, d.Ack(ctx))
+	})
+	require.Eventually(t, func() bool { return handled.Load() == 1 }, wait, tick, "the message whose receive answer was lost never came back")
+	require.True(t, cut.cut.Load(), "no receive answer was cut")
+	require.Contains(t, logs.String(), "sqs receive failed")
+	// It came back after its visibility timeout, counted from the cut.
+	require.GreaterOrEqual(t, time.Duration(handledAt.Load()-cut.at.Load()), cfg.VisibilityTimeout-100*time.Millisecond)
+	require.Never(t, func() bool { return handled.Load() > 1 }, 2*cfg.VisibilityTimeout, tick)
+}
+
+// cutFirstReceive forwards every request to goaws, except that it drops
+// the connection half-way through the first receive answer that carries a
+// message.
+type cutFirstReceive struct {
+	target string
+	cut    atomic.Bool
+	at     atomic.Int64 // UnixNano of the cut
+}
+
+func (p *cutFirstReceive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	answer, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	form, _ := url.ParseQuery(string(body))
+	if form.Get("Action") == "ReceiveMessage" && bytes.Contains(answer, []byte("<ReceiptHandle>")) && p.cut.CompareAndSwap(false, true) {
+		p.at.Store(time.Now().UnixNano())
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: %d\r\n\r\n", len(answer))
+		_, _ = buf.Write(answer[:len(answer)/2])
+		_ = buf.Flush()
+		_ = conn.Close()
+		return
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(answer)
+}
+
+// syncBuffer is a bytes.Buffer that a logger and the test may use at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
