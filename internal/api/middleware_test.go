@@ -1,42 +1,23 @@
 package api_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testlog"
 )
-
-// syncBuffer is a log sink the server's goroutines write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestRequestID(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	e := setup(t, api.Config{Token: "tok", Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	auth := func(kv ...string) map[string][]string {
 		return jsonHeaders(append([]string{"Authorization", "Bearer tok"}, kv...)...)

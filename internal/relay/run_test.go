@@ -1,11 +1,9 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/testlog"
 )
 
 // busyWaker fires as fast as the relay takes its wake-ups: creates
@@ -65,24 +64,6 @@ func TestBackoffIgnoresWakeUps(t *testing.T) {
 	require.GreaterOrEqual(t, pub.attempts.Load(), int32(3), "the relay kept trying")
 }
 
-// syncBuffer is a log sink the relay may write while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // A publisher error marked permanent (a topology the broker refuses) stops
 // the relay loudly: an ERROR record, Run returns the error, Ping reports it.
 // Any other error is an outage the relay waits out.
@@ -90,7 +71,7 @@ func TestPermanentPublishErrorStopsRelay(t *testing.T) {
 	t.Parallel()
 	mismatch := errors.New("declare queue notifications.retry: PRECONDITION_FAILED - inequivalent arg 'x-message-ttl'")
 	pub := &downPublisher{err: notify.Permanent(mismatch)}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	r, err := relay.New(&fakeSource{batch: []notify.Event{{ID: 1}}}, pub, busyWaker{}, relay.Config{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})

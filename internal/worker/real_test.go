@@ -25,6 +25,7 @@ import (
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testlog"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
@@ -341,7 +342,7 @@ func TestGateDoesNotHammerAThrottlingServer(t *testing.T) {
 			srv := smtptest.Start(t)
 			srv.FailAt(smtptest.StepMail, 421, "4.7.0 Too many messages, slow down")
 			began := time.Now()
-			logs := &syncBuffer{}
+			logs := &testlog.Buffer{}
 			ids, msgs := create(t, st, recipients(n, "r%d@example.com")...)
 			w, err := worker.New(newSliceSource(n, msgs), st, emailChannels(t, wrap(newSMTP(t, srv, n, 5*time.Second)), worker.Channel{SendTimeout: 5 * time.Second}), worker.Config{
 				MaxRetries: 2, StoreBackoff: 10 * time.Millisecond,
@@ -411,7 +412,7 @@ func TestDropAfterDataSpendsAttemptsOnly(t *testing.T) {
 	st := openSQLite(t)
 	srv := smtptest.Start(t)
 	srv.DropAfterData(func(rcpt string) bool { return rcpt == "crash@example.com" })
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	ids, msgs := create(t, st, append([]string{"crash@example.com"}, recipients(good, "r%d@example.com")...)...)
 	src := newSliceSource(4, msgs)
 	w, err := worker.New(src, st, emailChannels(t, transactionFailure{newSMTP(t, srv, 4, 5*time.Second)}, worker.Channel{}), worker.Config{

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testlog"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
@@ -640,24 +641,6 @@ func (s *probingSender) up() {
 	s.setErr(nil)
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // A mail server that is down costs no attempt: the failed delivery is
 // released, later ones wait without sending while the worker probes with a
 // growing backoff, and everything resumes by itself when the server is
@@ -678,7 +661,7 @@ func TestSenderDownPausesProbesAndResumes(t *testing.T) {
 			if !withProber {
 				sender = &snd.fakeSender // no Probe method
 			}
-			logs := &syncBuffer{}
+			logs := &testlog.Buffer{}
 			reg := prometheus.NewRegistry()
 			w := newWorker(t, store, sender, worker.Config{
 				SenderBackoff: 5 * time.Millisecond, SenderBackoffMax: 20 * time.Millisecond, Registerer: reg,

@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testlog"
 	"github.com/heraldhq/herald/internal/transport/kafka"
 	"github.com/heraldhq/herald/internal/worker"
 )
@@ -262,30 +262,12 @@ func TestRebalance(t *testing.T) {
 	t.Logf("repeats absorbed as duplicates: %v", a["duplicate"]+b["duplicate"])
 }
 
-// syncBuffer is a log sink safe for the writers of several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // The requested topic deleted mid-run comes back: the publisher and the
 // consumer recreate it with an ERROR saying so, and delivery goes on.
 func TestTopicDeletedMidRun(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 3)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	cfg := c.config("")
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	pub := newPublisher(t, cfg)

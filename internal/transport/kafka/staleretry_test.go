@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testlog"
 )
 
 // heldFailingSender fails every send (a transient error, so each spends an
@@ -77,7 +78,7 @@ func TestRetryAfterRevokeSpendsNoExtraAttempt(t *testing.T) {
 	var release sync.Once
 	t.Cleanup(func() { release.Do(func() { close(snd.release) }) })
 
-	var logsA syncBuffer
+	var logsA testlog.Buffer
 	cfgA := cfg
 	cfgA.Logger = slog.New(slog.NewTextHandler(&logsA, nil))
 	runWorker(t, p, cfgA, snd)

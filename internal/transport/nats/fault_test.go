@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testlog"
 	natstr "github.com/heraldhq/herald/internal/transport/nats"
 )
 
@@ -109,24 +110,6 @@ func acking(t *testing.T, r *record) notify.Handler {
 	}
 }
 
-// syncBuffer is a log sink the test reads while the consumer writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A server stopped while events are being published and consumed, and
 // started again on the same port and store, loses nothing: every event is
 // delivered and acknowledged.
@@ -214,7 +197,7 @@ func TestUnreachableAtStart(t *testing.T) {
 	srv := testenv.StartNATS(t, testenv.NATSOptions{})
 	srv.Stop()
 	cfg := config(t, srv)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 
 	var r record
@@ -247,7 +230,7 @@ func TestWrongCredentials(t *testing.T) {
 	cfg := config(t, srv) // the cleanup deletes with the right credentials
 	bad := cfg
 	bad.URL = fmt.Sprintf("nats://herald:wrong@127.0.0.1:%d", srv.Port)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	bad.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 
 	pub := newPublisher(t, bad)
@@ -317,7 +300,7 @@ func subjectCount(t *testing.T, cfg natstr.Config, subject string) uint64 {
 func TestStreamDeletedMidRun(t *testing.T) {
 	srv := testenv.StartNATS(t, testenv.NATSOptions{})
 	cfg := config(t, srv)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	pub := newPublisher(t, cfg)
 	var r record
@@ -445,7 +428,7 @@ func TestRetrySchedule(t *testing.T) {
 // eventually is require.Eventually whose failure shows the consumer's log
 // as it is when the wait ends (testify formats a message when it is
 // called, before the wait).
-func eventually(t *testing.T, cond func() bool, logs *syncBuffer, what string) {
+func eventually(t *testing.T, cond func() bool, logs *testlog.Buffer, what string) {
 	t.Helper()
 	if !assert.Eventually(t, cond, wait, tick) {
 		t.Fatalf("%s; the consumer logged:\n%s", what, logs.String())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/faultproxy"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testlog"
 	natstr "github.com/heraldhq/herald/internal/transport/nats"
 )
 
@@ -28,7 +29,7 @@ func TestStopDuringSilentReconnect(t *testing.T) {
 	t.Cleanup(func() { _ = px.Close() })
 	cfg.URL = "nats://" + px.Addr()
 	cfg.ShutdownGrace = 5 * time.Second
-	var logs syncBuffer
+	var logs testlog.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	pub := newPublisher(t, cfg)
 	var r record

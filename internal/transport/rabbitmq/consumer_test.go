@@ -1,7 +1,6 @@
 package rabbitmq_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testlog"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
@@ -307,27 +307,9 @@ func TestRetryQueueDeletedMidRun(t *testing.T) {
 	require.Equal(t, "2", d.MessageId, "message 1's copy went with the deleted queue")
 }
 
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestConsumeOutlivesUnreachableBroker(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	cfg := rabbitmq.Config{
 		URL:          "amqp://guest:secret@127.0.0.1:1/", // nothing listens on port 1
 		ReconnectMin: time.Millisecond,

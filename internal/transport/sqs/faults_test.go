@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testlog"
 	sqstr "github.com/heraldhq/herald/internal/transport/sqs"
 	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
@@ -252,7 +253,7 @@ func TestReceiveAnswerLost(t *testing.T) {
 	cut := &cutFirstReceive{target: cfg.Endpoint}
 	front := httptest.NewServer(cut)
 	t.Cleanup(front.Close)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	ccfg := cfg
 	ccfg.Endpoint = front.URL
 	ccfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -324,22 +325,4 @@ func (p *cutFirstReceive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(answer)
-}
-
-// syncBuffer is a bytes.Buffer that a logger and the test may use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
