@@ -11,11 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/testlog"
 )
 
 // logBuffer collects JSON log lines from concurrent writers.
-type logBuffer struct{ proctest.LogBuffer }
+type logBuffer struct{ testlog.Buffer }
 
 func (b *logBuffer) records(t testing.TB, msg string) []map[string]any {
 	t.Helper()

@@ -9,6 +9,8 @@
 package proctest
 
 import (
+	"github.com/heraldhq/herald/internal/testlog"
+
 	"bytes"
 	"context"
 	"errors"
@@ -74,7 +76,7 @@ type Spec struct {
 type Proc struct {
 	name string
 	cmd  *exec.Cmd
-	log  LogBuffer
+	log  testlog.Buffer
 	done chan struct{}
 	err  error // the exit status, set before done is closed
 }
@@ -192,27 +194,6 @@ func (p *Proc) LogTail(n int) string {
 		s = s[len(s)-n:]
 	}
 	return s
-}
-
-// LogBuffer is a goroutine-safe sink for logs: a process (or a logger)
-// writes while a test or the harness reads.
-type LogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// Write appends p.
-func (b *LogBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns everything written so far.
-func (b *LogBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // handedOut holds the ports FreeAddr has returned in this process: the

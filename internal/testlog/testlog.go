@@ -1,5 +1,6 @@
-// Package testlog is a log sink for tests: the code under test writes to
-// it from its goroutines while the test reads what was logged so far.
+// Package testlog is a log sink for tests and harnesses: the code under
+// test (or a process) writes to it from its goroutines while the test
+// reads what was logged so far.
 package testlog
 
 import (
