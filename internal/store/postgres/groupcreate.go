@@ -58,7 +58,7 @@ func (s *Store) startCommitters() {
 // to end (group.HandOrLeave): a group can wait on a database that stopped
 // answering, and its callers must not wait longer than they asked to.
 func (s *Store) groupCreate(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
-	return group.HandOrLeave(ctx, s.creates, s.closing, errStoreClosed, nn)
+	return group.HandOrLeave(ctx, s.creates, s.life.Done(), errStoreClosed, nn)
 }
 
 // commitCreates is a committer: it runs until Close.
@@ -67,7 +67,7 @@ func (s *Store) commitCreates() {
 	batch := make([]createReq, 0, maxCreateGroup)
 	for {
 		var ok bool
-		if batch, ok = group.Next(s.creates, s.closing, maxCreateGroup, batch); !ok {
+		if batch, ok = group.Next(s.creates, s.life.Done(), maxCreateGroup, batch); !ok {
 			return
 		}
 		s.runGroup(batch)
@@ -117,13 +117,7 @@ func (s *Store) writeGroup(group []createReq) error {
 	defer cancel()
 	// Close ends a group in flight (a hung database would hold Close for
 	// the whole timeout otherwise).
-	go func() {
-		select {
-		case <-s.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(s.life, cancel)()
 	nns := make([]notify.NewNotification, len(group))
 	for i, req := range group {
 		nns[i] = req.In

@@ -68,7 +68,7 @@ func (s *Store) notifier() {
 	defer s.wg.Done()
 	for {
 		select {
-		case <-s.closing:
+		case <-s.life.Done():
 			return
 		case <-s.notifyc:
 		}

@@ -127,8 +127,10 @@ type Store struct {
 	// stopListen stops the running listener; nil when none runs. Only the
 	// hub's OnFirst and OnLast, which run under its lock, touch it.
 	stopListen context.CancelFunc
-	// closing is closed by Close, to stop the notifier.
-	closing chan struct{}
+	// life ends when Close is called: its Done stops the notifier and the
+	// committers, and it cancels a create group in flight.
+	life context.Context
+	end  context.CancelFunc
 	// notifyc asks the notifier goroutine for one NOTIFY (see announce).
 	notifyc   chan struct{}
 	wg        sync.WaitGroup // listener and notifier goroutines
@@ -176,10 +178,10 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	s := &Store{
 		pool:         pool,
 		listenConfig: listenConfig,
-		closing:      make(chan struct{}),
 		notifyc:      make(chan struct{}, 1),
 		statusEvents: !cfg.NoStatusEvents,
 	}
+	s.life, s.end = context.WithCancel(context.Background())
 	s.hub = &wake.Hub{OnFirst: s.startListener, OnLast: s.stopListener}
 	s.wg.Add(1)
 	go s.notifier()
@@ -192,7 +194,7 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.hub.Close()
-		close(s.closing)
+		s.end()
 		s.wg.Wait()
 		s.pool.Close()
 	})
