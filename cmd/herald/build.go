@@ -276,7 +276,7 @@ func tableTransport(cfg Config, log *slog.Logger, _ string) (transport, error) {
 		name: "table",
 		source: func(st store, role string) (worker.Source, error) {
 			return table.New(st, st, table.Config{
-				Prefetch:     cfg.Prefetch,
+				Prefetch:     worker.Window(cfg.Prefetch),
 				RetryDelays:  cfg.RetryDelays,
 				Lease:        rowLease,
 				PollInterval: cfg.RelayInterval,
@@ -346,7 +346,7 @@ func rabbitConfig(cfg Config, log *slog.Logger, prefix, role string) rabbitmq.Co
 		Prefix:         prefix,
 		RetryDelays:    cfg.RetryDelays,
 		QueueType:      cfg.QueueType,
-		Prefetch:       cfg.Prefetch,
+		Prefetch:       worker.Window(cfg.Prefetch),
 		ConnectionName: "herald " + role,
 		Logger:         log.With("component", role),
 	}
@@ -385,7 +385,7 @@ func kafkaConfig(cfg Config, log *slog.Logger, base kafka.Config, prefix, role s
 	c := base
 	c.Prefix = prefix
 	c.RetryDelays = cfg.RetryDelays
-	c.Prefetch = cfg.Prefetch
+	c.Prefetch = worker.Window(cfg.Prefetch)
 	c.ClientID = "herald-" + role
 	c.Logger = log.With("component", role)
 	return c
@@ -428,7 +428,7 @@ func natsConfig(cfg Config, log *slog.Logger, prefix, role string) nats.Config {
 		URL:            cfg.BrokerURL,
 		Prefix:         prefix,
 		RetryDelays:    cfg.RetryDelays,
-		Prefetch:       cfg.Prefetch,
+		Prefetch:       worker.Window(cfg.Prefetch),
 		ConnectionName: "herald " + role,
 		Logger:         log.With("component", role),
 	}
@@ -490,7 +490,7 @@ func sqsConfig(cfg Config, log *slog.Logger, prefix string) (func(role string) s
 	_, row := deliveryLeases(cfg)
 	base.VisibilityTimeout = row
 	base.RetryDelays = cfg.RetryDelays
-	base.Prefetch = cfg.Prefetch
+	base.Prefetch = worker.Window(cfg.Prefetch)
 	return func(role string) sqs.Config {
 		c := base
 		c.Logger = log.With("component", role)
@@ -902,6 +902,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 	w, err := worker.New(src, a.st, channels, worker.Config{
 		RetryDelays:          a.cfg.RetryDelays,
 		MaxRetries:           a.cfg.MaxRetries,
+		Sends:                a.cfg.Prefetch,
 		Lease:                claimLease,
 		OutageSpendsAttempts: a.cfg.SMTPOutage == "attempt",
 		Logger:               a.log.With("component", "worker"),

@@ -167,7 +167,7 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.RelayBatch }, cmds: cmdsRelay, min: 1},
 	{env: "HERALD_RELAY_INTERVAL", flag: "relay-interval", def: "500ms", usage: "longest idle wait between outbox polls",
 		field: func(c *Config) any { return &c.RelayInterval }, cmds: cmdsRelay + " worker"},
-	{env: "HERALD_PREFETCH", flag: "prefetch", def: "32", usage: "deliveries (sends) in flight per worker, and the SMTP sessions it keeps open; no database connection is held across a send",
+	{env: "HERALD_PREFETCH", flag: "prefetch", def: "32", usage: "sends in flight per worker, and the SMTP sessions it keeps open; the worker holds 4x as many deliveries from its transport, so that recording and acknowledging outcomes never holds up a send; no database connection is held across a send",
 		field: func(c *Config) any { return &c.Prefetch }, cmds: cmdsWorker, min: 1},
 	{env: "HERALD_ALERT_BACKLOG", flag: "alert-backlog", def: "100", usage: "alert threshold on unprocessed outbox rows (0: alert on any backlog)",
 		field: func(c *Config) any { return &c.AlertBacklog }, cmds: cmdsAPI, min: 0},

@@ -306,3 +306,64 @@ func TestChannelConcurrency(t *testing.T) {
 		require.Equal(t, []string{"ack"}, d.hows())
 	}
 }
+
+// heldAck is a delivery whose acknowledgement waits until release closes.
+type heldAck struct {
+	*fakeDelivery
+	release chan struct{}
+}
+
+func (d heldAck) Ack(ctx context.Context) error {
+	<-d.release
+	return d.fakeDelivery.Ack(ctx)
+}
+
+// Config.Sends bounds the sends under way over every channel, and a
+// delivery gives its slot back when its send returns: one whose outcome is
+// still being acknowledged holds none, so the next deliveries send.
+func TestSendsBoundSendsNotSettlement(t *testing.T) {
+	t.Parallel()
+	hook := &blockingSender{release: make(chan struct{})}
+	mail := &blockingSender{release: make(chan struct{})}
+	w, err := worker.New(nil, &fakeStore{}, map[string]worker.Channel{
+		"webhook": {Sender: hook},
+		"email":   {Sender: mail},
+	}, worker.Config{Sends: 2, StoreBackoff: time.Millisecond})
+	require.NoError(t, err)
+	acks := make(chan struct{})
+	var wg sync.WaitGroup
+	var ds []*fakeDelivery
+	handle := func(d *fakeDelivery) {
+		ds = append(ds, d)
+		wg.Go(func() { w.Handle(context.Background(), heldAck{d, acks}) })
+	}
+	for i := range 2 {
+		handle(&fakeDelivery{msg: messageOn(t, int64(400+i), "webhook", "https://example.com/hook")})
+	}
+	require.Eventually(t, func() bool { started, _ := hook.counts(); return started == 2 }, 5*time.Second, time.Millisecond)
+	for i := range 2 {
+		handle(&fakeDelivery{msg: messageOn(t, int64(410+i), "email", "user@example.com")})
+	}
+	require.Never(t, func() bool { started, _ := mail.counts(); return started > 0 }, 100*time.Millisecond, time.Millisecond,
+		"no email send while two webhook sends hold both slots")
+
+	// The webhook sends return; their acknowledgements are held, and the
+	// emails take the slots.
+	close(hook.release)
+	require.Eventually(t, func() bool { started, _ := mail.counts(); return started == 2 }, 5*time.Second, time.Millisecond,
+		"the emails send while the webhooks' acknowledgements are held")
+	for _, d := range ds {
+		require.Empty(t, d.hows(), "nothing acknowledged yet")
+	}
+	_, hookPeak := hook.counts()
+	require.Equal(t, 2, hookPeak)
+
+	close(mail.release)
+	close(acks)
+	wg.Wait()
+	_, mailPeak := mail.counts()
+	require.Equal(t, 2, mailPeak)
+	for _, d := range ds {
+		require.Equal(t, []string{"ack"}, d.hows())
+	}
+}

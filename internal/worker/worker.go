@@ -77,6 +77,16 @@ type Config struct {
 	// Throttling never spends an attempt. Default false: an outage spends
 	// none, and sends pause until the provider is back.
 	OutageSpendsAttempts bool
+	// Sends is the most sends under way at once in this worker, over every
+	// channel (HERALD_PREFETCH). A delivery takes a send slot before
+	// anything else (the channel's gate, its turn, its claim) and gives it
+	// back as soon as its send returns: the record of the outcome and the
+	// acknowledgement to the transport hold none. A transport that hands
+	// the worker Window(Sends) deliveries at once keeps the slots busy
+	// while the deliveries that have sent record their outcomes, in large
+	// groups. Zero means no limit of the worker's own: the transport's
+	// prefetch bounds the sends. It must not be negative.
+	Sends int
 	// RetryDelays is the retry schedule the transport follows (the i-th
 	// retry waits the i-th delay, the last repeating), so that the store
 	// can record when a retry is due. Empty: due at once.
@@ -129,6 +139,19 @@ func DefaultLease(sendTimeout time.Duration) time.Duration {
 	return storeTimeout + sendTimeout + storeTimeout + leaseMargin
 }
 
+// holdPerSend is how many deliveries a worker is handed per send slot
+// (Window): the one sending, and the ones waiting for the slot or recording
+// and acknowledging an outcome. A delivery spends most of its time with a
+// fast provider in those store round trips, not in its send; holding only as
+// many as it sends starved the groups. Measured with herald bench
+// (PostgreSQL outbox table, 0 ms SMTP, 32 send slots, 5000 creates):
+// delivered 0.60x creates with 1 per slot, 0.79x with 2, 0.98x with 4.
+const holdPerSend = 4
+
+// Window is the number of deliveries a transport should hand at once to a
+// worker whose Config.Sends is sends: holdPerSend per send slot.
+func Window(sends int) int { return holdPerSend * sends }
+
 // maxGroup caps the deliveries one claim or record transaction serves.
 const maxGroup = 256
 
@@ -158,10 +181,11 @@ type Channel struct {
 	Rate float64
 	// Concurrency is the most of the channel's sends under way at once
 	// (HERALD_<CHANNEL>_CONCURRENCY; a delivery waits for a slot before its
-	// claim, like a rate turn). With a Rate, it may be at most what the
-	// rate lets through in Config.SenderBackoffMax, or deliveries would
-	// queue for turns they cannot wait for. Zero means no limit of the
-	// channel's own: the transport's prefetch bounds it.
+	// claim, like a rate turn, and gives it back when its send returns).
+	// With a Rate, it may be at most what the rate lets through in
+	// Config.SenderBackoffMax, or deliveries would queue for turns they
+	// cannot wait for. Zero means no limit of the channel's own:
+	// Config.Sends (or the transport's prefetch) bounds it.
 	Concurrency int
 }
 
@@ -229,6 +253,8 @@ func (c Config) validate(longest time.Duration) error {
 	case c.Lease <= longest+2*storeTimeout:
 		return fmt.Errorf("lease (%s) must be longer than the send timeout (%s) plus two store transactions (%s each): the claim's and the record's",
 			c.Lease, longest, storeTimeout)
+	case c.Sends < 0:
+		return fmt.Errorf("sends must not be negative, got %d", c.Sends)
 	case c.SenderBackoff < 0 || c.SenderBackoffMax < c.SenderBackoff:
 		return fmt.Errorf("sender backoff must be positive and at most its maximum, got %s and %s", c.SenderBackoff, c.SenderBackoffMax)
 	}
@@ -264,7 +290,8 @@ type Worker struct {
 	tracer  trace.Tracer
 	books   *batcher[bookOp, bookResult]
 	lanes   map[string]*lane
-	names   []string // the channels, sorted
+	names   []string      // the channels, sorted
+	sends   chan struct{} // the send slots; nil without Config.Sends
 
 	// handedBack counts the deliveries that ended unsettled after shutdown
 	// began (the transport redelivers them), for the "worker stopped" log.
@@ -369,6 +396,9 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 				return nil, fmt.Errorf("register worker metrics: %w", err)
 			}
 		}
+	}
+	if cfg.Sends > 0 {
+		w.sends = make(chan struct{}, cfg.Sends)
 	}
 	w.books = &batcher[bookOp, bookResult]{run: bookkeeping(store, cfg.Lease), max: maxGroup, timeout: storeTimeout}
 	return w, nil
@@ -530,6 +560,15 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 			req.Channel, strings.Join(w.names, ", "))))
 	}
 	*channel = l.name
+	// The send slot comes first, so that the gate judges the provider as
+	// it is when the delivery may send: a delivery that waited behind
+	// sends to a provider that went down meanwhile is handed back by the
+	// gate, not sent into the outage.
+	sendSlot, err := takeSlot(ctx, w.sends)
+	if err != nil {
+		return "", w.release(ctx, d, 0, err)
+	}
+	defer sendSlot.free()
 	out := notify.NewOutgoing(req)
 	trial, err := l.gate.enter(ctx)
 	if err != nil {
@@ -559,14 +598,11 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	if pause, err := l.waitTurn(ctx, w.cfg.SenderBackoffMax); err != nil {
 		return "", w.release(ctx, d, pause, err)
 	}
-	if l.slots != nil {
-		select {
-		case l.slots <- struct{}{}:
-		case <-ctx.Done():
-			return "", w.release(ctx, d, 0, ctx.Err())
-		}
-		defer func() { <-l.slots }()
+	chanSlot, err := takeSlot(ctx, l.slots)
+	if err != nil {
+		return "", w.release(ctx, d, 0, err)
 	}
+	defer chanSlot.free()
 
 	// The lease runs from the claim's transaction, which starts after this;
 	// measured from here, the send's deadline is on the safe side.
@@ -615,6 +651,10 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		sspan.RecordError(sendErr)
 	}
 	sspan.End()
+	// The send is over: its slots go to the next deliveries while this one
+	// records its outcome.
+	chanSlot.free()
+	sendSlot.free()
 	// A send that ran out of the time this worker's own lease left it says
 	// nothing about the message: no attempt is spent on it.
 	ownLimit := cut && sendErr != nil && errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
@@ -685,6 +725,30 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		return notify.OutcomeRetried, nil
 	default:
 		return w.settleDead(ctx, d, msg, nid, sendErr)
+	}
+}
+
+// slot is a place taken in a semaphore of send slots (the worker's, or a
+// channel's), given back by its first free.
+type slot struct{ sem chan struct{} }
+
+// takeSlot waits for a place in sem, on ctx; a nil sem has room for all.
+func takeSlot(ctx context.Context, sem chan struct{}) (*slot, error) {
+	if sem == nil {
+		return &slot{}, nil
+	}
+	select {
+	case sem <- struct{}{}:
+		return &slot{sem: sem}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *slot) free() {
+	if s.sem != nil {
+		<-s.sem
+		s.sem = nil
 	}
 }
 

@@ -349,6 +349,7 @@ func TestNewValidates(t *testing.T) {
 	for _, c := range []both{
 		{cfg: worker.Config{MaxRetries: -1}},
 		{cfg: worker.Config{StoreBackoff: -time.Second}},
+		{cfg: worker.Config{Sends: -1}},
 		{worker.Channel{SendTimeout: 10 * time.Second}, worker.Config{Lease: 10 * time.Second}},
 		{worker.Channel{SendTimeout: 10 * time.Second}, worker.Config{Lease: 5 * time.Second}},
 		{cfg: worker.Config{SenderBackoff: time.Minute, SenderBackoffMax: time.Second}},

@@ -15,7 +15,8 @@ import (
 )
 
 // DefaultMaxAckPending is Config.MaxAckPending's default: room for, say,
-// 300 workers at HERALD_PREFETCH's default of 32. It only guards the server
+// 75 workers holding 128 deliveries each (herald's window: 4 x
+// HERALD_PREFETCH's default of 32). It only guards the server
 // against a runaway (each pending delivery is a little of its memory, and
 // a redelivery timer); the workers' prefetch is what bounds the load.
 const DefaultMaxAckPending = 10000
