@@ -141,7 +141,8 @@ type Config struct {
 	Prefetch int
 	// MaxBuffered bounds the records of one topic a Consumer holds, waiting
 	// for their key or their due time: past it, fetching that topic pauses.
-	// Zero means the default. Default 1000.
+	// Zero means the default. Default 1000, or the Prefetch when that is
+	// larger (it must be at least the Prefetch).
 	MaxBuffered int
 	// Partitions is the partition count of the topics created when missing.
 	// A topic needs one at least, so zero means the default. Default 12.
@@ -199,7 +200,7 @@ func (c Config) withDefaults() Config {
 		c.Prefetch = 10
 	}
 	if c.MaxBuffered == 0 {
-		c.MaxBuffered = 1000
+		c.MaxBuffered = max(1000, c.Prefetch)
 	}
 	if c.Partitions == 0 {
 		c.Partitions = 12

@@ -76,3 +76,14 @@ func TestCredentials(t *testing.T) {
 	require.Contains(t, err.Error(), "check the user, password and mechanism")
 	require.NotContains(t, err.Error(), "wrong", "the error quoted the password")
 }
+
+// herald hands a worker 4 x HERALD_PREFETCH deliveries: a prefetch above the
+// default MaxBuffered raises the default instead of refusing to start; an
+// explicit MaxBuffered below the prefetch is still refused.
+func TestMaxBufferedFollowsPrefetch(t *testing.T) {
+	t.Parallel()
+	_, err := kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Prefetch: 1200})
+	require.NoError(t, err)
+	_, err = kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Prefetch: 1200, MaxBuffered: 1000})
+	require.ErrorContains(t, err, "max buffered (1000) must be at least the prefetch (1200)")
+}
