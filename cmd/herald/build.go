@@ -124,6 +124,33 @@ func openMigrated(ctx context.Context, cfg Config) (store, func(), error) {
 	return st, closeStore, nil
 }
 
+// partitionKeeper is a store whose outbox is partitioned by day
+// (PostgreSQL): the partitions must exist before their day.
+type partitionKeeper interface {
+	EnsurePartitions(ctx context.Context) error
+}
+
+// ensurePartitions makes the outbox partitions of today and the days ahead
+// on a store that has them, before the process serves: a deployment that
+// was stopped for longer than the partitions reach finds today's made
+// before its first create. A process whose database role may not create
+// tables fails only when the present day has no partition (see
+// postgres.ErrNoPartitionNow).
+// Any other failure is logged: creates work today, and the retention
+// passes try again.
+func ensurePartitions(ctx context.Context, st store, log *slog.Logger) error {
+	p, ok := st.(partitionKeeper)
+	if !ok {
+		return nil
+	}
+	err := p.EnsurePartitions(ctx)
+	if err == nil || errors.Is(err, postgres.ErrNoPartitionNow) {
+		return err
+	}
+	log.Warn("could not make the outbox partitions of the days ahead", "err", err)
+	return nil
+}
+
 // checkMigrated fails unless every migration this binary ships is applied.
 func checkMigrated(ctx context.Context, st store) error {
 	states, err := st.MigrationStatus(ctx)
@@ -581,6 +608,10 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 	if err := check(ctx, st); err != nil {
 		a.Close()
 		// The start-up record is not out yet: say which database.
+		return nil, fmt.Errorf("database %s: %w", where(cfg.DatabaseURL), err)
+	}
+	if err := ensurePartitions(ctx, st, log); err != nil {
+		a.Close()
 		return nil, fmt.Errorf("database %s: %w", where(cfg.DatabaseURL), err)
 	}
 	a.reg = prometheus.NewRegistry()

@@ -319,7 +319,8 @@ func cmdOutboxPrune(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "deleted %d outbox rows and %d processed_messages rows older than %s\n", r.Outbox, r.ProcessedMessages, cfg.Retention)
+	fmt.Fprintf(e.stdout, "deleted %d outbox rows and %d processed_messages rows older than %s, dropped %d outbox partitions\n",
+		r.Outbox, r.ProcessedMessages, cfg.Retention, r.OutboxPartitions)
 	return nil
 }
 

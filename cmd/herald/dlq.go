@@ -196,6 +196,10 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 			return err
 		}
 		defer closeStore()
+		// A redrive writes outbox rows: today's partition must exist.
+		if err := ensurePartitions(ctx, st, slog.New(slog.NewTextHandler(e.stderr, nil))); err != nil {
+			return err
+		}
 		tr, err := newTransport(cfg, slog.New(slog.NewTextHandler(e.stderr, nil)), "")
 		if err != nil {
 			return err

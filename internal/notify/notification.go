@@ -133,7 +133,13 @@ type DeadLetterPosition struct {
 
 // PruneResult counts what a retention pass deleted.
 type PruneResult struct {
-	Outbox            int64
+	// Outbox counts the outbox rows deleted one by one.
+	Outbox int64
+	// OutboxPartitions counts the outbox partitions dropped whole (their
+	// rows are not in Outbox): PostgreSQL's daily partitions; 0 on the
+	// other stores.
+	OutboxPartitions int64
+	// ProcessedMessages counts the processed_messages rows deleted.
 	ProcessedMessages int64
 }
 

@@ -98,8 +98,9 @@ func (l *Loop) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			l.cfg.Logger.Warn("retention pass failed", "err", err)
-		case r.Outbox+r.ProcessedMessages > 0:
-			l.cfg.Logger.Info("retention pass", "outbox_deleted", r.Outbox, "processed_messages_deleted", r.ProcessedMessages)
+		case r.Outbox+r.ProcessedMessages+r.OutboxPartitions > 0:
+			l.cfg.Logger.Info("retention pass", "outbox_deleted", r.Outbox, "outbox_partitions_dropped", r.OutboxPartitions,
+				"processed_messages_deleted", r.ProcessedMessages)
 		}
 		select {
 		case <-ctx.Done():

@@ -20,10 +20,14 @@ SELECT pg_current_wal_lsn()::text,
 	COALESCE(sum(tup_inserted + tup_updated + tup_deleted) FILTER (WHERE datname IS DISTINCT FROM current_database()), 0)::bigint
 FROM pg_stat_database`
 	// readRows reads the rows written to each table of the schema herald
-	// works in (the search path's first), updates HOT or not.
+	// works in (the search path's first), updates HOT or not; a
+	// partition's count as its partitioned table's (the outbox's daily
+	// partitions, migration 0014).
 	readRows = `
-SELECT relname, (n_tup_ins + n_tup_upd + n_tup_del)::bigint, n_tup_upd, n_tup_hot_upd
-FROM pg_stat_user_tables WHERE schemaname = current_schema()`
+SELECT COALESCE((SELECT c.relname FROM pg_class AS c WHERE c.oid = pg_partition_root(s.relid)), s.relname)::text,
+	sum(n_tup_ins + n_tup_upd + n_tup_del)::bigint, sum(n_tup_upd)::bigint, sum(n_tup_hot_upd)::bigint
+FROM pg_stat_user_tables AS s WHERE schemaname = current_schema()
+GROUP BY 1`
 	// walSince is the WAL written since the position $1.
 	walSince = `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`
 )

@@ -39,9 +39,14 @@ func readTableStats(t *testing.T, ctx context.Context, s *Store, conn *pgx.Conn)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
 	require.NoError(t, err)
+	// The outbox's counters are its partitions' (migration 0014), summed.
 	rows, err := conn.Query(ctx, `
-SELECT relname, COALESCE(seq_scan, 0), COALESCE(seq_tup_read, 0), COALESCE(idx_tup_fetch, 0)
-FROM pg_stat_user_tables WHERE relname = ANY($1)`, growthTables)
+SELECT COALESCE(p.name, s.relname::text), sum(COALESCE(seq_scan, 0))::bigint, sum(COALESCE(seq_tup_read, 0))::bigint,
+	sum(COALESCE(idx_tup_fetch, 0))::bigint
+FROM pg_stat_user_tables AS s
+LEFT JOIN LATERAL (SELECT 'outbox' AS name FROM pg_partition_tree('outbox') AS t WHERE t.relid = s.relid AND t.isleaf) AS p ON true
+WHERE COALESCE(p.name, s.relname::text) = ANY($1)
+GROUP BY 1`, growthTables)
 	require.NoError(t, err)
 	out := map[string]tableStats{}
 	for rows.Next() {
@@ -328,7 +333,15 @@ func TestDeliveryCostStaysWithBatchAsTablesGrow(t *testing.T) {
 				c := grown.total(table)
 				t.Logf("%-18s per 1,000 deliveries: %6.0f seq scans, %9.0f rows read by them, %9.0f rows fetched by index",
 					table, float64(c.seqScans)*1000/float64(delivered), float64(c.seqRead)*1000/float64(delivered), float64(c.idxFetch)*1000/float64(delivered))
-				assert.Zero(t, c.seqScans, "%s: sequential scans while delivering %d, by call:%s", table, delivered, grown.report(table))
+				if table == "outbox" {
+					// The partitions of the days ahead (migration 0014)
+					// are empty: a statement that addresses rows by id
+					// alone may scan them, reading nothing. A scan of a
+					// partition that holds rows would read them.
+					assert.Zero(t, c.seqRead, "%s: rows read by sequential scans while delivering %d, by call:%s", table, delivered, grown.report(table))
+				} else {
+					assert.Zero(t, c.seqScans, "%s: sequential scans while delivering %d, by call:%s", table, delivered, grown.report(table))
+				}
 				// A delivery reads its own few rows (the lock, the claim,
 				// the record, the relay's lease and mark): a handful each,
 				// never a share of the table or of the backlog.
@@ -353,8 +366,27 @@ func openMeasured(t *testing.T, ctx context.Context, maxConns int, tables []stri
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	for _, table := range tables {
-		_, err := conn.Exec(ctx, `ALTER TABLE `+table+` SET (autovacuum_enabled = false)`)
-		require.NoError(t, err)
+		// A partitioned table (the outbox) stores nothing: its partitions
+		// take the setting.
+		leaves := leafTables(t, ctx, conn, table)
+		for _, leaf := range leaves {
+			_, err := conn.Exec(ctx, `ALTER TABLE `+leaf+` SET (autovacuum_enabled = false)`)
+			require.NoError(t, err)
+		}
 	}
 	return s, conn
+}
+
+// leafTables names the tables that hold table's rows: its partitions when
+// it is partitioned (the outbox), else table itself.
+func leafTables(t *testing.T, ctx context.Context, conn *pgx.Conn, table string) []string {
+	t.Helper()
+	rows, err := conn.Query(ctx, `SELECT relid::text FROM pg_partition_tree($1) WHERE isleaf`, table)
+	require.NoError(t, err)
+	leaves, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	if len(leaves) == 0 {
+		return []string{table}
+	}
+	return leaves
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -44,9 +45,17 @@ const (
 // Migrate applies the migrations not yet recorded in schema_migrations, all
 // in one transaction under an advisory lock: two herald migrate running at
 // once apply each migration once, and a failure leaves the schema as it was.
-// Running it again changes nothing.
+// Running it again changes nothing. Once the outbox is partitioned
+// (0014), it then makes the partitions of the days ahead (see
+// EnsurePartitions), in a transaction of its own.
 func (s *Store) Migrate(ctx context.Context) error {
-	return migrate.Apply(ctx, migrator{s}, migrationFS, "migrations")
+	if err := migrate.Apply(ctx, migrator{s}, migrationFS, "migrations"); err != nil {
+		return err
+	}
+	if err := s.EnsurePartitions(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
 }
 
 // migrator is the store's side of a migration run.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -135,7 +136,8 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 const (
 	// pruneOutbox deletes one batch of processed rows, oldest first, from
 	// outbox_processed_idx. Rows another transaction holds are skipped, not
-	// waited for: the next pass takes them.
+	// waited for: the next pass takes them. On the partitioned outbox it
+	// runs on the partitions retention cannot drop (see pruneOutboxFrom).
 	pruneOutbox = `
 DELETE FROM outbox
 WHERE id IN (
@@ -170,28 +172,109 @@ WHERE message_id IN (
 	pruneProcessedPlan = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
 )
 
-// Prune deletes the outbox rows processed before before (dead-lettered ones
-// included: the failed notification is the lasting record, and a redrive
-// writes a fresh event), then the processed_messages rows recorded before
-// before whose outbox row is gone. It deletes in batches of at most batch
-// rows, each its own short transaction, so that it never holds many locks
-// nor bloats one transaction, until a batch comes back short. Notifications
-// are never pruned. On an error the result counts what was deleted so far.
+// pruneOutboxFrom is pruneOutbox on one table, a partition of the outbox.
+func pruneOutboxFrom(table string) string {
+	return strings.ReplaceAll(pruneOutbox, "FROM outbox", "FROM "+pgx.Identifier{table}.Sanitize())
+}
+
+// Prune removes the outbox rows processed before before (dead-lettered
+// ones included: the failed notification is the lasting record, and a
+// redrive writes a fresh event), then deletes the processed_messages rows
+// recorded before before whose outbox row is gone. Notifications are never
+// pruned.
+//
+// On the partitioned outbox (migration 0014) the outbox half is partition
+// maintenance first: it makes the partitions of the days ahead (see
+// EnsurePartitions), and detaches and drops each daily partition whose
+// upper bound is at or before before and that holds no row to keep (one
+// unprocessed, or processed at or after before), finalizing a detach an
+// earlier pass left half done. A day's rows thus go whole, at most a day
+// after the last of them passed before. Rows are then deleted one by one
+// only from the partitions past before that had to stay, and from
+// outbox_legacy (the outbox before the migration, dropped whole once its
+// bound passes): an upgraded deployment's retention does not wait a week
+// for its first drop.
+//
+// Rows are deleted in batches of at most batch rows, each its own short
+// transaction, so that it never holds many locks nor bloats one
+// transaction, until a batch comes back short. A failing step does not
+// stop the next ones; on an error the result counts what was removed.
 func (s *Store) Prune(ctx context.Context, before time.Time, batch int) (notify.PruneResult, error) {
 	var res notify.PruneResult
 	if batch < 1 {
 		return res, fmt.Errorf("prune: batch must be at least 1, got %d", batch)
 	}
-	var err error
-	res.Outbox, err = s.pruneBatches(ctx, "", pruneOutbox, before, batch)
+	var errs []error
+	tables, err := s.pruneOutboxPartitions(ctx, before, &res)
 	if err != nil {
-		return res, wrap("prune outbox", err)
+		errs = append(errs, fmt.Errorf("prune outbox partitions: %w", err))
+	}
+	for _, table := range tables {
+		n, err := s.pruneBatches(ctx, "", pruneOutboxFrom(table), before, batch)
+		res.Outbox += n
+		if isUndefinedTable(err) {
+			continue // another process's pass dropped it meanwhile
+		}
+		if err != nil {
+			errs = append(errs, wrap("prune outbox", err))
+			break
+		}
 	}
 	res.ProcessedMessages, err = s.pruneBatches(ctx, pruneProcessedPlan, pruneProcessed, before, batch)
 	if err != nil {
-		return res, wrap("prune processed messages", err)
+		errs = append(errs, wrap("prune processed messages", err))
 	}
-	return res, nil
+	return res, errors.Join(errs...)
+}
+
+// pruneOutboxPartitions makes the partitions ahead and drops the old ones
+// (counted in res), and returns the tables whose rows the pass deletes one
+// by one: the outbox itself before migration 0014, else outbox_legacy and
+// the partitions past before that stayed.
+func (s *Store) pruneOutboxPartitions(ctx context.Context, before time.Time, res *notify.PruneResult) ([]string, error) {
+	var kind *string
+	if err := s.pool.QueryRow(ctx, selectOutboxKind).Scan(&kind); err != nil {
+		return nil, wrap("read the outbox", err)
+	}
+	if kind == nil || *kind != "p" {
+		return []string{"outbox"}, nil
+	}
+	var errs []error
+	if err := s.EnsurePartitions(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	dropped, err := s.dropOldPartitions(ctx, before)
+	res.OutboxPartitions = dropped
+	if err != nil {
+		errs = append(errs, err)
+	}
+	parts, err := listPartitions(ctx, s.pool)
+	if err != nil {
+		return nil, errors.Join(append(errs, err)...)
+	}
+	var tables []string
+	for _, p := range parts {
+		switch {
+		case p.detachPending:
+		case p.from == nil:
+			tables = append(tables, p.name) // outbox_legacy
+		case p.to != nil && !p.to.After(before):
+			// Past the cut, yet not dropped: deleted from only if it
+			// stays for a row to keep, not when another process's pass
+			// is about to drop it.
+			var keep bool
+			if err := s.pool.QueryRow(ctx, fmt.Sprintf(partitionKeeps, pgx.Identifier{p.name}.Sanitize()), before).Scan(&keep); err != nil {
+				if !isUndefinedTable(err) {
+					errs = append(errs, wrap("check "+p.name, err))
+				}
+				continue
+			}
+			if keep {
+				tables = append(tables, p.name)
+			}
+		}
+	}
+	return tables, errors.Join(errs...)
 }
 
 // pruneBatches runs one batch delete until it deletes fewer than batch rows,
@@ -233,4 +316,10 @@ func (s *Store) PruneOlderThan(ctx context.Context, age time.Duration, batch int
 		return notify.PruneResult{}, wrap("prune: read the cut-off", err)
 	}
 	return s.Prune(ctx, before, batch)
+}
+
+// isUndefinedTable reports an error about a table that does not exist.
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }

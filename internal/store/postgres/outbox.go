@@ -128,20 +128,32 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 	return len(events), nil
 }
 
+// claimPlan goes before a claim in its transaction (the relay's lease and
+// the table transport's Claim). On the partitioned outbox (migration
+// 0014) the claim's id order is a Merge Append of each partition's partial
+// index, which stops after limit rows; planned from statistics that show
+// no backlog, PostgreSQL preferred reading every partition's unprocessed
+// rows and sorting them, a walk of the whole backlog per batch (issue 24).
+// Without a sort the merge is the only plan.
+const claimPlan = `SELECT set_config('enable_sort', 'off', true)`
+
 // leaseRelayEvents leases up to limit rows to token, in id order, in one
 // round trip (a pipelined batch, one implicit transaction). The lease
 // commits without waiting for its WAL flush (synchronous_commit off, for
 // this transaction only): a lease lost in a database crash only frees rows
 // that are unprocessed anyway, and the flush would double the fsyncs of a
-// batch.
+// batch. claimPlan shares the transaction.
 func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string, token string, lease time.Duration) ([]notify.Event, error) {
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(claimPlan)
 	b.Queue(leaseRelayBatch, limit, types, token, lease.Microseconds())
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {

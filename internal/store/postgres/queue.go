@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/heraldhq/herald/internal/notify"
 )
 
@@ -62,7 +64,16 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	if lease <= 0 {
 		return nil, fmt.Errorf("claim outbox rows: lease must be positive, got %s", lease)
 	}
-	rows, err := s.pool.Query(ctx, claimDue, token, limit, lease.Microseconds())
+	// One round trip, one implicit transaction: claimPlan, then the claim.
+	b := &pgx.Batch{}
+	b.Queue(claimPlan)
+	b.Queue(claimDue, token, limit, lease.Microseconds())
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, wrap("claim outbox rows", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, wrap("claim outbox rows", err)
 	}
@@ -76,6 +87,10 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 		ms = append(ms, m)
 	}
 	if err := rows.Err(); err != nil {
+		return nil, wrap("claim outbox rows", err)
+	}
+	rows.Close()
+	if err := br.Close(); err != nil {
 		return nil, wrap("claim outbox rows", err)
 	}
 	// RETURNING follows no order.
