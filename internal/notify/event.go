@@ -78,6 +78,19 @@ type Message struct {
 	Traceparent string
 }
 
+// OutboxKey names one outbox row to a store: its id, and when it was
+// written. PostgreSQL partitions the outbox by day on occurred_at, and a
+// statement that names rows by id alone is planned over, and probes, every
+// partition; with the time as well it touches only the row's. A zero
+// OccurredAt is allowed and costs only that: the row is found by its id.
+type OutboxKey struct {
+	ID         int64
+	OccurredAt time.Time
+}
+
+// Key returns the outbox row m was claimed from.
+func (m Message) Key() OutboxKey { return OutboxKey{ID: m.ID, OccurredAt: m.OccurredAt} }
+
 // Decode checks a message's type and decodes its payload. Every error it
 // returns is permanent: the message can never be processed and goes to the
 // dead letters at once. Its checks are the ones every channel shares (the

@@ -26,7 +26,7 @@ type (
 	// Queue is the outbox table as the table transport uses it.
 	Queue interface {
 		Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error)
-		Finish(ctx context.Context, ids []int64, token, reason string) error
+		Finish(ctx context.Context, rows []notify.OutboxKey, token, reason string) error
 	}
 	// Relayer is the outbox as the relay uses it.
 	Relayer interface {
@@ -123,7 +123,7 @@ func claimOne(ctx context.Context, q Queue) (notify.Message, func(context.Contex
 		}
 		m := msgs[0]
 		return m, func(ctx context.Context) error {
-			if err := q.Finish(ctx, []int64{m.ID}, token, ""); err != nil {
+			if err := q.Finish(ctx, []notify.OutboxKey{m.Key()}, token, ""); err != nil {
 				return fmt.Errorf("raw pipeline: %w", err)
 			}
 			return nil

@@ -321,11 +321,12 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 }
 
 // Finish marks events leased to token processed; a non-empty reason
-// records them as dead-lettered. It implements table.Queue.
-func (s *Store) Finish(ctx context.Context, ids []int64, token, reason string) error {
-	evs := make([]eventDoc, len(ids))
-	for i, id := range ids {
-		evs[i].ID = id
+// records them as dead-lettered. It implements table.Queue; the events
+// are found by id (OccurredAt is not needed).
+func (s *Store) Finish(ctx context.Context, rows []notify.OutboxKey, token, reason string) error {
+	evs := make([]eventDoc, len(rows))
+	for i, r := range rows {
+		evs[i].ID = r.ID
 	}
 	for nid, group := range byNotification(evs) {
 		_, _, err := s.change(ctx, nid, func(d *doc) error {
@@ -347,7 +348,7 @@ func (s *Store) Finish(ctx context.Context, ids []int64, token, reason string) e
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("finish %d outbox events: %w", len(ids), err)
+			return fmt.Errorf("finish %d outbox events: %w", len(rows), err)
 		}
 	}
 	return nil
@@ -355,8 +356,9 @@ func (s *Store) Finish(ctx context.Context, ids []int64, token, reason string) e
 
 // Reschedule ends the lease of an event leased to token and makes it due
 // again after delay; with retry it counts a retry and keeps reason. It
-// implements table.Queue.
-func (s *Store) Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error {
+// implements table.Queue; the event is found by id.
+func (s *Store) Reschedule(ctx context.Context, row notify.OutboxKey, token string, delay time.Duration, reason string, retry bool) error {
+	id := row.ID
 	_, _, err := s.change(ctx, id/eventSpan, func(d *doc) error {
 		for i := range d.Events {
 			e := &d.Events[i]

@@ -49,9 +49,11 @@ RETURNING o.id, o.event_type, o.payload, o.occurred_at, COALESCE(o.traceparent, 
 	// markRelayed records the confirmed rows; any relay's confirm counts,
 	// so it does not check the lease: the broker has the event either way.
 	// releaseRelayed ends the lease of the rows this batch could not
-	// publish, so that they are due again at once.
-	markRelayed    = `UPDATE outbox SET processed_at = now(), locked_until = NULL WHERE id = ANY($1) AND processed_at IS NULL`
-	releaseRelayed = `UPDATE outbox SET locked_by = NULL, locked_until = NULL WHERE id = ANY($1) AND locked_by = $2 AND processed_at IS NULL`
+	// publish, so that they are due again at once. Both bound occurred_at
+	// by the batch's own (occurredSpan, queue.go) so that, planned with the
+	// values, they touch only the partitions of those days.
+	markRelayed    = `UPDATE outbox SET processed_at = now(), locked_until = NULL WHERE id = ANY($1) AND occurred_at BETWEEN $2 AND $3 AND processed_at IS NULL`
+	releaseRelayed = `UPDATE outbox SET locked_by = NULL, locked_until = NULL WHERE id = ANY($1) AND occurred_at BETWEEN $3 AND $4 AND locked_by = $2 AND processed_at IS NULL`
 
 	// selectOutboxStats reads the backlog from outbox_unprocessed_idx and
 	// counts the dead letters from notifications_failed_idx, in one round
@@ -106,13 +108,15 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 
 	confirmed, pubErr := publish(ctx, events)
 	// Only rows of this batch may be marked: an id from elsewhere could
-	// belong to another relay's batch.
-	var mark, release []int64
+	// belong to another relay's batch. Each is named with the occurred_at
+	// its lease returned.
+	var mark, release []notify.OutboxKey
 	for _, e := range events {
+		k := notify.OutboxKey{ID: e.ID, OccurredAt: e.OccurredAt}
 		if slices.Contains(confirmed, e.ID) {
-			mark = append(mark, e.ID)
+			mark = append(mark, k)
 		} else {
-			release = append(release, e.ID)
+			release = append(release, k)
 		}
 	}
 	// The broker has the confirmed events: record that even if ctx ended
@@ -176,14 +180,17 @@ func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string,
 }
 
 // settleRelayed marks the confirmed rows and releases the others, in one
-// transaction and one round trip (a pipelined batch).
-func (s *Store) settleRelayed(ctx context.Context, mark, release []int64, token string) error {
+// transaction and one round trip (a pipelined batch), each statement in
+// the partitions of its rows' days.
+func (s *Store) settleRelayed(ctx context.Context, mark, release []notify.OutboxKey, token string) error {
 	b := &pgx.Batch{}
 	if len(mark) > 0 {
-		b.Queue(markRelayed, mark)
+		ids, from, to := occurredSpan(mark)
+		b.Queue(markRelayed, ids, from, to)
 	}
 	if len(release) > 0 {
-		b.Queue(releaseRelayed, release, token)
+		ids, from, to := occurredSpan(release)
+		b.Queue(releaseRelayed, ids, token, from, to)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return wrap("relay batch: mark processed and release unconfirmed", err)

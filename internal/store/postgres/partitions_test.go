@@ -3,7 +3,10 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"maps"
 	neturl "net/url"
+	"regexp"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -50,6 +53,10 @@ type outboxRow struct {
 	ProcessedAt, LockedUntil *time.Time
 	LockedBy                 *string
 	Attempts                 int
+}
+
+func (r outboxRow) key() notify.OutboxKey {
+	return notify.OutboxKey{ID: r.ID, OccurredAt: r.OccurredAt}
 }
 
 func outboxRows(t *testing.T, s *Store) []outboxRow {
@@ -165,9 +172,9 @@ func TestUpgradeToPartitionedOutbox(t *testing.T) {
 	require.Equal(t, 2, n)
 	require.Equal(t, []int64{before[1].ID, before[3].ID}, relayed)
 	// The relay that leased a row before the upgrade marks it after.
-	require.NoError(t, s.settleRelayed(ctx, []int64{before[2].ID}, nil, "relay-live"))
+	require.NoError(t, s.settleRelayed(ctx, []notify.OutboxKey{before[2].key()}, nil, "relay-live"))
 	// The table worker finishes its row; the claim finds nothing else due.
-	require.NoError(t, s.Finish(ctx, []int64{before[4].ID}, "worker-1", ""))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{before[4].key()}, "worker-1", ""))
 	st, err := s.OutboxStats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Unprocessed)
@@ -186,7 +193,7 @@ func TestUpgradeToPartitionedOutbox(t *testing.T) {
 	require.Len(t, ms, 1)
 	require.Greater(t, ms[0].ID, before[len(before)-1].ID)
 	require.Contains(t, string(ms[0].Payload), fmt.Sprintf(`"%d"`, c.Notification.ID))
-	require.NoError(t, s.Finish(ctx, []int64{ms[0].ID}, "worker-2", ""))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{ms[0].Key()}, "worker-2", ""))
 }
 
 func scalar[T any](t *testing.T, s *Store, query string, args ...any) T {
@@ -495,4 +502,75 @@ func TestPruneTwoProcesses(t *testing.T) {
 	require.EqualValues(t, 4, results[0].OutboxPartitions+results[1].OutboxPartitions)
 	require.Zero(t, results[0].Outbox+results[1].Outbox)
 	require.Zero(t, count(t, s, `SELECT count(*) FROM outbox WHERE occurred_at < $1`, cut))
+}
+
+// outboxRelations names the outbox tables a plan reads or writes
+// (outbox_legacy and outbox_p...), each once, sorted.
+func outboxRelations(plan string) []string {
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\b(outbox_(?:legacy|p\d{8}(?:_\d{6})?))\b`).FindAllStringSubmatch(plan, -1) {
+		// Index names start with their table's name: keep tables only.
+		seen[m[1]] = true
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// The statements that name outbox rows by id (the table transport's
+// finish and reschedule, the relay's mark and release) carry the rows'
+// occurred_at, so that PostgreSQL plans and runs each on the partitions of
+// its rows' days alone, on the pool's custom plans; the time only narrows
+// the search: a row not leased to the token is left alone as before, and a
+// key without its time finds its row in every partition.
+func TestOutboxKeyStatementsPrune(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := setup(t)
+	today := scalar[time.Time](t, s, `SELECT now()`).UTC().Truncate(24 * time.Hour)
+	day1, day2 := today.AddDate(0, 0, 1).Add(time.Hour), today.AddDate(0, 0, 2).Add(time.Hour)
+	for _, at := range []time.Time{day1, day1.Add(time.Minute), day2} {
+		_, err := s.pool.Exec(ctx, `INSERT INTO outbox (event_type, payload, occurred_at) VALUES ('notification.requested', '{}', $1)`, at)
+		require.NoError(t, err)
+	}
+	p1, p2 := partitionName(today.AddDate(0, 0, 1)), partitionName(today.AddDate(0, 0, 2))
+	ms, err := s.Claim(ctx, "w", 10, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, ms, 3)
+	require.True(t, ms[0].OccurredAt.Equal(day1), "the claim returns the row's occurred_at: %s", ms[0].OccurredAt)
+
+	explainKeys := func(name, query string, keys []notify.OutboxKey, args func(ids []int64, from, to any) []any) []string {
+		t.Helper()
+		ids, from, to := occurredSpan(keys)
+		plan := explainAfter(t, s, "", query, args(ids, from, to)...)
+		t.Logf("%s:\n%s", name, plan)
+		return outboxRelations(plan)
+	}
+	one := []notify.OutboxKey{ms[0].Key(), ms[1].Key()}
+	both := []notify.OutboxKey{ms[0].Key(), ms[2].Key()}
+	finish := func(ids []int64, from, to any) []any { return []any{ids, "w", "", from, to} }
+	reschedule := func(ids []int64, from, to any) []any { return []any{ids[0], "w", int64(0), "", false, from, to} }
+	mark := func(ids []int64, from, to any) []any { return []any{ids, from, to} }
+	release := func(ids []int64, from, to any) []any { return []any{ids, "relay-t", from, to} }
+	require.Equal(t, []string{p1}, explainKeys("finish, one day", finishLeased, one, finish))
+	require.Equal(t, []string{p1, p2}, explainKeys("finish, two days", finishLeased, both, finish))
+	require.Equal(t, []string{p2}, explainKeys("reschedule", rescheduleLeased, []notify.OutboxKey{ms[2].Key()}, reschedule))
+	require.Equal(t, []string{p1}, explainKeys("relay mark", markRelayed, one, mark))
+	require.Equal(t, []string{p1}, explainKeys("relay release", releaseRelayed, one, release))
+	// A key without its time: every partition, as by id alone.
+	all := explainKeys("finish, no time", finishLeased, []notify.OutboxKey{{ID: ms[0].ID}}, finish)
+	require.Greater(t, len(all), 3)
+
+	// A key of another day names no row: left alone. Without its time,
+	// the row is found by id; with it, as claimed.
+	wrong := ms[0].Key()
+	wrong.OccurredAt = day2
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{wrong}, "w", ""))
+	require.Nil(t, scalar[*time.Time](t, s, `SELECT processed_at FROM outbox WHERE id = $1`, ms[0].ID))
+	require.NoError(t, s.Reschedule(ctx, notify.OutboxKey{ID: ms[0].ID}, "w", time.Hour, "later", true))
+	require.Equal(t, 1, scalar[int](t, s, `SELECT attempts FROM outbox WHERE id = $1`, ms[0].ID))
+	// Rows leased to another token are left alone; the right token
+	// finishes rows of two days in one statement.
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{ms[1].Key(), ms[2].Key()}, "other", ""))
+	require.Equal(t, 3, count(t, s, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{ms[1].Key(), ms[2].Key()}, "w", ""))
+	require.Equal(t, 1, count(t, s, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`))
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
@@ -39,10 +40,14 @@ FROM due
 WHERE o.id = due.id
 RETURNING o.id, o.event_type, o.payload, o.attempts, o.occurred_at, COALESCE(o.traceparent, '')`
 
+	// finishLeased and rescheduleLeased name their rows by id and bound
+	// occurred_at by the rows' own ($4 and $5, $6 and $7; see
+	// occurredSpan): planned with the values (the pool's custom plans),
+	// they touch only the partitions of those days.
 	finishLeased = `
 UPDATE outbox
 SET processed_at = now(), locked_until = NULL, last_error = COALESCE(NULLIF($3, ''), last_error)
-WHERE id = ANY($1) AND locked_by = $2 AND processed_at IS NULL`
+WHERE id = ANY($1) AND occurred_at BETWEEN $4 AND $5 AND locked_by = $2 AND processed_at IS NULL`
 
 	rescheduleLeased = `
 UPDATE outbox
@@ -51,7 +56,7 @@ SET locked_by = NULL,
     available_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
     attempts = attempts + CASE WHEN $5 THEN 1 ELSE 0 END,
     last_error = CASE WHEN $5 THEN NULLIF($4, '') ELSE last_error END
-WHERE id = $1 AND locked_by = $2 AND processed_at IS NULL`
+WHERE id = $1 AND occurred_at BETWEEN $6 AND $7 AND locked_by = $2 AND processed_at IS NULL`
 )
 
 // Claim leases up to limit due outbox rows that are not status events
@@ -100,26 +105,76 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 
 // Finish marks rows leased to token processed, in one statement; a
 // non-empty reason marks them dead-lettered and keeps the reason in
-// last_error. A row no longer leased to token is left alone.
-func (s *Store) Finish(ctx context.Context, ids []int64, token, reason string) error {
-	if len(ids) == 0 {
+// last_error. A row no longer leased to token is left alone. The rows'
+// occurred_at confines the statement to their partitions.
+func (s *Store) Finish(ctx context.Context, rows []notify.OutboxKey, token, reason string) error {
+	if len(rows) == 0 {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, finishLeased, ids, token, reason); err != nil {
-		return wrap(fmt.Sprintf("finish %d outbox rows", len(ids)), err)
+	ids, from, to := occurredSpan(rows)
+	if _, err := s.pool.Exec(ctx, finishLeased, ids, token, reason, from, to); err != nil {
+		return wrap(fmt.Sprintf("finish %d outbox rows", len(rows)), err)
 	}
 	return nil
 }
 
 // Reschedule ends the lease of a row leased to token and makes it due again
 // after delay; with retry it counts a retry and keeps reason in last_error. A
-// row no longer leased to token is left alone.
-func (s *Store) Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error {
+// row no longer leased to token is left alone. The row's occurred_at
+// confines the statement to its partition.
+func (s *Store) Reschedule(ctx context.Context, row notify.OutboxKey, token string, delay time.Duration, reason string, retry bool) error {
 	if delay < 0 {
 		delay = 0
 	}
-	if _, err := s.pool.Exec(ctx, rescheduleLeased, id, token, delay.Microseconds(), reason, retry); err != nil {
-		return wrap(fmt.Sprintf("reschedule outbox row %d", id), err)
+	_, from, to := occurredSpan([]notify.OutboxKey{row})
+	if _, err := s.pool.Exec(ctx, rescheduleLeased, row.ID, token, delay.Microseconds(), reason, retry, from, to); err != nil {
+		return wrap(fmt.Sprintf("reschedule outbox row %d", row.ID), err)
 	}
 	return nil
+}
+
+// occurredSpan returns the ids of rows and the span of their occurred_at,
+// [from, to], for a statement that names outbox rows by id: with
+// occurred_at BETWEEN from AND to beside id = ANY(ids), PostgreSQL plans
+// and runs it on the partitions of those days alone (the outbox is
+// partitioned by day on occurred_at, migration 0014), where id alone
+// would plan over and probe every partition. The span only narrows the
+// search: each row's own occurred_at lies in it, so the statement changes
+// the rows it would change by id alone. A key without its time (zero)
+// leaves the span unbounded, the statement then finds its rows by id in
+// every partition, as before.
+func occurredSpan(rows []notify.OutboxKey) (ids []int64, from, to pgtype.Timestamptz) {
+	ids = make([]int64, len(rows))
+	var lo, hi time.Time
+	bounded := len(rows) > 0
+	for i, r := range rows {
+		ids[i] = r.ID
+		switch {
+		case r.OccurredAt.IsZero():
+			bounded = false
+		case i == 0:
+			lo, hi = r.OccurredAt, r.OccurredAt
+		default:
+			lo, hi = minTime(lo, r.OccurredAt), maxTime(hi, r.OccurredAt)
+		}
+	}
+	if !bounded {
+		return ids, pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true},
+			pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	return ids, pgtype.Timestamptz{Time: lo, Valid: true}, pgtype.Timestamptz{Time: hi, Valid: true}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -285,10 +285,15 @@ WHERE id IN (SELECT value FROM json_each(?)) AND locked_by = ? AND processed_at 
 
 // Finish marks rows leased to token processed, in one statement; a
 // non-empty reason records them as dead-lettered (last_error = reason). It
-// implements table.Queue.
-func (s *Store) Finish(ctx context.Context, ids []int64, token, reason string) error {
-	if len(ids) == 0 {
+// implements table.Queue; the rows are found by id (the outbox is one
+// table here, and OccurredAt is not needed).
+func (s *Store) Finish(ctx context.Context, rows []notify.OutboxKey, token, reason string) error {
+	if len(rows) == 0 {
 		return nil
+	}
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
 	}
 	list, err := json.Marshal(ids)
 	if err != nil {
@@ -312,8 +317,9 @@ WHERE id = ? AND locked_by = ? AND processed_at IS NULL`
 // Reschedule ends the lease of a row leased to token and makes it due again
 // after delay; with retry it counts a retry (attempts+1) and keeps reason as
 // last_error (an empty reason clears it); without, last_error stays as it
-// was. It implements table.Queue.
-func (s *Store) Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error {
+// was. It implements table.Queue; the row is found by id.
+func (s *Store) Reschedule(ctx context.Context, row notify.OutboxKey, token string, delay time.Duration, reason string, retry bool) error {
+	id := row.ID
 	inc := 0
 	if retry {
 		inc = 1

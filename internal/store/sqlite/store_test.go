@@ -288,7 +288,7 @@ func TestTwoStoresOneFile(t *testing.T) {
 					if _, err := store.Deliver(gctx, workerStore, m.ID, nid, func(context.Context) error { return nil }); err != nil {
 						return fmt.Errorf("deliver: %w", err)
 					}
-					if err := workerStore.Finish(gctx, []int64{m.ID}, token, ""); err != nil {
+					if err := workerStore.Finish(gctx, []notify.OutboxKey{m.Key()}, token, ""); err != nil {
 						return fmt.Errorf("finish: %w", err)
 					}
 					mu.Lock()

@@ -428,7 +428,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	ms, err := s.Claim(ctx, "w", 10, time.Hour)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
-	require.NoError(t, s.Finish(ctx, []int64{ms[0].ID}, "w", "550 mailbox unavailable"))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{ms[0].Key()}, "w", "550 mailbox unavailable"))
 	require.NoError(t, recordFailure(ctx, s, ms[0].ID, dead.ID, "550 mailbox unavailable", true))
 	// A dedup row whose message never had an outbox row here.
 	_, err = store.Deliver(ctx, s, 999999, olds[0].ID, noSend)

@@ -270,7 +270,7 @@ func testClaimSkipsStatusEvents(t *testing.T, ctx context.Context, h Harness) {
 	require.Len(t, ms, 1)
 	_, err = store.Deliver(ctx, s, ms[0].ID, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
-	require.NoError(t, s.Finish(ctx, []int64{ms[0].ID}, "w", ""))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{ms[0].Key()}, "w", ""))
 	later := create(t, ctx, s, 2)
 
 	ms, err = s.Claim(ctx, "w2", 10, time.Hour)

@@ -921,12 +921,12 @@ func testClaimLease(t *testing.T, ctx context.Context, h Harness) {
 	require.Empty(t, c)
 
 	// Only the holder of the lease can finish a row.
-	require.NoError(t, s.Finish(ctx, []int64{a[0].ID}, "worker-b", ""))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{a[0].Key()}, "worker-b", ""))
 	require.EqualValues(t, 3, unprocessed(t, ctx, s))
-	require.NoError(t, s.Finish(ctx, []int64{a[0].ID}, "worker-a", ""))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{a[0].Key()}, "worker-a", ""))
 	require.EqualValues(t, 2, unprocessed(t, ctx, s))
 	// Finishing twice changes nothing.
-	require.NoError(t, s.Finish(ctx, []int64{a[0].ID}, "worker-a", ""))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{a[0].Key()}, "worker-a", ""))
 	require.EqualValues(t, 2, unprocessed(t, ctx, s))
 	// A finished row is never claimed again, nor relayed.
 	require.NotContains(t, ids(allEvents(t, ctx, s)), a[0].ID)
@@ -948,14 +948,14 @@ func testClaimExpiredLease(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, a[0].ID, b[0].ID)
 
 	// The first worker's lease is stale: its Finish and Reschedule do nothing.
-	require.NoError(t, s.Finish(ctx, []int64{a[0].ID}, "worker-a", ""))
-	require.NoError(t, s.Reschedule(ctx, a[0].ID, "worker-a", 0, "stale", true))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{a[0].Key()}, "worker-a", ""))
+	require.NoError(t, s.Reschedule(ctx, a[0].Key(), "worker-a", 0, "stale", true))
 	require.EqualValues(t, 1, unprocessed(t, ctx, s))
 	none, err := s.Claim(ctx, "worker-c", 10, time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, none, "a stale Reschedule must not end the new lease")
 
-	require.NoError(t, s.Finish(ctx, []int64{b[0].ID}, "worker-b", ""))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{b[0].Key()}, "worker-b", ""))
 	require.Zero(t, unprocessed(t, ctx, s))
 }
 
@@ -970,22 +970,22 @@ func testReschedule(t *testing.T, ctx context.Context, h Harness) {
 
 	// A retry far in the future hides the row; one due at once shows it
 	// again with the retry counted.
-	require.NoError(t, s.Reschedule(ctx, later.ID, "w", time.Hour, "421 busy", true))
-	require.NoError(t, s.Reschedule(ctx, now.ID, "w", 0, "421 busy", true))
+	require.NoError(t, s.Reschedule(ctx, later.Key(), "w", time.Hour, "421 busy", true))
+	require.NoError(t, s.Reschedule(ctx, now.Key(), "w", 0, "421 busy", true))
 	got, err := s.Claim(ctx, "w2", 10, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, []int64{now.ID}, msgIDs(got))
 	require.Equal(t, 1, got[0].RetryCount)
 
 	// Without retry (a release) the count stays.
-	require.NoError(t, s.Reschedule(ctx, now.ID, "w2", 0, "", false))
+	require.NoError(t, s.Reschedule(ctx, now.Key(), "w2", 0, "", false))
 	got, err = s.Claim(ctx, "w3", 10, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, []int64{now.ID}, msgIDs(got))
 	require.Equal(t, 1, got[0].RetryCount)
 
 	// A short delay: hidden at first, due after it.
-	require.NoError(t, s.Reschedule(ctx, now.ID, "w3", 2*time.Second, "again", true))
+	require.NoError(t, s.Reschedule(ctx, now.Key(), "w3", 2*time.Second, "again", true))
 	got, err = s.Claim(ctx, "w4", 10, time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, got)
@@ -1007,7 +1007,7 @@ func testFinishDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	m, err := s.Claim(ctx, "w", 10, time.Hour)
 	require.NoError(t, err)
 	require.Len(t, m, 1)
-	require.NoError(t, s.Finish(ctx, []int64{m[0].ID}, "w", "550 mailbox unavailable"))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{m[0].Key()}, "w", "550 mailbox unavailable"))
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Equal(t, 1, h.Count(t, "outbox"), "a dead-lettered row is kept")
 	got, err := s.Claim(ctx, "w", 10, time.Hour)
@@ -1028,11 +1028,11 @@ func testFinishMany(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Len(t, b, 1)
 
-	ids := []int64{a[0].ID, a[1].ID, a[2].ID, b[0].ID}
-	require.NoError(t, s.Finish(ctx, ids, "worker-a", ""))
+	rows := []notify.OutboxKey{a[0].Key(), a[1].Key(), a[2].Key(), b[0].Key()}
+	require.NoError(t, s.Finish(ctx, rows, "worker-a", ""))
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "worker-a's three rows are finished, worker-b's is not")
 	require.NoError(t, s.Finish(ctx, nil, "worker-b", ""), "nothing to finish is no error")
-	require.NoError(t, s.Finish(ctx, []int64{b[0].ID}, "worker-b", ""))
+	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{b[0].Key()}, "worker-b", ""))
 	require.Zero(t, unprocessed(t, ctx, s))
 }
 

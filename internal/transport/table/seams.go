@@ -20,10 +20,13 @@ type Queue interface {
 	// Finish marks rows leased to token processed (processed_at = now), in
 	// one statement; a non-empty reason marks them dead-lettered and keeps
 	// the reason (last_error). A row no longer leased to token is left
-	// alone.
-	Finish(ctx context.Context, ids []int64, token, reason string) error
+	// alone. Rows are named by their keys as Claim returned them
+	// (Message.Key): PostgreSQL finds a row in its day's partition of the
+	// outbox by its occurred_at; the other stores use only the id.
+	Finish(ctx context.Context, rows []notify.OutboxKey, token, reason string) error
 	// Reschedule ends the lease of a row leased to token and makes it due
 	// again after delay; with retry it counts a retry (attempts+1) and keeps
-	// reason (last_error).
-	Reschedule(ctx context.Context, id int64, token string, delay time.Duration, reason string, retry bool) error
+	// reason (last_error). A row no longer leased to token is left alone.
+	// The row is named as in Finish.
+	Reschedule(ctx context.Context, row notify.OutboxKey, token string, delay time.Duration, reason string, retry bool) error
 }

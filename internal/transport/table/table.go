@@ -209,7 +209,7 @@ func (t *Transport) Consume(ctx context.Context, handle notify.Handler) error {
 // lease expires.
 func (t *Transport) release(ctx context.Context, msgs []notify.Message, token string) {
 	for _, m := range msgs {
-		if err := t.q.Reschedule(ctx, m.ID, token, 0, "", false); err != nil {
+		if err := t.q.Reschedule(ctx, m.Key(), token, 0, "", false); err != nil {
 			t.log.Warn("hand back claimed row at shutdown failed; it comes back when its lease expires",
 				"message_id", m.ID, "err", err)
 		}
@@ -227,11 +227,11 @@ type delivery struct {
 func (d *delivery) Message() notify.Message { return d.msg }
 
 func (d *delivery) Ack(ctx context.Context) error {
-	return d.acks.ack(ctx, d.msg.ID, d.token)
+	return d.acks.ack(ctx, d.msg.Key(), d.token)
 }
 
 func (d *delivery) Retry(ctx context.Context, reason string) error {
-	return d.t.q.Reschedule(ctx, d.msg.ID, d.token, d.t.retryDelay(d.msg.RetryCount), reason, true)
+	return d.t.q.Reschedule(ctx, d.msg.Key(), d.token, d.t.retryDelay(d.msg.RetryCount), reason, true)
 }
 
 // retryDelay is the wait before the retry that follows retries earlier ones:
@@ -244,7 +244,7 @@ func (t *Transport) retryDelay(retries int) time.Duration {
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
-	return d.t.q.Finish(ctx, []int64{d.msg.ID}, d.token, reason)
+	return d.t.q.Finish(ctx, []notify.OutboxKey{d.msg.Key()}, d.token, reason)
 }
 
 // acker finishes acknowledged rows in groups: an Ack waits for the one
@@ -260,7 +260,7 @@ type acker struct {
 }
 
 type ackReq struct {
-	id    int64
+	row   notify.OutboxKey
 	token string
 	errc  chan error
 }
@@ -289,13 +289,13 @@ func (a *acker) run(ctx context.Context) {
 				break more
 			}
 		}
-		byToken := map[string][]int64{}
+		byToken := map[string][]notify.OutboxKey{}
 		for _, r := range batch {
-			byToken[r.token] = append(byToken[r.token], r.id)
+			byToken[r.token] = append(byToken[r.token], r.row)
 		}
 		errs := make(map[string]error, len(byToken))
-		for token, ids := range byToken {
-			errs[token] = a.q.Finish(ctx, ids, token, "")
+		for token, rows := range byToken {
+			errs[token] = a.q.Finish(ctx, rows, token, "")
 		}
 		for _, r := range batch {
 			r.errc <- errs[r.token]
@@ -304,8 +304,8 @@ func (a *acker) run(ctx context.Context) {
 }
 
 // ack queues one row and waits until its group is finished.
-func (a *acker) ack(ctx context.Context, id int64, token string) error {
-	r := ackReq{id: id, token: token, errc: make(chan error, 1)}
+func (a *acker) ack(ctx context.Context, row notify.OutboxKey, token string) error {
+	r := ackReq{row: row, token: token, errc: make(chan error, 1)}
 	select {
 	case a.reqs <- r:
 	case <-a.done:
@@ -329,7 +329,7 @@ func (a *acker) stop() {
 }
 
 func (d *delivery) Release(ctx context.Context) error {
-	return d.t.q.Reschedule(ctx, d.msg.ID, d.token, 0, "", false)
+	return d.t.q.Reschedule(ctx, d.msg.Key(), d.token, 0, "", false)
 }
 
 func newToken() string {
