@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,18 +17,20 @@ import (
 )
 
 const (
-	// claimRelayBatch picks the rows a relay may take: unprocessed, of one
-	// of the types $2 (NULL: any), with no live lease, in id order,
-	// skipping rows another relay is claiming at this instant. It is
-	// answered from outbox_unprocessed_idx: it walks the partial index in
-	// id order and stops after limit rows it could lock (rows of other
-	// types are passed over; the other relay keeps them few).
+	// claimRelayBatch picks the rows a relay may take: unprocessed, of the
+	// relay's types (%[1]s, see relayTypes), with no live lease, in id
+	// order, skipping rows another relay is claiming at this instant. It
+	// walks a partial index in id order (outbox_unprocessed_idx, or the
+	// index of the relay's types, which the planner can pick because the
+	// types are written as literals) and stops after limit rows it could
+	// lock (rows of other types are passed over; the other relay keeps
+	// them few). On the partitioned outbox the walk is a Merge Append of
+	// each partition's index (claimPlan).
 	// Leases are judged and started on clock_timestamp(), the statement's
 	// time, not the transaction's start (see deliver.go, "Clocks").
 	claimRelayBatch = `
-SELECT id FROM outbox
-WHERE processed_at IS NULL
-  AND ($2::text[] IS NULL OR event_type = ANY($2::text[]))
+SELECT id, occurred_at FROM outbox
+WHERE processed_at IS NULL%[1]s
   AND (locked_until IS NULL OR locked_until < clock_timestamp())
 ORDER BY id
 LIMIT $1
@@ -36,15 +39,15 @@ FOR UPDATE SKIP LOCKED`
 	// leaseRelayBatch leases the claimed rows to one batch, in one
 	// autocommitted statement: the row locks last only as long as it runs,
 	// the lease keeps other relays off while the batch publishes. The CTE is
-	// materialized so the locking subquery runs exactly once.
+	// materialized so the locking subquery runs exactly once. The claimed
+	// rows are found again as claimedRows says.
 	leaseRelayBatch = `
 WITH claimed AS MATERIALIZED (` + claimRelayBatch + `
 )
-UPDATE outbox o
-SET locked_by = $3, locked_until = clock_timestamp() + $4::bigint * interval '1 microsecond'
-FROM claimed
-WHERE o.id = claimed.id
-RETURNING o.id, o.event_type, o.payload, o.occurred_at, COALESCE(o.traceparent, '')`
+UPDATE outbox
+SET locked_by = $2, locked_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE ` + claimedRows + `
+RETURNING id, event_type, payload, occurred_at, COALESCE(traceparent, '')`
 
 	// markRelayed records the confirmed rows; any relay's confirm counts,
 	// so it does not check the lease: the broker has the event either way.
@@ -132,14 +135,98 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 	return len(events), nil
 }
 
+// claimedRows is the condition by which a claim's UPDATE finds again the
+// rows its CTE, claimed (id, occurred_at), holds: their ids, in the span
+// of their occurred_at. It is a single-table condition on the key, not a
+// join: on a plan made once (claimPlan) a join's lookup could be an
+// unparameterized walk of a partition's key, chosen while the partition's
+// statistics said it was empty (PostgreSQL prefers the unparameterized
+// path when both cost nothing) and repeated for every claimed row once
+// the partition fills; here the key's index, with id = ANY(...) and the
+// span as its condition, is the only path not switched off. The span,
+// known once the CTE has run, prunes the UPDATE to the partitions of the
+// claimed rows' days at run time.
+const claimedRows = `id = ANY(ARRAY(SELECT id FROM claimed))
+  AND occurred_at BETWEEN (SELECT min(occurred_at) FROM claimed) AND (SELECT max(occurred_at) FROM claimed)`
+
 // claimPlan goes before a claim in its transaction (the relay's lease and
-// the table transport's Claim). On the partitioned outbox (migration
-// 0014) the claim's id order is a Merge Append of each partition's partial
-// index, which stops after limit rows; planned from statistics that show
-// no backlog, PostgreSQL preferred reading every partition's unprocessed
-// rows and sorting them, a walk of the whole backlog per batch (issue 24).
-// Without a sort the merge is the only plan.
-const claimPlan = `SELECT set_config('enable_sort', 'off', true)`
+// the table transport's Claim) and makes it run on a generic plan, made
+// once per connection and statement and reused, like the delivery
+// bookkeeping's (keyedPlan, store.go; deliver.go, "Plans"). Planned afresh
+// for each execution, as the pool's other statements are, a claim on the
+// partitioned outbox (migration 0014) spent more on planning over every
+// partition than on its run. A plan made once must be right at every size
+// of every partition, so the claim is written to have one reasonable plan
+// whatever the statistics, and the settings leave no other:
+//   - the rows come in id order from a Merge Append of each partition's
+//     partial index, which stops after limit rows. Planned from statistics
+//     that show no backlog, PostgreSQL preferred reading every partition's
+//     unprocessed rows and sorting them, a walk of the whole backlog per
+//     batch (issue 24); without a sort, without sequential or bitmap scans,
+//     the merge of index walks is the only plan. (Of the indexes that give
+//     id order, the partial one costs least on any statistics but one, a
+//     partition analysed while empty, where all cost the same; see
+//     "Plans" in deliver.go. The index walked there is that empty
+//     partition's, until autovacuum analyses it once it has rows, which
+//     replans.)
+//   - the claimed rows are leased by a lookup of their key in each
+//     partition that their occurred_at span reaches (claimedRows), pruned
+//     at run time to those partitions. No statement joins: hash and merge
+//     joins and materialization are off all the same.
+//
+// A new partition, or an ANALYZE of one, invalidates the plan: the next
+// claim plans again. TestClaimPlansWalkPartialIndexes checks the plans on
+// new, young and grown statistics.
+const claimPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_sort', 'off', true),
+	set_config('enable_seqscan', 'off', true),
+	set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_hashjoin', 'off', true),
+	set_config('enable_mergejoin', 'off', true),
+	set_config('enable_material', 'off', true)`
+
+// relayTypes returns the type condition of claimRelayBatch for a relay of
+// types (nil: every type) and the statement's arguments after $3. Types
+// are written into the statement as literals, so that each relay's plan,
+// made once (claimPlan), can walk the partial index of its types
+// (outbox_work_unprocessed_idx for notification.requested,
+// outbox_status_unprocessed_idx for the status events) instead of every
+// unprocessed row; each set of types is then a statement of its own. A
+// type that is not a plain name (letters, digits, '.', '_', '-') is passed
+// as a parameter instead, and the relay walks outbox_unprocessed_idx.
+func relayTypes(types []string) (cond string, args []any) {
+	if types == nil {
+		return "", nil
+	}
+	lits := make([]string, len(types))
+	for i, t := range types {
+		if !plainType(t) {
+			return "\n  AND event_type = ANY($4::text[])", []any{types}
+		}
+		lits[i] = "'" + t + "'"
+	}
+	return "\n  AND event_type IN (" + strings.Join(lits, ", ") + ")", nil
+}
+
+// plainType reports whether t can be written as a literal as is.
+func plainType(t string) bool {
+	if t == "" {
+		return false
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// leaseStatement returns leaseRelayBatch for a relay of types, and its
+// arguments after $3.
+func leaseStatement(types []string) (string, []any) {
+	cond, args := relayTypes(types)
+	return fmt.Sprintf(leaseRelayBatch, cond), args
+}
 
 // leaseRelayEvents leases up to limit rows to token, in id order, in one
 // round trip (a pipelined batch, one implicit transaction). The lease
@@ -148,10 +235,11 @@ const claimPlan = `SELECT set_config('enable_sort', 'off', true)`
 // that are unprocessed anyway, and the flush would double the fsyncs of a
 // batch. claimPlan shares the transaction.
 func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string, token string, lease time.Duration) ([]notify.Event, error) {
+	sql, typeArgs := leaseStatement(types)
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	b.Queue(claimPlan)
-	b.Queue(leaseRelayBatch, limit, types, token, lease.Microseconds())
+	b.Queue(sql, append([]any{limit, token, lease.Microseconds()}, typeArgs...)...)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	for range 2 {

@@ -280,7 +280,7 @@ func (st *study) dailyPartitions() {
 	}
 }
 
-// rawClaims times the relay's lease statement (leaseRelayBatch, a lease
+// rawClaims times the relay's lease statement (leaseStatement, a lease
 // of a microsecond) and the table claim's (claimDue) on the outbox, run as
 // the store runs them (after claimPlan, in one implicit transaction), on
 // its pool.
@@ -297,7 +297,8 @@ func (st *study) rawClaims() {
 	var relay, claim []time.Duration
 	for range st.cfg.Calls {
 		start := time.Now()
-		n := run(leaseRelayBatch, studyRelayBatch, nil, "study", 1)
+		lease, _ := leaseStatement(nil)
+		n := run(lease, studyRelayBatch, "study", 1)
 		relay = append(relay, time.Since(start))
 		require.EqualValues(st.t, studyRelayBatch, n)
 		start = time.Now()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,13 +165,15 @@ func TestDeliveryPlansReadOnlyKeys(t *testing.T) {
 	assertKeyedPlans(t, ctx, conn, "grown", true)
 }
 
-// assertGenericPlans checks that the delivery bookkeeping's statements ran
-// on the generic plans of s's connection (keyedPlan) and never on a custom
-// plan: that what TestDeliveryCostStaysWithBatchAsTablesGrow measures is
-// what plans made once read. s has one pooled connection.
+// assertGenericPlans checks that the delivery bookkeeping's statements
+// (keyedPlan) and the notifications relay's lease (claimPlan) ran on the
+// generic plans of s's connection and never on a custom plan: that what
+// TestDeliveryCostStaysWithBatchAsTablesGrow measures is what plans made
+// once read. s has one pooled connection.
 func assertGenericPlans(t *testing.T, ctx context.Context, s *Store) {
 	t.Helper()
-	names := map[string]string{lockNotifications: "lock", recordDeliveries: "record", claimDeliveries: "claim"}
+	lease, _ := leaseStatement([]string{notify.EventRequested})
+	names := map[string]string{lockNotifications: "lock", recordDeliveries: "record", claimDeliveries: "claim", lease: "relay lease"}
 	seen := map[string]bool{}
 	c, err := s.pool.Acquire(ctx)
 	require.NoError(t, err)
@@ -192,4 +195,216 @@ func assertGenericPlans(t *testing.T, ctx context.Context, s *Store) {
 	}
 	require.NoError(t, rows.Err())
 	assert.Len(t, seen, len(names), "statements prepared: %v", seen)
+}
+
+// claimStatement is a claim that runs after claimPlan, with arguments to
+// explain it with (literals) and the suffix of the partial index its walk
+// must take in every partition (<partition><suffix>).
+type claimStatement struct {
+	name, sql, args, walk string
+}
+
+// claimStatements are the claims of the relays herald runs (every type;
+// the notifications; the status events) and the table transport's.
+func claimStatements() []claimStatement {
+	lease := func(types []string) string {
+		sql, _ := leaseStatement(types)
+		return sql
+	}
+	return []claimStatement{
+		{"relay lease", lease(nil), `100, 'relay-t', 60000000`, "_unprocessed_idx"},
+		{"notifications relay lease", lease([]string{notify.EventRequested}), `100, 'relay-t', 60000000`, "_work_unprocessed_idx"},
+		{"status relay lease", lease(notify.StatusEventTypes), `100, 'relay-t', 60000000`, "_status_unprocessed_idx"},
+		{"table claim", claimDue, `'worker-t', 100, 60000000`, "_work_unprocessed_idx"},
+	}
+}
+
+// explainPrepared explains sql as a prepared statement executed with args
+// after setup (claimPlan) in one transaction that is rolled back, as a
+// connection of the store would run it: with force_generic_plan, the
+// generic plan. opts are EXPLAIN's options, FORMAT JSON among them.
+func explainPrepared(t *testing.T, ctx context.Context, conn *pgx.Conn, setup, opts, sql, args string) map[string]any {
+	t.Helper()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, setup)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `PREPARE claim_probe AS `+sql)
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(ctx, `DEALLOCATE claim_probe`) }()
+	var out []map[string]any
+	var raw []byte
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (`+opts+`) EXECUTE claim_probe(`+args+`)`).Scan(&raw))
+	require.NoError(t, json.Unmarshal(raw, &out))
+	require.Len(t, out, 1)
+	return out[0]["Plan"].(map[string]any)
+}
+
+// outboxLeaves lists the outbox's partitions.
+func outboxLeaves(t *testing.T, ctx context.Context, conn *pgx.Conn) []string {
+	t.Helper()
+	return leafTables(t, ctx, conn, "outbox")
+}
+
+// claimPlanProblems returns what is wrong with a claim's generic plan:
+// anything but a Merge Append of every partition's partial index walk
+// (<partition><walk>) under the claim, and a lookup of the claimed rows'
+// key in each partition (<partition>_pkey, on id and the span of
+// occurred_at) for the lease. No sort, hash, merge join, materialization,
+// sequential or bitmap scan.
+func claimPlanProblems(plan map[string]any, leaves []string, walk string) []string {
+	var problems []string
+	walked := map[string]bool{}
+	merges := 0
+	var visit func(n map[string]any, underMerge bool)
+	visit = func(n map[string]any, underMerge bool) {
+		node, _ := n["Node Type"].(string)
+		rel, _ := n["Relation Name"].(string)
+		index, _ := n["Index Name"].(string)
+		cond, _ := n["Index Cond"].(string)
+		switch node {
+		case "Merge Append":
+			merges++
+			underMerge = true
+		case "Seq Scan", "Sort", "Incremental Sort", "Hash", "Hash Join", "Merge Join", "Materialize",
+			"Bitmap Heap Scan", "Bitmap Index Scan":
+			problems = append(problems, fmt.Sprintf("%s on %q", node, rel))
+		}
+		if rel != "" && node != "ModifyTable" {
+			switch {
+			case node != "Index Scan":
+				problems = append(problems, fmt.Sprintf("%s on %s", node, rel))
+			case underMerge && index == rel+walk:
+				walked[rel] = true
+			case underMerge:
+				problems = append(problems, fmt.Sprintf("claim walks %s on %s, want %s", index, rel, rel+walk))
+			case index != rel+"_pkey" || !strings.Contains(cond, "id = ANY") || !strings.Contains(cond, "occurred_at >= ") ||
+				!strings.Contains(cond, "occurred_at <= "):
+				filter, _ := n["Filter"].(string)
+				problems = append(problems, fmt.Sprintf("lease looks up %s by %s, cond %q, filter %q", rel, index, cond, filter))
+			}
+		}
+		if kids, ok := n["Plans"].([]any); ok {
+			for _, k := range kids {
+				visit(k.(map[string]any), underMerge)
+			}
+		}
+	}
+	visit(plan, false)
+	if merges != 1 {
+		problems = append(problems, fmt.Sprintf("%d Merge Appends, want 1", merges))
+	}
+	for _, leaf := range leaves {
+		if !walked[leaf] {
+			problems = append(problems, "claim does not walk "+leaf+walk)
+		}
+	}
+	return problems
+}
+
+// assertClaimPlans checks the generic plan of every claim (claimPlan).
+// Unless strict, it only reports what is wrong.
+func assertClaimPlans(t *testing.T, ctx context.Context, conn *pgx.Conn, stage string, strict bool) {
+	t.Helper()
+	leaves := outboxLeaves(t, ctx, conn)
+	require.Greater(t, len(leaves), 2, "the outbox's partitions")
+	for _, st := range claimStatements() {
+		plan := explainPrepared(t, ctx, conn, claimPlan, "FORMAT JSON, VERBOSE", st.sql, st.args)
+		problems := claimPlanProblems(plan, leaves, st.walk)
+		if strict {
+			assert.Empty(t, problems, "%s, %s", stage, st.name)
+		} else if len(problems) > 0 {
+			t.Logf("%s, %s: %s", stage, st.name, strings.Join(problems, "; "))
+		}
+	}
+}
+
+// executedLookups returns the partitions whose key lookup ran (Actual
+// Loops > 0) in an analysed plan: the lease's inner side, outside the
+// Merge Append.
+func executedLookups(plan map[string]any) []string {
+	var out []string
+	var visit func(n map[string]any, underMerge bool)
+	visit = func(n map[string]any, underMerge bool) {
+		node, _ := n["Node Type"].(string)
+		if node == "Merge Append" {
+			underMerge = true
+		}
+		rel, _ := n["Relation Name"].(string)
+		if loops, _ := n["Actual Loops"].(float64); rel != "" && node == "Index Scan" && !underMerge && loops > 0 {
+			out = append(out, rel)
+		}
+		if kids, ok := n["Plans"].([]any); ok {
+			for _, k := range kids {
+				visit(k.(map[string]any), underMerge)
+			}
+		}
+	}
+	visit(plan, false)
+	return out
+}
+
+// The claims run on plans made once per connection (claimPlan) over the
+// partitioned outbox, so each plan must walk every partition's partial
+// index of its rows in id order, merged, and look each claimed row up in
+// its own partition by its whole key, whatever the statistics it was made
+// with: new (never analysed), young, grown with young statistics, grown.
+// As for the delivery bookkeeping, tables analysed while empty are
+// reported, not asserted (claimPlan's comment). The lease's lookups are
+// pruned at run time: a claim of rows of two days looks up only those
+// two partitions.
+func TestClaimPlansWalkPartialIndexes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	s, conn := openMeasured(t, ctx, 1, growthTables)
+	analyse := func() {
+		t.Helper()
+		_, err := conn.Exec(ctx, `ANALYZE`)
+		require.NoError(t, err)
+	}
+
+	assertClaimPlans(t, ctx, conn, "new", true)
+	analyse()
+	assertClaimPlans(t, ctx, conn, "empty, analysed", false)
+
+	// Young: a few rows, relayed and claimed, statistics gathered.
+	createN(t, ctx, s, 24)
+	relayAll(t, s)
+	analyse()
+	assertClaimPlans(t, ctx, conn, "young", true)
+
+	// Grown: a history of processed rows and a backlog, in outbox_legacy
+	// (today: before the bound migration 0014 set) and in two of the
+	// daily partitions ahead.
+	growTables(t, ctx, conn, notify.StatusSent, 20_000)
+	growTables(t, ctx, conn, notify.StatusPending, 5_000)
+	_, err := conn.Exec(ctx, `INSERT INTO outbox (event_type, payload, occurred_at, processed_at)
+SELECT 'notification.requested', '{}', now() + (1 + (g / 10) % 2) * interval '1 day', CASE WHEN g % 10 > 0 THEN now() END
+FROM generate_series(1, 20000) AS g`)
+	require.NoError(t, err)
+	assertClaimPlans(t, ctx, conn, "grown, young statistics", true)
+	analyse()
+	assertClaimPlans(t, ctx, conn, "grown", true)
+
+	// A lease of rows of two days: the oldest unprocessed rows are in
+	// outbox_legacy; with those leased away, the next are in the two
+	// partitions ahead. Each claimed row is looked up in its own partition.
+	var legacyBacklog int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM outbox_legacy WHERE processed_at IS NULL`).Scan(&legacyBacklog))
+	_, err = conn.Exec(ctx, `UPDATE outbox_legacy SET locked_by = 'other', locked_until = now() + interval '1 hour' WHERE processed_at IS NULL`)
+	require.NoError(t, err)
+	lease, _ := leaseStatement(nil)
+	plan := explainPrepared(t, ctx, conn, claimPlan, "ANALYZE, FORMAT JSON", lease, `100, 'relay-t', 60000000`)
+	var ahead []string
+	rows, err := conn.Query(ctx, `SELECT DISTINCT tableoid::regclass::text FROM outbox WHERE occurred_at > now() + interval '12 hours' ORDER BY 1`)
+	require.NoError(t, err)
+	ahead, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, ahead, 2)
+	got := executedLookups(plan)
+	slices.Sort(got)
+	assert.Equal(t, ahead, got, "the lease's lookups ran in the partitions of its rows alone (%d partitions, %d rows of outbox_legacy leased elsewhere)",
+		len(outboxLeaves(t, ctx, conn)), legacyBacklog)
 }

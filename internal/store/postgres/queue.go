@@ -22,10 +22,13 @@ const (
 	// subquery runs exactly once; rows another worker is claiming right now
 	// are skipped, not waited for. Due times and leases are judged and
 	// started on clock_timestamp(), the statement's time (see deliver.go,
-	// "Clocks").
+	// "Clocks"). It runs on a plan made once (claimPlan, outbox.go): the
+	// walk is a Merge Append of each partition's
+	// outbox_work_unprocessed_idx, and the due rows are found again by
+	// their key in their days' partitions (claimedRows).
 	claimDue = `
-WITH due AS MATERIALIZED (
-	SELECT id FROM outbox
+WITH claimed AS MATERIALIZED (
+	SELECT id, occurred_at FROM outbox
 	WHERE processed_at IS NULL
 	  AND event_type NOT IN ('` + notify.EventSent + `', '` + notify.EventFailed + `')
 	  AND available_at <= clock_timestamp()
@@ -34,11 +37,10 @@ WITH due AS MATERIALIZED (
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
 )
-UPDATE outbox o
+UPDATE outbox
 SET locked_by = $1, locked_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
-FROM due
-WHERE o.id = due.id
-RETURNING o.id, o.event_type, o.payload, o.attempts, o.occurred_at, COALESCE(o.traceparent, '')`
+WHERE ` + claimedRows + `
+RETURNING id, event_type, payload, attempts, occurred_at, COALESCE(traceparent, '')`
 
 	// finishLeased and rescheduleLeased name their rows by id and bound
 	// occurred_at by the rows' own ($4 and $5, $6 and $7; see
@@ -69,7 +71,8 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	if lease <= 0 {
 		return nil, fmt.Errorf("claim outbox rows: lease must be positive, got %s", lease)
 	}
-	// One round trip, one implicit transaction: claimPlan, then the claim.
+	// One round trip, one implicit transaction: claimPlan, then the claim
+	// on the connection's generic plan.
 	b := &pgx.Batch{}
 	b.Queue(claimPlan)
 	b.Queue(claimDue, token, limit, lease.Microseconds())
