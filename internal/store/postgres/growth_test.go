@@ -292,18 +292,13 @@ func TestDeliveryCostStaysWithBatchAsTablesGrow(t *testing.T) {
 			// One pooled connection: every statement below runs on the
 			// connection that cached it, as a busy worker's do.
 			s, conn := openMeasured(t, ctx, 1, growthTables)
-			analyse := func() {
-				t.Helper()
-				_, err := conn.Exec(ctx, `ANALYZE`)
-				require.NoError(t, err)
-			}
 
 			// Young: a few rows, statistics gathered, then enough batches
 			// that every statement ran well over five times.
 			young := newCostMeter(t, ctx, s, conn)
 			createN(t, ctx, s, 24)
 			require.Equal(t, 24, deliverAll(t, ctx, s, 8, 4, 1000, young))
-			analyse()
+			analyseAll(t, ctx, conn)
 			createN(t, ctx, s, 96)
 			require.Equal(t, 96, deliverAll(t, ctx, s, 8, 4, 1000, young))
 			// The rate while young, in the groups measured below.
@@ -313,11 +308,11 @@ func TestDeliveryCostStaysWithBatchAsTablesGrow(t *testing.T) {
 
 			growTables(t, ctx, conn, notify.StatusSent, sent)
 			if stats == "before-backlog" {
-				analyse()
+				analyseAll(t, ctx, conn)
 			}
 			growTables(t, ctx, conn, notify.StatusPending, backlog)
 			if stats == "grown" {
-				analyse()
+				analyseAll(t, ctx, conn)
 			}
 
 			grown := newCostMeter(t, ctx, s, conn)
@@ -344,6 +339,14 @@ func TestDeliveryCostStaysWithBatchAsTablesGrow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// analyseAll gathers the statistics of the whole database on conn, as a
+// plan test does between the table sizes it plans at.
+func analyseAll(t *testing.T, ctx context.Context, conn *pgx.Conn) {
+	t.Helper()
+	_, err := conn.Exec(ctx, `ANALYZE`)
+	require.NoError(t, err)
 }
 
 // openMeasured opens a store of maxConns pooled connections on a fresh

@@ -142,26 +142,21 @@ func TestDeliveryPlansReadOnlyKeys(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	s, conn := openMeasured(t, ctx, 1, growthTables)
-	analyse := func() {
-		t.Helper()
-		_, err := conn.Exec(ctx, `ANALYZE`)
-		require.NoError(t, err)
-	}
 
 	assertKeyedPlans(t, ctx, conn, "new", true)
-	analyse()
+	analyseAll(t, ctx, conn)
 	assertKeyedPlans(t, ctx, conn, "empty, analysed", false)
 
 	young := newCostMeter(t, ctx, s, conn)
 	createN(t, ctx, s, 24)
 	require.Equal(t, 24, deliverAll(t, ctx, s, 8, 4, 1000, young))
-	analyse()
+	analyseAll(t, ctx, conn)
 	assertKeyedPlans(t, ctx, conn, "young", true)
 
 	growTables(t, ctx, conn, notify.StatusSent, 20_000)
 	growTables(t, ctx, conn, notify.StatusPending, 5_000)
 	assertKeyedPlans(t, ctx, conn, "grown, young statistics", true)
-	analyse()
+	analyseAll(t, ctx, conn)
 	assertKeyedPlans(t, ctx, conn, "grown", true)
 }
 
@@ -359,20 +354,15 @@ func TestClaimPlansWalkPartialIndexes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	s, conn := openMeasured(t, ctx, 1, growthTables)
-	analyse := func() {
-		t.Helper()
-		_, err := conn.Exec(ctx, `ANALYZE`)
-		require.NoError(t, err)
-	}
 
 	assertClaimPlans(t, ctx, conn, "new", true)
-	analyse()
+	analyseAll(t, ctx, conn)
 	assertClaimPlans(t, ctx, conn, "empty, analysed", false)
 
 	// Young: a few rows, relayed and claimed, statistics gathered.
 	createN(t, ctx, s, 24)
 	relayAll(t, s)
-	analyse()
+	analyseAll(t, ctx, conn)
 	assertClaimPlans(t, ctx, conn, "young", true)
 
 	// Grown: a history of processed rows and a backlog, in outbox_legacy
@@ -385,7 +375,7 @@ SELECT 'notification.requested', '{}', now() + (1 + (g / 10) % 2) * interval '1 
 FROM generate_series(1, 20000) AS g`)
 	require.NoError(t, err)
 	assertClaimPlans(t, ctx, conn, "grown, young statistics", true)
-	analyse()
+	analyseAll(t, ctx, conn)
 	assertClaimPlans(t, ctx, conn, "grown", true)
 
 	// A lease of rows of two days: the oldest unprocessed rows are in
