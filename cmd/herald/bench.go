@@ -171,7 +171,13 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		}
 		cleanups = append(cleanups, stop)
 	}
+	// A delivery the transport lost track of (an SQS receive whose answer
+	// never arrived, a row leased by a worker that died) comes back when its
+	// row lease or visibility timeout runs out: the bench waits longer than
+	// that before it calls the delivery stalled.
+	_, rowLease := deliveryLeases(sc.cfg)
 	bcfg := bench.Config{
+		Stall:       rowLease + 30*time.Second,
 		URL:         st.url,
 		N:           o.n,
 		Concurrency: o.concurrency,
