@@ -1,6 +1,9 @@
 package notify
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Delivery is one message handed to a consumer by a transport, with the
 // means to settle it. It is the seam every transport implements, kept with
@@ -16,9 +19,14 @@ type Delivery interface {
 	Retry(ctx context.Context, reason string) error
 	// DeadLetter moves the message to the dead letters with its reason.
 	DeadLetter(ctx context.Context, reason string) error
-	// Release hands the message back unchanged, to be redelivered without
-	// counting a retry (used when the store is unreachable).
-	Release(ctx context.Context) error
+	// Release hands the message back unchanged (its retry count kept), to
+	// be delivered again once after has passed (0: at once). It parks the
+	// message: meanwhile it holds no consumer's place (a prefetch slot, a
+	// row lease), and no broker delivery limit counts it. The worker uses it
+	// for a delivery that cannot go now (its channel's or destination's
+	// gate closed, its rate turn or share not come, the store unreachable):
+	// after is then when it may go.
+	Release(ctx context.Context, after time.Duration) error
 }
 
 // Handler handles one delivery and settles it. A transport calls it from

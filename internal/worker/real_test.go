@@ -134,7 +134,7 @@ func (d *sliceDelivery) DeadLetter(context.Context, string) error {
 	d.src.settle(d.msg.ID, "dead")
 	return nil
 }
-func (d *sliceDelivery) Release(context.Context) error {
+func (d *sliceDelivery) Release(_ context.Context, _ time.Duration) error {
 	d.src.settle(d.msg.ID, "release")
 	d.src.queue <- d.msg
 	return nil

@@ -958,7 +958,7 @@ func (w *Worker) release(ctx context.Context, d notify.Delivery, pause time.Dura
 		}
 		t.Stop()
 	}
-	if err := d.Release(context.WithoutCancel(ctx)); err != nil {
+	if err := d.Release(context.WithoutCancel(ctx), 0); err != nil {
 		return errors.Join(cause, fmt.Errorf("release: %w", err))
 	}
 	return cause

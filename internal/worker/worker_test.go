@@ -87,7 +87,7 @@ func (d *fakeDelivery) DeadLetter(_ context.Context, reason string) error {
 	d.add(settle{"dead", reason})
 	return nil
 }
-func (d *fakeDelivery) Release(context.Context) error {
+func (d *fakeDelivery) Release(_ context.Context, after time.Duration) error {
 	d.add(settle{how: "release"})
 	return nil
 }

@@ -36,7 +36,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 
 // Release hands the record back unchanged: it goes out again at once,
 // still first of its key, without counting a retry.
-func (d *delivery) Release(ctx context.Context) error {
+func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 	return d.settle("release", func() error { return d.s.requeue(d.e) })
 }
 

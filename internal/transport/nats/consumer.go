@@ -542,7 +542,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 // Release hands the message back for immediate redelivery, unchanged.
 // JetStream counts the delivery (its own redelivery count); x-retry-count,
 // the count herald goes by, stays as it was.
-func (d *delivery) Release(ctx context.Context) error {
+func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 	return d.settle("release", func() error { return d.m.Nak() })
 }
 

@@ -242,7 +242,7 @@ func TestBlockedForwardDoesNotHoldAcks(t *testing.T) {
 			err := d.Retry(ctx, "451 try later")
 			if err != nil {
 				// What the worker does with a failed retry.
-				assert.NoError(t, d.Release(ctx))
+				assert.NoError(t, d.Release(ctx, 0))
 			}
 			retried <- err
 			return

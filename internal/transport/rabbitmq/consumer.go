@@ -277,7 +277,7 @@ func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle notify.H
 			// Left unsettled, it would pin a prefetch slot until the
 			// connection drops: hand it back to be tried again.
 			s.log.Warn("dead-letter message with invalid message_id; handing it back", "message_id", d.MessageId, "err", err)
-			if err := dl.Release(ctx); err != nil {
+			if err := dl.Release(ctx, 0); err != nil {
 				s.log.Warn("hand back message with invalid message_id", "message_id", d.MessageId, "err", err)
 			}
 		}
@@ -434,7 +434,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 // the copy, waits for its confirm (at most ConfirmTimeout) and then acks the
 // original. When the copy cannot be published, it requeues the original
 // instead, which a quorum queue counts, and says so in the log.
-func (d *delivery) Release(ctx context.Context) error {
+func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 	return d.settle("release", func() error {
 		cctx, cancel := context.WithTimeout(ctx, d.s.cfg.ConfirmTimeout)
 		defer cancel()

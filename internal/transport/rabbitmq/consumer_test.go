@@ -163,7 +163,7 @@ func TestReleaseRedelivers(t *testing.T) {
 	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		rec.add(d.Message())
 		if len(rec.list()) == 1 {
-			assert.NoError(t, d.Release(ctx))
+			assert.NoError(t, d.Release(ctx, 0))
 			return
 		}
 		assert.NoError(t, d.Ack(ctx))
@@ -277,7 +277,7 @@ func TestRetryQueueDeletedMidRun(t *testing.T) {
 		}
 		err := d.Retry(ctx, "smtp down")
 		if err != nil {
-			assert.NoError(t, d.Release(ctx), "release after a failed retry")
+			assert.NoError(t, d.Release(ctx, 0), "release after a failed retry")
 		}
 		results <- result{id: id, err: err}
 	})
@@ -434,7 +434,7 @@ func TestConsumeReturnsPromptlyUnderLoad(t *testing.T) {
 		case <-ctx.Done():
 		}
 		if d.Message().ID%2 == 0 {
-			assert.NoError(t, d.Release(ctx))
+			assert.NoError(t, d.Release(ctx, 0))
 		}
 	})
 	require.Eventually(t, func() bool { return held.Load() == int64(cfg.Prefetch) }, waitFor, 10*time.Millisecond,

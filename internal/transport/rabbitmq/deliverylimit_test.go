@@ -117,7 +117,7 @@ func TestReleaseNeverReachesDeliveryLimit(t *testing.T) {
 	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		m := d.Message()
 		if c.add(m) <= releases {
-			assert.NoError(t, d.Release(ctx))
+			assert.NoError(t, d.Release(ctx, 0))
 			return
 		}
 		if assert.NoError(t, d.Ack(ctx)) {

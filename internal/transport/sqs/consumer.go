@@ -129,7 +129,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	for _, d := range pending.Take() {
 		if d.unsettled() {
 			back.Go(func() {
-				if err := d.Release(hb); err != nil {
+				if err := d.Release(hb, 0); err != nil {
 					c.cfg.Logger.Warn("sqs hand-back failed; the message comes back after its visibility timeout", "message_id", d.msg.ID, "err", err)
 				}
 			})
@@ -442,7 +442,7 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 }
 
 // Release makes the message visible again at once, unchanged.
-func (d *delivery) Release(ctx context.Context) error {
+func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 	return d.settle(func() (bool, error) {
 		_, err := d.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
 			QueueUrl: aws.String(d.send), ReceiptHandle: d.raw.ReceiptHandle, VisibilityTimeout: 0,

@@ -328,8 +328,10 @@ func (a *acker) stop() {
 	<-a.done
 }
 
-func (d *delivery) Release(ctx context.Context) error {
-	return d.t.q.Reschedule(ctx, d.msg.Key(), d.token, 0, "", false)
+// Release hands the row back, due after after, with its retry count: it is
+// not claimed again before then, and holds no lease meanwhile.
+func (d *delivery) Release(ctx context.Context, after time.Duration) error {
+	return d.t.q.Reschedule(ctx, d.msg.Key(), d.token, max(after, 0), "", false)
 }
 
 func newToken() string {

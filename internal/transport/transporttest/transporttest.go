@@ -443,7 +443,7 @@ func testRelease(t *testing.T, e *env) {
 		case 1:
 			assert.NoError(t, d.Retry(ctx, "451 try later"), "retry")
 		case 2:
-			assert.NoError(t, d.Release(ctx), "release")
+			assert.NoError(t, d.Release(ctx, 0), "release")
 		default:
 			if assert.NoError(t, d.Ack(ctx), "ack") {
 				j.ack(d.Message().ID)
