@@ -429,15 +429,32 @@ func (d *delivery) Ack(ctx context.Context) error {
 	return d.settle("ack", func() error { return d.d.Ack(false) })
 }
 
-// Release hands the message back to the send queue unchanged, as a fresh
-// copy that no broker delivery limit counts (see refreshAt): it publishes
-// the copy, waits for its confirm (at most ConfirmTimeout) and then acks the
-// original. When the copy cannot be published, it requeues the original
-// instead, which a quorum queue counts, and says so in the log.
+// Release hands the message back unchanged (its x-retry-count kept), as a
+// fresh copy that no broker delivery limit counts (see refreshAt), and acks
+// the original once the copy is confirmed (the wait bounded by
+// ConfirmTimeout), so that nothing of this consumer's is held meanwhile.
+// With after > 0 the copy is parked: it goes to the park queue of the
+// shortest delay that is at least after (see Topology.ParkQueueFor), whose
+// TTL then dead-letters it to the send queue; with after <= 0 it goes to
+// the back of the send queue at once. When the park copy cannot be
+// published, Release hands the message back at once instead; when no copy
+// can be published, it requeues the original, which a quorum queue counts,
+// and says so in the log.
 func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 	return d.settle("release", func() error {
 		cctx, cancel := context.WithTimeout(ctx, d.s.cfg.ConfirmTimeout)
 		defer cancel()
+		if after > 0 {
+			copied, err := d.parkCopy(cctx, after)
+			if err == nil || copied {
+				return err // see below
+			}
+			if d.s.ch.IsClosed() {
+				return fmt.Errorf("%w; the broker takes the original back", err)
+			}
+			d.s.log.Warn("park copy not published; handing the message back at once", "message_id", d.d.MessageId,
+				"after", after, "err", err)
+		}
 		copied, err := d.requeueCopy(cctx)
 		if err == nil || copied {
 			// Published but not acked: the channel is gone, and the broker
@@ -455,6 +472,18 @@ func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 			"message_id", d.d.MessageId, "err", err)
 		return nil
 	})
+}
+
+// parkCopy publishes an unchanged copy of the message to the park queue for
+// after and acks the original once the copy is confirmed. The copy goes
+// through the default exchange, straight to that queue; copied reports
+// whether it was confirmed.
+func (d *delivery) parkCopy(ctx context.Context, after time.Duration) (copied bool, err error) {
+	if d.s.ch.IsClosed() {
+		return false, fmt.Errorf("consume channel closed")
+	}
+	q := d.s.topo.ParkQueueFor(after)
+	return d.publishThenAck(ctx, outgoing{exchange: "", key: q.Name, msg: d.publishing(copyHeaders(d.d.Headers))})
 }
 
 // requeueCopy publishes an unchanged copy of the message to the send queue

@@ -65,6 +65,11 @@ var ErrTopologyMismatch = errors.New("rabbitmq topology exists with other settin
 // ("notifications.retry.5m", "notifications.retry.1h30m",
 // "notifications.retry.500ms"). A schedule of one delay keeps the single
 // retry queue.
+//
+// Parked deliveries (Release with a wait) wait in the park queues, one per
+// delay of a fixed series from 1s to 1m (see ParkQueues), named ParkQueue followed by a dot and the delay
+// ("notifications.park.1s" ... "notifications.park.1m"); each dead-letters
+// to the send queue alone (see ParkQueueFor).
 type Topology struct {
 	// Exchange receives the relay's events (topic, durable).
 	Exchange string
@@ -86,6 +91,9 @@ type Topology struct {
 	RetryDelays []time.Duration
 	// QueueType is QueueQuorum or QueueClassic; empty means QueueQuorum.
 	QueueType string
+	// ParkQueue is the stem of the park queues' names: each is ParkQueue,
+	// a dot and its delay.
+	ParkQueue string
 }
 
 // NewTopology returns the contract's names with prefix prepended to each.
@@ -97,6 +105,7 @@ func NewTopology(prefix string, retryDelay time.Duration) Topology {
 		DeadLetterExchange: prefix + "notifications.dlx",
 		DeadLetterQueue:    prefix + "notifications.send.dlq",
 		RetryDelay:         retryDelay,
+		ParkQueue:          prefix + "notifications.park",
 	}
 }
 
@@ -152,11 +161,65 @@ type RetryQueue struct {
 	Delay time.Duration
 }
 
+// parkDelays are the waits of the park queues, shortest first. A parked
+// message waits in the queue of the shortest delay that is at least the
+// wait asked for, or in the longest one, so it comes back late by less
+// than the step between two delays, never early (except past the longest,
+// when its consumer parks it again for the rest). The worker parks a
+// delivery until its channel's or destination's gate tries again (1s to
+// 60s, doubling), its rate turn, or a few seconds when the store is
+// unreachable: a 1-2-5 series up to a minute keeps the lateness of those
+// within 2.5 times the wait (at most 20s, past 10s) with six queues. The
+// floor of 1s is deliberate: whatever the wait asked for, a parked message
+// costs its consumer at most one delivery a second, so a caller that keeps
+// parking for a few milliseconds cannot make it loop.
+//
+// The name of a park queue spells its delay, so a later release may change
+// this list without any queue being redeclared with another TTL: the old
+// queues drain and are left unused.
+var parkDelays = []time.Duration{
+	time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
+}
+
+// ParkQueues lists the park queues, shortest delay first, with their
+// delays: 1s, 2s, 5s, 10s, 30s and 1m (see parkDelays for why).
+func (t Topology) ParkQueues() []DelayQueue {
+	out := make([]DelayQueue, len(parkDelays))
+	for i, d := range parkDelays {
+		out[i] = DelayQueue{Name: t.ParkQueue + "." + shortDuration(d), Delay: d}
+	}
+	return out
+}
+
+// ParkQueueFor is the park queue a message released for after (> 0) waits
+// in: the shortest whose delay is at least after, or the longest.
+func (t Topology) ParkQueueFor(after time.Duration) DelayQueue {
+	qs := t.ParkQueues()
+	for _, q := range qs {
+		if q.Delay >= after {
+			return q
+		}
+	}
+	return qs[len(qs)-1]
+}
+
+// DelayQueue is a queue whose messages wait its delay (its x-message-ttl)
+// and then go back to be delivered: a park queue.
+type DelayQueue struct {
+	// Name is the queue's name.
+	Name string
+	// Delay is its x-message-ttl.
+	Delay time.Duration
+}
+
 // Queues lists every queue of the topology: the send queue, the retry
-// queues and the dead-letter queue.
+// queues, the park queues and the dead-letter queue.
 func (t Topology) Queues() []string {
 	out := []string{t.SendQueue}
 	for _, q := range t.RetryQueues() {
+		out = append(out, q.Name)
+	}
+	for _, q := range t.ParkQueues() {
 		out = append(out, q.Name)
 	}
 	return append(out, t.DeadLetterQueue)
@@ -178,26 +241,33 @@ func shortDuration(d time.Duration) string {
 // quorum reports whether the queues are quorum queues.
 func (t Topology) quorum() bool { return t.QueueType != QueueClassic }
 
-// queueArgs are the arguments of a queue of the topology: deadLetter is the
-// exchange it dead-letters to ("" for none), with routing key key ("" to
-// keep the message's), and ttl its x-message-ttl (0 for none). A classic
-// queue has exactly the contract's arguments; a quorum queue adds its type
-// and at-least-once dead-lettering, which needs the reject-publish overflow
+// deadLetterTo is where a queue dead-letters: to exchange ("" is the
+// default exchange, which routes by queue name), with routing key key (""
+// keeps the message's). The zero value dead-letters nowhere.
+type deadLetterTo struct {
+	on            bool
+	exchange, key string
+}
+
+// queueArgs are the arguments of a queue of the topology: dl is where it
+// dead-letters, and ttl its x-message-ttl (0 for none). A classic queue has
+// exactly the contract's arguments; a quorum queue adds its type and
+// at-least-once dead-lettering, which needs the reject-publish overflow
 // behaviour.
-func (t Topology) queueArgs(deadLetter, key string, ttl time.Duration) amqp.Table {
+func (t Topology) queueArgs(dl deadLetterTo, ttl time.Duration) amqp.Table {
 	args := amqp.Table{}
 	if ttl > 0 {
 		args["x-message-ttl"] = ttl.Milliseconds()
 	}
-	if deadLetter != "" {
-		args["x-dead-letter-exchange"] = deadLetter
+	if dl.on {
+		args["x-dead-letter-exchange"] = dl.exchange
 	}
-	if key != "" {
-		args["x-dead-letter-routing-key"] = key
+	if dl.key != "" {
+		args["x-dead-letter-routing-key"] = dl.key
 	}
 	if t.quorum() {
 		args["x-queue-type"] = QueueQuorum
-		if deadLetter != "" {
+		if dl.on {
 			args["x-dead-letter-strategy"] = "at-least-once"
 			args["x-overflow"] = "reject-publish"
 		}
@@ -221,11 +291,18 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 		name string
 		args amqp.Table
 	}
-	queues := []queue{{t.SendQueue, t.queueArgs(t.DeadLetterExchange, "", 0)}}
+	queues := []queue{{t.SendQueue, t.queueArgs(deadLetterTo{on: true, exchange: t.DeadLetterExchange}, 0)}}
 	for _, q := range t.RetryQueues() {
-		queues = append(queues, queue{q.Name, t.queueArgs(t.Exchange, RoutingKey, q.Delay)})
+		queues = append(queues, queue{q.Name, t.queueArgs(deadLetterTo{on: true, exchange: t.Exchange, key: RoutingKey}, q.Delay)})
 	}
-	queues = append(queues, queue{t.DeadLetterQueue, t.queueArgs("", "", 0)})
+	// A parked message goes back through the default exchange to the send
+	// queue alone: a delivery may be parked many times during an outage,
+	// and every binding of the notifications exchange would get a copy of
+	// each park otherwise.
+	for _, q := range t.ParkQueues() {
+		queues = append(queues, queue{q.Name, t.queueArgs(deadLetterTo{on: true, exchange: "", key: t.SendQueue}, q.Delay)})
+	}
+	queues = append(queues, queue{t.DeadLetterQueue, t.queueArgs(deadLetterTo{}, 0)})
 	for _, q := range queues {
 		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
 			return t.declareError("queue", q.name, err)
@@ -266,6 +343,10 @@ func (t Topology) declareError(kind, name string, err error) error {
 			hint = fmt.Sprintf(" (it was declared with another queue type than %s: let the workers drain the queues, "+
 				"then delete %s, or set the queue type they were declared with (HERALD_QUEUE_TYPE))",
 				qtype, strings.Join(t.Queues(), ", "))
+		case strings.Contains(aerr.Reason, "x-message-ttl") && strings.HasPrefix(name, t.ParkQueue+"."):
+			// A park queue's TTL is fixed by its name, not by a setting.
+			hint = " (herald declares a park queue with the TTL its name spells: delete the queue; " +
+				"the parked messages in it are lost, and their notifications get fresh events once HERALD_RECONCILE_AFTER has passed)"
 		case strings.Contains(aerr.Reason, "x-message-ttl"):
 			hint = t.retryDelayHint(name, arg, ok)
 		default:

@@ -23,6 +23,7 @@ func TestNewTopologyNames(t *testing.T) {
 		DeadLetterExchange: "p.notifications.dlx",
 		DeadLetterQueue:    "p.notifications.send.dlq",
 		RetryDelay:         2 * time.Second,
+		ParkQueue:          "p.notifications.park",
 	}, top)
 	require.Equal(t, "notifications.send", rabbitmq.NewTopology("", time.Second).SendQueue)
 	require.Equal(t, 30*time.Second, rabbitmq.Config{}.Topology().RetryDelay, "default retry delay")
@@ -54,8 +55,43 @@ func TestRetryScheduleQueues(t *testing.T) {
 	require.Equal(t, 5*m, top.RetryDelayFor(2))
 	require.Equal(t, []string{
 		"p.notifications.send", "p.notifications.retry", "p.notifications.retry.5m", "p.notifications.retry.1h30m",
-		"p.notifications.retry.2h", "p.notifications.retry.1.5s", "p.notifications.send.dlq",
+		"p.notifications.retry.2h", "p.notifications.retry.1.5s",
+		"p.notifications.park.1s", "p.notifications.park.2s", "p.notifications.park.5s", "p.notifications.park.10s",
+		"p.notifications.park.30s", "p.notifications.park.1m",
+		"p.notifications.send.dlq",
 	}, top.Queues())
+}
+
+// TestParkQueueFor: a parked message waits in the shortest park queue that
+// is at least its wait (never early), or in the longest.
+func TestParkQueueFor(t *testing.T) {
+	t.Parallel()
+	top := rabbitmq.NewTopology("p.", time.Second)
+	for after, want := range map[time.Duration]string{
+		time.Nanosecond:                    "p.notifications.park.1s",
+		300 * time.Millisecond:             "p.notifications.park.1s",
+		time.Second:                        "p.notifications.park.1s",
+		time.Second + time.Millisecond:     "p.notifications.park.2s",
+		2 * time.Second:                    "p.notifications.park.2s",
+		3 * time.Second:                    "p.notifications.park.5s",
+		7 * time.Second:                    "p.notifications.park.10s",
+		11 * time.Second:                   "p.notifications.park.30s",
+		45 * time.Second:                   "p.notifications.park.1m",
+		time.Minute:                        "p.notifications.park.1m",
+		time.Hour:                          "p.notifications.park.1m",
+		time.Minute + 500*time.Millisecond: "p.notifications.park.1m",
+	} {
+		q := top.ParkQueueFor(after)
+		require.Equal(t, want, q.Name, "after %s", after)
+		if after <= time.Minute {
+			require.GreaterOrEqual(t, q.Delay, after, "never early")
+		}
+	}
+	var prev time.Duration
+	for _, q := range top.ParkQueues() {
+		require.Greater(t, q.Delay, prev, "shortest first")
+		prev = q.Delay
+	}
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -120,7 +156,7 @@ func TestDeclareIdempotentWithContractArguments(t *testing.T) {
 	require.NoError(t, top.Declare(ch))
 	require.NoError(t, top.Declare(ch), "declaring twice")
 
-	require.Equal(t, map[string]map[string]any{
+	require.Equal(t, withParkQueues(top, map[string]map[string]any{
 		top.SendQueue: {"x-dead-letter-exchange": top.DeadLetterExchange},
 		top.RetryQueue: {
 			"x-message-ttl":             float64(60000),
@@ -128,7 +164,25 @@ func TestDeclareIdempotentWithContractArguments(t *testing.T) {
 			"x-dead-letter-routing-key": "notification.requested",
 		},
 		top.DeadLetterQueue: {},
-	}, queueArguments(t, top.Queues()...))
+	}, nil), queueArguments(t, top.Queues()...))
+}
+
+// withParkQueues adds to want the arguments of top's park queues: their
+// TTL, and dead-lettering through the default exchange to the send queue
+// alone, plus extra (a quorum queue's).
+func withParkQueues(top rabbitmq.Topology, want map[string]map[string]any, extra map[string]any) map[string]map[string]any {
+	for _, q := range top.ParkQueues() {
+		args := map[string]any{
+			"x-message-ttl":             float64(q.Delay.Milliseconds()),
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": top.SendQueue,
+		}
+		for k, v := range extra {
+			args[k] = v
+		}
+		want[q.Name] = args
+	}
+	return want
 }
 
 // TestDeclareQuorumWithAtLeastOnceDeadLettering: the default queue type,
@@ -153,7 +207,7 @@ func TestDeclareQuorumWithAtLeastOnceDeadLettering(t *testing.T) {
 			"x-overflow":                "reject-publish",
 		}
 	}
-	require.Equal(t, map[string]map[string]any{
+	require.Equal(t, withParkQueues(top, map[string]map[string]any{
 		top.SendQueue: {
 			"x-queue-type":           "quorum",
 			"x-dead-letter-exchange": top.DeadLetterExchange,
@@ -163,7 +217,11 @@ func TestDeclareQuorumWithAtLeastOnceDeadLettering(t *testing.T) {
 		top.RetryQueue:         retry(60000),
 		top.RetryQueue + ".5m": retry(300000),
 		top.DeadLetterQueue:    {"x-queue-type": "quorum"},
-	}, queueArguments(t, top.Queues()...))
+	}, map[string]any{
+		"x-queue-type":           "quorum",
+		"x-dead-letter-strategy": "at-least-once",
+		"x-overflow":             "reject-publish",
+	}), queueArguments(t, top.Queues()...))
 }
 
 // TestDeclareOtherQueueTypeFailsPlainly: a topology declared with one queue

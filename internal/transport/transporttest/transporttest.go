@@ -126,6 +126,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Retry", testRetry},
 		{"DeadLetter", testDeadLetter},
 		{"Release", testRelease},
+		{"Park", testPark},
 		{"RedeliveryAfterCrash", testRedeliveryAfterCrash},
 		{"NothingLostAcrossRestart", testNothingLostAcrossRestart},
 	} {
@@ -156,13 +157,20 @@ func sourceConfig() SourceConfig {
 	return SourceConfig{RetryDelay: RetryDelay, Prefetch: prefetch, Lease: lease}
 }
 
-// events returns n distinct events of the kind herald publishes.
+// events returns n distinct events of the kind herald publishes, with
+// message ids 1 to n.
 func events(t *testing.T, n int) []notify.Event {
+	t.Helper()
+	return eventsFrom(t, 1, n)
+}
+
+// eventsFrom returns n distinct events with message ids from first on.
+func eventsFrom(t *testing.T, first int64, n int) []notify.Event {
 	t.Helper()
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	evs := make([]notify.Event, n)
 	for i := range evs {
-		id := int64(i + 1)
+		id := first + int64(i)
 		payload, err := json.Marshal(notify.Requested{
 			NotificationID: notify.FormatID(id),
 			UserID:         fmt.Sprintf("user-%d", id),
@@ -457,6 +465,95 @@ func testRelease(t *testing.T, e *env) {
 	requireMessage(t, ev, got[0].msg, 0)
 	requireMessage(t, ev, got[1].msg, 1)
 	requireMessage(t, ev, got[2].msg, 1)
+}
+
+// parkAfter is how long testPark parks a message. parkSlack is how much
+// later than that it may come back: a transport may round the wait up
+// (RabbitMQ's park queues: 2s has a queue of its own) and polls (the table
+// transport, the NATS and Kafka retry schedulers), but a parked message
+// that comes back many seconds late delays a notification as much after
+// its channel recovered.
+const (
+	parkAfter = 2 * time.Second
+	parkSlack = 4 * time.Second
+)
+
+// A parked message (Release with a wait) comes back unchanged, its retry
+// count kept, not before its wait has passed and not much later; and while
+// it waits it holds nothing of its consumer's: with a prefetch of 1, a
+// message published after the park is delivered before the parked one
+// comes back, and Release itself does not wait out the park.
+func testPark(t *testing.T, e *env) {
+	ev := e.publish(t, 1)[0]
+	var (
+		j        journal
+		mu       sync.Mutex
+		parkedAt time.Time     // when Release was called; zero until then
+		took     time.Duration // how long Release took
+		parked   = make(chan struct{})
+	)
+	e.consume(t, SourceConfig{RetryDelay: RetryDelay, Prefetch: 1, Lease: lease}, func(ctx context.Context, d notify.Delivery) {
+		m := d.Message()
+		j.add(m)
+		mu.Lock()
+		park := m.ID == ev.ID && m.RetryCount == 1 && parkedAt.IsZero()
+		if park {
+			parkedAt = time.Now()
+		}
+		mu.Unlock()
+		switch {
+		case m.ID == ev.ID && m.RetryCount == 0:
+			// A retry first, so that the park has a retry count to keep.
+			assert.NoError(t, d.Retry(ctx, "451 try later"), "retry")
+		case park:
+			start := time.Now()
+			err := d.Release(ctx, parkAfter)
+			mu.Lock()
+			took = time.Since(start)
+			mu.Unlock()
+			assert.NoError(t, err, "release with a wait")
+			close(parked)
+		default:
+			if assert.NoError(t, d.Ack(ctx), "ack") {
+				j.ack(m.ID)
+			}
+		}
+	})
+	select {
+	case <-parked:
+	case <-time.After(wait):
+		t.Fatal("the message was never parked")
+	}
+	other := e.h.Publish(t, eventsFrom(t, 2, 1))
+	require.Len(t, other, 1, "Harness.Publish returned another number of events")
+	require.NotEqual(t, ev.ID, other[0].ID, "Harness.Publish returned the parked message's id")
+	require.Eventually(t, func() bool { return j.acks()[ev.ID] == 1 && j.acks()[other[0].ID] == 1 }, wait, tick,
+		"the messages were never acknowledged")
+	requireQuiet(t, &j, "an acknowledged message was delivered again")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Less(t, took, parkAfter/2, "Release waited out the park (or most of it) holding the delivery")
+	var back, otherAt time.Time
+	var parks []notify.Message
+	for _, d := range j.deliveries() {
+		switch d.msg.ID {
+		case ev.ID:
+			parks = append(parks, d.msg)
+			if d.msg.RetryCount == 1 && d.at.After(parkedAt) {
+				back = d.at
+			}
+		case other[0].ID:
+			otherAt = d.at
+		}
+	}
+	require.Len(t, parks, 3, "deliveries of the parked message: first, retry, back from the park")
+	requireMessage(t, ev, parks[2], 1)
+	require.GreaterOrEqual(t, back.Sub(parkedAt), parkAfter, "the parked message came back before its wait")
+	require.LessOrEqual(t, back.Sub(parkedAt), parkAfter+parkSlack, "the parked message came back too late")
+	require.True(t, otherAt.Before(back),
+		"the message published during the park was delivered after the parked one came back (%s after the park, %s): the park held the consumer's only place",
+		otherAt.Sub(parkedAt), back.Sub(parkedAt))
 }
 
 // Deliveries a consumer took and never settled (its process was killed)
