@@ -144,6 +144,57 @@ func TestReleaseNeverReachesDeliveryLimit(t *testing.T) {
 	require.Zero(t, queueLen(t, ch, top.SendQueue))
 }
 
+// TestParkNeverReachesDeliveryLimit parks every message more often than
+// the delivery limit of three allows deliveries, as a worker does while a
+// channel or destination stays down: a parked message waits in a park
+// queue as a fresh copy, so nothing may be dead-lettered by the broker, and
+// every message comes back each time, unchanged, and is acknowledged in
+// the end.
+func TestParkNeverReachesDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	cfg := limitedSetup(t)
+	top := cfg.Topology()
+	p := newPublisher(t, cfg)
+	evs := events(1, 2)
+	_, err := p.Publish(context.Background(), evs)
+	require.NoError(t, err)
+
+	// The shortest park (a millisecond asked for waits a second), so that
+	// the test takes parks seconds.
+	const parks = testDeliveryLimit + 2
+	c := newCounts()
+	stop, _ := consumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
+		m := d.Message()
+		if c.add(m) <= parks {
+			assert.NoError(t, d.Release(ctx, time.Millisecond))
+			return
+		}
+		if assert.NoError(t, d.Ack(ctx)) {
+			c.ack(m.ID)
+		}
+	})
+	ch := adminChannel(t, cfg)
+	require.Eventually(t, func() bool {
+		return c.ackedN() == len(evs) || queueLen(t, ch, top.DeadLetterQueue) > 0
+	}, waitFor+parks*time.Second, 20*time.Millisecond, "messages never acknowledged")
+	require.NoError(t, stop())
+
+	require.Zero(t, queueLen(t, ch, top.DeadLetterQueue), "the broker dead-lettered a message that was only parked")
+	require.Equal(t, len(evs), c.ackedN(), "every message acknowledged in the end")
+	for _, ev := range evs {
+		require.Equal(t, parks+1, c.times(ev.ID), "message %d: deliveries", ev.ID)
+	}
+	for _, m := range c.all() {
+		ev := evs[m.ID-1]
+		require.Equal(t, ev.Payload, m.Payload, "parked unchanged")
+		require.Zero(t, m.RetryCount, "a park is not a retry")
+		require.True(t, ev.OccurredAt.Equal(m.OccurredAt), "occurred-at kept")
+	}
+	for _, q := range append(top.ParkQueues(), rabbitmq.DelayQueue{Name: top.SendQueue}) {
+		require.Zero(t, queueLen(t, ch, q.Name), "queue %s", q.Name)
+	}
+}
+
 // TestStoppedConsumerNeverReachesDeliveryLimit stops a consumer whose
 // handler left every delivery unsettled (the Handler contract: they stay
 // with the transport and come again), five times in a row, under a delivery
