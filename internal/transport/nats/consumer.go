@@ -367,8 +367,15 @@ func (s *session) moveRetry(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	id := h.Get(HeaderMessageID)
-	msgID := id + "." + strconv.Itoa(retryCount(h))
-	if _, ok := notify.ParseID(id); !ok {
+	// The move's Nats-Msg-Id derives from the copy's own, so that two moves
+	// of one copy are stored once while moves of different copies of one
+	// message with one retry count (a retry, then parks) are all stored.
+	var msgID string
+	if own := h.Get(natsgo.MsgIdHdr); own != "" {
+		msgID = own + ".moved"
+	} else if _, ok := notify.ParseID(id); ok {
+		msgID = id + "." + strconv.Itoa(retryCount(h))
+	} else {
 		msgID = "seq." + strconv.FormatUint(streamSeq(m), 10) + ".moved"
 	}
 	out := copyMsg(m, s.topo.Requested)
@@ -539,11 +546,64 @@ func (d *delivery) Ack(ctx context.Context) error {
 	return d.settle("ack", func() error { return d.m.DoubleAck(ctx) })
 }
 
-// Release hands the message back for immediate redelivery, unchanged.
-// JetStream counts the delivery (its own redelivery count); x-retry-count,
-// the count herald goes by, stays as it was.
+// Release hands the message back unchanged (x-retry-count kept) as a copy,
+// stored before the original is acknowledged, so that it holds nothing of
+// the worker consumer's meanwhile. With after > 0 the copy is parked: it
+// goes to notifications.retry with after as its delay, and the retry
+// scheduler moves it back to notifications.requested once after has
+// passed, as it does a retry. With after <= 0 it goes to the back of
+// notifications.requested at once.
+//
+// A negative acknowledgement would not do. NakWithDelay keeps the message
+// pending on the worker consumer until it is due, and the pending
+// deliveries of all workers share MaxAckPending: during an outage the
+// parked messages would fill it and stop every delivery, the others'
+// included. A plain Nak puts the message at the head of the line (the
+// server redelivers before it delivers anything new), so a worker handing
+// back what it cannot send gets it again at once, ahead of what it can.
+// Both count towards the consumer's MaxDeliver too (unlimited here, but a
+// limit set by hand would dead-letter nothing and drop the message).
+//
+// Only when the copy cannot be stored does Release fall back to a negative
+// acknowledgement with the delay (the server is struggling; the fallback at
+// least never loops), and says so in the log.
 func (d *delivery) Release(ctx context.Context, after time.Duration) error {
-	return d.settle("release", func() error { return d.m.Nak() })
+	return d.settle("release", func() error {
+		var out *natsgo.Msg
+		var msgID string
+		// The stream sequence of this copy makes the id unique per hand-back
+		// (a second park of the message is a new copy with a sequence of
+		// its own, and the duplicate window must not drop it), and the same
+		// for a repeat of this one (its acknowledgement lost, this copy
+		// delivered again and released again): that one is stored once.
+		seq := strconv.FormatUint(streamSeq(d.m), 10)
+		if after > 0 {
+			out = copyMsg(d.m, d.s.topo.Retry)
+			out.Header.Del(HeaderDueAt)
+			out.Header.Set(HeaderRetryDelay, strconv.FormatInt(ceilMillis(after), 10))
+			msgID = d.copyID("park." + seq)
+		} else {
+			out = copyMsg(d.m, d.s.topo.Requested)
+			out.Header.Del(HeaderDueAt)
+			out.Header.Del(HeaderRetryDelay)
+			msgID = d.copyID("release." + seq)
+		}
+		err := d.publishThenAck(ctx, out, msgID)
+		if err == nil || !errors.Is(err, errNotStored) {
+			return err
+		}
+		if nerr := d.m.NakWithDelay(max(after, 0)); nerr != nil {
+			return errors.Join(err, fmt.Errorf("hand back the original: %w", nerr))
+		}
+		d.s.log.Warn("hand-back copy not stored; handed the original back to the worker consumer, where it waits pending",
+			"message_id", d.msg.ID, "after", after, "err", err)
+		return nil
+	})
+}
+
+// ceilMillis is d in milliseconds, rounded up: a park is never short.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // Retry publishes a copy with the retry count incremented and its delay
@@ -595,10 +655,20 @@ func (d *delivery) forward(ctx context.Context, subject string, retries int, rea
 	if delay != nil {
 		out.Header.Set(HeaderRetryDelay, strconv.FormatInt(delay.Milliseconds(), 10))
 	}
+	return d.publishThenAck(ctx, out, msgID)
+}
+
+// errNotStored marks a copy the stream did not confirm: the original is
+// still unsettled.
+var errNotStored = errors.New("copy not stored, original left unsettled")
+
+// publishThenAck publishes out with msgID as its Nats-Msg-Id and
+// acknowledges the original once the stream stored it.
+func (d *delivery) publishThenAck(ctx context.Context, out *natsgo.Msg, msgID string) error {
 	pctx, cancel := context.WithTimeout(ctx, d.s.cfg.ConfirmTimeout)
 	defer cancel()
 	if _, err := d.s.js.PublishMsg(pctx, out, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(d.s.topo.Stream)); err != nil {
-		return fmt.Errorf("copy not stored, original left unsettled: %w", err)
+		return fmt.Errorf("%w: %w", errNotStored, err)
 	}
 	if err := d.m.DoubleAck(ctx); err != nil {
 		return fmt.Errorf("acknowledge original after its copy was stored: %w", err)

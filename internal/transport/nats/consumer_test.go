@@ -253,3 +253,96 @@ func TestRetryDelayIgnoresWritersClock(t *testing.T) {
 		require.Less(t, at.Sub(began), cp.atLeast+10*time.Second, "copy %d was held too long", cp.id)
 	}
 }
+
+// A delivery handed back at once (Release with no wait) goes to the back of
+// notifications.requested, behind what is waiting, rather than to the head
+// of the line as a negative acknowledgement would put it: a worker that
+// keeps handing back what it cannot send must not get it again ahead of
+// what it can.
+func TestReleaseAtOnceGoesToTheBack(t *testing.T) {
+	srv := testenv.StartNATS(t, testenv.NATSOptions{})
+	cfg := config(t, srv)
+	cfg.Prefetch = 1
+	pub := newPublisher(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := pub.Publish(ctx, events(t, 1, 3))
+	require.NoError(t, err)
+
+	const handBacks = 3
+	var r record
+	consume(t, cfg, func(ctx context.Context, d notify.Delivery) {
+		m := d.Message()
+		r.add(m)
+		r.mu.Lock()
+		n := r.seen[m.ID]
+		r.mu.Unlock()
+		if m.ID == 1 && n <= handBacks {
+			assert.NoError(t, d.Release(ctx, 0), "release")
+			return
+		}
+		assert.NoError(t, d.Ack(ctx), "ack")
+	})
+	require.Eventually(t, func() bool { return r.total() == 3+handBacks }, wait, tick, "deliveries")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var order []int64
+	for _, m := range r.msgs {
+		order = append(order, m.ID)
+	}
+	require.Equal(t, []int64{1, 2, 3}, order[:3], "the hand-back of message 1 was delivered again ahead of the others")
+	for _, m := range r.msgs {
+		require.Zero(t, m.RetryCount, "a hand-back is not a retry")
+	}
+}
+
+// A parked delivery takes no place among the worker consumer's pending
+// acknowledgements, which every worker shares (MaxAckPending): with room
+// for one, a message published while another is parked is delivered before
+// the parked one comes back. A negative acknowledgement with a delay would
+// keep the parked one pending, and the other would wait behind it.
+func TestParkHoldsNoAckPending(t *testing.T) {
+	srv := testenv.StartNATS(t, testenv.NATSOptions{})
+	cfg := config(t, srv)
+	cfg.MaxAckPending = 1
+	cfg.Prefetch = 1
+	pub := newPublisher(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := pub.Publish(ctx, events(t, 1, 1))
+	require.NoError(t, err)
+
+	const after = 3 * time.Second
+	var (
+		r        record
+		parkedAt = make(chan time.Time, 1)
+	)
+	consume(t, cfg, func(ctx context.Context, d notify.Delivery) {
+		m := d.Message()
+		r.add(m)
+		r.mu.Lock()
+		first := r.seen[m.ID] == 1
+		r.mu.Unlock()
+		if m.ID == 1 && first {
+			at := time.Now()
+			assert.NoError(t, d.Release(ctx, after), "park")
+			parkedAt <- at
+			return
+		}
+		assert.NoError(t, d.Ack(ctx), "ack")
+	})
+	var parked time.Time
+	select {
+	case parked = <-parkedAt:
+	case <-time.After(wait):
+		t.Fatal("never parked")
+	}
+	_, err = pub.Publish(ctx, events(t, 2, 2))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return r.total() == 3 }, wait, tick, "deliveries")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Equal(t, []int64{1, 2, 1}, []int64{r.msgs[0].ID, r.msgs[1].ID, r.msgs[2].ID},
+		"the message published during the park waited for the parked one")
+	require.GreaterOrEqual(t, r.at[2].Sub(parked), after, "the parked message came back early")
+}

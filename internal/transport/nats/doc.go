@@ -19,6 +19,27 @@
 // the reason in x-last-error; nothing consumes that subject, so they stay
 // until herald dlq redrive removes them.
 //
+// # Parking
+//
+// A delivery that cannot go now (its channel or destination down, its
+// rate turn not come, the store unreachable) is parked: Release(ctx,
+// after) copies it, unchanged (x-retry-count kept), to notifications.retry
+// with after in x-retry-delay-ms, and the retry scheduler moves it back to
+// notifications.requested once after has passed, as it does a retry. Each
+// park's copy has a Nats-Msg-Id of its own (the outbox id, "park" and the
+// stream sequence of the delivery parked), and so has each move (the
+// copy's, with ".moved"), so the duplicate window never drops the second
+// park of a message. Release with no wait copies the message to the back
+// of notifications.requested. No hand-back is a negative acknowledgement
+// of the worker consumer: a plain Nak puts the message at the head of the
+// line, ahead of everything that could go, and a Nak with a delay keeps it
+// pending on the consumer until due, so that parked messages would fill
+// its MaxAckPending (shared by every worker) and stop all deliveries. A
+// parked copy waits as a pending delivery of the retry consumer instead,
+// whose ceiling is a million. Only a consumer that stops hands back what it
+// holds with a plain Nak (the next consumer should get it first), and a
+// Release whose copy cannot be stored falls back to a Nak with the delay.
+//
 // # Status events
 //
 // The status events notification.sent and notification.failed (written by
