@@ -7,11 +7,15 @@
 // provider with one limit for the whole channel, so no failure is scoped
 // to a destination. ok:true is sent; a 429 is notify.Throttled for its
 // parameters.retry_after; 401 and 404 (a bad token: the API refuses us,
-// not the message), a redirect, and a failure to connect are
-// notify.SenderDown; 403 (the bot blocked or kicked), 400 ("chat not
-// found", a malformed message) and other 4xx are notify.Permanent; 408,
-// 5xx, a timeout or a dropped connection after the request was sent are
-// this message's attempt.
+// not the message), a redirect, and a failure before the request was
+// handed over are notify.SenderDown: a refused connection, DNS, TLS, and a
+// connect or TLS handshake that had not completed, or a request not yet
+// written, when the deadline passed, whichever deadline fired first (the
+// caller's or Config.Timeout), as a black-holed API does. 403 (the bot
+// blocked or kicked), 400 ("chat not found", a malformed message) and
+// other 4xx are notify.Permanent; 408, 5xx, no reply in time, or a
+// connection the API drops once it is made, are this message's attempt.
+// A caller that cancels gets a plain error.
 //
 // The Bot API has no idempotency key: a send repeated after a crash
 // between the send and its record is a second message.
@@ -198,8 +202,8 @@ func (s *Sender) Probe(ctx context.Context) error {
 
 // call posts body to method and returns the decoded reply and its status.
 // Its error, when the call failed before a reply, is classified already:
-// before a connection, the provider is down; after, the message's
-// attempt; when the caller gave up, plain.
+// before the hand-over (see the package doc), the provider is down;
+// after, the message's attempt; when the caller cancelled, plain.
 func (s *Sender) call(ctx context.Context, method string, body []byte) (reply, int, error) {
 	var r reply
 	fail := func(format string, args ...any) error {
@@ -231,15 +235,30 @@ func (s *Sender) call(ctx context.Context, method string, body []byte) (reply, i
 			err = ue.Err // its message quotes the URL, token included
 		}
 		switch {
-		case ctx.Err() != nil:
+		case errors.Is(ctx.Err(), context.Canceled):
+			// The caller gave up: that says nothing about the API.
 			return r, 0, fmt.Errorf("telegram %s: the caller gave up: %w (%s)", method, ctx.Err(), s.redact(err.Error()))
-		case !connected.Load():
-			if tctx.Err() != nil {
-				return r, 0, notify.SenderDown(fail("no connection within the %s timeout: %v", s.cfg.Timeout, err))
+		case !wrote.Load() && (tctx.Err() != nil || isTimeout(err)):
+			// A deadline passed before the API took the request: a
+			// connect or TLS handshake that never completed, a black
+			// hole. Whichever deadline fired first (the caller's, this
+			// timeout, or the dialer's or TLS handshake's own timers set
+			// to it), the outcome must not depend on that race: the
+			// provider is down, not the message.
+			what := "no connection in time (the connect or TLS handshake unfinished),"
+			if connected.Load() {
+				what = "the request not taken in time,"
 			}
+			if tctx.Err() != nil {
+				return r, 0, notify.SenderDown(fmt.Errorf("telegram %s: %s before the request was handed over: %w (%s)",
+					method, what, tctx.Err(), s.redact(err.Error())))
+			}
+			return r, 0, notify.SenderDown(fail("%s before the request was handed over: %v", what, err))
+		case !connected.Load():
 			return r, 0, notify.SenderDown(fail("cannot connect: %v", err))
 		case tctx.Err() != nil:
-			return r, 0, fail("no reply within the %s timeout (request sent: %t): %v", s.cfg.Timeout, wrote.Load(), err)
+			return r, 0, fmt.Errorf("telegram %s: no reply within the deadline (the caller's or the %s timeout), the request sent: %w (%s)",
+				method, s.cfg.Timeout, tctx.Err(), s.redact(err.Error()))
 		default:
 			return r, 0, fail("connection failed during the request (request sent: %t): %v", wrote.Load(), err)
 		}
@@ -258,6 +277,13 @@ func (s *Sender) call(ctx context.Context, method string, body []byte) (reply, i
 		}
 	}
 	return r, resp.StatusCode, nil
+}
+
+// isTimeout reports whether err is a network timeout: the dialer's or the
+// TLS handshake's own.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // describe renders a reply's description for an error: ": <text>".

@@ -4,13 +4,19 @@
 // destinations inside the host's own networks (the SSRF guard).
 //
 // A Send's error says whose fault a failure was, by the phase it happened
-// in. Before the request reached the endpoint (refused connection, DNS,
-// TLS): the endpoint is down, notify.SenderDown scoped to it with
-// notify.ForDestination, no attempt spent. After: a 2xx is sent; 408 and
-// 5xx, a timeout or a dropped connection are this message's attempt; 429,
-// and 503 with Retry-After, are notify.Throttled scoped to the endpoint;
-// every other status (410, other 4xx, a 3xx: redirects are not followed)
-// is notify.Permanent, as is a destination the guard refuses.
+// in. Before the request was handed over (a refused connection, DNS, a
+// failed TLS handshake; and a connect or TLS handshake that had not
+// completed, or a request not yet written, when the deadline passed,
+// whichever deadline fired first: the caller's or Config.Timeout, as a
+// black-holed endpoint does): the endpoint is down, notify.SenderDown
+// scoped to it with notify.ForDestination, no attempt spent. After: a
+// 2xx is sent; 408 and 5xx, no reply in time, or a connection the
+// endpoint drops once it is made (it may be refusing this very request)
+// are this message's attempt; 429, and 503 with Retry-After, are
+// notify.Throttled scoped to the endpoint; every other status (410, other
+// 4xx, a 3xx: redirects are not followed) is notify.Permanent, as is a
+// destination the guard refuses. A caller that cancels gets a plain
+// error: that says nothing about the endpoint.
 package webhook
 
 import (
@@ -222,16 +228,23 @@ func (s *Sender) post(ctx context.Context, u *url.URL, id, body string) error {
 		switch {
 		case errors.As(err, &refused):
 			return notify.Permanent(fail("%w", refused))
-		case ctx.Err() != nil:
+		case errors.Is(ctx.Err(), context.Canceled):
+			// The caller gave up: that says nothing about the endpoint.
 			return fail("the caller gave up: %w (%v)", ctx.Err(), err)
+		case !wrote.Load() && (tctx.Err() != nil || isTimeout(err)):
+			// A deadline passed before the endpoint took the request: a
+			// connect or TLS handshake that never completed, a black
+			// hole. Whichever deadline fired first (the caller's, this
+			// timeout, or the dialer's or TLS handshake's own timers set
+			// to it), the outcome must not depend on that race: the
+			// endpoint is down, not the message.
+			return notify.ForDestination(notify.SenderDown(fail("%s before the request was handed over: %w",
+				stalled(connected.Load()), deadline(tctx, err))), key)
 		case !connected.Load():
 			// Nothing reached the endpoint: it is down, not the message.
-			if tctx.Err() != nil {
-				err = fmt.Errorf("no connection within the %s timeout: %w", s.cfg.Timeout, err)
-			}
 			return notify.ForDestination(notify.SenderDown(fail("cannot connect: %w", err)), key)
 		case tctx.Err() != nil:
-			return fail("no reply within the %s timeout (request sent: %t): %w", s.cfg.Timeout, wrote.Load(), err)
+			return fail("no reply within the deadline (the caller's or the %s timeout), the request sent: %w (%v)", s.cfg.Timeout, tctx.Err(), err)
 		default:
 			return fail("connection failed during the request (request sent: %t): %w", wrote.Load(), err)
 		}
@@ -241,6 +254,31 @@ func (s *Sender) post(ctx context.Context, u *url.URL, id, body string) error {
 	// Drain a little more so the connection can be reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	return s.classify(resp, head, key, fail)
+}
+
+// deadline is err, a failure because a deadline passed, with ctx's error
+// in its chain when ctx's deadline is the one that passed.
+func deadline(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", ctx.Err(), err)
+}
+
+// isTimeout reports whether err is a network timeout: the dialer's or the
+// TLS handshake's own.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// stalled names what had not happened when a deadline passed before the
+// request was handed over.
+func stalled(connected bool) string {
+	if connected {
+		return "the request not taken in time,"
+	}
+	return "no connection in time (the connect or TLS handshake unfinished),"
 }
 
 // classify reads the endpoint's answer.
