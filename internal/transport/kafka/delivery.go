@@ -34,11 +34,43 @@ func (d *delivery) Ack(ctx context.Context) error {
 	return d.settle("ack", func() error { return d.s.settle(d.e) })
 }
 
-// Release hands the record back unchanged: it goes out again at once,
-// still first of its key, without counting a retry.
+// Release hands the record back unchanged, without counting a retry. With
+// after > 0 it parks it: a copy with the same retry count and after as its
+// delay goes to the retry topic, and once the cluster acknowledged it the
+// original is settled; the Consumer that reads the copy holds it for after
+// and forwards it to the requested topic, as it does a retry. The parked
+// record thus gives up its key (see "Order" in the package doc) and holds
+// no handler. Should the copy not be acknowledged, the record goes out
+// again at once, as it does with after <= 0: still first of its key.
 func (d *delivery) Release(ctx context.Context, after time.Duration) error {
-	return d.settle("release", func() error { return d.s.requeue(d.e) })
+	return d.settle("release", func() error {
+		if after <= 0 {
+			return d.s.requeue(d.e)
+		}
+		r := copyRecord(d.e.rec, d.s.topics.Retry, HeaderRetryDelay, HeaderDueAt)
+		r.Headers = append(r.Headers,
+			kgo.RecordHeader{Key: HeaderRetryDelay, Value: strconv.AppendInt(nil, ceilMillis(after), 10)})
+		err := d.produceThenSettle(ctx, r)
+		if err == nil || !errors.Is(err, errNotProduced) {
+			return err
+		}
+		if rerr := d.s.requeue(d.e); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		d.s.log.Warn("kafka: park copy not acknowledged; the record goes out again at once", "message_id", d.msg.ID,
+			"after", after, "err", err)
+		return nil
+	})
 }
+
+// ceilMillis is d in milliseconds, rounded up: a park is never short.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// errNotProduced marks a copy the cluster did not acknowledge: the
+// original is still unsettled.
+var errNotProduced = errors.New("copy not acknowledged, original left unsettled")
 
 // Retry produces a copy with the retry count incremented and its delay to
 // the retry topic, waits for the cluster's acknowledgement, and only then
@@ -75,7 +107,7 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 
 func (d *delivery) produceThenSettle(ctx context.Context, r *kgo.Record) error {
 	if err := produceAll(ctx, d.s.cl, d.s.cfg.ConfirmTimeout, []*kgo.Record{r})[0]; err != nil {
-		return fmt.Errorf("copy to %s not acknowledged, original left unsettled: %w", r.Topic, err)
+		return fmt.Errorf("%w: copy to %s: %w", errNotProduced, r.Topic, err)
 	}
 	return d.s.settle(d.e)
 }

@@ -54,6 +54,19 @@
 // retry delay (30s to hours) would stall every later notification of that
 // user behind one bad address; herald prefers the reorder.
 //
+// A parked record (Release with a wait: its channel or destination down,
+// its rate turn not come, the store unreachable) gives up its key the same
+// way: a copy with the same retry count and the wait in x-retry-delay-ms
+// goes to the retry topic, the original is settled, and the Consumer that
+// reads the copy holds it for the wait and forwards it to the requested
+// topic, behind what its key received meanwhile. So a user's notification
+// parked for a channel that is down may be sent after that user's later
+// ones; holding the key would stall them all (of every channel) for the
+// length of the outage. Release with no wait hands the record out again at
+// once, still first of its key, as does a Release whose copy the cluster
+// did not acknowledge. Parked copies and retry copies share the retry
+// topic's MaxBuffered.
+//
 // # Retries
 //
 // A retry copy carries its delay (x-retry-delay-ms), not a time. The
