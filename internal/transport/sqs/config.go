@@ -26,6 +26,10 @@ const DefaultVisibilityTimeout = 5 * time.Minute
 // policy's backstop, far above any retry count herald itself would spend.
 const DefaultMaxReceiveCount = 1000
 
+// minFIFOReceiveCount is the smallest MaxReceiveCount a FIFO Consumer
+// takes.
+const minFIFOReceiveCount = 4
+
 // DefaultShutdownGrace is Config.ShutdownGrace's default.
 const DefaultShutdownGrace = 5 * time.Second
 
@@ -76,8 +80,11 @@ type Config struct {
 	// MaxReceiveCount is the redrive policy of the send queue: a message
 	// received this often without being deleted goes to the DLQ by SQS's
 	// own hand. It is a backstop only (herald dead-letters on its own
-	// count), so it is far above the retries. Zero means the default.
-	// Default DefaultMaxReceiveCount.
+	// count), so it is far above the retries. On FIFO queues, where a
+	// parked message waits by its visibility, half of it bounds how often
+	// one message is parked in place before it is sent again as a copy;
+	// at least 4 there. Zero means the default. Default
+	// DefaultMaxReceiveCount.
 	MaxReceiveCount int
 	// Logger receives what the Consumer cannot return to anybody. Default:
 	// discard.
@@ -190,6 +197,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("sqs: receive wait time must be between 0 and 20s, got %s", c.WaitTime)
 	case c.MaxReceiveCount < 1 || c.MaxReceiveCount > 1000:
 		return fmt.Errorf("sqs: max receive count must be between 1 and 1000, got %d", c.MaxReceiveCount)
+	case c.FIFO && c.MaxReceiveCount < minFIFOReceiveCount:
+		// A FIFO message waits (a retry's delay, a park) by its
+		// visibility, and each wait costs a receipt: below this, no wait
+		// would stay within half of the count (see Consumer.mayWait).
+		return fmt.Errorf("sqs: on FIFO queues the max receive count must be at least %d (parks and retry delays wait by visibility, which counts receipts), got %d", minFIFOReceiveCount, c.MaxReceiveCount)
 	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
 		return fmt.Errorf("sqs: reconnect backoff must satisfy 0 < min <= max, got %s / %s", c.ReconnectMin, c.ReconnectMax)
 	case c.ShutdownGrace <= 0:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -62,6 +63,10 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 		ackers.Wait()
 	}()
 	slots := make(chan struct{}, c.cfg.Prefetch)
+	groups := &lanes{
+		c: c, stop: ctx, handle: handle, acks: acks, wg: &wg, pending: &pending,
+		free: func() { <-slots }, queued: map[string][]*delivery{},
+	}
 	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	failing := false
 	for ctx.Err() == nil {
@@ -113,6 +118,12 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 		}
 		backoff.Reset()
 		for _, m := range msgs {
+			if c.cfg.FIFO {
+				// In receipt order: a group's messages queue behind each
+				// other here, whichever receive brought them.
+				groups.add(hctx, m)
+				continue
+			}
 			wg.Go(func() {
 				defer func() { <-slots }()
 				if d := c.dispatch(hctx, m, handle, acks); d != nil {
@@ -129,7 +140,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	for _, d := range pending.Take() {
 		if d.unsettled() {
 			back.Go(func() {
-				if err := d.Release(hb, 0); err != nil {
+				if err := d.handBack(hb); err != nil {
 					c.cfg.Logger.Warn("sqs hand-back failed; the message comes back after its visibility timeout", "message_id", d.msg.ID, "err", err)
 				}
 			})
@@ -180,7 +191,7 @@ func (c *Consumer) receive(ctx context.Context, n int) ([]types.Message, error) 
 		WaitTimeSeconds:       int32(c.cfg.WaitTime / time.Second),
 		VisibilityTimeout:     int32(seconds(c.cfg.VisibilityTimeout)),
 		MessageAttributeNames: []string{"All"},
-		AttributeNames:        []types.QueueAttributeName{"ApproximateReceiveCount"},
+		AttributeNames:        []types.QueueAttributeName{"ApproximateReceiveCount", "MessageGroupId"},
 	})
 	if err != nil {
 		if isMissingQueue(err) {
@@ -192,15 +203,27 @@ func (c *Consumer) receive(ctx context.Context, n int) ([]types.Message, error) 
 	return out.Messages, nil
 }
 
-// dispatch handles one received message: a message that is not herald's
-// is dead-lettered with the reason, a retry copy still to be held is held
-// (see hold), and any other is handed to handle while its visibility is
-// extended. It returns the delivery when handle returned without settling
-// it (to be handed back when the Consumer stops).
+// dispatch handles one message of a standard queue (see open and run).
+// It returns the delivery when handle returned without settling it (to be
+// handed back when the Consumer stops).
 func (c *Consumer) dispatch(ctx context.Context, m types.Message, handle notify.Handler, acks chan<- ackReq) *delivery {
+	d := c.open(ctx, m, acks)
+	if d == nil {
+		return nil
+	}
+	left, _ := c.run(ctx, d, handle)
+	return left
+}
+
+// open makes a received message a delivery and keeps it invisible from
+// then on (see extend), also while it waits behind its FIFO group. A
+// message that is not herald's is dead-lettered with the reason, and open
+// returns nil; so it does when the queues cannot be named (the message
+// comes back after its visibility timeout).
+func (c *Consumer) open(ctx context.Context, m types.Message, acks chan<- ackReq) *delivery {
 	client, send, dlq, err := c.q.urls(ctx)
 	if err != nil {
-		return nil // it comes back after its visibility timeout
+		return nil
 	}
 	d := &delivery{c: c, client: client, send: send, dlq: dlq, raw: m, acks: acks}
 	dec, err := decode(m)
@@ -210,52 +233,82 @@ func (c *Consumer) dispatch(ctx context.Context, m types.Message, handle notify.
 		}
 		return nil
 	}
-	d.msg = dec.msg
-	if dec.hold > 0 {
-		if err := c.hold(ctx, d, dec.hold); err != nil {
-			c.cfg.Logger.Warn("sqs: holding a retry failed; it comes back after its visibility timeout", "message_id", d.msg.ID, "err", err)
-		}
-		return nil
-	}
-
+	d.msg, d.hold = dec.msg, dec.hold
 	stop := make(chan struct{})
 	var ext sync.WaitGroup
 	ext.Go(func() { c.extend(ctx, d, stop) })
-	handle(ctx, d)
-	close(stop)
-	ext.Wait()
-	if d.unsettled() {
-		return d
-	}
-	return nil
+	d.stopExtend = sync.OnceFunc(func() {
+		close(stop)
+		ext.Wait()
+	})
+	return d
 }
 
-// hold keeps a retry copy back for the rest of its delay. On a standard
-// queue it hops: a copy delayed by up to 15 more minutes replaces it. A
-// FIFO queue has no per-message delay: its copy is made invisible for the
-// rest of the delay (at most 12 hours) on its first receipt, and handled on
-// the next.
-func (c *Consumer) hold(ctx context.Context, d *delivery, rest time.Duration) error {
-	if c.cfg.FIFO {
-		if receiveCount(d.raw) > 1 {
-			return nil
+// run holds d if it is a copy with a delay still to wait (see hold), and
+// hands it to handle otherwise. It returns d when handle returned without
+// settling it, and reports whether d stays where it was in its queue (a
+// FIFO message made invisible for a hold or a park, or left unsettled):
+// the messages of its group behind it must not overtake it.
+func (c *Consumer) run(ctx context.Context, d *delivery, handle notify.Handler) (left *delivery, stays bool) {
+	if d.hold > 0 {
+		waits, err := c.hold(ctx, d)
+		if err != nil {
+			c.cfg.Logger.Warn("sqs: holding a delayed copy failed; it comes back after its visibility timeout", "message_id", d.msg.ID, "err", err)
 		}
-		_, err := d.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
-			QueueUrl: aws.String(d.send), ReceiptHandle: d.raw.ReceiptHandle,
-			VisibilityTimeout: int32(seconds(min(rest, maxVisibility-time.Minute))),
-		})
-		return err
+		if waits || err != nil {
+			d.stopExtend()
+			return nil, true
+		}
 	}
-	last := ""
-	if v, ok := d.raw.MessageAttributes[AttrLastError]; ok {
-		last = aws.ToString(v.StringValue)
+	handle(ctx, d)
+	d.stopExtend()
+	if d.unsettled() {
+		return d, true
 	}
-	cp := copyOf(d.raw, d.msg.RetryCount, last, 0, false, "")
-	left := cp.withDelay(rest, false)
+	return nil, d.inPlace.Load()
+}
+
+// hold keeps a copy (a retry's, a long park's) back for the rest of its
+// delay, and reports whether it does (false: hand it to the handler now).
+// On a standard queue it hops: a copy delayed by up to 15 more minutes
+// replaces it. A FIFO queue has no per-message delay: the copy is made
+// invisible for the rest of its delay (at most 12 hours) on its first
+// receipt, which keeps its group behind it, and handed to the handler on
+// any later one (ApproximateReceiveCount above 1: its hold was served, or
+// a receive's answer was lost and it waited a visibility timeout). A copy
+// whose hold would bring it near the redrive policy's count is handed over
+// at once rather than risk the DLQ.
+func (c *Consumer) hold(ctx context.Context, d *delivery) (waits bool, err error) {
+	if c.cfg.FIFO {
+		if receiveCount(d.raw) > 1 || !c.mayWait(d) {
+			return false, nil
+		}
+		d.stopExtend() // an extension landing after the hold would undo it
+		return true, d.wait(ctx, d.hold)
+	}
+	d.stopExtend()
+	cp := copyOf(d.raw, d.msg.RetryCount, lastError(d.raw), 0, false, "")
+	left := cp.withDelay(d.hold, false)
 	if left > 0 {
 		cp.attrs[AttrHold] = numberAttr(left.Milliseconds())
 	}
-	return d.replace(ctx, d.send, cp)
+	return true, d.replace(ctx, d.send, cp)
+}
+
+// mayWait reports whether d, a FIFO message, may wait by its visibility
+// (which counts a receipt) and still stay far from the redrive policy's
+// maxReceiveCount: its next receipt must be within half of it. The other
+// half is margin for receipts herald does not see (answers lost on their
+// way back, hand-backs at a stop).
+func (c *Consumer) mayWait(d *delivery) bool {
+	return receiveCount(d.raw)+1 <= c.cfg.MaxReceiveCount/2
+}
+
+func lastError(m types.Message) string {
+	if v, ok := m.MessageAttributes[AttrLastError]; ok {
+		return aws.ToString(v.StringValue)
+	}
+	return ""
 }
 
 func receiveCount(m types.Message) int {
@@ -263,8 +316,9 @@ func receiveCount(m types.Message) int {
 	return n
 }
 
-// extend keeps d invisible while its handler runs: every third of the
-// visibility timeout it is set to the whole timeout again.
+// extend keeps d invisible from its receipt until its handler returns
+// (or, on a FIFO queue, until it is handed back unhandled): every third of
+// the visibility timeout it is set to the whole timeout again.
 func (c *Consumer) extend(ctx context.Context, d *delivery, stop <-chan struct{}) {
 	every := c.cfg.VisibilityTimeout / 3
 	t := time.NewTicker(every)
@@ -298,6 +352,13 @@ type delivery struct {
 	raw       types.Message
 	msg       notify.Message
 	acks      chan<- ackReq
+	// hold is what is left of a copy's delay (AttrHold) when received.
+	hold time.Duration
+	// stopExtend ends extend and waits for it (idempotent).
+	stopExtend func()
+	// inPlace says a FIFO Release left the message where it is, invisible
+	// for the park, ahead of the rest of its group.
+	inPlace atomic.Bool
 
 	once consume.Once
 }
@@ -441,14 +502,73 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 	})
 }
 
-// Release makes the message visible again at once, unchanged.
+// Release parks the message unchanged (its retry count and last error
+// kept) until after has passed, in a way no redrive policy counts and
+// that holds no prefetch slot.
+//
+// On a standard queue it sends a copy delayed by after (a longer wait than
+// SQS's 15 minutes hops, as a retry's does) and deletes the original: the
+// copy is a new message, whose receive count starts again, so however
+// often a notification is parked through an outage maxReceiveCount never
+// reaches it.
+//
+// On a FIFO queue a copy would go to the end of its group, behind the
+// user's later messages, and SQS takes no per-message delay there. So the
+// message is made invisible for after instead (ChangeMessageVisibility):
+// it stays at the head of its group, and SQS hands out nothing of that
+// group (that user) until it comes back, while every other group goes on.
+// Each such park costs a receipt, which the redrive policy counts: once
+// the next receipt would pass half of maxReceiveCount (see mayWait), the
+// park sends a copy instead, which starts counting afresh and waits out
+// after as a held copy (see hold). Only then does the parked message move
+// behind the later messages of its group, once in maxReceiveCount/2 parks
+// (500 by default); never to the DLQ while pending.
 func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 	return d.settle(func() (bool, error) {
-		_, err := d.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
-			QueueUrl: aws.String(d.send), ReceiptHandle: d.raw.ReceiptHandle, VisibilityTimeout: 0,
-		})
-		if err != nil {
-			return false, fmt.Errorf("release message %d: %w", d.msg.ID, err)
+		after = max(after, 0)
+		d.stopExtend() // an extension landing after the park would undo it
+		if d.c.cfg.FIFO && d.c.mayWait(d) {
+			if err := d.wait(ctx, after); err != nil {
+				return false, fmt.Errorf("release message %d: %w", d.msg.ID, err)
+			}
+			d.inPlace.Store(true)
+			return true, nil
+		}
+		if err := d.replaceLocked(ctx, d.send, d.parkCopy(after)); err != nil {
+			return !errors.Is(err, errNotStored), fmt.Errorf("release message %d: %w", d.msg.ID, err)
+		}
+		return true, nil
+	})
+}
+
+// parkCopy is a copy of d with its retry count and last error, delayed by
+// after (a standard queue's DelaySeconds, the rest held); its FIFO
+// deduplication id is derived from the original's SQS message id, so
+// each park of the notification is a copy of its own.
+func (d *delivery) parkCopy(after time.Duration) message {
+	cp := copyOf(d.raw, d.msg.RetryCount, lastError(d.raw), 0, d.c.cfg.FIFO, "p"+aws.ToString(d.raw.MessageId))
+	if rest := cp.withDelay(after, d.c.cfg.FIFO); rest > 0 {
+		cp.attrs[AttrHold] = numberAttr(max(rest.Milliseconds(), 1))
+	}
+	return cp
+}
+
+// wait makes the message invisible for after (at most 12 hours) where it
+// is; 0 makes it visible at once.
+func (d *delivery) wait(ctx context.Context, after time.Duration) error {
+	_, err := d.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(d.send), ReceiptHandle: d.raw.ReceiptHandle,
+		VisibilityTimeout: int32(seconds(min(after, maxVisibility-time.Minute))),
+	})
+	return err
+}
+
+// handBack makes the message visible again at once, unchanged: a
+// stopping Consumer's hand-back of what it holds, once per stop.
+func (d *delivery) handBack(ctx context.Context) error {
+	return d.settle(func() (bool, error) {
+		if err := d.wait(ctx, 0); err != nil {
+			return false, fmt.Errorf("hand back message %d: %w", d.msg.ID, err)
 		}
 		return true, nil
 	})

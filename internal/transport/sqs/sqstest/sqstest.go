@@ -5,7 +5,10 @@
 // prefix.
 //
 // goaws speaks SQS's Query protocol only; see the package documentation of
-// the SQS transport for what it lacks.
+// the SQS transport for what it lacks. Two shims in front of it make it
+// behave as SQS where herald depends on it: SendMessageBatch keeps each
+// entry's attributes and delay (batch.go), and ReceiveMessage on a FIFO
+// queue keeps each group's order and counts receipts (fifo.go).
 package sqstest
 
 import (
@@ -139,7 +142,7 @@ func start() (*Server, error) {
 }
 
 func (s *Server) serve(l net.Listener) {
-	srv := &http.Server{Handler: s.batchShim(router.New()), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.batchShim(s.fifoReceiveShim(router.New())), ReadHeaderTimeout: 10 * time.Second}
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()

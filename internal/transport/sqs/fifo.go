@@ -1,0 +1,145 @@
+package sqs
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
+)
+
+// lanes hands a FIFO queue's messages to the handler one group at a time:
+// a group's messages (one user's) go in the order received, the next only
+// once the one before it was settled and gone from the queue, while
+// different groups run side by side. One receive may bring several
+// messages of a group; SQS keeps the order of what it hands out, and the
+// lane keeps it through the handling, within a receive and across them.
+type lanes struct {
+	c       *Consumer
+	stop    context.Context // the Consume context: once it ends, no further message is handed over
+	handle  notify.Handler
+	acks    chan<- ackReq
+	wg      *sync.WaitGroup
+	pending *consume.Held[*delivery]
+	free    func() // gives one message's prefetch slot back
+
+	mu sync.Mutex
+	// queued holds each group's messages not handed over yet, in order; a
+	// group has an entry while its lane runs.
+	queued map[string][]*delivery
+}
+
+// groupKey is m's MessageGroupId, or the group herald gives the payload
+// when SQS did not say (the same: see groupOf).
+func groupKey(m types.Message) string {
+	if g := m.Attributes["MessageGroupId"]; g != "" {
+		return g
+	}
+	return groupOf([]byte(aws.ToString(m.Body)))
+}
+
+// add queues a received message behind its group's and starts the group's
+// lane if it is not running. ctx is the handlers' context.
+func (l *lanes) add(ctx context.Context, m types.Message) {
+	d := l.c.open(ctx, m, l.acks)
+	if d == nil {
+		l.free()
+		return
+	}
+	g := groupKey(m)
+	l.mu.Lock()
+	q, running := l.queued[g]
+	l.queued[g] = append(q, d)
+	l.mu.Unlock()
+	if !running {
+		l.wg.Go(func() { l.run(ctx, g) })
+	}
+}
+
+// run hands group g's messages over one after another until none is left.
+// When one stays where it is in the queue (parked or held by its
+// visibility, left unsettled), the messages queued behind it are handed
+// back so that SQS gives them again after it, in order.
+func (l *lanes) run(ctx context.Context, g string) {
+	for {
+		l.mu.Lock()
+		q := l.queued[g]
+		if len(q) == 0 {
+			delete(l.queued, g)
+			l.mu.Unlock()
+			return
+		}
+		d := q[0]
+		l.queued[g] = q[1:]
+		l.mu.Unlock()
+
+		if l.stop.Err() != nil {
+			l.putBack(g, d)
+			continue
+		}
+		left, stays := l.c.run(ctx, d, l.handle)
+		l.free()
+		if left != nil {
+			l.pending.Add(left)
+		}
+		if stays {
+			l.putBack(g)
+		}
+	}
+}
+
+// putBack hands back first (if any) and every message queued behind group
+// g, in order, and frees their slots.
+func (l *lanes) putBack(g string, first ...*delivery) {
+	l.mu.Lock()
+	rest := append(first, l.queued[g]...)
+	l.queued[g] = l.queued[g][:0]
+	l.mu.Unlock()
+	if len(rest) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout+time.Duration(len(rest))*time.Second)
+	defer cancel()
+	l.c.putBack(ctx, rest)
+	for range rest {
+		l.free()
+	}
+}
+
+// putBack hands back messages of one group that were received but not
+// handed over, in their order. Each becomes visible again where it is,
+// except that a copy whose hold was not served yet serves it now (so that
+// its next receipt, its second, hands it over after its delay, as hold
+// expects), and that a message whose receipts near the redrive policy's
+// count (see mayWait) is sent again as a copy instead; once one is, every
+// one after it is too, so that they stay in order.
+func (c *Consumer) putBack(ctx context.Context, rest []*delivery) {
+	copying := false
+	for _, d := range rest {
+		d.stopExtend()
+		var err error
+		switch {
+		case copying || !c.mayWait(d):
+			copying = true
+			hold := time.Duration(0)
+			if receiveCount(d.raw) <= 1 {
+				hold = d.hold
+			}
+			err = d.replace(ctx, d.send, d.parkCopy(hold))
+		case d.hold > 0 && receiveCount(d.raw) <= 1:
+			err = d.settle(func() (bool, error) {
+				err := d.wait(ctx, d.hold)
+				return err == nil, err
+			})
+		default:
+			err = d.handBack(ctx)
+		}
+		if err != nil {
+			c.cfg.Logger.Warn("sqs: handing back a message queued behind its group failed; it comes back after its visibility timeout", "message_id", d.msg.ID, "err", err)
+		}
+	}
+}
