@@ -32,12 +32,23 @@
 // connection of its own, so that a broker blocking a publisher never holds
 // back the acknowledgements.
 //
+// A delivery that cannot go now is parked: Release(ctx, after) publishes an
+// unchanged copy to the park queue of the shortest delay that is at least
+// after ("notifications.park.1s", ".2s", ".5s", ".10s", ".30s", ".1m"),
+// waits for its confirm and acks the original, so that the parked message
+// holds no prefetch place. The park queue's TTL dead-letters it through the
+// default exchange to the send queue alone (no other binding of the
+// notifications exchange gets a copy of each park). One queue per delay,
+// because a TTL per message would expire only at the head of one queue:
+// a short park would wait behind a long one.
+//
 // No hand-back counts towards a broker's delivery limit (RabbitMQ 4 gives
 // quorum queues one of 20 by default, and counts every requeue): Release,
 // and a Consumer that stops with deliveries unsettled, publish an unchanged
-// copy to the send queue and ack the original once the copy is confirmed,
-// rather than requeueing it; a delivery the broker itself has returned twice
-// (lost connections) is replaced by such a copy on arrival.
+// copy (to a park queue, or to the send queue) and ack the original once
+// the copy is confirmed, rather than requeueing it; a delivery the broker
+// itself has returned twice (lost connections) is replaced by such a copy
+// on arrival.
 //
 // Config.URL may list several nodes of a cluster, comma-separated: every
 // connection goes to the first node that answers, and after a connection is
