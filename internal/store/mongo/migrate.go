@@ -94,6 +94,17 @@ var migrations = []migration{
 				Options: options.Index().SetName("open_status_idx").SetSparse(true)},
 		},
 	}},
+	// Issue 32: the table claim takes documents in due order, (due, _id),
+	// and reads none that is not due; the relay's search (due up to now,
+	// in _id order) is served by the same index's leading key, so due_idx
+	// goes. Sparse: a document with no open event has no due.
+	{version: 5, name: "due_order_idx", drop: map[string][]string{collNotifications: {"due_idx"}},
+		indexes: map[string][]mgo.IndexModel{
+			collNotifications: {
+				{Keys: bson.D{{Key: "due", Value: 1}, {Key: "_id", Value: 1}},
+					Options: options.Index().SetName("due_order_idx").SetSparse(true)},
+			},
+		}},
 }
 
 // backfillIdemScope gives every notification with an idempotency key and

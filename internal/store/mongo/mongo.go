@@ -91,7 +91,10 @@ type Store struct {
 	revs   *mgo.Collection
 	orph   *mgo.Collection
 	hub    wake.Hub
-	cands  candidateCache
+	// cands and dueCands hold the candidates of the last search of each
+	// order (see candidateCache): the relay's and the table claim's.
+	cands    candidateCache
+	dueCands candidateCache
 	// nextID is this process's guess of the next free notification id;
 	// a duplicate _id moves it past the largest id stored.
 	nextID atomic.Int64

@@ -18,10 +18,12 @@ import (
 )
 
 // The outbox is the events array of each notification document. A document
-// with an event that can be taken now has due <= now (index due_idx); the
-// relay and the table transport find candidates by it, in id order, and
-// lease events with one change of each document, which sees the events as
-// they are: two claimers never lease the same event.
+// with an event that can be taken now has due <= now (index due_order_idx;
+// due is the earliest of its open events' available time or, while one is
+// leased, its lease's end); the relay and the table transport find
+// candidates by it, and lease events with one change of each document,
+// which sees the events as they are: two claimers never lease the same
+// event.
 
 // markTimeout bounds recording an effect that already happened.
 const markTimeout = 10 * time.Second
@@ -30,25 +32,63 @@ const markTimeout = 10 * time.Second
 // deadline; with one, the lease runs until it, plus markTimeout.
 const relayLease = time.Minute
 
-// candidates are the documents with an event due at t, in id order.
-func (s *Store) candidates(ctx context.Context, t time.Time, after int64, limit int) ([]int64, error) {
-	var ds []struct {
-		ID int64 `bson:"id"`
+// order is the order a search takes due documents in.
+type order int
+
+const (
+	// byID is the relay's order: the documents' ids, the order of their
+	// creates.
+	byID order = iota
+	// byDue is the table claim's order: (due, _id), the earliest due
+	// first, from due_order_idx, which it walks from the start up to now
+	// alone: a document whose event is scheduled for later, or leased, is
+	// not read, and one whose event was handed back due at once is due at
+	// that moment, behind every document due before it (issue 32).
+	byDue
+)
+
+// cursor is where a search in an order goes on from: after the document
+// key with due time due.
+type cursor struct {
+	due time.Time
+	key int64
+	set bool
+}
+
+// candidate is a document found by a search.
+type candidate struct {
+	ID  int64     `bson:"id"`
+	Due time.Time `bson:"due"`
+}
+
+// candidates are the documents with an event due at t, in order ord, after
+// c.
+func (s *Store) candidates(ctx context.Context, t time.Time, c cursor, limit int, ord order) ([]candidate, error) {
+	filter := bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}}
+	sort := bson.D{{Key: "_id", Value: 1}}
+	switch {
+	case ord == byDue:
+		sort = bson.D{{Key: "due", Value: 1}, {Key: "_id", Value: 1}}
+		if c.set {
+			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+				bson.D{{Key: "due", Value: bson.D{{Key: "$gt", Value: c.due}}}},
+				bson.D{{Key: "due", Value: c.due}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: key(c.key)}}}},
+			}})
+		}
+	case c.set:
+		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: key(c.key)}}})
 	}
-	cur, err := s.n.Find(ctx, bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: key(after)}}}},
-		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).
-			SetProjection(idOnly))
+	cur, err := s.n.Find(ctx, filter,
+		options.Find().SetSort(sort).SetLimit(int64(limit)).
+			SetProjection(bson.D{{Key: "id", Value: 1}, {Key: "due", Value: 1}}))
 	if err != nil {
 		return nil, classify(err)
 	}
+	var ds []candidate
 	if err := cur.All(ctx, &ds); err != nil {
 		return nil, classify(err)
 	}
-	out := make([]int64, len(ds))
-	for i, d := range ds {
-		out[i] = d.ID
-	}
-	return out, nil
+	return ds, nil
 }
 
 // candidateBatch is how many candidates one search reads. FerretDB v1
@@ -87,15 +127,20 @@ func (c *candidateCache) take(n int) []int64 {
 	return out
 }
 
-// lease leases up to limit events due at now whose type want accepts, in
-// id order, to token until until(now). A document whose due events are all
-// of other types gives nothing, and the search reads on past it.
-func (s *Store) lease(ctx context.Context, token string, limit int, want func(typ string) bool, until func(t time.Time) time.Time) ([]eventDoc, error) {
+// lease leases up to limit events due at now whose type want accepts, from
+// documents in order ord, to token until until(now). A document whose due
+// events are all of other types gives nothing, and the search reads on
+// past it.
+func (s *Store) lease(ctx context.Context, token string, limit int, ord order, want func(typ string) bool, until func(t time.Time) time.Time) ([]eventDoc, error) {
 	t := now()
+	cache := &s.cands
+	if ord == byDue {
+		cache = &s.dueCands
+	}
 	var out []eventDoc
 	// Candidates read recently come first (see candidateCache); each
 	// change sees the document as it is, so a stale one gives nothing.
-	if ids := s.cands.take(limit); len(ids) > 0 {
+	if ids := cache.take(limit); len(ids) > 0 {
 		var err error
 		if out, err = s.leaseIn(ctx, ids, token, limit, want, until, out); err != nil {
 			return out, err
@@ -103,16 +148,21 @@ func (s *Store) lease(ctx context.Context, token string, limit int, want func(ty
 	}
 	// A candidate another claimer leased meanwhile gives nothing: read on
 	// past the last candidate until the batch is full or none is left.
-	var last int64
+	var last cursor
 	for len(out) < limit {
-		ids, err := s.candidates(ctx, t, last, candidateBatch)
+		found, err := s.candidates(ctx, t, last, candidateBatch, ord)
 		if err != nil {
 			return out, fmt.Errorf("find due events: %w", err)
 		}
-		if len(ids) == 0 {
+		if len(found) == 0 {
 			break
 		}
-		last = ids[len(ids)-1]
+		end := found[len(found)-1]
+		last = cursor{due: end.Due, key: end.ID, set: true}
+		ids := make([]int64, len(found))
+		for i, c := range found {
+			ids[i] = c.ID
+		}
 		i := 0
 		for i < len(ids) && len(out) < limit {
 			j := min(len(ids), i+limit-len(out))
@@ -121,7 +171,7 @@ func (s *Store) lease(ctx context.Context, token string, limit int, want func(ty
 			}
 			i = j
 		}
-		s.cands.put(ids[i:])
+		cache.put(ids[i:])
 		if len(ids) < candidateBatch {
 			break
 		}
@@ -167,7 +217,7 @@ func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit in
 }
 
 // RelayBatch leases up to limit unprocessed events of the given types
-// (nil: any), in id order, to this batch; calls publish with them; then marks processed the events publish
+// (nil: any), in id order (byID), to this batch; calls publish with them; then marks processed the events publish
 // confirmed, even when publish also failed, and ends the lease of the
 // others. It implements relay.Source.
 func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
@@ -179,7 +229,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 	}
 	want := func(typ string) bool { return types == nil || slices.Contains(types, typ) }
 	token := relayToken()
-	evs, err := s.lease(ctx, token, limit, want, func(t time.Time) time.Time {
+	evs, err := s.lease(ctx, token, limit, byID, want, func(t time.Time) time.Time {
 		if deadline, ok := ctx.Deadline(); ok {
 			return deadline.Add(markTimeout)
 		}
@@ -295,10 +345,10 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 }
 
 // Claim leases up to limit due events that are not status events (those
-// are the relay's) to token until now + lease: the notifications' events,
-// and one of a type herald does not know, which the worker dead-letters as
-// poison. It
-// implements table.Queue.
+// are the relay's) to token until now + lease, from the documents due
+// earliest (byDue): the notifications' events, and one of a type herald
+// does not know, which the worker dead-letters as poison. It implements
+// table.Queue.
 func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
 	switch {
 	case token == "":
@@ -309,7 +359,7 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 		return nil, fmt.Errorf("claim outbox events: lease must be positive, got %s", lease)
 	}
 	work := func(typ string) bool { return !notify.IsStatusEvent(typ) }
-	evs, err := s.lease(ctx, token, limit, work, func(t time.Time) time.Time { return t.Add(lease) })
+	evs, err := s.lease(ctx, token, limit, byDue, work, func(t time.Time) time.Time { return t.Add(lease) })
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox events: %w", err)
 	}

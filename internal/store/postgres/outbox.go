@@ -158,8 +158,11 @@ const claimedRows = `id = ANY(ARRAY(SELECT id FROM claimed))
 // partition than on its run. A plan made once must be right at every size
 // of every partition, so the claim is written to have one reasonable plan
 // whatever the statistics, and the settings leave no other:
-//   - the rows come in id order from a Merge Append of each partition's
-//     partial index, which stops after limit rows. Planned from statistics
+//   - the rows come in the claim's order from a Merge Append of each
+//     partition's partial index, which stops after limit rows: id order
+//     for the relays, due order (available_at, id) for the table
+//     transport's claim (claimDue, queue.go), whose walk also stops at
+//     now. Planned from statistics
 //     that show no backlog, PostgreSQL preferred reading every partition's
 //     unprocessed rows and sorting them, a walk of the whole backlog per
 //     batch (issue 24); without a sort, without sequential or bitmap scans,
@@ -176,7 +179,8 @@ const claimedRows = `id = ANY(ARRAY(SELECT id FROM claimed))
 //
 // A new partition, or an ANALYZE of one, invalidates the plan: the next
 // claim plans again. TestClaimPlansWalkPartialIndexes checks the plans on
-// new, young and grown statistics.
+// new, young and grown statistics; TestTableClaimReadsOnlyDueRows what the
+// table claim reads behind 50,000 retries scheduled for later.
 const claimPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('enable_sort', 'off', true),
 	set_config('enable_seqscan', 'off', true),

@@ -146,7 +146,8 @@ func TestUpgradeToPartitionedOutbox(t *testing.T) {
 			WHERE i.inhrelid = to_regclass($1)`, legacy))
 	}
 	require.Contains(t, newIndexes, "outbox_legacy_pkey")
-	require.Len(t, newIndexes, 6)
+	require.Contains(t, newIndexes, "outbox_legacy_work_due_idx", "migration 0015's, built on the partition")
+	require.Len(t, newIndexes, 7)
 	require.Zero(t, count(t, s, `SELECT count(*) FROM pg_constraint WHERE conrelid = 'outbox_legacy'::regclass AND contype = 'c'`),
 		"the bound's CHECK is gone once attached")
 	// Today (in outbox_legacy until the day after the migration) and the
@@ -306,10 +307,10 @@ func TestEnsurePartitions(t *testing.T) {
 		today.AddDate(0, 0, 1).Add(-time.Microsecond)).Scan(&id))
 	require.Equal(t, partitionName(today), partitionOf(t, s, id))
 	idx := indexFiles(t, s, tomorrow)
-	for _, suffix := range []string{"_pkey", "_unprocessed_idx", "_work_unprocessed_idx", "_status_unprocessed_idx", "_processed_idx", "_notification_idx"} {
+	for _, suffix := range []string{"_pkey", "_unprocessed_idx", "_work_unprocessed_idx", "_work_due_idx", "_status_unprocessed_idx", "_processed_idx", "_notification_idx"} {
 		require.Contains(t, idx, tomorrow+suffix)
 	}
-	require.Len(t, idx, 6)
+	require.Len(t, idx, 7)
 	require.Equal(t, []string{"fillfactor=70"}, scalar[[]string](t, s, `SELECT reloptions FROM pg_class WHERE oid = to_regclass($1)`, tomorrow))
 }
 

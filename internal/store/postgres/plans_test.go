@@ -210,7 +210,7 @@ func claimStatements() []claimStatement {
 		{"relay lease", lease(nil), `100, 'relay-t', 60000000`, "_unprocessed_idx"},
 		{"notifications relay lease", lease([]string{notify.EventRequested}), `100, 'relay-t', 60000000`, "_work_unprocessed_idx"},
 		{"status relay lease", lease(notify.StatusEventTypes), `100, 'relay-t', 60000000`, "_status_unprocessed_idx"},
-		{"table claim", claimDue, `'worker-t', 100, 60000000`, "_work_unprocessed_idx"},
+		{"table claim", claimDue, `'worker-t', 100, 60000000`, "_work_due_idx"},
 	}
 }
 
@@ -342,7 +342,8 @@ func executedLookups(plan map[string]any) []string {
 
 // The claims run on plans made once per connection (claimPlan) over the
 // partitioned outbox, so each plan must walk every partition's partial
-// index of its rows in id order, merged, and look each claimed row up in
+// index of its rows in its order (id for the relays, due time for the
+// table claim), merged, and look each claimed row up in
 // its own partition by its whole key, whatever the statistics it was made
 // with: new (never analysed), young, grown with young statistics, grown.
 // As for the delivery bookkeeping, tables analysed while empty are

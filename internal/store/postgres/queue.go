@@ -18,27 +18,43 @@ const (
 	// are for the relay, never for a worker (it would take one for poison):
 	// the notifications, and a row of a type herald does not know, which
 	// the worker dead-letters as poison. The type condition is the
-	// predicate of outbox_work_unprocessed_idx, written the same way. The CTE is materialized so the locking
-	// subquery runs exactly once; rows another worker is claiming right now
-	// are skipped, not waited for. Due times and leases are judged and
-	// started on clock_timestamp(), the statement's time (see deliver.go,
-	// "Clocks"). It runs on a plan made once (claimPlan, outbox.go): the
-	// walk is a Merge Append of each partition's
-	// outbox_work_unprocessed_idx, and the due rows are found again by
+	// predicate of outbox_work_due_idx (migration 0015), written the same
+	// way.
+	//
+	// Due rows are taken in due order, (available_at, id), from that
+	// index: the walk starts at the earliest due time and stops at now or
+	// after $2 rows, and reads no row that is not due (a retry scheduled
+	// for later, a leased row). The lease moves available_at to its end,
+	// as locked_until, so a leased row is not due and one whose lease ran
+	// out is due again; a row handed back due at once (Reschedule) is due
+	// at that moment, behind every row due before it, where its id kept it
+	// ahead of them. The test of locked_until is a guard for a lease that
+	// left available_at alone (one taken before migration 0015, by a
+	// process of an older herald): it reads nothing more.
+	//
+	// The bound of the walk is the statement's time, clock_timestamp()
+	// (see deliver.go, "Clocks"), read once in a subquery: a value the
+	// index scan can start from, which the volatile function itself is
+	// not. The lease's end is read once too, so locked_until and
+	// available_at get the same value. The CTE is materialized so the
+	// locking subquery runs exactly once; rows another worker is claiming
+	// right now are skipped, not waited for. It runs on a plan made once
+	// (claimPlan, outbox.go): the walk is a Merge Append of each
+	// partition's outbox_work_due_idx, and the due rows are found again by
 	// their key in their days' partitions (claimedRows).
 	claimDue = `
 WITH claimed AS MATERIALIZED (
 	SELECT id, occurred_at FROM outbox
 	WHERE processed_at IS NULL
 	  AND event_type NOT IN ('` + notify.EventSent + `', '` + notify.EventFailed + `')
-	  AND available_at <= clock_timestamp()
+	  AND available_at <= (SELECT clock_timestamp())
 	  AND (locked_until IS NULL OR locked_until < clock_timestamp())
-	ORDER BY id
+	ORDER BY available_at, id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE outbox
-SET locked_by = $1, locked_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
+SET locked_by = $1, (locked_until, available_at) = (SELECT l.until, l.until FROM (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond' AS until) AS l)
 WHERE ` + claimedRows + `
 RETURNING id, event_type, payload, attempts, occurred_at, COALESCE(traceparent, '')`
 
@@ -62,8 +78,9 @@ WHERE id = $1 AND occurred_at BETWEEN $6 AND $7 AND locked_by = $2 AND processed
 )
 
 // Claim leases up to limit due outbox rows that are not status events
-// (unprocessed, available, with no live lease) to token until now + lease, and returns them in id order as
-// messages whose RetryCount is the row's attempts.
+// (unprocessed, available_at passed), the earliest due first, to token
+// until now + lease, and returns them in id order as messages whose
+// RetryCount is the row's attempts.
 func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("claim outbox rows: limit must be at least 1, got %d", limit)

@@ -213,25 +213,37 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 
 // One statement claims: SQLite has no SKIP LOCKED, but the write lock
 // serializes claimers, so the subquery and the update see the same rows and
-// two workers can never lease the same row. A lease whose time has passed is
-// free to take: its worker died or stalled, and the row must not be lost.
-// Every row but the status events, which are the relay's, never a
-// worker's: the notifications, and a row of a type herald does not know,
-// which the worker dead-letters as poison (see outbox_work_unprocessed_idx).
+// two workers can never lease the same row. Every row but the status
+// events, which are the relay's, never a worker's: the notifications, and
+// a row of a type herald does not know, which the worker dead-letters as
+// poison.
+//
+// Due rows are taken in due order, (available_at, id), from
+// outbox_work_due_idx (migration 0013, whose predicate the type condition
+// repeats): the search starts at the earliest due time and stops at now
+// (?3) or after ?4 rows, and reads no row that is not due. The lease moves
+// the row's available_at to its end (?2, as locked_until), so a leased row
+// is not due, and one whose lease has passed is due again: its worker died
+// or stalled, and the row must not be lost. A row handed back due at once
+// (Reschedule) is due at that moment, behind every row due before it, not
+// ahead of them as its id would put it. The test of locked_until is a
+// guard for a lease that left available_at alone (one taken before
+// migration 0013): it reads nothing more.
 const claimOutbox = `
-UPDATE outbox SET locked_by = ?, locked_until = ?
+UPDATE outbox SET locked_by = ?1, locked_until = ?2, available_at = ?2
 WHERE id IN (
     SELECT id FROM outbox
     WHERE processed_at IS NULL
       AND event_type NOT IN ('` + notify.EventSent + `', '` + notify.EventFailed + `')
-      AND available_at <= ?
-      AND (locked_until IS NULL OR locked_until < ?)
-    ORDER BY id
-    LIMIT ?)
+      AND available_at <= ?3
+      AND (locked_until IS NULL OR locked_until < ?3)
+    ORDER BY available_at, id
+    LIMIT ?4)
 RETURNING id, event_type, payload, attempts, occurred_at, coalesce(traceparent, '')`
 
-// Claim leases up to limit due outbox rows to token until now + lease. It
-// implements table.Queue.
+// Claim leases up to limit due outbox rows, the earliest due first, to
+// token until now + lease, and returns them in id order. It implements
+// table.Queue.
 func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
 	switch {
 	case token == "":
@@ -244,8 +256,7 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	var msgs []notify.Message
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		t := now()
-		rows, err := tx.QueryContext(ctx, claimOutbox,
-			token, formatTime(t.Add(lease)), formatTime(t), formatTime(t), limit)
+		rows, err := tx.QueryContext(ctx, claimOutbox, token, formatTime(t.Add(lease)), formatTime(t), limit)
 		if err != nil {
 			return classify(err)
 		}

@@ -107,6 +107,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"RecordFailureNotPending", testRecordFailureNotPending},
 		{"ClaimLease", testClaimLease},
 		{"ClaimExpiredLease", testClaimExpiredLease},
+		{"ClaimDueOrder", testClaimDueOrder},
 		{"Reschedule", testReschedule},
 		{"FinishDeadLetter", testFinishDeadLetter},
 		{"FinishMany", testFinishMany},

@@ -77,8 +77,9 @@ func TestPipelinePostgres(t *testing.T) {
 				return 0, err
 			}
 			defer conn.Close(context.WithoutCancel(ctx))
+			// Due now: the claim moved available_at to its lease's end.
 			tag, err := conn.Exec(ctx, `
-UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL
+UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL, available_at = now()
 WHERE payload->>'notification_id' = $1 AND event_type = 'notification.requested'`, notify.FormatID(notificationID))
 			return tag.RowsAffected(), err
 		})
@@ -98,8 +99,9 @@ func TestPipelineSQLite(t *testing.T) {
 		t.Cleanup(func() { require.NoError(t, db.Close()) })
 		return pipelineHarness(s, func(ctx context.Context, notificationID int64) (int64, error) {
 			res, err := db.ExecContext(ctx, `
-UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL
-WHERE json_extract(payload, '$.notification_id') = ? AND event_type = 'notification.requested'`, notify.FormatID(notificationID))
+UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL, available_at = ?
+WHERE json_extract(payload, '$.notification_id') = ? AND event_type = 'notification.requested'`,
+				time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), notify.FormatID(notificationID))
 			if err != nil {
 				return 0, err
 			}

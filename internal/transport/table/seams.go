@@ -12,10 +12,13 @@ import (
 type Queue interface {
 	// Claim leases up to limit due notification.requested outbox rows
 	// (processed_at IS NULL, available_at <= now, no live lease; never a
-	// status event, which is the status relay's) in id order to token
-	// until now + lease, and returns them as messages whose RetryCount is the row's
-	// attempts. PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite with
-	// one UPDATE ... RETURNING.
+	// status event, which is the status relay's), the earliest due first
+	// (available_at, then id), to token until now + lease, and returns
+	// them as messages whose RetryCount is the row's attempts. Due order,
+	// from an index that holds the due time first, means a row handed
+	// back due at once goes behind the rows due before it, and a claim
+	// reads no row scheduled for later. PostgreSQL claims with FOR UPDATE
+	// SKIP LOCKED; SQLite with one UPDATE ... RETURNING.
 	Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error)
 	// Finish marks rows leased to token processed (processed_at = now), in
 	// one statement; a non-empty reason marks them dead-lettered and keeps
