@@ -246,9 +246,11 @@ func (c *Consumer) open(ctx context.Context, m types.Message, acks chan<- ackReq
 
 // run holds d if it is a copy with a delay still to wait (see hold), and
 // hands it to handle otherwise. It returns d when handle returned without
-// settling it, and reports whether d stays where it was in its queue (a
-// FIFO message made invisible for a hold or a park, or left unsettled):
-// the messages of its group behind it must not overtake it.
+// settling it, and reports whether the messages of d's FIFO group behind
+// it must be handed back rather than handed over: d stays where it was in
+// its queue (made invisible for a hold or a park, or left unsettled), or a
+// park sent it to the end of its group (d.moved), where they must follow
+// it.
 func (c *Consumer) run(ctx context.Context, d *delivery, handle notify.Handler) (left *delivery, stays bool) {
 	if d.hold > 0 {
 		waits, err := c.hold(ctx, d)
@@ -265,7 +267,7 @@ func (c *Consumer) run(ctx context.Context, d *delivery, handle notify.Handler) 
 	if d.unsettled() {
 		return d, true
 	}
-	return nil, d.inPlace.Load()
+	return nil, d.inPlace.Load() || d.moved.Load()
 }
 
 // hold keeps a copy (a retry's, a long park's) back for the rest of its
@@ -357,8 +359,9 @@ type delivery struct {
 	// stopExtend ends extend and waits for it (idempotent).
 	stopExtend func()
 	// inPlace says a FIFO Release left the message where it is, invisible
-	// for the park, ahead of the rest of its group.
-	inPlace atomic.Bool
+	// for the park, ahead of the rest of its group; moved says it sent a
+	// copy to the end of the group instead.
+	inPlace, moved atomic.Bool
 
 	once consume.Once
 }
@@ -520,9 +523,12 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 // Each such park costs a receipt, which the redrive policy counts: once
 // the next receipt would pass half of maxReceiveCount (see mayWait), the
 // park sends a copy instead, which starts counting afresh and waits out
-// after as a held copy (see hold). Only then does the parked message move
-// behind the later messages of its group, once in maxReceiveCount/2 parks
-// (500 by default); never to the DLQ while pending.
+// after as a held copy (see hold), and the group's messages this Consumer
+// received behind it are sent again as copies after it, in order (see
+// lanes). The group keeps its order unless more of it was waiting than
+// one receive brings (SQS returns at most ten): those move ahead of the
+// copies, once in maxReceiveCount/2 parks (500 by default). Never to the
+// DLQ while pending.
 func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 	return d.settle(func() (bool, error) {
 		after = max(after, 0)
@@ -537,6 +543,7 @@ func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 		if err := d.replaceLocked(ctx, d.send, d.parkCopy(after)); err != nil {
 			return !errors.Is(err, errNotStored), fmt.Errorf("release message %d: %w", d.msg.ID, err)
 		}
+		d.moved.Store(d.c.cfg.FIFO)
 		return true, nil
 	})
 }

@@ -78,7 +78,7 @@ func (l *lanes) run(ctx context.Context, g string) {
 		l.mu.Unlock()
 
 		if l.stop.Err() != nil {
-			l.putBack(g, d)
+			l.putBack(g, false, d)
 			continue
 		}
 		left, stays := l.c.run(ctx, d, l.handle)
@@ -87,14 +87,15 @@ func (l *lanes) run(ctx context.Context, g string) {
 			l.pending.Add(left)
 		}
 		if stays {
-			l.putBack(g)
+			l.putBack(g, d.moved.Load())
 		}
 	}
 }
 
 // putBack hands back first (if any) and every message queued behind group
-// g, in order, and frees their slots.
-func (l *lanes) putBack(g string, first ...*delivery) {
+// g, in order, and frees their slots; asCopies sends them all as copies (they
+// follow a parked message that moved to the end of the group).
+func (l *lanes) putBack(g string, asCopies bool, first ...*delivery) {
 	l.mu.Lock()
 	rest := append(first, l.queued[g]...)
 	l.queued[g] = l.queued[g][:0]
@@ -104,7 +105,7 @@ func (l *lanes) putBack(g string, first ...*delivery) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout+time.Duration(len(rest))*time.Second)
 	defer cancel()
-	l.c.putBack(ctx, rest)
+	l.c.putBack(ctx, rest, asCopies)
 	for range rest {
 		l.free()
 	}
@@ -116,9 +117,9 @@ func (l *lanes) putBack(g string, first ...*delivery) {
 // its next receipt, its second, hands it over after its delay, as hold
 // expects), and that a message whose receipts near the redrive policy's
 // count (see mayWait) is sent again as a copy instead; once one is, every
-// one after it is too, so that they stay in order.
-func (c *Consumer) putBack(ctx context.Context, rest []*delivery) {
-	copying := false
+// one after it is too, so that they stay in order. copying sends them all
+// as copies.
+func (c *Consumer) putBack(ctx context.Context, rest []*delivery, copying bool) {
 	for _, d := range rest {
 		d.stopExtend()
 		var err error
