@@ -57,10 +57,29 @@
 //     in x-retry-hold-ms, and on arrival it is sent again, delayed by up to
 //     15 more minutes, until nothing is left; no clock is compared with
 //     another. A FIFO queue has no per-message delay: its copy is made
-//     invisible for the delay (12 hours at most) on its first receipt.
+//     invisible for the delay (12 hours at most) on its first receipt, and
+//     handed to the worker on its second.
 //   - DeadLetter sends a copy with the reason in x-last-error to the DLQ,
 //     then deletes the original.
-//   - Release makes the message visible again (visibility 0).
+//   - Release(after) parks the message unchanged (retry count and reason
+//     kept) until after has passed, holding no prefetch slot. Standard
+//     queue: a copy delayed by after replaces it, a new message that no
+//     redrive policy has counted. FIFO queue: it is made invisible for
+//     after where it is, at the head of its group (its user's later
+//     messages wait behind it, other users' go on); that costs a receipt,
+//     so once its next receipt would pass half of MaxReceiveCount it is
+//     sent as a held copy instead, with the group's messages this worker
+//     received behind it copied after it, in order. A parked notification
+//     never reaches the DLQ by the redrive policy.
+//
+// On a FIFO queue one user's messages (one group) are handed to the
+// worker one at a time, in the order SQS gave them, whichever receive
+// brought them: the next only once the one before was settled and gone
+// from the queue (acknowledged, retried, dead-lettered). When one stays in
+// place (parked, held, left unsettled), those received behind it are handed
+// back, so that SQS, which gives nothing of a group while one of its
+// messages is in flight, gives them again after it. Different users' run
+// side by side. MaxReceiveCount must be at least 4 there.
 //
 // A message that is not herald's (no valid herald-message-id) is
 // dead-lettered with the reason. A queue deleted while herald runs is
@@ -70,7 +89,8 @@
 // receive cancelled on its way back would leave its messages invisible for
 // a whole visibility timeout) and hands what it brought back, gives the
 // handlers in flight ShutdownGrace before cancelling their context, and
-// hands every message left unsettled back (visibility 0); one whose
-// hand-back failed comes back after its visibility timeout. A stop takes
+// hands every message left unsettled or still queued behind its group
+// back (visibility 0); one whose hand-back failed comes back after its
+// visibility timeout. A stop takes
 // at most about max(WaitTime, ShutdownGrace) + 2s: 7s by default.
 package sqs

@@ -103,7 +103,13 @@ func (l *lanes) putBack(g string, asCopies bool, first ...*delivery) {
 	if len(rest) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout+time.Duration(len(rest))*time.Second)
+	// Bounded like any hand-back, tighter when stopping (the stop's bound);
+	// what does not reach SQS comes back after its visibility timeout.
+	timeout := 30 * time.Second
+	if l.stop.Err() != nil {
+		timeout = handBackTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	l.c.putBack(ctx, rest, asCopies)
 	for range rest {
