@@ -332,11 +332,11 @@ const settleMargin = 15 * time.Second
 //     running would be claimed again, and its retry would be neither
 //     delayed nor counted (the holder's reschedule no longer matches).
 //
-// A delivery that waits at the worker's closed gate (the mail server is
-// down or throttling, up to worker.Config.SenderBackoffMax) or for its turn
-// under a channel's rate does so before its claim; a row can outlast its
-// lease there, and its copy then waits too: no send goes out while the gate
-// is closed, and the claim on the message id lets one copy through.
+// A delivery that may not send now (its channel's or destination's gate
+// closed, its rate turn or its share of sends not come) waits in place for
+// worker.Config.Patience at most, well inside settleMargin, before its
+// claim; then it is parked: its row is handed back due at the time it may
+// go, and holds no lease meanwhile.
 func deliveryLeases(cfg Config) (claim, row time.Duration) {
 	claim = worker.DefaultLease(longestSendTimeout(cfg))
 	return claim, claim + settleMargin
@@ -842,7 +842,17 @@ func (a *app) newStatusRelay(broker relay.Publisher) (*relay.Relay, error) {
 			return nil, usageError{fmt.Errorf("HERALD_STATUS_WEBHOOK_URL: %w", err)}
 		}
 		a.close = append(a.close, func() { _ = wp.Close() })
-		sinks = append(sinks, wp)
+		// Each event the webhook refuses is retried on the retry
+		// schedule and then dead-lettered, on its own: it never holds
+		// up the others, nor the broker's copy.
+		rp, err := relay.NewRetrier(wp, relay.RetryConfig{
+			MaxRetries: a.cfg.MaxRetries, Delays: a.cfg.RetryDelays,
+			Logger: a.log.With("component", "status-relay"), Registerer: a.reg,
+		})
+		if err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, rp)
 	}
 	var pub relay.Publisher = relay.ConfirmAll{}
 	if len(sinks) > 0 {
@@ -916,13 +926,10 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		// A channel's send timeout is its sender's own; the worker bounds
 		// every send with it too, and the claim lease follows the longest
 		// (the table transport's row lease is longer still). The rate is
-		// the worker's: a turn is waited for before the claim, never inside
-		// a send, so it never costs an attempt.
+		// the worker's: a delivery whose turn has not come is parked until
+		// it before its claim, so it never costs an attempt.
 		ch := k.limits(a.cfg)
 		ch.Sender = snd
-		if ch.Concurrency == 0 && ch.Rate > 0 {
-			ch.Concurrency = a.cfg.Prefetch // what can be in flight at most: checked against the rate
-		}
 		channels[k.name] = ch
 	}
 	crash, err := crashHook(a.cfg.DebugCrash, a.log)

@@ -139,6 +139,7 @@ func openWebhook(cfg Config) (worker.Sender, func(), error) {
 func webhookLimits(cfg Config) worker.Channel {
 	ch := channelLimits(cmp.Or(cfg.WebhookTimeout, webhook.DefaultTimeout), cfg.WebhookRate, cfg.WebhookConcurrency)
 	ch.Provider = "webhook endpoint"
+	ch.DestinationConcurrency = cfg.WebhookDestinationConcurrency
 	return ch
 }
 

@@ -39,6 +39,9 @@ type Config struct {
 	WebhookTimeout      time.Duration
 	WebhookRate         int
 	WebhookConcurrency  int
+	// WebhookDestinationConcurrency is the most webhooks to one endpoint
+	// at once: its share of the channel's sends.
+	WebhookDestinationConcurrency int
 	StatusWebhookURL    string
 	StatusEvents        string // auto, on or off: see writeStatusEvents
 	TelegramBotToken    string
@@ -125,7 +128,7 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker"},
 	{env: "HERALD_SMTP_CA_FILE", flag: "smtp-ca-file", def: "", usage: "PEM certificates trusted besides the system's for the SMTP server's TLS (a private CA)",
 		field: func(c *Config) any { return &c.SMTPCAFile }, cmds: "serve worker"},
-	{env: "HERALD_SMTP_RATE", flag: "smtp-rate", def: "0", usage: "most emails per second this process hands the SMTP server: the email channel's HERALD_<CHANNEL>_RATE (0: no limit); a delivery waits for its turn before it is claimed, so the limit never costs an attempt; a prefetch that could not get its turns within a minute is refused at start",
+	{env: "HERALD_SMTP_RATE", flag: "smtp-rate", def: "0", usage: "most emails per second this process hands the SMTP server: the email channel's HERALD_<CHANNEL>_RATE (0: no limit); a delivery whose turn has not come is parked until it, before it is claimed, so the limit never costs an attempt and holds up no other channel",
 		field: func(c *Config) any { return &c.SMTPRate }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_SMTP_FROM", flag: "smtp-from", def: "herald@localhost", usage: "From address (its domain names the Message-ID)",
 		field: func(c *Config) any { return &c.SMTPFrom }, cmds: cmdsWorker},
@@ -133,7 +136,7 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.SMTPTimeout }, cmds: cmdsWorker},
 	{env: "HERALD_SMTP_OUTAGE", flag: "smtp-outage", def: "wait", usage: "what an SMTP server that cannot be reached (or refuses TLS, AUTH, the greeting) costs: wait (no attempt spent; sends pause and resume when it is back) or attempt (each delivery spends an attempt, then dead-letters: the chapter's exercise 4)",
 		field: func(c *Config) any { return &c.SMTPOutage }, cmds: cmdsWorker, oneOf: "wait attempt"},
-	{env: "HERALD_EMAIL_CONCURRENCY", flag: "email-concurrency", def: "0", usage: "most emails this process sends at once (the email channel's HERALD_<CHANNEL>_CONCURRENCY; HERALD_SMTP_RATE is its rate, HERALD_SMTP_TIMEOUT its timeout); a delivery waits for a slot before it is claimed (0: no limit but HERALD_PREFETCH)",
+	{env: "HERALD_EMAIL_CONCURRENCY", flag: "email-concurrency", def: "0", usage: "most emails this process sends at once (the email channel's HERALD_<CHANNEL>_CONCURRENCY; HERALD_SMTP_RATE is its rate, HERALD_SMTP_TIMEOUT its timeout); a delivery waits briefly for a slot before it is claimed, then is parked (0: no limit but HERALD_PREFETCH)",
 		field: func(c *Config) any { return &c.EmailConcurrency }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_WEBHOOK_SECRET", flag: "webhook-secret", def: "", usage: "the webhook channel's signing secrets (Standard Webhooks whsec_<base64>, comma-separated: requests are signed with the first); set, it enables the channel webhook",
 		field: func(c *Config) any { return &c.WebhookSecret }, cmds: cmdsChannels + " relay", secret: true},
@@ -145,6 +148,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.WebhookRate }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_WEBHOOK_CONCURRENCY", flag: "webhook-concurrency", def: "0", usage: "most webhooks this process sends at once (0: no limit but HERALD_PREFETCH)",
 		field: func(c *Config) any { return &c.WebhookConcurrency }, cmds: cmdsWorker, min: 0},
+	{env: "HERALD_WEBHOOK_DESTINATION_CONCURRENCY", flag: "webhook-destination-concurrency", def: "8", usage: "most webhooks this process sends at once to one endpoint (scheme, host and port): its share of the channel's sends, so that an endpoint with a long backlog, or a slow one, never takes the sends the others need; deliveries beyond it are parked and come back, with no attempt spent (0: no share of its own)",
+		field: func(c *Config) any { return &c.WebhookDestinationConcurrency }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_STATUS_WEBHOOK_URL", flag: "status-webhook-url", def: "", usage: "the operator's endpoint that receives every status event (notification.sent, notification.failed) as a signed POST (HERALD_WEBHOOK_SECRET, required with it; not guarded: the URL is trusted), at least once, webhook-id evt_<outbox id>; a second relay loop sends them, so a failing endpoint delays only status events (with a broker: the relay process; on the outbox table: each worker process)",
 		field: func(c *Config) any { return &c.StatusWebhookURL }, cmds: "serve relay worker"},
 	{env: "HERALD_STATUS_EVENTS", flag: "status-events", def: "auto", usage: "whether the delivery that settles a notification writes its status event (notification.sent, notification.failed) to the outbox: auto when the events have a destination (a broker, or HERALD_STATUS_WEBHOOK_URL), so not on the outbox table without a status webhook, where nobody receives them; on always (on the outbox table without a status webhook they are marked processed at once, for whoever reads the outbox); off never (HERALD_STATUS_WEBHOOK_URL with off is a start-up error)",

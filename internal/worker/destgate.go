@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"container/list"
 	"errors"
 	"log/slog"
 	"sync"
@@ -9,57 +10,99 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// maxDestGates bounds the destination gates of one channel. Only closed
-// gates are kept (a gate that opens is dropped), so the map holds the
-// destinations failing at once; past the bound a newly failing destination
-// gets no gate of its own: its deliveries are still deferred with no
-// attempt spent, each one trying the destination.
-const maxDestGates = 4096
+// maxDestGates bounds the destination gates of one channel, so that no
+// client can grow the worker's memory by naming failing destinations. Only
+// closed gates are kept (a gate that opens is dropped); past the bound the
+// gate touched least recently is dropped for the new one. A destination
+// whose gate was dropped is tried again by its next delivery, which
+// closes a new gate if it still fails: each try is followed by a park of
+// at least SenderBackoff, so no destination is tried in a loop.
+const maxDestGates = 16384
 
 // destGates keeps a gate per destination of a channel (a webhook endpoint)
 // for the failures its sender scoped to one destination with
 // notify.ForDestination: one endpoint down or throttling pauses only the
-// deliveries to it. Unlike the channel's gate, nobody waits at a closed
-// destination gate: a delivery to it is handed back at once (after a short
-// pause), so that it does not hold a slot that deliveries to other
-// destinations need.
+// deliveries to it. A delivery to a closed gate is parked until the gate's
+// next turn, holding nothing that deliveries to other destinations need.
 type destGates struct {
 	provider string
 	cfg      Config
 	log      *slog.Logger
+	max      int
 
 	mu    sync.Mutex
-	gates map[string]*breaker
+	gates map[string]*list.Element // of *destGate
+	lru   list.List                // front: touched most recently
+}
+
+// destGate is one destination's breaker.
+type destGate struct {
+	key string
+	b   breaker
 }
 
 func newDestGates(provider string, cfg Config) *destGates {
-	return &destGates{provider: provider, cfg: cfg, log: cfg.Logger, gates: make(map[string]*breaker)}
+	return &destGates{provider: provider, cfg: cfg, log: cfg.Logger, max: maxDestGates, gates: make(map[string]*list.Element)}
+}
+
+// get returns key's gate (touching it), nil when it has none.
+func (d *destGates) get(key string) *breaker {
+	e := d.gates[key]
+	if e == nil {
+		return nil
+	}
+	d.lru.MoveToFront(e)
+	return &e.Value.(*destGate).b
+}
+
+// add returns a new closed-to-be gate for key, dropping the gate touched
+// least recently when the bound is reached.
+func (d *destGates) add(key string) *breaker {
+	if len(d.gates) >= d.max {
+		old := d.lru.Back()
+		d.lru.Remove(old)
+		delete(d.gates, old.Value.(*destGate).key)
+	}
+	g := &destGate{key: key, b: breaker{base: d.cfg.SenderBackoff, ceiling: d.cfg.SenderBackoffMax, downCloses: !d.cfg.OutageSpendsAttempts}}
+	d.gates[key] = d.lru.PushFront(g)
+	return &g.b
+}
+
+func (d *destGates) drop(key string) {
+	if e := d.gates[key]; e != nil {
+		d.lru.Remove(e)
+		delete(d.gates, key)
+	}
 }
 
 // enter gives a delivery to key its turn: pass (no gate, or open), the
-// trial (report it, or abandon it), or wait (ok false) with the pause
-// before it is handed back.
-func (d *destGates) enter(key string, now time.Time) (trial, ok bool, pause time.Duration) {
+// trial (report it, or abandon it), or park (ok false) for after, until
+// the gate's next turn.
+func (d *destGates) enter(key string, now time.Time) (trial, ok bool, after time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	b := d.gates[key]
+	b := d.get(key)
 	if b == nil {
 		return false, true, 0
 	}
-	switch t, wait := b.take(now, false); t {
+	switch t, _ := b.take(now, false); t {
 	case turnPass:
 		return false, true, 0
 	case turnTrial:
 		return true, true, 0
 	default:
-		// Hand back soon: at the next turn, but at most the first backoff,
-		// so that a slot is not held long; at least a little, so that the
-		// delivery does not come straight back.
-		if wait <= 0 {
-			wait = d.cfg.SenderBackoff
-		}
-		return false, false, max(min(wait, d.cfg.SenderBackoff), 10*time.Millisecond)
+		return false, false, max(b.wait(now), minPark)
 	}
+}
+
+// wait is how long a delivery to key deferred by the destination parks.
+func (d *destGates) wait(key string, now time.Time) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b := d.get(key); b != nil {
+		return b.wait(now)
+	}
+	return 0
 }
 
 // report takes the answer of a send to key (trial: it was key's trial).
@@ -69,31 +112,26 @@ func (d *destGates) report(key string, trial bool, err error, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if scoped, ok := notify.DestinationOf(err); ok {
-		b := d.gates[scoped]
+		b := d.get(scoped)
 		if b == nil {
-			if len(d.gates) >= maxDestGates {
-				d.log.Warn(d.provider+" destination failing; too many failing destinations to pause it alone", "destination", scoped, "reason", err.Error())
-				return
-			}
-			b = &breaker{base: d.cfg.SenderBackoff, ceiling: d.cfg.SenderBackoffMax, downCloses: !d.cfg.OutageSpendsAttempts}
-			d.gates[scoped] = b
+			b = d.add(scoped)
 		}
 		ev := b.report(now, trial && scoped == key, err)
 		d.logEvent(scoped, b, ev)
 		if b.state == gateOpen {
-			delete(d.gates, scoped) // not an outage after all (OutageSpendsAttempts)
+			d.drop(scoped) // not an outage after all (OutageSpendsAttempts)
 		}
 		if scoped == key || !trial {
 			return
 		}
 		// The trial of key met another destination's failure (a redirect,
 		// say): it says nothing about key.
-		if kb := d.gates[key]; kb != nil {
+		if kb := d.get(key); kb != nil {
 			kb.abandon()
 		}
 		return
 	}
-	b := d.gates[key]
+	b := d.get(key)
 	if b == nil {
 		return
 	}
@@ -109,7 +147,7 @@ func (d *destGates) report(key string, trial bool, err error, now time.Time) {
 	ev := b.report(now, trial, err)
 	d.logEvent(key, b, ev)
 	if b.state == gateOpen {
-		delete(d.gates, key)
+		d.drop(key)
 	}
 }
 
@@ -120,7 +158,7 @@ func (d *destGates) abandon(key string, trial bool) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if b := d.gates[key]; b != nil {
+	if b := d.get(key); b != nil {
 		b.abandon()
 	}
 }
@@ -147,5 +185,6 @@ func (d *destGates) logEvent(key string, b *breaker, ev gateEvent) {
 }
 
 // errDestHeld: the delivery's destination is down or throttling; it was
-// handed back with no attempt spent, and other destinations go on.
-var errDestHeld = errors.New("destination unavailable: delivery handed back, no attempt spent")
+// parked until the destination's next turn with no attempt spent, and
+// other destinations go on.
+var errDestHeld = errors.New("destination unavailable: delivery parked, no attempt spent")

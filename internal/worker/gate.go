@@ -15,10 +15,10 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// errHeld: a delivery waited at the closed gate for as long as one may; it
-// is handed back (and comes back to wait again) so that no transport sees
-// it unsettled for the whole outage.
-var errHeld = errors.New("provider unavailable: delivery handed back")
+// errHeld: the channel's gate is closed (its provider down or throttling);
+// the delivery was parked until the gate's next turn, with no attempt
+// spent.
+var errHeld = errors.New("provider unavailable: delivery parked")
 
 // gateState is where the gate stands.
 type gateState int
@@ -248,11 +248,7 @@ func operationless(reason string) string {
 // half so that workers that saw the outage together do not come back
 // together; at least after, when the provider named a wait.
 func (b *breaker) backoff(after time.Duration) time.Duration {
-	d := b.base
-	for i := 1; i < b.failures && d < b.ceiling; i++ {
-		d *= 2
-	}
-	d = min(d, b.ceiling)
+	d := b.step()
 	if b.jitter != nil {
 		d = b.jitter(d)
 	} else {
@@ -261,23 +257,45 @@ func (b *breaker) backoff(after time.Duration) time.Duration {
 	return max(d, after)
 }
 
+// wait is how long a delivery that may not go now parks: until the next
+// turn, or one backoff step while the turn is taken; zero when open.
+func (b *breaker) wait(now time.Time) time.Duration {
+	if b.state == gateOpen {
+		return 0
+	}
+	if w := b.next.Sub(now); w > 0 && !b.busy {
+		return w
+	}
+	return b.step()
+}
+
+// step is the backoff before the next turn without its jitter: how long a
+// delivery that finds the turn taken parks (the trial under way fails, and
+// the next turn comes after about that).
+func (b *breaker) step() time.Duration {
+	d := b.base
+	for i := 1; i < b.failures && d < b.ceiling; i++ {
+		d *= 2
+	}
+	return min(d, b.ceiling)
+}
+
 // gate stops new sends while the provider is down or throttling. It is
 // driven by the deliveries themselves, with no goroutine of its own: the
-// breaker decides, deliveries wait in enter for their turn, and the probe
-// and the trial run in the delivery that got the turn.
+// breaker decides, a delivery that may not send now is parked until the
+// next turn, and the probe and the trial run in the deliveries that got
+// the turns.
 type gate struct {
 	prober Prober // nil: no probe; the trial is the first check
 	// provider names the channel's provider in logs and reasons ("mail
 	// server").
 	provider string
 	timeout  time.Duration
-	hold     time.Duration
 	log      *slog.Logger
 	up       prometheus.Gauge
 
-	mu      sync.Mutex
-	b       breaker
-	changed chan struct{} // closed (and replaced) when waiters should look again
+	mu sync.Mutex
+	b  breaker
 }
 
 func newGate(prober Prober, provider string, timeout time.Duration, cfg Config, up prometheus.Gauge) *gate {
@@ -286,7 +304,6 @@ func newGate(prober Prober, provider string, timeout time.Duration, cfg Config, 
 		prober:   prober,
 		provider: provider,
 		timeout:  timeout,
-		hold:     cfg.SenderBackoffMax,
 		log:      cfg.Logger,
 		up:       up,
 		b: breaker{
@@ -294,56 +311,56 @@ func newGate(prober Prober, provider string, timeout time.Duration, cfg Config, 
 			ceiling:    cfg.SenderBackoffMax,
 			downCloses: !cfg.OutageSpendsAttempts,
 		},
-		changed: make(chan struct{}),
 	}
 }
 
-// enter waits until the caller may send, for at most the hold time
-// (errHeld). trial is true when the caller's send is the trial: it must
-// then call report with the send's error, or abandon if it does not send
-// after all.
-func (g *gate) enter(ctx context.Context) (trial bool, err error) {
-	held := time.NewTimer(g.hold)
-	defer held.Stop()
-	for {
-		g.mu.Lock()
-		t, wait := g.b.take(time.Now(), g.prober != nil)
-		changed := g.changed
-		g.mu.Unlock()
-		switch t {
-		case turnPass:
-			return false, nil
-		case turnTrial:
-			return true, nil
-		case turnProbe:
-			pctx, cancel := context.WithTimeout(ctx, g.timeout)
-			err := g.prober.Probe(pctx)
-			cancel()
-			if ctx.Err() != nil {
-				g.abandon(true)
-				return false, ctx.Err()
-			}
-			if g.probed(err) {
-				return true, nil
-			}
-			continue
-		}
-		if wait <= 0 {
-			wait = g.hold // the turn is taken: its report wakes us
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return false, ctx.Err()
-		case <-held.C:
-			timer.Stop()
-			return false, errHeld
-		case <-changed:
-		case <-timer.C:
-		}
-		timer.Stop()
+// admit gives the caller its turn without waiting: pass (trial false,
+// after 0), the trial (trial true: the caller must report its send's
+// error, or abandon), or park (after > 0: the caller holds nothing and
+// comes back after it, when the gate's next turn may be free). The turn to
+// probe runs the probe here (bounded by the send timeout); a passing probe
+// leaves the trial to the next delivery to come, and the caller parks for
+// a moment, so that a probe and a send never run in one delivery's lease.
+func (g *gate) admit(ctx context.Context) (trial bool, after time.Duration, err error) {
+	now := time.Now()
+	g.mu.Lock()
+	t, wait := g.b.take(now, g.prober != nil)
+	if t == turnWait && wait <= 0 {
+		wait = g.b.step() // the turn is taken: back when a failed trial would let the next one go
 	}
+	g.mu.Unlock()
+	switch t {
+	case turnPass:
+		return false, 0, nil
+	case turnTrial:
+		return true, 0, nil
+	case turnProbe:
+		pctx, cancel := context.WithTimeout(ctx, g.timeout)
+		perr := g.prober.Probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			g.abandon(true)
+			return false, 0, ctx.Err()
+		}
+		if g.probed(perr) {
+			// The probe passed: the trial is the next delivery's.
+			g.abandon(true)
+			return false, minPark, nil
+		}
+		g.mu.Lock()
+		wait = g.b.next.Sub(time.Now())
+		g.mu.Unlock()
+	}
+	return false, max(wait, minPark), nil
+}
+
+// wait is how long a delivery deferred by the provider parks: until the
+// gate's next turn, or about one backoff step while the turn is taken;
+// zero while the gate is open.
+func (g *gate) wait(now time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.b.wait(now)
 }
 
 // probed takes the probe's answer and reports whether the caller is now
@@ -380,7 +397,7 @@ func (g *gate) abandon(trial bool) {
 	g.after(eventNone)
 }
 
-// after logs ev, sets herald_sender_up and wakes the waiters. g.mu is held.
+// after logs ev and sets herald_sender_up. g.mu is held.
 func (g *gate) after(ev gateEvent) {
 	b := &g.b
 	switch ev {
@@ -397,8 +414,6 @@ func (g *gate) after(ev gateEvent) {
 	} else {
 		g.up.Set(0)
 	}
-	close(g.changed)
-	g.changed = make(chan struct{})
 }
 
 // status reports whether the gate is open, and when not, why.

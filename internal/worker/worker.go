@@ -64,12 +64,11 @@ type Config struct {
 	// destination of it) went down or throttled: when it has passed, one delivery probes (Prober) and then
 	// tries one real send; each failed probe or try doubles it, up to
 	// SenderBackoffMax, with jitter, and only a sent notification resets
-	// it. It is also the longest a delivery to a paused destination is held
-	// before it is handed back. Zero means the default. Default 1s.
+	// it. A delivery to a paused provider or destination is parked until
+	// its next turn. Zero means the default. Default 1s.
 	SenderBackoff time.Duration
-	// SenderBackoffMax caps that pause, and is the longest a delivery waits
-	// (for the provider, or for its turn under a channel's Rate) before it
-	// is handed back to come again. Zero means the default. Default 60s.
+	// SenderBackoffMax caps that pause. Zero means the default. Default
+	// 60s.
 	SenderBackoffMax time.Duration
 	// OutageSpendsAttempts makes a send that failed because the provider
 	// is down (notify.SenderDown) the message's attempt, retried and
@@ -78,15 +77,24 @@ type Config struct {
 	// none, and sends pause until the provider is back.
 	OutageSpendsAttempts bool
 	// Sends is the most sends under way at once in this worker, over every
-	// channel (HERALD_PREFETCH). A delivery takes a send slot before
-	// anything else (the channel's gate, its turn, its claim) and gives it
-	// back as soon as its send returns: the record of the outcome and the
-	// acknowledgement to the transport hold none. A transport that hands
+	// channel (HERALD_PREFETCH). A delivery takes a send slot last, once
+	// its channel's and destination's gates, its rate turn and its places
+	// admitted it (so that one channel's wait never holds a slot others
+	// need), and gives it back as soon as its send returns: the record of
+	// the outcome and the acknowledgement to the transport hold none. A transport that hands
 	// the worker Window(Sends) deliveries at once keeps the slots busy
 	// while the deliveries that have sent record their outcomes, in large
 	// groups. Zero means no limit of the worker's own: the transport's
 	// prefetch bounds the sends. It must not be negative.
 	Sends int
+	// Patience is the longest a delivery waits in place (for its rate turn,
+	// or for a place under a channel's or destination's concurrency or the
+	// worker's Sends) before it is parked: handed back to the transport
+	// with the time it may go, holding nothing. It must stay well below the
+	// transport's own lease on a delivery (the table transport's row lease,
+	// SQS's visibility timeout), which covers it. Zero means the default.
+	// Default 2s.
+	Patience time.Duration
 	// RetryDelays is the retry schedule the transport follows (the i-th
 	// retry waits the i-th delay, the last repeating), so that the store
 	// can record when a retry is due. Empty: due at once.
@@ -187,6 +195,13 @@ type Channel struct {
 	// cannot wait for. Zero means no limit of the channel's own:
 	// Config.Sends (or the transport's prefetch) bounds it.
 	Concurrency int
+	// DestinationConcurrency is the most sends to one destination of the
+	// channel at once (a webhook endpoint; for a Sender that implements
+	// Destinations), so that one destination with a long backlog takes no
+	// more than its share of the channel's sends: deliveries beyond it wait
+	// briefly, then are parked, and the other destinations' go first. Zero
+	// means no share of its own. It must not be negative.
+	DestinationConcurrency int
 }
 
 func (c Channel) withDefaults(name string) Channel {
@@ -199,7 +214,7 @@ func (c Channel) withDefaults(name string) Channel {
 	return c
 }
 
-func (c Channel) validate(hold time.Duration) error {
+func (c Channel) validate() error {
 	switch {
 	case c.Sender == nil:
 		return errors.New("no sender")
@@ -209,8 +224,10 @@ func (c Channel) validate(hold time.Duration) error {
 		return fmt.Errorf("rate must be a non-negative number of sends per second, got %g", c.Rate)
 	case c.Concurrency < 0:
 		return fmt.Errorf("concurrency must not be negative, got %d", c.Concurrency)
+	case c.DestinationConcurrency < 0:
+		return fmt.Errorf("destination concurrency must not be negative, got %d", c.DestinationConcurrency)
 	}
-	return c.checkRate(hold)
+	return nil
 }
 
 // longestTimeout is the longest SendTimeout of channels (with defaults).
@@ -231,6 +248,9 @@ func (c Config) withDefaults(longest time.Duration) Config {
 	}
 	if c.SenderBackoff == 0 {
 		c.SenderBackoff = time.Second
+	}
+	if c.Patience == 0 {
+		c.Patience = 2 * time.Second
 	}
 	if c.SenderBackoffMax == 0 {
 		c.SenderBackoffMax = 60 * time.Second
@@ -253,32 +273,14 @@ func (c Config) validate(longest time.Duration) error {
 	case c.Lease <= longest+2*storeTimeout:
 		return fmt.Errorf("lease (%s) must be longer than the send timeout (%s) plus two store transactions (%s each): the claim's and the record's",
 			c.Lease, longest, storeTimeout)
+	case c.Patience < 0:
+		return fmt.Errorf("patience must not be negative, got %s", c.Patience)
 	case c.Sends < 0:
 		return fmt.Errorf("sends must not be negative, got %d", c.Sends)
 	case c.SenderBackoff < 0 || c.SenderBackoffMax < c.SenderBackoff:
 		return fmt.Errorf("sender backoff must be positive and at most its maximum, got %s and %s", c.SenderBackoff, c.SenderBackoffMax)
 	}
 	return nil
-}
-
-// checkRate refuses more deliveries in flight than the rate lets through
-// in the time a delivery may wait: once the burst is spent, the last of
-// them would wait longer than that for its turn, be handed back, and come
-// back to wait again, for ever.
-func (c Channel) checkRate(hold time.Duration) error {
-	if c.Rate == 0 || c.Concurrency == 0 {
-		return nil
-	}
-	through := int(math.Floor(c.Rate * hold.Seconds()))
-	if c.Concurrency <= through {
-		return nil
-	}
-	if through == 0 {
-		return fmt.Errorf("rate %g/s lets no send through in the %s a delivery may wait: raise the rate to at least %g/s",
-			c.Rate, hold, 1/hold.Seconds())
-	}
-	return fmt.Errorf("rate %g/s lets %d sends through in the %s a delivery may wait; %d deliveries in flight would wait longer: lower the concurrency to at most %d or raise the rate",
-		c.Rate, through, hold, c.Concurrency, through)
 }
 
 // Worker consumes deliveries from a Source and applies them.
@@ -296,18 +298,6 @@ type Worker struct {
 	// handedBack counts the deliveries that ended unsettled after shutdown
 	// began (the transport redelivers them), for the "worker stopped" log.
 	handedBack atomic.Int64
-}
-
-// lane is one channel as the worker runs it: its sender, gates and limits.
-type lane struct {
-	name    string
-	sender  Sender
-	dests   Destinations // nil: the channel's gate is the only one
-	timeout time.Duration
-	gate    *gate
-	dgates  *destGates    // nil without dests
-	limiter *rate.Limiter // nil without a Rate
-	slots   chan struct{} // nil without a Concurrency
 }
 
 // unknownChannel is the channel label of a delivery whose channel could not
@@ -365,7 +355,7 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 		if name == "" || name == unknownChannel {
 			return nil, fmt.Errorf("channel name %q is reserved", name)
 		}
-		if err := ch.validate(cfg.SenderBackoffMax); err != nil {
+		if err := ch.validate(); err != nil {
 			return nil, fmt.Errorf("channel %s: %w", name, err)
 		}
 		prober, _ := ch.Sender.(Prober)
@@ -379,8 +369,13 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 			l.limiter = rate.NewLimiter(rate.Limit(ch.Rate), max(1, int(ch.Rate)))
 		}
 		if ch.Concurrency > 0 {
-			l.slots = make(chan struct{}, ch.Concurrency)
+			l.slots = newPool("", ch.Concurrency)
 		}
+		if l.dests != nil {
+			l.destSends = ch.DestinationConcurrency
+		}
+		l.shares = make(map[string]*pool)
+		l.tickets = make(map[int64]time.Time)
 		w.lanes[name] = l
 		w.names = append(w.names, name)
 	}
@@ -487,10 +482,6 @@ var errBusy = errors.New("notification claimed by another delivery")
 // the delivery was handed back with no attempt spent.
 var errDeferred = errors.New("provider unavailable: delivery handed back, no attempt spent")
 
-// errRateHeld: the delivery's turn under the rate limit was further away
-// than a delivery may wait; it was handed back, with no attempt spent.
-var errRateHeld = errors.New("rate limit: turn too far away, delivery handed back")
-
 // errNoTimeLeft: the claim took so long that its lease leaves no time for
 // a send and its record; the claim was released and the delivery handed
 // back, with no attempt spent.
@@ -541,8 +532,14 @@ func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 // delivery's channel once it is known, and *logCtx to a context carrying
 // the request id of the create that wrote the event (for the caller's log
 // lines; apply's own carry it too). An error means the delivery was not
-// settled (it was handed back, or stays with the transport, and is
+// settled (it was parked, or stays with the transport, and is
 // redelivered).
+//
+// A delivery goes through five phases: admit (may it send now? if not, it
+// is parked, holding nothing), claim (the message id and the notification,
+// with a lease), send, classify (the outcome, a pure function of the send's
+// answer) and settle (record the outcome, then acknowledge, retry, park or
+// dead-letter the message).
 func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Message, channel *string, logCtx *context.Context) (notify.Outcome, error) {
 	req, nid, err := msg.Decode()
 	if err != nil {
@@ -560,61 +557,18 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 			req.Channel, strings.Join(w.names, ", "))))
 	}
 	*channel = l.name
-	// The send slot comes first, so that the gate judges the provider as
-	// it is when the delivery may send: a delivery that waited behind
-	// sends to a provider that went down meanwhile is handed back by the
-	// gate, not sent into the outage.
-	sendSlot, err := takeSlot(ctx, w.sends)
-	if err != nil {
-		return "", w.release(ctx, d, 0, err)
-	}
-	defer sendSlot.free()
 	out := notify.NewOutgoing(req)
-	trial, err := l.gate.enter(ctx)
-	if err != nil {
-		return "", w.release(ctx, d, 0, err)
-	}
-	reported := false
-	defer func() {
-		if !reported {
-			l.gate.abandon(trial)
-		}
-	}()
-	dest, destTrial := "", false
-	if l.dests != nil {
-		dest = l.dests.Destination(out)
-		var ok bool
-		var pause time.Duration
-		if destTrial, ok, pause = l.dgates.enter(dest, time.Now()); !ok {
-			return "", w.release(ctx, d, pause, errDestHeld)
-		}
-	}
-	destReported := false
-	defer func() {
-		if !destReported && l.dgates != nil {
-			l.dgates.abandon(dest, destTrial)
-		}
-	}()
-	if pause, err := l.waitTurn(ctx, w.cfg.SenderBackoffMax); err != nil {
-		return "", w.release(ctx, d, pause, err)
-	}
-	chanSlot, err := takeSlot(ctx, l.slots)
-	if err != nil {
-		return "", w.release(ctx, d, 0, err)
-	}
-	defer chanSlot.free()
 
-	// The lease runs from the claim's transaction, which starts after this;
-	// measured from here, the send's deadline is on the safe side.
-	claimStart := time.Now()
-	_, cspan := w.tracer.Start(ctx, "claim")
-	c, err := w.claim(msg, nid)
+	a, parked, err := w.admit(ctx, l, msg, out)
 	if err != nil {
-		cspan.SetStatus(codes.Error, "claim failed")
-	} else {
-		cspan.SetAttributes(attribute.String("herald.claim", string(c.Status)))
+		return "", w.release(ctx, d, 0, err)
 	}
-	cspan.End()
+	if parked != nil {
+		return "", w.release(ctx, d, parked.after, parked.why)
+	}
+	defer a.abandon() // a no-op once the send is reported
+
+	c, err := w.claimPhase(ctx, msg, nid)
 	if err != nil {
 		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 	}
@@ -630,71 +584,86 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	// The send must end in time for its record to commit within the lease.
 	deadline := time.Now().Add(l.timeout)
 	cut := false // the lease, a limit of this worker's, bounds the send
-	if byLease := claimStart.Add(w.cfg.Lease - storeTimeout - leaseMargin); byLease.Before(deadline) {
+	if byLease := c.Start.Add(w.cfg.Lease - storeTimeout - leaseMargin); byLease.Before(deadline) {
 		deadline, cut = byLease, true
 	}
 	if !time.Now().Before(deadline) {
-		res := notify.DeliveryResult{Claim: c, Outcome: notify.AttemptDeferred, Error: errNoTimeLeft.Error()}
+		res := notify.DeliveryResult{Claim: c.Claim, Outcome: notify.AttemptDeferred, Error: errNoTimeLeft.Error()}
 		if _, err := w.recordUntilCommitted(ctx, res); err != nil {
 			return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 		}
-		return "", w.release(ctx, d, w.cfg.StoreBackoff, errNoTimeLeft)
+		return "", w.release(ctx, d, minPark, errNoTimeLeft)
 	}
-	sctx, sspan := w.tracer.Start(ctx, "send "+l.name, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("herald.channel", l.name), attribute.String("herald.notification_id", out.NotificationID)))
-	sctx, cancel := context.WithDeadline(sctx, deadline)
-	sendStart := time.Now()
-	sendErr := l.sender.Send(sctx, out)
-	tracing.Observe(sctx, w.metrics.send.WithLabelValues(l.name), time.Since(sendStart).Seconds())
-	if sendErr != nil {
-		sspan.SetStatus(codes.Error, "send failed")
-		sspan.RecordError(sendErr)
-	}
-	sspan.End()
-	// The send is over: its slots go to the next deliveries while this one
-	// records its outcome.
-	chanSlot.free()
-	sendSlot.free()
-	// A send that ran out of the time this worker's own lease left it says
-	// nothing about the message: no attempt is spent on it.
-	ownLimit := cut && sendErr != nil && errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
-	cancel()
-	if sendErr == nil || ctx.Err() == nil {
-		// A send this worker cut short as it stops says nothing about the
-		// server: its turn, if it was the trial, is abandoned.
-		// A failure scoped to one destination says nothing about the
-		// channel's provider: to the channel's gate it is the message's.
-		l.gate.report(trial, channelError(sendErr))
-		reported = true
-		if l.dgates != nil {
-			l.dgates.report(dest, destTrial, sendErr, time.Now())
-			destReported = true
-		}
-	}
+	sendErr, ownLimit := w.send(ctx, l, a, out, deadline, cut)
 	if sendErr == nil {
 		w.cfg.Crash("after-send")
 	}
 
-	res := notify.DeliveryResult{Claim: c, Outcome: notify.AttemptSent}
+	res := notify.DeliveryResult{Claim: c.Claim, Outcome: classify(sendFacts{
+		err: sendErr, retries: msg.RetryCount, maxRetries: w.cfg.MaxRetries,
+		stopping: ctx.Err() != nil, ownLimit: ownLimit, outageSpends: w.cfg.OutageSpendsAttempts,
+	})}
 	if sendErr != nil {
 		res.Error = sendErr.Error()
-		_, throttled := notify.IsThrottled(sendErr)
-		switch {
-		case throttled, notify.IsSenderDown(sendErr) && !w.cfg.OutageSpendsAttempts, ctx.Err() != nil, ownLimit:
-			// The server failed or asked to slow down, or this worker is
-			// stopping and cut the send short: no fault of the message, no
-			// attempt spent.
-			res.Outcome = notify.AttemptDeferred
-		case notify.IsPermanent(sendErr) || msg.RetryCount >= w.cfg.MaxRetries:
-			res.Outcome = notify.AttemptDead
-		default:
-			res.Outcome = notify.AttemptRetry
-			res.RetryIn = w.retryDelay(msg.RetryCount)
-		}
 	}
-	rctx, rspan := w.tracer.Start(ctx, "record", trace.WithAttributes(attribute.String("herald.attempt", string(res.Outcome))))
+	if res.Outcome == notify.AttemptRetry {
+		res.RetryIn = w.retryDelay(msg.RetryCount)
+	}
+	return w.settle(ctx, d, msg, nid, a, res, sendErr)
+}
+
+// claimPhase claims the message id and the notification for a send.
+func (w *Worker) claimPhase(ctx context.Context, msg notify.Message, nid int64) (claim, error) {
+	// The lease runs from the claim's transaction, which starts after this;
+	// measured from here, the send's deadline is on the safe side.
+	start := time.Now()
+	_, span := w.tracer.Start(ctx, "claim")
+	defer span.End()
+	c, err := w.claim(msg, nid)
+	if err != nil {
+		span.SetStatus(codes.Error, "claim failed")
+		return claim{}, err
+	}
+	span.SetAttributes(attribute.String("herald.claim", string(c.Status)))
+	return claim{Claim: c, Start: start}, nil
+}
+
+// claim is a claim's answer and when it was asked for.
+type claim struct {
+	notify.Claim
+	Start time.Time
+}
+
+// send runs the send under its deadline and gives the admission's places
+// back as soon as it returns: the record of the outcome holds none. It
+// reports whether the send ran out of the time this worker's own lease left
+// it (cut), which says nothing about the message.
+func (w *Worker) send(ctx context.Context, l *lane, a *admission, out notify.Outgoing, deadline time.Time, cut bool) (error, bool) {
+	sctx, span := w.tracer.Start(ctx, "send "+l.name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("herald.channel", l.name), attribute.String("herald.notification_id", out.NotificationID)))
+	sctx, cancel := context.WithDeadline(sctx, deadline)
+	defer cancel()
+	start := time.Now()
+	err := l.sender.Send(sctx, out)
+	took := time.Since(start)
+	tracing.Observe(sctx, w.metrics.send.WithLabelValues(l.name), took.Seconds())
+	if err != nil {
+		span.SetStatus(codes.Error, "send failed")
+		span.RecordError(err)
+	}
+	span.End()
+	ownLimit := cut && err != nil && errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	a.sent(err, ctx.Err() != nil || ownLimit, took)
+	return err, ownLimit
+}
+
+// settle records res and settles the message by it: acknowledged when
+// sent, parked until its provider's or destination's next turn when
+// deferred, a retry copy scheduled, or dead-lettered.
+func (w *Worker) settle(ctx context.Context, d notify.Delivery, msg notify.Message, nid int64, a *admission, res notify.DeliveryResult, sendErr error) (notify.Outcome, error) {
+	rctx, span := w.tracer.Start(ctx, "record", trace.WithAttributes(attribute.String("herald.attempt", res.Outcome)))
 	recorded, err := w.recordUntilCommitted(rctx, res)
-	rspan.End()
+	span.End()
 	if err != nil {
 		// The worker stopped and the store stayed unreachable through the
 		// grace: the claim stays until its lease runs out; the redelivery
@@ -715,7 +684,11 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		w.cfg.Crash("after-commit")
 		return w.ack(ctx, d, notify.OutcomeSent)
 	case notify.AttemptDeferred:
-		return "", w.release(ctx, d, 0, errDeferred)
+		after := time.Duration(0) // stopping: back at once, to another worker
+		if ctx.Err() == nil {
+			after = a.wait()
+		}
+		return "", w.release(ctx, d, after, errDeferred)
 	case notify.AttemptRetry:
 		if err := w.retryUntilPublished(ctx, d, res.Error); err != nil {
 			return "", w.release(ctx, d, 0, fmt.Errorf("schedule retry: %w", err))
@@ -728,30 +701,6 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	}
 }
 
-// slot is a place taken in a semaphore of send slots (the worker's, or a
-// channel's), given back by its first free.
-type slot struct{ sem chan struct{} }
-
-// takeSlot waits for a place in sem, on ctx; a nil sem has room for all.
-func takeSlot(ctx context.Context, sem chan struct{}) (*slot, error) {
-	if sem == nil {
-		return &slot{}, nil
-	}
-	select {
-	case sem <- struct{}{}:
-		return &slot{sem: sem}, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (s *slot) free() {
-	if s.sem != nil {
-		<-s.sem
-		s.sem = nil
-	}
-}
-
 // channelError is err as the channel's gate sees it: a failure scoped to
 // one destination is that delivery's own (it neither closes the channel's
 // gate nor fails its trial).
@@ -760,33 +709,6 @@ func channelError(err error) error {
 		return errors.New(err.Error())
 	}
 	return err
-}
-
-// waitTurn waits for the delivery's turn under the channel's rate limit,
-// on the delivery's ctx. A turn further away than hold is given back
-// (errRateHeld) with the pause after which it would be near enough.
-func (l *lane) waitTurn(ctx context.Context, hold time.Duration) (pause time.Duration, err error) {
-	if l.limiter == nil {
-		return 0, nil
-	}
-	r := l.limiter.Reserve()
-	wait := r.Delay()
-	if wait > hold {
-		r.Cancel()
-		return min(wait-hold, hold), errRateHeld
-	}
-	if wait <= 0 {
-		return 0, nil
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return 0, nil
-	case <-ctx.Done():
-		r.Cancel()
-		return 0, ctx.Err()
-	}
 }
 
 // recordUntilCommitted records res, again and again with a growing pause
@@ -946,19 +868,12 @@ func namedNotification(msg notify.Message) (int64, bool) {
 	return notify.ParseID(string(m[1]))
 }
 
-// release pauses, then hands the delivery back. The pause keeps a store
-// outage, a busy claim or a failing transport from turning into a hot
-// redelivery loop.
-func (w *Worker) release(ctx context.Context, d notify.Delivery, pause time.Duration, cause error) error {
-	if pause > 0 {
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-	}
-	if err := d.Release(context.WithoutCancel(ctx), 0); err != nil {
+// release parks the delivery: it hands it back to the transport, due
+// again after after, holding nothing meanwhile. A store outage, a busy
+// claim or a closed gate so costs the delivery its wait, and nobody else a
+// slot or a place.
+func (w *Worker) release(ctx context.Context, d notify.Delivery, after time.Duration, cause error) error {
+	if err := d.Release(context.WithoutCancel(ctx), after); err != nil {
 		return errors.Join(cause, fmt.Errorf("release: %w", err))
 	}
 	return cause

@@ -30,6 +30,7 @@ import (
 type settle struct {
 	how    string // ack, retry, dead, release
 	reason string
+	after  time.Duration // a release's
 }
 
 type fakeDelivery struct {
@@ -77,18 +78,18 @@ func (d *fakeDelivery) Retry(_ context.Context, reason string) error {
 		}
 		return d.retryErr
 	}
-	d.add(settle{"retry", reason})
+	d.add(settle{how: "retry", reason: reason})
 	return nil
 }
 func (d *fakeDelivery) DeadLetter(_ context.Context, reason string) error {
 	if d.deadErr != nil {
 		return d.deadErr
 	}
-	d.add(settle{"dead", reason})
+	d.add(settle{how: "dead", reason: reason})
 	return nil
 }
 func (d *fakeDelivery) Release(_ context.Context, after time.Duration) error {
-	d.add(settle{how: "release"})
+	d.add(settle{how: "release", after: after})
 	return nil
 }
 
@@ -386,17 +387,6 @@ func TestNewValidates(t *testing.T) {
 	require.ErrorContains(t, err, "send timeout (40s)")
 }
 
-// Issue 16, defect 1: more deliveries in flight than the rate lets through
-// in the time a delivery may wait are refused, with the numbers and the
-// largest prefetch that works.
-func TestNewRefusesMorePrefetchThanTheRateServes(t *testing.T) {
-	t.Parallel()
-	_, err := worker.New(nil, &fakeStore{}, email(&fakeSender{}, worker.Channel{Rate: 0.1, Concurrency: 32}), worker.Config{})
-	require.EqualError(t, err, "channel email: rate 0.1/s lets 6 sends through in the 1m0s a delivery may wait; "+
-		"32 deliveries in flight would wait longer: lower the concurrency to at most 6 or raise the rate")
-	_, err = worker.New(nil, &fakeStore{}, email(&fakeSender{}, worker.Channel{Rate: 0.01, Concurrency: 1}), worker.Config{})
-	require.ErrorContains(t, err, "lets no send through in the 1m0s")
-}
 
 // Issue 16, defect 5: the default lease covers the holder's worst path:
 // the claim's transaction, the send, the record's transaction and a
@@ -494,23 +484,37 @@ func TestLeaseBoundsTheSend(t *testing.T) {
 	})
 }
 
-// Issue 16, defect 1: a turn under the rate limit further away than a
-// delivery may wait is not waited for: the delivery is handed back before
-// its claim, with no attempt spent.
-func TestRateTurnTooFarHandsBack(t *testing.T) {
+// Issue 16, defect 1, and issue 32: a turn under the rate limit further
+// away than a delivery waits in place (Patience) is not waited for: the
+// delivery is parked until its turn, before its claim, with no attempt
+// spent; when it comes back at that time it sends without a new turn.
+func TestRateTurnTooFarParksUntilTheTurn(t *testing.T) {
 	t.Parallel()
 	store := &fakeStore{}
 	snd := &fakeSender{}
-	// 0.5/s: one send each 2s; a delivery may wait 1s.
-	w := newWorkerOn(t, store, worker.Channel{Sender: snd, Rate: 0.5}, worker.Config{SenderBackoff: 100 * time.Millisecond, SenderBackoffMax: time.Second})
+	// 0.5/s: one send each 2s; a delivery waits 1s at most.
+	w := newWorkerOn(t, store, worker.Channel{Sender: snd, Rate: 0.5}, worker.Config{Patience: time.Second})
 	first := &fakeDelivery{msg: message(t, 0)}
 	w.Handle(context.Background(), first)
 	require.Equal(t, []string{"ack"}, first.hows())
 	second := &fakeDelivery{msg: notify.Message{ID: 71, Type: notify.EventRequested, Payload: payload(t)}}
 	w.Handle(context.Background(), second)
 	require.Equal(t, []string{"release"}, second.hows())
+	after := second.settled[0].after
+	require.Greater(t, after, time.Second, "parked until its turn, not handed back at once")
+	require.LessOrEqual(t, after, 2*time.Second)
 	require.Equal(t, 1, snd.count())
-	require.Len(t, store.claims, 1, "no claim for the handed-back delivery")
+	require.Len(t, store.claims, 1, "no claim for the parked delivery")
+	third := &fakeDelivery{msg: notify.Message{ID: 72, Type: notify.EventRequested, Payload: payload(t)}}
+	w.Handle(context.Background(), third)
+	require.Greater(t, third.settled[0].after, after+time.Second, "the next one parks a turn later")
+
+	// Back at its turn, the parked delivery sends on the turn it was given.
+	time.Sleep(after) // the transport's delay, as a parked message keeps it
+	again := &fakeDelivery{msg: second.msg}
+	w.Handle(context.Background(), again)
+	require.Equal(t, []string{"ack"}, again.hows())
+	require.Equal(t, 2, snd.count())
 }
 
 // Throttling spends no attempt and closes the gate, which SenderStatus
@@ -607,7 +611,7 @@ func TestZeroRetriesDeadLettersTheFirstFailure(t *testing.T) {
 	w := newWorker(t, store, &fakeSender{err: errors.New("451 try later")}, worker.Config{})
 	d := &fakeDelivery{msg: message(t, 0)}
 	w.Handle(context.Background(), d)
-	require.Equal(t, []settle{{"dead", "451 try later"}}, d.settled)
+	require.Equal(t, []settle{{how: "dead", reason: "451 try later"}}, d.settled)
 	require.Equal(t, []rec{{"dead", "451 try later"}}, store.recs())
 }
 
