@@ -17,8 +17,19 @@ import (
 // Consumers whose visibility timeout is the suite's lease, and the dead
 // letters are read from PREFIX-send-dlq.
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
-		base := config(t)
+	transporttest.Run(t, harness(config))
+}
+
+// TestConformanceFIFO runs the suite on FIFO queues (every event of the
+// suite is another user's: another group).
+func TestConformanceFIFO(t *testing.T) {
+	transporttest.Run(t, harness(fifoConfig))
+}
+
+// harness returns the suite's harness on the queues newConfig gives.
+func harness(newConfig func(*testing.T) sqstr.Config) func(*testing.T) transporttest.Harness {
+	return func(t *testing.T) transporttest.Harness {
+		base := newConfig(t)
 		base.RetryDelays = []time.Duration{transporttest.RetryDelay}
 		pub := newPublisher(t, base)
 		return transporttest.Harness{
@@ -52,5 +63,5 @@ func TestConformance(t *testing.T) {
 				return out
 			},
 		}
-	})
+	}
 }
