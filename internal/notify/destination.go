@@ -1,6 +1,9 @@
 package notify
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // destinationError scopes a failure to one destination of a channel: a
 // webhook endpoint is a provider of its own, and its outage or throttling
@@ -32,4 +35,39 @@ func DestinationOf(err error) (string, bool) {
 		return "", false
 	}
 	return d.key, true
+}
+
+// The states of a destination (a webhook endpoint's scheme://host:port, or
+// a channel's one provider: the mail server, the Bot API, keyed by the
+// channel's name). A destination with no record is up.
+const (
+	// DestinationUp: sends go (the state of every destination without a
+	// record).
+	DestinationUp = "up"
+	// DestinationFailing: its provider is down or throttling since Since;
+	// its deliveries are parked, with no attempt spent.
+	DestinationFailing = "failing"
+	// DestinationDisabled: it failed for longer than
+	// HERALD_DESTINATION_DISABLE_AFTER; its pending notifications are
+	// dead-lettered with that reason until an operator enables it.
+	DestinationDisabled = "disabled"
+)
+
+// Destination is the persisted record of a destination that is not up.
+type Destination struct {
+	// Key is the destination: a webhook endpoint's scheme://host:port, or
+	// the channel's name for a channel with one provider (email,
+	// telegram).
+	Key string
+	// Channel is the channel whose sends go there.
+	Channel string
+	// State is DestinationFailing or DestinationDisabled.
+	State string
+	// Reason is the last failure, or why it was disabled.
+	Reason string
+	// Since is when it began failing (kept across restarts and workers).
+	Since time.Time
+	// Pending counts the notifications to it still pending (filled by
+	// listings only).
+	Pending int64
 }
