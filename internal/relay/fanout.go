@@ -41,7 +41,9 @@ func NewFanOut(sinks ...Publisher) (*FanOut, error) {
 
 // Publish publishes events to every sink at once and returns the ids every
 // sink has confirmed (in this call or an earlier one). Its error joins the
-// sinks' errors (notify.IsPermanent holds when it does for one of them).
+// sinks' errors (notify.IsPermanent holds when it does for one of them,
+// and a sink's ParkedError reaches the relay as it came: an event one
+// sink parked is no failure of the batch).
 func (f *FanOut) Publish(ctx context.Context, events []notify.Event) ([]int64, error) {
 	all := uint64(1)<<len(f.sinks) - 1
 	f.mu.Lock()

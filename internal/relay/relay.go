@@ -116,6 +116,9 @@ type Relay struct {
 	traced  bool
 	// stopped holds the error Run stopped on, for Ping.
 	stopped atomic.Pointer[error]
+	// parked is the number of rows the last batch's publisher parked
+	// (ParkedError): the next claim takes as many rows more.
+	parked atomic.Int64
 }
 
 type metrics struct {
@@ -205,7 +208,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		// Drain full batches back to back; wait only when the outbox is
 		// empty or something failed.
 		for {
-			n, err := r.RunOnce(ctx)
+			b, err := r.runOnce(ctx)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -229,7 +232,10 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.log.Info("relay recovered", "failed_batches", failures)
 				failures = 0
 			}
-			if n < r.cfg.Batch {
+			// A batch whose rows all wait for their retry changed
+			// nothing: the next one waits for the interval or a
+			// wake-up, or it would claim the same rows at once.
+			if b.claimed < b.limit || b.confirmed == 0 {
 				break
 			}
 		}
@@ -261,37 +267,105 @@ func (r *Relay) wait(failures int) time.Duration {
 	return min(d, r.cfg.MaxBackoff)
 }
 
+// maxParkedClaim bounds how many rows more than Batch a claim takes to
+// pass over the rows its publisher parked.
+const maxParkedClaim = 10_000
+
+// batch is what one relay batch did.
+type batch struct {
+	// claimed is the number of rows claimed, limit the most the claim
+	// could take, confirmed the number the publisher confirmed.
+	claimed, limit, confirmed int
+}
+
 // RunOnce relays one batch, within BatchTimeout, and returns the number of
 // rows it claimed. An error the publisher marked notify.Permanent is
-// returned wrapped in ErrStopped.
+// returned wrapped in ErrStopped. Rows the publisher parked (ParkedError)
+// are no failure; the next batch claims as many rows more than Batch.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	b, err := r.runOnce(ctx)
+	return b.claimed, err
+}
+
+func (r *Relay) runOnce(ctx context.Context) (batch, error) {
 	// The deadline is also the store's lease on the claimed rows (Source).
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
 	defer cancel()
-	confirmedTotal := 0
+	b := batch{limit: r.cfg.Batch + int(min(r.parked.Load(), maxParkedClaim))}
 	var pubErr error
-	n, err := r.src.RelayBatch(ctx, r.cfg.Batch, r.cfg.Types, func(ctx context.Context, events []notify.Event) ([]int64, error) {
+	n, err := r.src.RelayBatch(ctx, b.limit, r.cfg.Types, func(ctx context.Context, events []notify.Event) ([]int64, error) {
 		events, spans := r.startPublish(ctx, events)
 		confirmed, err := r.pub.Publish(ctx, events)
 		r.endPublish(events, spans, confirmed, err)
-		confirmedTotal = len(confirmed)
+		b.confirmed = len(confirmed)
+		parked, err := splitParked(err)
 		pubErr = err
-		if err == nil && len(confirmed) < len(events) {
+		waiting, missing := 0, 0
+		for _, e := range events {
+			switch {
+			case slices.Contains(confirmed, e.ID):
+			case parked[e.ID]:
+				waiting++
+			default:
+				missing++
+			}
+		}
+		r.parked.Store(int64(waiting))
+		if err == nil && missing > 0 {
 			err = fmt.Errorf("broker confirmed %d of %d events", len(confirmed), len(events))
 		}
 		return confirmed, err
 	})
-	r.metrics.published.Add(float64(confirmedTotal))
+	b.claimed = n
+	r.metrics.published.Add(float64(b.confirmed))
 	if err != nil {
 		r.metrics.failures.Inc()
 		// Only the publisher's own verdict stops the relay: the store's
 		// errors are outages to wait out.
 		if notify.IsPermanent(pubErr) {
-			return n, fmt.Errorf("%w: %w", ErrStopped, err)
+			return b, fmt.Errorf("%w: %w", ErrStopped, err)
 		}
-		return n, fmt.Errorf("relay batch: %w", err)
+		return b, fmt.Errorf("relay batch: %w", err)
 	}
-	return n, nil
+	if n == 0 {
+		r.parked.Store(0)
+	}
+	return b, nil
+}
+
+// splitParked takes the ParkedErrors out of err (found as err itself or
+// inside errors.Join, at any depth) and returns the ids they park and
+// what is left of err (nil when nothing).
+func splitParked(err error) (map[int64]bool, error) {
+	parked := map[int64]bool{}
+	var walk func(error) error
+	walk = func(err error) error {
+		if p, ok := err.(*ParkedError); ok {
+			for _, id := range p.IDs {
+				parked[id] = true
+			}
+			return nil
+		}
+		j, ok := err.(interface{ Unwrap() []error })
+		if !ok {
+			return err
+		}
+		var rest []error
+		for _, e := range j.Unwrap() {
+			if e = walk(e); e != nil {
+				rest = append(rest, e)
+			}
+		}
+		return errors.Join(rest...)
+	}
+	if err == nil {
+		return parked, nil
+	}
+	rest := walk(err)
+	if len(parked) == 0 {
+		return parked, err // as it came, wrapping and all
+	}
+	return parked, rest
 }
 
 // startPublish starts one publish span per event, each a child of the

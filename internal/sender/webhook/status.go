@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
@@ -43,8 +44,10 @@ var everywhere = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustPa
 // requests: webhook-id is "evt_" and the event's outbox id, the same on
 // every retry, so that a receiver drops repeats; the body is
 // {"type":"notification.sent","data":<the StatusEvent>}. It implements
-// relay.Publisher: a 2xx confirms an event, anything else leaves it for the
-// relay's next batch. It is safe for concurrent use.
+// relay.Publisher (a 2xx confirms an event, anything else leaves it for the
+// relay's next batch) and relay.EventPublisher (each event's failure told
+// apart, for relay.Retrier, which retries and dead-letters per event). It
+// is safe for concurrent use.
 type StatusPublisher struct {
 	s           *Sender
 	u           *url.URL
@@ -90,64 +93,90 @@ type StatusBody struct {
 // StatusMessageID is the webhook-id of the status event with outbox id id.
 func StatusMessageID(id int64) string { return "evt_" + notify.FormatID(id) }
 
+// errNotTried is the error of an event PublishEach did not try because
+// the endpoint was found down (or the caller gave up) first.
+var errNotTried = errors.New("not tried")
+
 // Publish POSTs every event, Concurrency at a time, and returns the ids of
-// those the endpoint answered 2xx. Once the endpoint is down (no
-// connection) or asks to wait (429, 503 with Retry-After), the events not
-// yet sent are left for the next batch without being tried. Its error is
-// never notify.Permanent: whatever the endpoint answers, the events are
-// offered again.
+// those the endpoint answered 2xx; once the endpoint is down (no
+// connection), the events not yet sent are left for the next batch without
+// being tried. Its error is never notify.Permanent: whatever the endpoint
+// answers, the events are offered again. PublishEach tells each event's
+// failure apart, for a caller that retries and dead-letters per event.
 func (p *StatusPublisher) Publish(ctx context.Context, events []notify.Event) ([]int64, error) {
 	var (
-		mu        sync.Mutex
 		confirmed []int64
 		errs      []error
-		stopped   bool
+		notTried  int
 	)
-	next := make(chan notify.Event)
+	for i, err := range p.PublishEach(ctx, events) {
+		switch {
+		case err == nil:
+			confirmed = append(confirmed, events[i].ID)
+		case errors.Is(err, errNotTried):
+			notTried++
+		default:
+			// Flattened: no answer of the endpoint (a 4xx is a
+			// webhook's permanent failure) may stop the relay; the
+			// event waits for the next batch.
+			errs = append(errs, errors.New(err.Error()))
+		}
+	}
+	if len(errs) > 3 {
+		errs = append(errs[:3], fmt.Errorf("and %d more failures", len(errs)-3))
+	}
+	if notTried > 0 {
+		errs = append([]error{fmt.Errorf("%d status events not tried", notTried)}, errs...)
+	}
+	return confirmed, errors.Join(errs...)
+}
+
+// PublishEach POSTs every event, Concurrency at a time, and returns one
+// error per event, in the order of events: nil when the endpoint answered
+// 2xx, otherwise marked as the webhook channel marks it (Send):
+// notify.Permanent for a 4xx other than 408 and 429 and for a redirect,
+// notify.Throttled for a 429 (or a 503 with Retry-After), which delays
+// only that event, notify.SenderDown when nothing reached the endpoint, and
+// unmarked for a 5xx, a 408, a timeout or a connection lost during the
+// request (this event's failed attempt). Once the endpoint is found down,
+// the events not yet sent are not tried: their error is SenderDown too (the
+// endpoint's outage, not theirs). So is that of an event not tried because
+// ctx ended. It implements relay.EventPublisher.
+func (p *StatusPublisher) PublishEach(ctx context.Context, events []notify.Event) []error {
+	errs := make([]error, len(events))
+	var down atomic.Bool
+	next := make(chan int)
 	var wg sync.WaitGroup
 	for range min(p.concurrency, len(events)) {
 		wg.Go(func() {
-			for e := range next {
-				err := p.post(ctx, e)
-				mu.Lock()
-				if err == nil {
-					confirmed = append(confirmed, e.ID)
-				} else {
-					if _, throttled := notify.IsThrottled(err); throttled || notify.IsSenderDown(err) {
-						stopped = true
-					}
-					// Flattened: no answer of the endpoint (a 4xx is a
-					// webhook's permanent failure) may stop the relay;
-					// the event waits for the next batch.
-					errs = append(errs, errors.New(err.Error()))
+			for i := range next {
+				err := p.post(ctx, events[i])
+				if notify.IsSenderDown(err) {
+					down.Store(true)
 				}
-				mu.Unlock()
+				errs[i] = err
 			}
 		})
 	}
 	sent := 0
-	for _, e := range events {
-		mu.Lock()
-		stop := stopped
-		mu.Unlock()
-		if stop || ctx.Err() != nil {
+	for i := range events {
+		if down.Load() || ctx.Err() != nil {
 			break
 		}
 		select {
-		case next <- e:
+		case next <- i:
 			sent++
+			continue
 		case <-ctx.Done():
 		}
+		break
 	}
 	close(next)
 	wg.Wait()
-	if len(errs) > 3 {
-		errs = append(errs[:3], fmt.Errorf("and %d more failures", len(errs)-3))
+	for i := sent; i < len(events); i++ {
+		errs[i] = notify.SenderDown(fmt.Errorf("status event %d: %w: the status webhook is down or the batch ended", events[i].ID, errNotTried))
 	}
-	if left := len(events) - sent; left > 0 {
-		errs = append([]error{fmt.Errorf("%d status events not tried", left)}, errs...)
-	}
-	return confirmed, errors.Join(errs...)
+	return errs
 }
 
 func (p *StatusPublisher) post(ctx context.Context, e notify.Event) error {
