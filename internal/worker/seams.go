@@ -72,3 +72,23 @@ type Prober interface {
 type Destinations interface {
 	Destination(m notify.Outgoing) string
 }
+
+// DestinationBook keeps the persisted record of destinations that are not
+// up (notify.Destination), so that an outage outlives a worker's restart,
+// every worker sees the same record, and operators can list and enable
+// them. The stores implement it; the worker writes it when a gate closes
+// or opens, off the delivery's path.
+type DestinationBook interface {
+	// DestinationFailing records key (of channel) as failing with reason
+	// since at, keeping the earlier Since of a record that exists and
+	// updating its reason; a disabled record stays disabled. It returns
+	// the record as stored.
+	DestinationFailing(ctx context.Context, channel, key, reason string, at time.Time) (notify.Destination, error)
+	// DestinationUp removes key's failing record (a disabled one stays).
+	DestinationUp(ctx context.Context, key string) error
+	// DisableDestination marks key's record disabled with reason (a
+	// compare-and-set on its being failing); false when it was not.
+	DisableDestination(ctx context.Context, key, reason string) (bool, error)
+	// DisabledDestinations lists the keys of the disabled destinations.
+	DisabledDestinations(ctx context.Context) ([]string, error)
+}
