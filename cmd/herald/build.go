@@ -943,6 +943,8 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		Sends:                a.cfg.Prefetch,
 		Lease:                claimLease,
 		OutageSpendsAttempts: a.cfg.SMTPOutage == "attempt",
+		Destinations:         destinationBook(a.st),
+		DisableAfter:         a.cfg.DestinationDisableAfter,
 		Logger:               a.log.With("component", "worker"),
 		Registerer:           a.reg,
 		Crash:                crash,
@@ -955,6 +957,15 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		a.checks = append(a.checks, api.Check{Name: "sender:" + name, Pinger: senderCheck{w, name}, ShowReason: true})
 	}
 	return w, nil
+}
+
+// destinationBook is the store's record of destinations that are not up,
+// nil for a store that keeps none.
+func destinationBook(st store) worker.DestinationBook {
+	if b, ok := st.(worker.DestinationBook); ok {
+		return b
+	}
+	return nil
 }
 
 // senderCheck is the worker's readiness as to its sender: not ready while

@@ -42,6 +42,9 @@ type Config struct {
 	// WebhookDestinationConcurrency is the most webhooks to one endpoint
 	// at once: its share of the channel's sends.
 	WebhookDestinationConcurrency int
+	// DestinationDisableAfter is how long a destination may fail before
+	// it is disabled (0: never).
+	DestinationDisableAfter time.Duration
 	StatusWebhookURL    string
 	StatusEvents        string // auto, on or off: see writeStatusEvents
 	TelegramBotToken    string
@@ -150,6 +153,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.WebhookConcurrency }, cmds: cmdsWorker, min: 0},
 	{env: "HERALD_WEBHOOK_DESTINATION_CONCURRENCY", flag: "webhook-destination-concurrency", def: "8", usage: "most webhooks this process sends at once to one endpoint (scheme, host and port): its share of the channel's sends, so that an endpoint with a long backlog, or a slow one, never takes the sends the others need; deliveries beyond it are parked and come back, with no attempt spent (0: no share of its own)",
 		field: func(c *Config) any { return &c.WebhookDestinationConcurrency }, cmds: cmdsWorker, min: 0},
+	{env: "HERALD_DESTINATION_DISABLE_AFTER", flag: "destination-disable-after", def: "72h", usage: "how long a destination (a webhook endpoint, or a channel's provider: the mail server, the Bot API) may fail, from its first failure as the database records it, before it is disabled: its pending notifications are then dead-lettered with that reason until an operator enables it again (herald destinations enable KEY, or POST /destinations/{key}/enable) and redrives them (0: never)",
+		field: func(c *Config) any { return &c.DestinationDisableAfter }, cmds: cmdsWorker},
 	{env: "HERALD_STATUS_WEBHOOK_URL", flag: "status-webhook-url", def: "", usage: "the operator's endpoint that receives every status event (notification.sent, notification.failed) as a signed POST (HERALD_WEBHOOK_SECRET, required with it; not guarded: the URL is trusted), at least once, webhook-id evt_<outbox id>; a second relay loop sends them, so a failing endpoint delays only status events (with a broker: the relay process; on the outbox table: each worker process)",
 		field: func(c *Config) any { return &c.StatusWebhookURL }, cmds: "serve relay worker"},
 	{env: "HERALD_STATUS_EVENTS", flag: "status-events", def: "auto", usage: "whether the delivery that settles a notification writes its status event (notification.sent, notification.failed) to the outbox: auto when the events have a destination (a broker, or HERALD_STATUS_WEBHOOK_URL), so not on the outbox table without a status webhook, where nobody receives them; on always (on the outbox table without a status webhook they are marked processed at once, for whoever reads the outbox); off never (HERALD_STATUS_WEBHOOK_URL with off is a start-up error)",

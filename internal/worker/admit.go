@@ -221,6 +221,15 @@ func (a *admission) wait() time.Duration {
 	return max(d, minPark)
 }
 
+// destination is the key of out's destination: its endpoint for a channel
+// with Destinations, the channel's name for a channel with one provider.
+func (l *lane) destination(out notify.Outgoing) string {
+	if l.dests != nil {
+		return l.dests.Destination(out)
+	}
+	return l.name
+}
+
 // hold counts a delivery waiting for a place of dest's share (dest "": of
 // the channel's Concurrency), or parks it when as many as may wait do.
 func (l *lane) hold(dest string) (*pool, *parking) {

@@ -29,6 +29,10 @@ type destGates struct {
 	cfg      Config
 	log      *slog.Logger
 	max      int
+	// channel names the channel in the destination record; book, when
+	// set, keeps it.
+	channel string
+	book    *destBook
 
 	mu    sync.Mutex
 	gates map[string]*list.Element // of *destGate
@@ -118,6 +122,9 @@ func (d *destGates) report(key string, trial bool, err error, now time.Time) {
 		}
 		ev := b.report(now, trial && scoped == key, err)
 		d.logEvent(scoped, b, ev)
+		if class, _ := b.classify(err); class != "" && b.state != gateOpen {
+			d.book.failing(d.channel, scoped, d.provider+" "+b.class+": "+b.reason)
+		}
 		if b.state == gateOpen {
 			d.drop(scoped) // not an outage after all (OutageSpendsAttempts)
 		}
@@ -146,6 +153,9 @@ func (d *destGates) report(key string, trial bool, err error, now time.Time) {
 	}
 	ev := b.report(now, trial, err)
 	d.logEvent(key, b, ev)
+	if ev == eventOpened {
+		d.book.up(key)
+	}
 	if b.state == gateOpen {
 		d.drop(key)
 	}

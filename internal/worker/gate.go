@@ -293,6 +293,10 @@ type gate struct {
 	timeout  time.Duration
 	log      *slog.Logger
 	up       prometheus.Gauge
+	// book, when set, keeps the persisted record of the channel's
+	// provider, under key (the channel's name).
+	book *destBook
+	key  string
 
 	mu sync.Mutex
 	b  breaker
@@ -370,6 +374,7 @@ func (g *gate) probed(err error) bool {
 	defer g.mu.Unlock()
 	ev := g.b.probeDone(time.Now(), err)
 	g.after(ev)
+	g.tell(ev, err != nil)
 	return err == nil
 }
 
@@ -382,6 +387,20 @@ func (g *gate) report(trial bool, err error) {
 	ev := g.b.report(time.Now(), trial, err)
 	if ev != eventNone || g.b.state != before.state || g.b.busy != before.busy || !g.b.next.Equal(before.next) {
 		g.after(ev)
+	}
+	class, _ := g.b.classify(err)
+	g.tell(ev, class != "")
+}
+
+// tell writes the gate's news to the destination record: up once it
+// opened, failing (with the reason) after each failure that keeps it
+// closed. g.mu is held; the book only queues.
+func (g *gate) tell(ev gateEvent, failed bool) {
+	switch {
+	case ev == eventOpened:
+		g.book.up(g.key)
+	case failed && g.b.state != gateOpen:
+		g.book.failing(g.key, g.key, g.provider+" "+g.b.class+": "+g.b.reason)
 	}
 }
 

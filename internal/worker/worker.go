@@ -95,6 +95,17 @@ type Config struct {
 	// SQS's visibility timeout), which covers it. Zero means the default.
 	// Default 2s.
 	Patience time.Duration
+	// Destinations, when set, keeps the persisted record of the
+	// destinations that are not up: the worker writes it as gates close
+	// and open, disables a destination failing for longer than
+	// DisableAfter, and dead-letters the deliveries to a disabled one.
+	// Default: none (gates live in this worker's memory only).
+	Destinations DestinationBook
+	// DisableAfter is how long a destination may fail before it is
+	// disabled (HERALD_DESTINATION_DISABLE_AFTER), measured from its
+	// first failure as the record keeps it. Zero: never. Only with
+	// Destinations.
+	DisableAfter time.Duration
 	// RetryDelays is the retry schedule the transport follows (the i-th
 	// retry waits the i-th delay, the last repeating), so that the store
 	// can record when a retry is due. Empty: due at once.
@@ -273,6 +284,8 @@ func (c Config) validate(longest time.Duration) error {
 	case c.Lease <= longest+2*storeTimeout:
 		return fmt.Errorf("lease (%s) must be longer than the send timeout (%s) plus two store transactions (%s each): the claim's and the record's",
 			c.Lease, longest, storeTimeout)
+	case c.DisableAfter < 0:
+		return fmt.Errorf("disable after must not be negative, got %s", c.DisableAfter)
 	case c.Patience < 0:
 		return fmt.Errorf("patience must not be negative, got %s", c.Patience)
 	case c.Sends < 0:
@@ -292,8 +305,9 @@ type Worker struct {
 	tracer  trace.Tracer
 	books   *batcher[bookOp, bookResult]
 	lanes   map[string]*lane
-	names   []string      // the channels, sorted
-	sends   chan struct{} // the send slots; nil without Config.Sends
+	names   []string // the channels, sorted
+	sends   chan struct{}
+	book    *destBook // nil without Config.Destinations // the send slots; nil without Config.Sends
 
 	// handedBack counts the deliveries that ended unsettled after shutdown
 	// began (the transport redelivers them), for the "worker stopped" log.
@@ -350,6 +364,9 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 		Name: "herald_sender_up",
 		Help: "1 while the channel's provider takes sends, 0 while the worker has paused them because it is down or throttling.",
 	}, []string{"channel"})
+	if cfg.Destinations != nil {
+		w.book = newDestBook(cfg.Destinations, cfg.DisableAfter, w.log)
+	}
 	for name, ch := range channels {
 		ch = ch.withDefaults(name)
 		if name == "" || name == unknownChannel {
@@ -361,9 +378,11 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 		prober, _ := ch.Sender.(Prober)
 		l := &lane{name: name, sender: ch.Sender, timeout: ch.SendTimeout,
 			gate: newGate(prober, ch.Provider, ch.SendTimeout, cfg, w.metrics.senderUp.WithLabelValues(name))}
+		l.gate.book, l.gate.key = w.book, name
 		if d, ok := ch.Sender.(Destinations); ok {
 			l.dests = d
 			l.dgates = newDestGates(ch.Provider, cfg)
+			l.dgates.channel, l.dgates.book = name, w.book
 		}
 		if ch.Rate > 0 {
 			l.limiter = rate.NewLimiter(rate.Limit(ch.Rate), max(1, int(ch.Rate)))
@@ -467,6 +486,18 @@ func (w *Worker) PausedDestinations(channel string) int {
 
 // Run consumes until ctx ends, then waits for in-flight deliveries.
 func (w *Worker) Run(ctx context.Context) error {
+	if w.book != nil {
+		bctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w.book.run(bctx)
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+	}
 	err := w.src.Consume(ctx, w.Handle)
 	if ctx.Err() != nil {
 		w.log.Info("worker stopped", "handed_back", w.handedBack.Load())
@@ -558,6 +589,11 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	}
 	*channel = l.name
 	out := notify.NewOutgoing(req)
+	if key := l.destination(out); w.book.isDisabled(key) {
+		return w.deadLetter(ctx, d, msg, nid, notify.Permanent(fmt.Errorf(
+			"destination %s is disabled: it failed for longer than HERALD_DESTINATION_DISABLE_AFTER (herald destinations list tells since when and why); enable it with herald destinations enable %s, then redrive",
+			key, key)))
+	}
 
 	a, parked, err := w.admit(ctx, l, msg, out)
 	if err != nil {

@@ -387,7 +387,6 @@ func TestNewValidates(t *testing.T) {
 	require.ErrorContains(t, err, "send timeout (40s)")
 }
 
-
 // Issue 16, defect 5: the default lease covers the holder's worst path:
 // the claim's transaction, the send, the record's transaction and a
 // margin.
