@@ -327,6 +327,8 @@ type metrics struct {
 	brokerWait prometheus.Histogram
 	// send is the time of each send to a channel's provider.
 	send *prometheus.HistogramVec
+	// parked counts the deliveries parked, by channel and reason.
+	parked *prometheus.CounterVec
 }
 
 // New returns a Worker that delivers on channels, by name. A message of a
@@ -360,6 +362,10 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 		Help:    "Time of one send to the channel's provider, whatever its result.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"channel"})
+	w.metrics.parked = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "herald_worker_parked_total",
+		Help: "Deliveries parked (handed back with the time they may go, holding nothing), by channel and reason: provider (its gate closed), destination (its gate closed), deferred (the send found the provider or destination down or throttling), rate, share (the channel's or destination's sends taken), busy (another delivery holds the claim).",
+	}, []string{"channel", "reason"})
 	w.metrics.senderUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "herald_sender_up",
 		Help: "1 while the channel's provider takes sends, 0 while the worker has paused them because it is down or throttling.",
@@ -405,7 +411,7 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 		}
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{w.metrics.deliveries, w.metrics.latency, w.metrics.senderUp, w.metrics.brokerWait, w.metrics.send} {
+		for _, c := range []prometheus.Collector{w.metrics.deliveries, w.metrics.latency, w.metrics.senderUp, w.metrics.brokerWait, w.metrics.send, w.metrics.parked} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register worker metrics: %w", err)
 			}
@@ -513,6 +519,24 @@ var errBusy = errors.New("notification claimed by another delivery")
 // the delivery was handed back with no attempt spent.
 var errDeferred = errors.New("provider unavailable: delivery handed back, no attempt spent")
 
+// parkReason labels why a delivery was parked.
+func parkReason(err error) string {
+	switch {
+	case errors.Is(err, errHeld):
+		return "provider"
+	case errors.Is(err, errDestHeld):
+		return "destination"
+	case errors.Is(err, errDeferred):
+		return "deferred"
+	case errors.Is(err, errRateHeld):
+		return "rate"
+	case errors.Is(err, errShare):
+		return "share"
+	default:
+		return "busy"
+	}
+}
+
 // errNoTimeLeft: the claim took so long that its lease leaves no time for
 // a send and its record; the claim was released and the delivery handed
 // back, with no attempt spent.
@@ -539,9 +563,10 @@ func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld), errors.Is(err, errRateHeld), errors.Is(err, errDestHeld):
+	case errors.Is(err, errBusy), errors.Is(err, errDeferred), errors.Is(err, errHeld), errors.Is(err, errRateHeld), errors.Is(err, errDestHeld), errors.Is(err, errShare):
 		// Expected while a claim runs, the server is down or the rate
 		// limit is reached; the gate logs the outage once.
+		w.metrics.parked.WithLabelValues(channel, parkReason(err)).Inc()
 		span.SetAttributes(attribute.String("herald.outcome", "handed_back"), attribute.String("herald.reason", err.Error()))
 		w.log.DebugContext(ctx, "delivery handed back", "message_id", msg.ID, "reason", err)
 		return
