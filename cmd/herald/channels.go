@@ -102,6 +102,8 @@ func channelNames() []string {
 	return names
 }
 
+// emailSpec: notify.EmailSpec, whose destination is the channel's one
+// provider, the mail server, keyed "email".
 func emailSpec(Config) (notify.ChannelSpec, error) { return notify.EmailSpec, nil }
 
 // webhookSpec: to is an http(s) URL, refused at create when it is a
@@ -114,8 +116,9 @@ func webhookSpec(cfg Config) (notify.ChannelSpec, error) {
 	}
 	return notify.ChannelSpec{
 		Validate: func(r notify.CreateRequest) error { return webhook.ValidateAllowing(r, allow) },
-		JSONBody: true,
-		To:       "an http(s) URL",
+		JSONBody:    true,
+		To:          "an http(s) URL",
+		Destination: webhook.DestinationKey,
 	}, nil
 }
 
@@ -144,7 +147,7 @@ func webhookLimits(cfg Config) worker.Channel {
 }
 
 func telegramSpec(Config) (notify.ChannelSpec, error) {
-	return notify.ChannelSpec{Validate: telegram.Validate, To: "a chat id or @channel"}, nil
+	return notify.ChannelSpec{Validate: telegram.Validate, To: "a chat id or @channel", Destination: notify.ChannelDestination("telegram")}, nil
 }
 
 func telegramEnabled(cfg Config) bool { return cfg.TelegramBotToken != "" }

@@ -84,6 +84,10 @@ type Config struct {
 	// POST /dead-letters/redrive (behind the token). Default: nil (no
 	// dead-letter routes).
 	DeadLetters DeadLetters
+	// Destinations, when set, serves GET /destinations and POST
+	// /destinations/{key}/enable (behind the token). Default: nil (no
+	// destination routes).
+	Destinations Destinations
 	// Channels are the channels a create may name, with their validation.
 	// A create naming another is refused (400, field channel, listing
 	// them). No channel at all means nothing; so the zero value means the

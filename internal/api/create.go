@@ -147,6 +147,7 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNoti
 		return nn, &apiError{Code: "invalid_field", Message: "the request is invalid"}, http.StatusBadRequest
 	}
 	nn.Request = req
+	nn.Destination = a.cfg.Channels.DestinationOf(req)
 	return nn, nil, 0
 }
 

@@ -167,9 +167,10 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 	st := setup(t, api.Config{}).store
 	const token = "t0ken"
 	a, err := api.New(st, api.Config{
-		Token:       token,
-		Metrics:     promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
-		DeadLetters: deadletter.New(st, nil),
+		Token:        token,
+		Metrics:      promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
+		DeadLetters:  deadletter.New(st, nil),
+		Destinations: st,
 	})
 	require.NoError(t, err)
 	require.Equal(t, s.operations(t), a.Routes(), "the router serves exactly the document's operations")
@@ -178,6 +179,7 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, bare.Routes(), "GET /metrics", "an optional route is served only when configured")
 	require.NotContains(t, bare.Routes(), "GET /dead-letters")
+	require.NotContains(t, bare.Routes(), "GET /destinations")
 
 	for _, pattern := range a.Routes() {
 		method, path, _ := strings.Cut(pattern, " ")
@@ -222,10 +224,11 @@ func TestOpenAPIResponses(t *testing.T) {
 	failing := pingFunc(func(context.Context) error { return errors.New("down") })
 	e := setup(t, api.Config{})
 	a, err := api.New(e.store, api.Config{
-		Metrics:     promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
-		DeadLetters: deadletter.New(e.store, nil),
-		Ready:       []api.Check{{Name: "store", Pinger: e.store}},
-		Channels:    notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hookSpec},
+		Metrics:      promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
+		DeadLetters:  deadletter.New(e.store, nil),
+		Destinations: e.store,
+		Ready:        []api.Check{{Name: "store", Pinger: e.store}},
+		Channels:     notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hookSpec},
 		Admission: func(context.Context) error {
 			shedMu.Lock()
 			defer shedMu.Unlock()
@@ -302,6 +305,18 @@ func TestOpenAPIResponses(t *testing.T) {
 	require.Equal(t, 200, rd.status)
 	require.Equal(t, 400, call("POST", "/dead-letters/redrive", jsonHeaders(), `{"ids":["`+id+`"],"all":true}`).status)
 	require.Equal(t, 415, call("POST", "/dead-letters/redrive", nil, `{}`).status)
+
+	// Destinations: none, then a failing one; enabled once, then gone.
+	require.Equal(t, 200, call("GET", "/destinations", nil, "").status)
+	_, err = e.store.DestinationFailing(t.Context(), "webhook", "https://example.com:443", "connection refused", time.Now())
+	require.NoError(t, err)
+	dests := call("GET", "/destinations", nil, "")
+	require.Equal(t, 200, dests.status)
+	require.Len(t, dests.json["items"], 1)
+	require.Equal(t, 400, call("GET", "/destinations?state=failing", nil, "").status)
+	enable := "/destinations/" + url.PathEscape("https://example.com:443") + "/enable"
+	require.Equal(t, 200, call("POST", enable, nil, "").status)
+	require.Equal(t, 404, call("POST", enable, nil, "").status)
 
 	// Probes, metrics, the document.
 	require.Equal(t, 200, call("GET", "/healthz", nil, "").status)

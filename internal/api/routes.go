@@ -77,8 +77,10 @@ func parseOperations(doc []byte) ([]operation, error) {
 }
 
 // optionalOperations are served only when configured (Config.Metrics,
-// Config.DeadLetters); every other operation is always served.
-var optionalOperations = map[string]bool{"metrics": true, "listDeadLetters": true, "redriveDeadLetters": true}
+// Config.DeadLetters, Config.Destinations); every other operation is
+// always served.
+var optionalOperations = map[string]bool{"metrics": true, "listDeadLetters": true, "redriveDeadLetters": true,
+	"listDestinations": true, "enableDestination": true}
 
 // register serves every operation of the document on its handler.
 func (a *API) register() error {
@@ -97,6 +99,10 @@ func (a *API) register() error {
 	if a.cfg.DeadLetters != nil {
 		handlers["listDeadLetters"] = http.HandlerFunc(a.listDeadLetters)
 		handlers["redriveDeadLetters"] = http.HandlerFunc(a.redrive)
+	}
+	if a.cfg.Destinations != nil {
+		handlers["listDestinations"] = http.HandlerFunc(a.listDestinations)
+		handlers["enableDestination"] = http.HandlerFunc(a.enableDestination)
 	}
 	for _, op := range operations {
 		h, ok := handlers[op.id]

@@ -23,6 +23,28 @@ type ChannelSpec struct {
 	// To says what the channel's to is, for people ("an email address",
 	// "an https URL").
 	To string
+	// Destination, when set, names the destination key (see
+	// Destination.Key) a valid request's to is sent to: a webhook URL's
+	// scheme://host:port, or the channel's name for a channel with one
+	// provider. Nil: the notification is stored with no destination.
+	Destination func(to string) string
+}
+
+// DestinationOf returns the destination key of a valid request r under
+// cs, or "" when its channel names none.
+func (cs Channels) DestinationOf(r CreateRequest) string {
+	spec, ok := cs[r.Channel]
+	if !ok || spec.Destination == nil {
+		return ""
+	}
+	return spec.Destination(r.To)
+}
+
+// ChannelDestination is a ChannelSpec.Destination for a channel with one
+// provider: every notification of it goes to the destination keyed by the
+// channel's name.
+func ChannelDestination(channel string) func(to string) string {
+	return func(string) string { return channel }
 }
 
 // Channels are the channels a process knows, by name.
@@ -30,7 +52,7 @@ type Channels map[string]ChannelSpec
 
 // EmailSpec is the email channel: to an RFC 5322 address, a subject, a
 // text body.
-var EmailSpec = ChannelSpec{Validate: ValidateEmail, Subject: true, To: "an email address"}
+var EmailSpec = ChannelSpec{Validate: ValidateEmail, Subject: true, To: "an email address", Destination: ChannelDestination(ChannelEmail)}
 
 // EmailOnly is the set of channels that holds email alone.
 func EmailOnly() Channels { return Channels{ChannelEmail: EmailSpec} }

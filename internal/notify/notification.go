@@ -86,6 +86,11 @@ type NewNotification struct {
 	// Traceparent, when not empty, is the W3C trace context of the create,
 	// stored with the outbox event so that its delivery joins the trace.
 	Traceparent string
+	// Destination, when not empty, is the destination key the
+	// notification goes to (see Destination.Key), stored with it so that
+	// a destination's pending notifications can be counted. The API sets
+	// it from the channel's ChannelSpec.Destination.
+	Destination string
 }
 
 // IdempotencyWindow is how long an idempotency key answers with the

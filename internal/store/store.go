@@ -35,6 +35,8 @@ type Store interface {
 	relay.Source
 	relay.Waker
 	worker.Store
+	worker.DestinationBook
+	api.Destinations
 	table.Queue
 	table.Waker
 	deadletter.Store

@@ -157,9 +157,15 @@ func (s *Sender) Timeout() time.Duration { return s.cfg.Timeout }
 func (s *Sender) Validate(r notify.CreateRequest) error { return ValidateAllowing(r, s.cfg.Allow) }
 
 // Destination is the key m's endpoint is paused under when it is down or
-// throttles: scheme://host:port. It is "" for a URL that cannot be parsed.
-func (s *Sender) Destination(m notify.Outgoing) string {
-	u, err := url.Parse(m.To)
+// throttles: DestinationKey(m.To).
+func (s *Sender) Destination(m notify.Outgoing) string { return DestinationKey(m.To) }
+
+// DestinationKey is the destination key of a webhook URL: its
+// scheme://host:port, the host lower-cased, the port explicit. It is ""
+// for a URL that cannot be parsed. The worker pauses an endpoint under
+// this key, and the store counts its pending notifications under it.
+func DestinationKey(rawURL string) string {
+	u, err := url.Parse(rawURL)
 	if err != nil || u.Hostname() == "" {
 		return ""
 	}

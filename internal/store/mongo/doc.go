@@ -65,6 +65,11 @@ type doc struct {
 	// derived from them, see eventID and attemptID).
 	NextEvent   int64 `bson:"next_event"`
 	NextAttempt int64 `bson:"next_attempt"`
+
+	// Destination is the destination key the notification goes to
+	// (notify.NewNotification.Destination), absent when none: the
+	// destinations listing counts the pending ones of each key.
+	Destination string `bson:"destination,omitempty"`
 }
 
 // claimDoc is the live claim on a notification.

@@ -105,6 +105,36 @@ var migrations = []migration{
 					Options: options.Index().SetName("due_order_idx").SetSparse(true)},
 			},
 		}},
+	// Issue 32: the destinations listing counts each destination's
+	// pending notifications by (destination, status). The destinations
+	// collection (the records of destinations that are not up, keyed by
+	// _id) needs no index of its own. Pending email and telegram
+	// notifications get their destination (the channel's name); pending
+	// webhooks created before this version keep none and are not counted.
+	{version: 6, name: "destinations", indexes: map[string][]mgo.IndexModel{
+		collNotifications: {
+			{Keys: bson.D{{Key: "destination", Value: 1}, {Key: "status", Value: 1}},
+				Options: options.Index().SetName("destination_status_idx")},
+		},
+	}, backfill: backfillDestinations},
+}
+
+// backfillDestinations gives every pending notification of a channel with
+// one provider (email, telegram) and no destination its key, the
+// channel's name. Like backfillIdemScope it leaves the revision alone: run
+// by herald migrate before the processes of this version start, nothing
+// else writes the field.
+func backfillDestinations(ctx context.Context, db *mgo.Database) error {
+	coll := db.Collection(collNotifications)
+	for _, ch := range []string{"email", "telegram"} {
+		_, err := coll.UpdateMany(ctx, bson.D{{Key: "status", Value: "pending"}, {Key: "channel", Value: ch},
+			{Key: "destination", Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "destination", Value: ch}}}})
+		if err != nil {
+			return classify(err)
+		}
+	}
+	return nil
 }
 
 // backfillIdemScope gives every notification with an idempotency key and

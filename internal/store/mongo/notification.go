@@ -46,6 +46,7 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 		d := doc{
 			Key: key(id), ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
 			Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
+			Destination: nn.Destination,
 		}
 		if nn.IdempotencyKey != "" {
 			d.IdemScope = idemScope(r.UserID, nn.IdempotencyKey)

@@ -17,8 +17,8 @@ const notificationColumns = `id, user_id, channel, recipient, subject, body, sta
 // the same user and key inserts nothing and returns no row, and Create then compares the
 // request with the stored one.
 const insertNotification = `
-INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at, destination)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id`
 
@@ -60,7 +60,7 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 	var id int64
 	err := tx.QueryRowContext(ctx, insertNotification,
 		r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
-		formatTime(t), formatTime(t)).Scan(&id)
+		formatTime(t), formatTime(t), nullString(nn.Destination)).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
 		if err != nil {
