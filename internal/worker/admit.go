@@ -88,13 +88,15 @@ type admission struct {
 }
 
 // admit decides whether a delivery may send now, holding nothing while it
-// decides but for a short wait (Config.Patience) for a turn or a place. It
+// decides but for a short wait for a turn or a place: Config.Patience in
+// all, however many of them it waits for. It
 // checks, in order: the channel's gate, the destination's gate, the
 // destination's share, the rate turn, the channel's concurrency and the
 // worker's send slot. What cannot go now is parked with the time it may:
 // the gate's next turn, its rate turn, or about a send's time for a place.
 func (w *Worker) admit(ctx context.Context, l *lane, msg notify.Message, out notify.Outgoing) (*admission, *parking, error) {
 	a := &admission{w: w, l: l}
+	until := time.Now().Add(w.cfg.Patience)
 	park := func(p *parking) (*admission, *parking, error) {
 		a.abandon()
 		return nil, p, nil
@@ -122,7 +124,7 @@ func (w *Worker) admit(ctx context.Context, l *lane, msg notify.Message, out not
 			a.holds = append(a.holds, p)
 		}
 	}
-	if parked, err := l.turn(ctx, msg.ID, w.cfg.Patience); err != nil || parked != nil {
+	if parked, err := l.turn(ctx, msg.ID, until); err != nil || parked != nil {
 		a.abandon()
 		return nil, parked, err
 	}
@@ -135,7 +137,7 @@ func (w *Worker) admit(ctx context.Context, l *lane, msg notify.Message, out not
 	}
 	for len(a.holds) > 0 {
 		p := a.holds[0]
-		if !l.take(ctx, p, w.cfg.Patience) {
+		if !l.take(ctx, p, until) {
 			if ctx.Err() != nil {
 				a.abandon()
 				return nil, nil, ctx.Err()
@@ -145,7 +147,7 @@ func (w *Worker) admit(ctx context.Context, l *lane, msg notify.Message, out not
 		a.holds = a.holds[1:]
 		a.places = append(a.places, p)
 	}
-	if !w.takeSend(ctx) {
+	if !w.takeSend(ctx, until) {
 		if ctx.Err() != nil {
 			a.abandon()
 			return nil, nil, ctx.Err()
@@ -251,9 +253,9 @@ func (l *lane) hold(dest string) (*pool, *parking) {
 	return p, nil
 }
 
-// take waits up to patience for a place in p.
-func (l *lane) take(ctx context.Context, p *pool, patience time.Duration) bool {
-	timer := time.NewTimer(patience)
+// take waits until until at most for a place in p.
+func (l *lane) take(ctx context.Context, p *pool, until time.Time) bool {
+	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
 	for {
 		l.mu.Lock()
@@ -315,11 +317,11 @@ func (l *lane) observe(took time.Duration) {
 
 func (l *lane) avgSend() time.Duration { return time.Duration(l.sendTime.Load()) }
 
-// turn gives the delivery its turn under the channel's rate: a turn within
-// patience is waited for; a further one is kept for the message (a ticket)
+// turn gives the delivery its turn under the channel's rate: a turn by
+// until is waited for; a further one is kept for the message (a ticket)
 // and the delivery parked until then, so that parked deliveries come back
 // one turn apart, each to its own turn.
-func (l *lane) turn(ctx context.Context, id int64, patience time.Duration) (*parking, error) {
+func (l *lane) turn(ctx context.Context, id int64, until time.Time) (*parking, error) {
 	if l.limiter == nil {
 		return nil, nil
 	}
@@ -333,7 +335,7 @@ func (l *lane) turn(ctx context.Context, id int64, patience time.Duration) (*par
 		at = now.Add(r.DelayFrom(now))
 	}
 	wait := at.Sub(now)
-	if wait > patience {
+	if at.After(until) {
 		if len(l.tickets) >= maxTickets {
 			for k, t := range l.tickets {
 				if t.Before(now) {
@@ -361,8 +363,8 @@ func (l *lane) turn(ctx context.Context, id int64, patience time.Duration) (*par
 	}
 }
 
-// takeSend waits up to Config.Patience for one of the worker's send slots.
-func (w *Worker) takeSend(ctx context.Context) bool {
+// takeSend waits until until at most for one of the worker's send slots.
+func (w *Worker) takeSend(ctx context.Context, until time.Time) bool {
 	if w.sends == nil {
 		return true
 	}
@@ -371,7 +373,7 @@ func (w *Worker) takeSend(ctx context.Context) bool {
 		return true
 	default:
 	}
-	t := time.NewTimer(w.cfg.Patience)
+	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	select {
 	case w.sends <- struct{}{}:
