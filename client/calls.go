@@ -126,6 +126,25 @@ func (c *Client) Redrive(ctx context.Context, req RedriveRequest) (RedriveResult
 	return res, err
 }
 
+// Destinations lists the destinations that are not up, by key (GET
+// /destinations). A destination not listed is up.
+func (c *Client) Destinations(ctx context.Context) ([]Destination, error) {
+	var out struct {
+		Items []Destination `json:"items"`
+	}
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/destinations", repeatable: true}, &out)
+	return out.Items, err
+}
+
+// EnableDestination enables a failing or disabled destination (POST
+// /destinations/{key}/enable): its record is removed and its deliveries
+// go again. A destination without a record is an *Error with Code
+// CodeNotFound. Enabling twice does no harm, so it is retried like a read.
+func (c *Client) EnableDestination(ctx context.Context, key string) error {
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/destinations/" + url.PathEscape(key) + "/enable", repeatable: true}, nil)
+	return err
+}
+
 // pages walks a cursor listing.
 func pages[T any](ctx context.Context, cursor string, page func(context.Context, string) ([]T, string, error)) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {

@@ -200,3 +200,17 @@ type Skipped struct {
 	ID     string `json:"id"`
 	Reason string `json:"reason"`
 }
+
+// Destination is a destination that is not up (GET /destinations): a
+// webhook endpoint (its scheme://host:port) or a channel with one provider
+// (keyed by the channel's name), failing or disabled.
+type Destination struct {
+	Key     string `json:"key"`
+	Channel string `json:"channel"`
+	// State is "failing" or "disabled".
+	State  string    `json:"state"`
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+	// Pending counts its notifications still pending.
+	Pending int64 `json:"pending"`
+}

@@ -712,6 +712,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 		Logger:         a.log.With("component", "api"),
 		Admission:      admission,
 		DeadLetters:    deadletter.New(a.st, a.tr.deadLetters),
+		Destinations:   a.st,
 		Channels:       channels,
 		CORSOrigins:    corsOrigins(a.cfg.CORSOrigins),
 		TracerProvider: a.tp,

@@ -100,7 +100,7 @@ type setting struct {
 
 // Command groups, as the cmds of a setting name them.
 const (
-	cmdsStore  = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive notifications-list notifications-show bench"
+	cmdsStore  = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive destinations-list destinations-enable notifications-list notifications-show bench"
 	cmdsAPI    = "serve api"
 	cmdsRelay  = "serve relay bench"
 	cmdsWorker = "serve worker bench"
@@ -111,7 +111,7 @@ const (
 	cmdsProcess  = "relay worker"
 	cmdsLong     = "serve api relay worker"
 	// cmdsClient can talk to the API instead of the database.
-	cmdsClient = "notifications-list notifications-show dlq-list dlq-show dlq-redrive"
+	cmdsClient = "notifications-list notifications-show dlq-list dlq-show dlq-redrive destinations-list destinations-enable"
 )
 
 var settings = []setting{

@@ -80,6 +80,7 @@ func commands() []command {
 		{"migrate", "apply the database migrations (idempotent)", cmdMigrate},
 		{"outbox", "outbox stats | prune: the backlog, and retention on demand", cmdOutbox},
 		{"dlq", "dlq list | show | redrive: dead letters", cmdDLQ},
+		{"destinations", "destinations list | enable: failing and disabled destinations", cmdDestinations},
 		{"notifications", "notifications list | show: notifications, newest first; one with its attempts", cmdNotifications},
 		{"bench", "load and measure the configured stack against its raw limits", cmdBench},
 		{"version", "version, commit and Go version", cmdVersion},
