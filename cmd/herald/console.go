@@ -28,6 +28,7 @@ func (a *app) withConsole(apiHandler http.Handler) (http.Handler, error) {
 		SessionTTL:   console.DefaultSessionTTL,
 		RefreshEvery: consoleRefresh,
 		Logger:       a.log.With("component", "console"),
+		Destinations: a.st,
 	})
 	if err != nil {
 		return nil, err

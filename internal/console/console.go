@@ -1,7 +1,7 @@
 // Package console is herald's web console for operators, served at /ui on
 // the API's listener: an overview of the backlog, the dead letters and the
-// senders, the notifications with their attempts, and the dead-letter
-// redrive.
+// senders, the notifications with their attempts, the dead-letter
+// redrive, and the destinations that are not up.
 //
 // Pages are rendered on the server with html/template, so every read-only
 // view works without JavaScript; one small script (assets/console.js, no
@@ -61,6 +61,13 @@ type DeadLetters interface {
 	Redrive(ctx context.Context, sel notify.RedriveSelection) (notify.RedriveResult, error)
 }
 
+// Destinations lists the destinations that are not up and enables one.
+// The stores implement it, as for GET /destinations.
+type Destinations interface {
+	ListDestinations(ctx context.Context) ([]notify.Destination, error)
+	EnableDestination(ctx context.Context, key string) error
+}
+
 // SenderState is what a worker in this process knows of one channel's
 // sender.
 type SenderState struct {
@@ -109,6 +116,10 @@ type Config struct {
 	// Logger receives store failures, which pages only name. Default: a
 	// logger that discards everything.
 	Logger *slog.Logger
+	// Destinations, when set, serves the Destinations page (the records
+	// of the destinations that are not up, each with an Enable button).
+	// Default: nil (no page).
+	Destinations Destinations
 }
 
 func (c Config) withDefaults() Config {
@@ -196,6 +207,10 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"/notifications/{id}", c.authed(c.detail))
 	m.HandleFunc("GET "+Prefix+"/dead-letters", c.authed(c.deadLetters))
 	m.HandleFunc("POST "+Prefix+"/dead-letters/redrive", c.authed(c.redrive))
+	if c.cfg.Destinations != nil {
+		m.HandleFunc("GET "+Prefix+"/destinations", c.authed(c.destinations))
+		m.HandleFunc("POST "+Prefix+"/destinations/enable", c.authed(c.enableDestination))
+	}
 	m.HandleFunc(Prefix+"/", c.authed(c.notFound))
 }
 

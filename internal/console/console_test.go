@@ -259,3 +259,69 @@ func TestListByChannel(t *testing.T) {
 	require.Regexp(t, `(?s)id="channel".*class="[^"]*error[^"]*"[^>]*>[^<]*channel`, page)
 	require.NotContains(t, page, "hooks.example.com")
 }
+
+// The Destinations page lists the records with their pending counts, and
+// its Enable button (a POST with the CSRF token) removes one.
+func TestDestinationsPage(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	require.NoError(t, st.Migrate(t.Context()))
+	c, err := New(st, st, deadletter.New(st, nil), Config{SessionTTL: time.Hour, RefreshEvery: time.Second, Destinations: st})
+	require.NoError(t, err)
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+
+	const key = "https://hooks.example.com:443"
+	for i := range 2 {
+		_, err := st.Create(t.Context(), notify.NewNotification{Destination: key, Request: notify.CreateRequest{
+			UserID: "u", Channel: "webhook", To: "https://hooks.example.com/h" + strings.Repeat("x", i), Body: "{}"}})
+		require.NoError(t, err)
+	}
+	_, err = st.DestinationFailing(t.Context(), "webhook", key, "cannot connect <refused>", time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	require.NoError(t, err)
+
+	cl := newClient(t)
+	resp, err := cl.Get(srv.URL + "/ui/destinations")
+	require.NoError(t, err)
+	page := read(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, page, `<td data-label="Key">`+key+`</td>`)
+	require.Contains(t, page, "status-failing")
+	require.Contains(t, page, `<td data-label="Pending">2</td>`)
+	require.Contains(t, page, "cannot connect &lt;refused&gt;", "the reason is escaped")
+	require.Contains(t, page, `datetime="2026-05-01T12:00:00Z"`)
+	m := csrfInput.FindStringSubmatch(page)
+	require.NotNil(t, m, "the Enable form carries a CSRF token")
+
+	resp, err = cl.PostForm(srv.URL+"/ui/destinations/enable", url.Values{"key": {key}})
+	require.NoError(t, err)
+	read(t, resp)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "no CSRF token")
+	ds, err := st.ListDestinations(t.Context())
+	require.NoError(t, err)
+	require.Len(t, ds, 1, "a refused POST changes nothing")
+
+	resp, err = cl.PostForm(srv.URL+"/ui/destinations/enable", url.Values{"key": {key}, "csrf": {m[1]}})
+	require.NoError(t, err)
+	page = read(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, page, "Enabled "+key)
+	require.Contains(t, page, "Every destination is up.")
+	ds, err = st.ListDestinations(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, ds)
+
+	resp, err = cl.PostForm(srv.URL+"/ui/destinations/enable", url.Values{"key": {key}, "csrf": {m[1]}})
+	require.NoError(t, err)
+	page = read(t, resp)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Contains(t, page, "it is up")
+
+	// Without Config.Destinations there is no page, and no link to it.
+	plain, _ := openConsole(t, "")
+	resp, err = newClient(t).Get(plain.URL + "/ui/")
+	require.NoError(t, err)
+	require.NotContains(t, read(t, resp), "/ui/destinations")
+}

@@ -22,7 +22,9 @@ type page struct {
 	Nav   string
 	CSRF  string
 	Auth  bool
-	Data  any
+	// Destinations: the console serves the Destinations page.
+	Destinations bool
+	Data         any
 }
 
 type errorPage struct {
@@ -39,6 +41,7 @@ var pageTitles = map[string][2]string{
 	"deadletters":   {"Dead letters", "deadletters"},
 	"confirm":       {"Confirm redrive", "deadletters"},
 	"redriven":      {"Redrive result", "deadletters"},
+	"destinations":  {"Destinations", "destinations"},
 }
 
 func parseTemplates() (map[string]*template.Template, error) {
@@ -60,7 +63,8 @@ func parseTemplates() (map[string]*template.Template, error) {
 // render writes a whole page. It renders into a buffer first, so that a
 // template failure is a clean 500, never half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
-	p := page{Title: pageTitles[name][0], Nav: pageTitles[name][1], CSRF: c.csrfToken(w, r), Auth: c.cfg.Token != "", Data: data}
+	p := page{Title: pageTitles[name][0], Nav: pageTitles[name][1], CSRF: c.csrfToken(w, r), Auth: c.cfg.Token != "",
+		Destinations: c.cfg.Destinations != nil, Data: data}
 	if e, ok := data.(errorPage); ok {
 		p.Title = e.Title
 	}
@@ -570,4 +574,50 @@ func newChart(start time.Time, a notify.Activity) chart {
 	// Newest first in the table, as every list of the console.
 	slices.Reverse(ch.Rows)
 	return ch
+}
+
+// --- destinations ---
+
+type destinationsData struct {
+	Items []notify.Destination
+	// Enabled is the key just enabled, Error why an enable failed.
+	Enabled, Error string
+}
+
+func (c *Console) destinations(w http.ResponseWriter, r *http.Request) {
+	c.renderDestinations(w, r, http.StatusOK, destinationsData{})
+}
+
+func (c *Console) renderDestinations(w http.ResponseWriter, r *http.Request, status int, d destinationsData) {
+	ds, err := c.cfg.Destinations.ListDestinations(r.Context())
+	if err != nil {
+		c.unavailable(w, r, "list destinations", err)
+		return
+	}
+	d.Items = ds
+	c.render(w, r, status, "destinations", d)
+}
+
+// enableDestination handles the Enable button, as POST
+// /destinations/{key}/enable does.
+func (c *Console) enableDestination(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
+		c.forbidden(w, r)
+		return
+	}
+	key := r.PostForm.Get("key")
+	if key == "" {
+		c.renderDestinations(w, r, http.StatusBadRequest, destinationsData{Error: "Name the destination to enable."})
+		return
+	}
+	err := c.cfg.Destinations.EnableDestination(r.Context(), key)
+	switch {
+	case errors.Is(err, notify.ErrNotFound):
+		c.renderDestinations(w, r, http.StatusNotFound, destinationsData{Error: key + " has no failing or disabled record: it is up."})
+	case err != nil:
+		c.unavailable(w, r, "enable destination", err)
+	default:
+		c.renderDestinations(w, r, http.StatusOK, destinationsData{Enabled: key})
+	}
 }
