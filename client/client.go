@@ -123,7 +123,14 @@ func (c *Client) do(ctx context.Context, r request, out any) (http.Header, error
 		}
 	}
 	u := *c.base
-	u.Path += r.path
+	// r.path is escaped (a segment may hold an escaped "/", as a
+	// destination key does): it is sent as written.
+	p, err := url.PathUnescape(r.path)
+	if err != nil {
+		return nil, fmt.Errorf("herald client: path %q: %w", r.path, err)
+	}
+	u.RawPath = c.base.EscapedPath() + r.path
+	u.Path += p
 	u.RawQuery = r.query.Encode()
 	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {

@@ -1,0 +1,100 @@
+package api_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/webhook"
+)
+
+// GET /destinations lists the records with the pending count of the
+// notifications created through the API (their destination set from the
+// channel's spec), times in UTC with Z; POST /destinations/{key}/enable
+// takes the path-escaped key, answers 200 up, then 404. Both need the
+// token.
+func TestDestinations(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret"
+	hook := hookSpec
+	hook.Destination = webhook.DestinationKey
+	e := setupDestinations(t, api.Config{Token: token,
+		Channels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hook}})
+	auth := func(h map[string][]string) map[string][]string {
+		if h == nil {
+			h = map[string][]string{}
+		}
+		h["Authorization"] = []string{"Bearer " + token}
+		return h
+	}
+	const key = "https://hooks.example.com:443"
+	for _, to := range []string{"https://HOOKS.example.com/a", "https://hooks.example.com:443/b", "https://other.example.com/c"} {
+		r := do(t, http.MethodPost, e.url+"/notifications", auth(jsonHeaders()), `{"user_id":"u","channel":"webhook","to":"`+to+`","body":{"a":1}}`)
+		require.Equal(t, http.StatusCreated, r.status, r.raw)
+	}
+	r := do(t, http.MethodPost, e.url+"/notifications", auth(jsonHeaders()), `{"user_id":"u","channel":"email","to":"a@example.com","subject":"s","body":"b"}`)
+	require.Equal(t, http.StatusCreated, r.status, r.raw)
+
+	list := do(t, http.MethodGet, e.url+"/destinations", auth(nil), "")
+	require.Equal(t, http.StatusOK, list.status)
+	require.JSONEq(t, `{"items":[]}`, list.raw)
+
+	// Since is written in UTC whatever zone it was given in.
+	at := time.Date(2026, 5, 1, 14, 0, 0, 0, time.FixedZone("CEST", 2*3600))
+	_, err := e.store.DestinationFailing(t.Context(), "webhook", key, "cannot connect", at)
+	require.NoError(t, err)
+	_, err = e.store.DestinationFailing(t.Context(), "email", "email", "dial tcp: refused", at)
+	require.NoError(t, err)
+	ok, err := e.store.DisableDestination(t.Context(), "email", "failing for 72h")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	require.Equal(t, http.StatusUnauthorized, do(t, http.MethodGet, e.url+"/destinations", nil, "").status)
+	list = do(t, http.MethodGet, e.url+"/destinations", auth(nil), "")
+	require.Equal(t, http.StatusOK, list.status)
+	require.JSONEq(t, `{"items":[
+		{"key":"email","channel":"email","state":"disabled","reason":"failing for 72h","since":"2026-05-01T12:00:00Z","pending":1},
+		{"key":"https://hooks.example.com:443","channel":"webhook","state":"failing","reason":"cannot connect","since":"2026-05-01T12:00:00Z","pending":2}]}`, list.raw)
+	r = do(t, http.MethodGet, e.url+"/destinations?state=failing", auth(nil), "")
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Equal(t, "unknown_field", r.errCode())
+
+	// The key fully path-escaped, as the brief's clients send it.
+	enable := e.url + "/destinations/https%3A%2F%2Fhooks.example.com%3A443/enable"
+	require.Equal(t, http.StatusUnauthorized, do(t, http.MethodPost, enable, nil, "").status)
+	ds, err := e.store.ListDestinations(t.Context())
+	require.NoError(t, err)
+	require.Len(t, ds, 2, "a refused enable changes nothing")
+	r = do(t, http.MethodPost, enable, auth(nil), "")
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.JSONEq(t, `{"key":"https://hooks.example.com:443","state":"up"}`, r.raw)
+	r = do(t, http.MethodPost, enable, auth(nil), "")
+	require.Equal(t, http.StatusNotFound, r.status)
+	require.Equal(t, "not_found", r.errCode())
+	require.Equal(t, http.StatusMethodNotAllowed, do(t, http.MethodGet, enable, auth(nil), "").status)
+
+	// Escaped as url.PathEscape does it (":" kept).
+	r = do(t, http.MethodPost, e.url+"/destinations/"+url.PathEscape("email")+"/enable", auth(nil), "")
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	list = do(t, http.MethodGet, e.url+"/destinations", auth(nil), "")
+	require.JSONEq(t, `{"items":[]}`, list.raw)
+}
+
+// setupDestinations is setup with the store serving the destination routes.
+func setupDestinations(t *testing.T, cfg api.Config) *env {
+	t.Helper()
+	e := setup(t, api.Config{})
+	cfg.Destinations = e.store
+	a, err := api.New(e.store, cfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	e.url, e.handler = srv.URL, a.Handler()
+	return e
+}
