@@ -115,7 +115,7 @@ func webhookSpec(cfg Config) (notify.ChannelSpec, error) {
 		return notify.ChannelSpec{}, usageError{fmt.Errorf("HERALD_WEBHOOK_ALLOW: %w", err)}
 	}
 	return notify.ChannelSpec{
-		Validate: func(r notify.CreateRequest) error { return webhook.ValidateAllowing(r, allow) },
+		Validate:    func(r notify.CreateRequest) error { return webhook.ValidateAllowing(r, allow) },
 		JSONBody:    true,
 		To:          "an http(s) URL",
 		Destination: webhook.DestinationKey,
