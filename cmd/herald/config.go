@@ -34,32 +34,32 @@ type Config struct {
 	// EmailConcurrency is the email channel's own concurrency limit.
 	EmailConcurrency int
 	// The webhook and Telegram channels' settings.
-	WebhookSecret       string
-	WebhookAllow        string
-	WebhookTimeout      time.Duration
-	WebhookRate         int
-	WebhookConcurrency  int
+	WebhookSecret      string
+	WebhookAllow       string
+	WebhookTimeout     time.Duration
+	WebhookRate        int
+	WebhookConcurrency int
 	// WebhookDestinationConcurrency is the most webhooks to one endpoint
 	// at once: its share of the channel's sends.
 	WebhookDestinationConcurrency int
 	// DestinationDisableAfter is how long a destination may fail before
 	// it is disabled (0: never).
 	DestinationDisableAfter time.Duration
-	StatusWebhookURL    string
-	StatusEvents        string // auto, on or off: see writeStatusEvents
-	TelegramBotToken    string
-	TelegramTimeout     time.Duration
-	TelegramRate        int
-	TelegramConcurrency int
-	MaxRetries          int
-	RetryDelays         []time.Duration
-	QueueType           string
-	RelayBatch          int
-	RelayInterval       time.Duration
-	Prefetch            int
-	AlertBacklog        int
-	AlertFor            time.Duration
-	MonitorInterval     time.Duration
+	StatusWebhookURL        string
+	StatusEvents            string // auto, on or off: see writeStatusEvents
+	TelegramBotToken        string
+	TelegramTimeout         time.Duration
+	TelegramRate            int
+	TelegramConcurrency     int
+	MaxRetries              int
+	RetryDelays             []time.Duration
+	QueueType               string
+	RelayBatch              int
+	RelayInterval           time.Duration
+	Prefetch                int
+	AlertBacklog            int
+	AlertFor                time.Duration
+	MonitorInterval         time.Duration
 	// ProbeInterval is how often a process checks that its database and
 	// broker answer (startup.go).
 	ProbeInterval  time.Duration
