@@ -115,12 +115,22 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
+	// A failing or disabled destination's notifications are left alone
+	// (see the PostgreSQL store): their events are parked, not lost.
+	held, err := s.destinations(ctx, bson.D{})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	parked := make(map[string]bool, len(held))
+	for _, d := range held {
+		parked[d.Key] = true
+	}
 	var ids []int64
 	for _, c := range cands {
 		if len(ids) >= limit {
 			break
 		}
-		if !stale(&c, at) {
+		if !stale(&c, at) || (c.Destination != "" && parked[c.Destination]) {
 			continue
 		}
 		_, written, err := s.change(ctx, c.ID, func(d *doc) error {

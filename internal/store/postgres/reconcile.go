@@ -33,7 +33,11 @@ const (
 	// outbox_unprocessed_idx cannot answer it, see migration 0007) that have not changed for $1
 	// microseconds and whose scheduled retry, if any, was due that long
 	// ago. Rows a worker holds are skipped: it is recording their outcome
-	// right now. The cut-off is the database's clock minus the duration
+	// right now. So are the notifications to a destination that is failing
+	// or disabled (a record in destinations): their event is parked in the
+	// broker until the destination's next turn, as long as the outage
+	// lasts, and a fresh event each HERALD_RECONCILE_AFTER would add a
+	// parked copy each time; they are reconciled once the record goes. The cut-off is the database's clock minus the duration
 	// (the timestamps it is compared with were written on that clock, never
 	// an app's), computed once, in a subquery: a value the index scan can
 	// start from, which clock_timestamp() itself, volatile, is not.
@@ -50,6 +54,7 @@ WHERE n.status = 'pending'
       WHERE o.payload->>'notification_id' = n.id::text
         AND o.event_type = '` + notify.EventRequested + `'
         AND COALESCE(o.processed_at, 'infinity') = 'infinity')
+  AND NOT EXISTS (SELECT 1 FROM destinations d WHERE d.key = n.destination)
 ORDER BY n.updated_at, n.id
 LIMIT $2
 FOR UPDATE OF n SKIP LOCKED`

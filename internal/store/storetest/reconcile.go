@@ -134,3 +134,29 @@ func testReconcileWaitsForRetryAndClaim(t *testing.T, ctx context.Context, h Har
 	require.NoError(t, err)
 	require.Equal(t, []int64{waiting.ID}, ids, "once the retry was due long enough, it is reconciled; the claim still holds the other")
 }
+
+// A notification to a destination with a record (failing or disabled) is
+// not stale however quiet: its event is parked in the broker for the
+// outage, and a fresh one each pass would add a parked copy each time. It
+// is reconciled once the record goes (the destination is up, or enabled).
+func testReconcileLeavesFailingDestinations(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	const hook = "https://hooks.example:443"
+	c, err := s.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
+		UserID: "user-hook", Channel: "webhook", To: hook + "/in", Body: `{"a":1}`,
+	}, Destination: hook})
+	require.NoError(t, err)
+	other := create(t, ctx, s, 2)
+	relayAll(t, ctx, h)
+	_, err = s.DestinationFailing(ctx, "webhook", hook, "dial tcp: connection refused", time.Now())
+	require.NoError(t, err)
+	cut := quietBoundary(t)
+	ids, err := s.Reconcile(ctx, time.Since(cut), 100)
+	require.NoError(t, err)
+	require.Equal(t, []int64{other.ID}, ids, "the failing destination's notification is left alone")
+
+	require.NoError(t, s.DestinationUp(ctx, hook))
+	ids, err = s.Reconcile(ctx, time.Since(cut), 100)
+	require.NoError(t, err)
+	require.Equal(t, []int64{c.Notification.ID}, ids, "reconciled once the destination is up")
+}

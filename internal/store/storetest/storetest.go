@@ -122,6 +122,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"Reconcile", testReconcile},
 		{"ReconcileLimit", testReconcileLimit},
 		{"ReconcileWaitsForRetryAndClaim", testReconcileWaitsForRetryAndClaim},
+		{"ReconcileLeavesFailingDestinations", testReconcileLeavesFailingDestinations},
 		{"List", testList}, {"ListFilters", testListFilters}, {"ListTimeWindow", testListTimeWindow},
 		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
 		{"Activity", testActivity},
