@@ -20,7 +20,9 @@ import (
 // (a node of the harness's own, which the broker-restart fault stops) with
 // 300 notifications, a third of them webhooks, and one of each fault;
 // smtp-throttle and smtp-drop (about 35s together) run on the table
-// transport only. The mongodb run stays out: its schedule alone takes
+// transport only; endpoint-blackhole and channel-outage run on both in a
+// short form (--outage-span 3s: a 3s baseline, then 3s of fault). The
+// mongodb run stays out: its schedule alone takes
 // longer than the budget of make test. It is long for a test (about two
 // minutes on two busy cores), so it is built only with the outage tag and
 // runs in the serialized outage phase.
@@ -44,18 +46,19 @@ func TestChaosShort(t *testing.T) {
 		// seen are the newer faults the report must name: a purge that
 		// took messages, a retry queue deleted, an SMTP hang, a silent
 		// broker, a broker restart, a throttling and a dropping SMTP
-		// server, a failing webhook receiver.
+		// server, a failing webhook receiver, a black-holed endpoint, a
+		// black-holed SMTP server.
 		seen []string
 	}{
-		{"table", 7, 15, []string{"smtp-hang", "smtp-throttle", "smtp-drop", "webhook-fail"}},
-		{"rabbitmq", 4, 22, []string{"queue-purge", "retry-queue-delete", "smtp-hang", "broker-hang", "broker-restart", "webhook-fail"}},
+		{"table", 7, 17, []string{"smtp-hang", "smtp-throttle", "smtp-drop", "webhook-fail", "endpoint-blackhole", "channel-outage"}},
+		{"rabbitmq", 4, 24, []string{"queue-purge", "retry-queue-delete", "smtp-hang", "broker-hang", "broker-restart", "webhook-fail", "endpoint-blackhole", "channel-outage"}},
 	} {
 		t.Run(tc.transport, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 			defer cancel()
 			var stdout, stderr bytes.Buffer
-			err := run(ctx, []string{"--transport", tc.transport, "--n", "300", "--clients", "8", "--step", "1s", "--drain-timeout", "2m",
+			err := run(ctx, []string{"--transport", tc.transport, "--n", "300", "--clients", "8", "--step", "1s", "--drain-timeout", "2m", "--outage-span", "3s",
 				"--skip-faults", "rabbitmq:smtp-throttle,rabbitmq:smtp-drop", "--postgres", pg}, &stdout, &stderr)
 			if err != nil {
 				t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())

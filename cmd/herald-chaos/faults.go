@@ -150,6 +150,10 @@ func (h *harness) schedule() []step {
 	// baseline of faultPause.
 	smtpDrop := step{name: "smtp-drop", do: h.smtpDrop, est: faultPause + 8*time.Second}
 	poison := step{name: "poison", do: h.poison}
+	// The isolation faults: a baseline of --outage-span, then the fault
+	// for as long.
+	hole := step{name: "endpoint-blackhole", do: h.endpointBlackhole, est: 2*h.o.outageSpan + 2*time.Second}
+	outage := step{name: "channel-outage", do: h.channelOutage, est: 2*h.o.outageSpan + 2*time.Second}
 	dups := step{name: "duplicates", do: h.duplicates}
 	if h.store == "mongodb" {
 		for _, f := range []string{"broker-*", "broker-restart", "queue-purge", "retry-queue-delete"} {
@@ -157,7 +161,8 @@ func (h *harness) schedule() []step {
 		}
 		skipped = append(skipped,
 			"pg-* (herald talks to FerretDB, not to PostgreSQL; ferretdb-restart takes the store away instead)",
-			"poison, duplicates (a notification document carries its events under the store's revision protocol: the harness does not forge one)")
+			"poison, duplicates (a notification document carries its events under the store's revision protocol: the harness does not forge one)",
+			"endpoint-blackhole, channel-outage (FerretDB v1 delivers under 2 notifications/s here: the others' rate would measure the store; and the attempts are counted from delivery_attempts)")
 		restart := step{name: "ferretdb-restart", do: h.ferretRestart, est: 3 * time.Second}
 		return h.leaveOut([]step{
 			kill(h.workers[0]),
@@ -186,9 +191,11 @@ func (h *harness) schedule() []step {
 			hookFail,
 			smtpThrottle,
 			poison,
+			hole,
 			crash(h.workers[0], "after-commit"),
 			pg("pg-reset"),
 			dups,
+			outage,
 			smtpDrop,
 			smtpHang,
 			pg("pg-blackhole"),
@@ -229,7 +236,7 @@ func (h *harness) schedule() []step {
 	add(crash(h.workers[1], "after-send"), pgTerminate, smtp4xx, hookFail, smtpThrottle)
 	add(retryDelete...)
 	add(mq("broker-reset")...)
-	add(poison, crash(h.workers[0], "after-commit"), pg("pg-reset"), dups, smtpDrop)
+	add(poison, hole, crash(h.workers[0], "after-commit"), pg("pg-reset"), dups, outage, smtpDrop)
 	add(mq("broker-blackhole")...)
 	add(purge...)
 	add(restart, smtpHang)
@@ -245,6 +252,7 @@ var knownFaults = []string{
 	"kill-9", "crash", "pg-terminate", "pg-latency", "pg-reset", "pg-blackhole",
 	"broker-latency", "broker-reset", "broker-blackhole", "broker-hang", "broker-restart", "kill-leader",
 	"queue-purge", "retry-queue-delete", "smtp-4xx", "smtp-hang", "smtp-throttle", "smtp-drop", "webhook-fail",
+	"endpoint-blackhole", "channel-outage",
 	"poison", "duplicates", "visibility-expiry", "ferretdb-restart",
 }
 

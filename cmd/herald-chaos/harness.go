@@ -81,8 +81,11 @@ type harness struct {
 	// mongo is the notifications collection the mongodb run's checks
 	// read; nil on PostgreSQL.
 	mongo *mgo.Collection
-	// hooks is the webhook endpoint a third of the load goes to.
-	hooks     *receiver
+	// hooks are the webhook endpoints a third of the load goes to.
+	hooks *receiver
+	// smtpFront is the SMTP server's address herald uses: a forwarder to
+	// the sink that channel-outage black-holes.
+	smtpFront *smtpFront
 	db        *pgxpool.Pool
 	env       map[string]string
 	apiBase   string
@@ -105,6 +108,11 @@ type harness struct {
 	dropIDs []int64
 	// terms are the SIGTERMs sent and how long each exit took.
 	terms []termRecord
+	// holeIDs are the webhooks endpoint-blackhole created to its victim,
+	// which must all be delivered once it answers again.
+	holeIDs []int64
+	// isolations are what the isolation faults measured.
+	isolations []isolationRecord
 }
 
 // slot is one long-running herald role (a relay or a worker) whose process
@@ -188,14 +196,19 @@ func (h *harness) setup(ctx context.Context) error {
 	// Only the smtp-drop fault's notifications go to such recipients.
 	h.sink.DropAfterData(isDropRecipient)
 
-	if h.hooks, err = startReceiver(); err != nil {
+	if h.smtpFront, err = startSMTPFront(h.sink.Addr()); err != nil {
+		return err
+	}
+	h.cleanups = append(h.cleanups, h.smtpFront.close)
+
+	if h.hooks, err = startReceiver(hookEndpoints); err != nil {
 		return err
 	}
 	h.cleanups = append(h.cleanups, h.hooks.close)
 
 	h.env = map[string]string{
 		"HERALD_DATABASE_URL":   viaProxy.String(),
-		"HERALD_SMTP_URL":       h.sink.URL(),
+		"HERALD_SMTP_URL":       "smtp://" + h.smtpFront.addr(),
 		"HERALD_SMTP_FROM":      smtpFrom,
 		"HERALD_RETRY_DELAY":    "1s",
 		"HERALD_MAX_RETRIES":    fmt.Sprint(maxRetries),

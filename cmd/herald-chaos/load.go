@@ -26,9 +26,10 @@ type load struct {
 	spread   time.Duration
 	deadline time.Time
 	client   *http.Client
-	// hookURL is the webhook receiver's endpoint: every webhookEvery-th
-	// notification is a webhook to it (none when empty).
-	hookURL string
+	// hookURLs are the webhook receiver's endpoints: every
+	// webhookEvery-th notification is a webhook to one of them, in turn
+	// (none when empty).
+	hookURLs []string
 
 	mu       sync.Mutex
 	accepted map[int]string // index -> notification id
@@ -39,9 +40,9 @@ type load struct {
 	done     atomic.Int64
 }
 
-func newLoad(base, runID, hookURL string, n, clients int, spread time.Duration, deadline time.Time) *load {
+func newLoad(base, runID string, hookURLs []string, n, clients int, spread time.Duration, deadline time.Time) *load {
 	return &load{
-		base: base, runID: runID, hookURL: hookURL, n: n, clients: clients, spread: spread, deadline: deadline,
+		base: base, runID: runID, hookURLs: hookURLs, n: n, clients: clients, spread: spread, deadline: deadline,
 		client: &http.Client{
 			Timeout:   10 * time.Second,
 			Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxIdleConns: clients},
@@ -60,17 +61,21 @@ const webhookEvery = 3
 // channel is the channel of notification i: a third of the load are
 // webhooks to the receiver (when there is one), the rest email.
 func (l *load) channel(i int) string {
-	if l.hookURL != "" && i%webhookEvery == webhookEvery-1 {
+	if len(l.hookURLs) > 0 && i%webhookEvery == webhookEvery-1 {
 		return "webhook"
 	}
 	return "email"
 }
 
+// endpoint is the receiver's endpoint webhook i goes to: the webhooks
+// take the endpoints in turn.
+func (l *load) endpoint(i int) int { return i / webhookEvery % len(l.hookURLs) }
+
 // body is the create request of notification i.
 func (l *load) body(i int) string {
 	if l.channel(i) == "webhook" {
 		return fmt.Sprintf(`{"user_id":"chaos-u%d","channel":"webhook","to":%q,"body":{"chaos":%q,"i":%d}}`,
-			i%97, l.hookURL, l.runID, i)
+			i%97, l.hookURLs[l.endpoint(i)], l.runID, i)
 	}
 	return fmt.Sprintf(`{"user_id":"chaos-u%d","channel":"email","to":"user%d@example.com","subject":"chaos %s #%d","body":"notification %d of the chaos run %s"}`,
 		i%97, i, l.runID, i, i, l.runID)

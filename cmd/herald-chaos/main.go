@@ -13,7 +13,9 @@
 // SMTP refusals, an SMTP server throttling (421 to MAIL) and one hanging past
 // the lease, a few notifications whose data makes the SMTP server drop the
 // connection, poison and duplicate messages, a webhook receiver failing for a
-// while, FerretDB killed and restarted), waits for the drain and checks the
+// while, FerretDB killed and restarted, one webhook endpoint of 20 and the
+// SMTP server each made a black hole while the others' delivered/s is
+// measured), waits for the drain and checks the
 // guarantees from the database, the broker, the SMTP sink and the webhook
 // receiver. It times every SIGTERM it sends (restarts, and the stop of every
 // process at the end) and fails a process that needs more than 10s to exit.
@@ -80,6 +82,9 @@ type options struct {
 	// explicit --drain-timeout sets it too.
 	mongoDrainTimeout time.Duration
 	loadTimeout       time.Duration
+	// outageSpan is how long endpoint-blackhole and channel-outage last,
+	// and the baseline each measures first.
+	outageSpan time.Duration
 	// skipFaults are the faults left out of the schedule: FAULT on every
 	// transport, TRANSPORT:FAULT on one.
 	skipFaults []string
@@ -133,6 +138,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.step, "step", 2*time.Second, "pause between two faults of the schedule")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Minute, "longest wait for the drain once the faults stopped (mongodb: 15m unless set)")
 	fs.DurationVar(&o.loadTimeout, "load-timeout", 10*time.Minute, "longest the load may run; a notification not accepted by then counts as refused")
+	fs.DurationVar(&o.outageSpan, "outage-span", 20*time.Second, "how long endpoint-blackhole and channel-outage last, after a baseline of the same span")
 	skip := fs.String("skip-faults", "", "comma-separated faults to leave out of the schedule: FAULT on every transport, TRANSPORT:FAULT on one (e.g. rabbitmq:smtp-throttle)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: herald-chaos [flags]\n\nRuns herald under load and faults and checks that nothing is lost or applied twice.\n\nFlags:")
@@ -176,8 +182,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("--n: want at least 1, got %d", o.n)
 	case o.clients < 1:
 		return options{}, fmt.Errorf("--clients: want at least 1, got %d", o.clients)
-	case o.step <= 0 || o.drainTimeout <= 0 || o.loadTimeout <= 0:
-		return options{}, errors.New("--step, --drain-timeout and --load-timeout must be positive")
+	case o.step <= 0 || o.drainTimeout <= 0 || o.loadTimeout <= 0 || o.outageSpan <= 0:
+		return options{}, errors.New("--step, --drain-timeout, --load-timeout and --outage-span must be positive")
 	}
 	o.seed = *seed
 	if o.seed == 0 {

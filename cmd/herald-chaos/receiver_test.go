@@ -18,12 +18,12 @@ import (
 // ones, and while failing answers a dropped connection, 500 and 503 with
 // Retry-After in turn.
 func TestReceiver(t *testing.T) {
-	r, err := startReceiver()
+	r, err := startReceiver(2)
 	require.NoError(t, err)
 	defer r.close()
 	post := func(id string, i int, sign bool) (*http.Response, error) {
 		body := fmt.Sprintf(`{"chaos":"x","i":%d}`, i)
-		req, err := http.NewRequest(http.MethodPost, r.url("x"), strings.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, r.urls("x")[1], strings.NewReader(body))
 		require.NoError(t, err)
 		ts := strconv.FormatInt(time.Now().Unix(), 10)
 		mac := hmac.New(sha256.New, r.key)

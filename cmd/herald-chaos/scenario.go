@@ -106,7 +106,7 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 		spread += s.est
 	}
 	h.start = time.Now()
-	l := newLoad(h.apiBase, h.runID, h.hooks.url(h.runID), h.o.n, h.o.clients, spread, h.start.Add(h.o.loadTimeout))
+	l := newLoad(h.apiBase, h.runID, h.hooks.urls(h.runID), h.o.n, h.o.clients, spread, h.start.Add(h.o.loadTimeout))
 	h.load = l
 	loadDone := make(chan struct{})
 	go func() {
@@ -165,6 +165,12 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 	h.sink.FailAt(smtptest.StepMail, 0, "")
 	h.sink.SetHang(false)
 	h.hooks.setFailing(false)
+	if err := h.hooks.restore(victim); err != nil {
+		return nil, err
+	}
+	if err := h.smtpFront.up(); err != nil {
+		return nil, err
+	}
 	res.loadTime = h.offset()
 	h.logf("load done: %d accepted, %d refused, %d requests; faults over, waiting for the drain", len(l.accepted), len(l.refused), l.attempts.Load())
 	res.samples = append(res.samples, h.sample(ctx, "load done"))
@@ -259,6 +265,8 @@ func (h *harness) waitDrain(ctx context.Context, l *load) (bool, string) {
 	ids := acceptedIDs(l)
 	h.mu.Lock()
 	drops := append([]int64(nil), h.dropIDs...)
+	// The endpoint-blackhole webhooks must be sent too.
+	ids = append(ids, h.holeIDs...)
 	h.mu.Unlock()
 	deadline := time.Now().Add(h.o.drainTimeout)
 	quiet, lastEmails := 0, -1
@@ -486,6 +494,9 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	for k := range h.dropIDs {
 		dropKeys[h.dropKey(k)] = true
 	}
+	for k := range h.holeIDs {
+		dropKeys[h.holeKey(k)] = true
+	}
 	for k := range byKey {
 		if dropKeys[k] {
 			continue
@@ -527,6 +538,15 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 		}
 	}
 	r.expect("no email without a notification", phantom == 0, "%d Message-IDs match no accepted notification", phantom)
+	holeHooks, holeRepeats, err := h.verifyIsolation(ctx, r, hooks)
+	if err != nil {
+		return err
+	}
+	for wid := range holeHooks {
+		knownHooks[wid] = true
+	}
+	r.duplicates += holeRepeats
+	r.channel("webhook").duplicates += holeRepeats
 	phantomHooks := 0
 	for wid := range hooks {
 		if !knownHooks[wid] {
