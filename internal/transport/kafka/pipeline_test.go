@@ -31,6 +31,13 @@ func TestPipeline(t *testing.T) {
 	})
 }
 
+// TestPipelineIsolation runs the isolation subtests on the same shape.
+func TestPipelineIsolation(t *testing.T) {
+	pipelinetest.RunIsolation(t, func(t *testing.T) pipelinetest.Harness {
+		return pipelineHarness(t, newCluster(t, 3)).Harness
+	})
+}
+
 // pipeline is the harness with what the package's own end-to-end tests
 // also need.
 type pipeline struct {

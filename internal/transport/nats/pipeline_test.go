@@ -31,6 +31,12 @@ func TestPipeline(t *testing.T) {
 	pipelinetest.Run(t, func(t *testing.T) pipelinetest.Harness { return pipelineHarness(t, srv) })
 }
 
+// TestPipelineIsolation runs the isolation subtests on the same shape.
+func TestPipelineIsolation(t *testing.T) {
+	srv := testenv.StartNATS(t, testenv.NATSOptions{})
+	pipelinetest.RunIsolation(t, func(t *testing.T) pipelinetest.Harness { return pipelineHarness(t, srv) })
+}
+
 // pipelineHarness returns the harness on a fresh database and a stream of
 // the test's own, deleted when the test ends.
 func pipelineHarness(t *testing.T, srv *testenv.NATS) pipelinetest.Harness {

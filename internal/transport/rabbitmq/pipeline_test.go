@@ -29,6 +29,11 @@ func TestPipeline(t *testing.T) {
 	pipelinetest.Run(t, pipelineHarness)
 }
 
+// TestPipelineIsolation runs the isolation subtests on the same shape.
+func TestPipelineIsolation(t *testing.T) {
+	pipelinetest.RunIsolation(t, pipelineHarness)
+}
+
 // pipelineHarness returns the harness on a fresh database and a
 // topology of the test's own, deleted when the test ends.
 func pipelineHarness(t *testing.T) pipelinetest.Harness {

@@ -63,49 +63,63 @@ func pipelineHarness(s queueStore, rewind func(ctx context.Context, notification
 
 func TestPipelinePostgres(t *testing.T) {
 	t.Parallel()
-	pipelinetest.Run(t, func(t *testing.T) pipelinetest.Harness {
-		url := testenv.PostgresURL(t)
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: 4})
-		require.NoError(t, err)
-		t.Cleanup(s.Close)
-		require.NoError(t, s.Migrate(ctx))
-		return pipelineHarness(s, func(ctx context.Context, notificationID int64) (int64, error) {
-			conn, err := pgx.Connect(ctx, url)
-			if err != nil {
-				return 0, err
-			}
-			defer conn.Close(context.WithoutCancel(ctx))
-			// Due now: the claim moved available_at to its lease's end.
-			tag, err := conn.Exec(ctx, `
+	pipelinetest.Run(t, postgresHarness)
+}
+
+func TestPipelineIsolationPostgres(t *testing.T) {
+	pipelinetest.RunIsolation(t, postgresHarness)
+}
+
+// postgresHarness is the harness on a fresh PostgreSQL database.
+func postgresHarness(t *testing.T) pipelinetest.Harness {
+	url := testenv.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	require.NoError(t, s.Migrate(ctx))
+	return pipelineHarness(s, func(ctx context.Context, notificationID int64) (int64, error) {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return 0, err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		// Due now: the claim moved available_at to its lease's end.
+		tag, err := conn.Exec(ctx, `
 UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL, available_at = now()
 WHERE payload->>'notification_id' = $1 AND event_type = 'notification.requested'`, notify.FormatID(notificationID))
-			return tag.RowsAffected(), err
-		})
+		return tag.RowsAffected(), err
 	})
 }
 
 func TestPipelineSQLite(t *testing.T) {
 	t.Parallel()
-	pipelinetest.Run(t, func(t *testing.T) pipelinetest.Harness {
-		path := filepath.Join(t.TempDir(), "herald.db")
-		s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, s.Close()) })
-		require.NoError(t, s.Migrate(t.Context()))
-		db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)")
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, db.Close()) })
-		return pipelineHarness(s, func(ctx context.Context, notificationID int64) (int64, error) {
-			res, err := db.ExecContext(ctx, `
+	pipelinetest.Run(t, sqliteHarness)
+}
+
+func TestPipelineIsolationSQLite(t *testing.T) {
+	pipelinetest.RunIsolation(t, sqliteHarness)
+}
+
+// sqliteHarness is the harness on a fresh SQLite database.
+func sqliteHarness(t *testing.T) pipelinetest.Harness {
+	path := filepath.Join(t.TempDir(), "herald.db")
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	require.NoError(t, s.Migrate(t.Context()))
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)")
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	return pipelineHarness(s, func(ctx context.Context, notificationID int64) (int64, error) {
+		res, err := db.ExecContext(ctx, `
 UPDATE outbox SET processed_at = NULL, locked_by = NULL, locked_until = NULL, available_at = ?
 WHERE json_extract(payload, '$.notification_id') = ? AND event_type = 'notification.requested'`,
-				time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), notify.FormatID(notificationID))
-			if err != nil {
-				return 0, err
-			}
-			return res.RowsAffected()
-		})
+			time.Now().UTC().Format("2006-01-02T15:04:05.000000Z"), notify.FormatID(notificationID))
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
 	})
 }
