@@ -32,6 +32,14 @@ func TestPipeline(t *testing.T) {
 	pipelinetest.Run(t, pipelineHarness)
 }
 
+// TestPipelineIsolation runs the isolation subtests on the same shape.
+func TestPipelineIsolation(t *testing.T) {
+	t.Skip("issue 32: on goaws the webhooks' delivered/s during the SMTP outage fell to 0.79x and 0.64x (black hole once 0.56x) " +
+		"while parked emails cycled as delayed copies; a ReceiveMessage answer was lost (use of closed network connection), " +
+		"its messages stalled for the 5 s visibility timeout; cause not settled")
+	pipelinetest.RunIsolation(t, pipelineHarness)
+}
+
 // pipelineVisibility is the visibility timeout of the suite's queues.
 const pipelineVisibility = 5 * time.Second
 
