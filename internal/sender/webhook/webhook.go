@@ -32,6 +32,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -104,9 +105,24 @@ func (c Config) validate() error {
 type Sender struct {
 	cfg    Config
 	key    []byte // the first secret's key: the one that signs
-	client *http.Client
+	client atomic.Pointer[http.Client]
+	fresh  func() *http.Client
 	now    func() time.Time
+
+	mu sync.Mutex
+	// unreached holds the endpoints that gave no connection since the
+	// client was made; see noteUnreached.
+	unreached map[string]struct{}
 }
+
+// maxUnreached is how many endpoints may fail to give a connection before
+// the Sender starts a new client. net/http's Transport keeps a queue of
+// waiting requests per host, and frees it only when that host gives a
+// connection: an endpoint that never does (a dead host, a black hole)
+// would keep its queue for the process's life, about 1.4 KiB each, and any
+// API client can name new ones. A new client drops that state (and the
+// kept connections to healthy endpoints, which are made again).
+const maxUnreached = 4096
 
 // New checks cfg and returns a Sender. It does not touch the network.
 // Proxy settings in the environment (HTTPS_PROXY, ...) are ignored: a
@@ -130,22 +146,41 @@ func New(cfg Config) (*Sender, error) {
 	if cfg.TLSConfig != nil {
 		tlsConfig = cfg.TLSConfig.Clone()
 	}
-	s.client = &http.Client{
-		Transport: &http.Transport{
-			Proxy:                  nil,
-			DialContext:            dialer.DialContext,
-			TLSClientConfig:        tlsConfig,
-			TLSHandshakeTimeout:    cfg.Timeout,
-			ForceAttemptHTTP2:      true,
-			MaxIdleConns:           1024,
-			MaxIdleConnsPerHost:    idlePerHost,
-			IdleConnTimeout:        90 * time.Second,
-			MaxResponseHeaderBytes: 64 << 10,
-		},
-		// No redirect is followed: a 3xx is the endpoint's answer.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	s.fresh = func() *http.Client {
+		return &http.Client{
+			Transport: &http.Transport{
+				Proxy:                  nil,
+				DialContext:            dialer.DialContext,
+				TLSClientConfig:        tlsConfig,
+				TLSHandshakeTimeout:    cfg.Timeout,
+				ForceAttemptHTTP2:      true,
+				MaxIdleConns:           1024,
+				MaxIdleConnsPerHost:    idlePerHost,
+				IdleConnTimeout:        90 * time.Second,
+				MaxResponseHeaderBytes: 64 << 10,
+			},
+			// No redirect is followed: a 3xx is the endpoint's answer.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 	}
+	s.client.Store(s.fresh())
+	s.unreached = make(map[string]struct{})
 	return s, nil
+}
+
+// noteUnreached records that key gave no connection, and starts a new
+// client once maxUnreached endpoints have (see maxUnreached). Requests
+// under way on the old client finish on it.
+func (s *Sender) noteUnreached(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unreached[key] = struct{}{}
+	if len(s.unreached) < maxUnreached {
+		return
+	}
+	old := s.client.Swap(s.fresh())
+	old.CloseIdleConnections()
+	s.unreached = make(map[string]struct{})
 }
 
 // Timeout is the longest one Send takes: whoever holds a claim across a
@@ -174,7 +209,7 @@ func DestinationKey(rawURL string) string {
 
 // Close closes the kept connections.
 func (s *Sender) Close() error {
-	s.client.CloseIdleConnections()
+	s.client.Load().CloseIdleConnections()
 	return nil
 }
 
@@ -222,7 +257,10 @@ func (s *Sender) post(ctx context.Context, u *url.URL, id, body string) error {
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", signature(s.key, id, ts, body))
 
-	resp, err := s.client.Do(req)
+	resp, err := s.client.Load().Do(req)
+	if err != nil && !connected.Load() {
+		s.noteUnreached(key)
+	}
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
