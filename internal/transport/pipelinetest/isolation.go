@@ -107,6 +107,7 @@ func RunIsolation(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"BlackHoledEndpoint", testBlackHoledEndpoint},
 		{"EmailRate", testEmailRate},
 		{"ParkedPastLease", testParkedPastLease},
+		{"FairShare", testFairShare},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
