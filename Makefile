@@ -10,7 +10,7 @@ export HERALD_REQUIRE_SERVICES = 1
 export HERALD_TEST_POSTGRES_URL ?= $(POSTGRES)
 export HERALD_TEST_AMQP_URL ?= $(AMQP)
 
-.PHONY: help build test services test-go gencheck test-long test-outage fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster outbox-study
+.PHONY: help build test services test-go gencheck test-long test-isolation test-outage fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster outbox-study
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -35,8 +35,14 @@ test-go: ## unit and integration tests (services required)
 gencheck: ## oapi-codegen and ogen (pinned in internal/gencheck) generate clients from the served /openapi.json, which compile
 	$(GO) test -count=1 -timeout 20m -run '^TestGeneratorsAcceptDocument$$' ./internal/api/
 
-test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min): ~5 minutes
+test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min), and the isolation subtests on goaws: ~7 minutes
 	$(GO) test -count=1 -timeout 15m -tags long -run '^TestLong' ./cmd/herald/
+	HERALD_TEST_SQS_ISOLATION=1 $(GO) test -count=1 -timeout 10m -run '^TestPipelineIsolation$$' ./internal/transport/sqs/
+
+ISOLATION_OUTAGE ?= 2m
+test-isolation: ## the isolation subtests at the issue's size on every transport, one package at a time: each fault ISOLATION_OUTAGE long (default 2m), 10,000 webhooks to the busy endpoint: ~1 hour
+	HERALD_ISOLATION_OUTAGE=$(ISOLATION_OUTAGE) HERALD_ISOLATION_FAIR_BIG=10000 HERALD_TEST_SQS_ISOLATION=1 HERALD_ISOLATION_DESTINATIONS=100000 \
+		$(GO) test -count=1 -p 1 -timeout 90m -run '^TestPipelineIsolation|^TestManyFailingDestinations$$' ./internal/transport/... ./internal/worker/
 
 test-outage: ## tests that stop the broker (the outage test, the short chaos run): alone, never beside the others
 	$(GO) test -count=1 -timeout 5m -p 1 -tags outage -run Outage ./cmd/herald/
