@@ -409,6 +409,11 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 		for _, o := range []notify.Outcome{notify.OutcomeSent, notify.OutcomeRetried, notify.OutcomeDead, notify.OutcomeDuplicate} {
 			w.metrics.deliveries.WithLabelValues(name, string(o))
 		}
+		if name != unknownChannel {
+			for _, r := range []error{errHeld, errDestHeld, errDeferred, errRateHeld, errShare, errBusy} {
+				w.metrics.parked.WithLabelValues(name, parkReason(r))
+			}
+		}
 	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{w.metrics.deliveries, w.metrics.latency, w.metrics.senderUp, w.metrics.brokerWait, w.metrics.send, w.metrics.parked} {
