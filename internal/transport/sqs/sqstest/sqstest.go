@@ -142,11 +142,41 @@ func start() (*Server, error) {
 }
 
 func (s *Server) serve(l net.Listener) {
-	srv := &http.Server{Handler: s.batchShim(s.fifoReceiveShim(router.New())), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mapGuard(s.batchShim(s.fifoReceiveShim(router.New()))), ReadHeaderTimeout: 10 * time.Second}
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()
 	go func() { _ = srv.Serve(l) }()
+}
+
+// queuesMu guards goaws's map of queues where goaws itself does not:
+// v0.4.5's SendMessage (and others) read app.SyncQueues.Queues without its
+// lock, and a CreateQueue or DeleteQueue beside them ended a test run with
+// "fatal error: concurrent map read and map write". It is one for the
+// process, as goaws's state is.
+var queuesMu sync.RWMutex
+
+// mapGuard holds queuesMu for writing around the requests that add or
+// remove queues, and for reading around the others, but ReceiveMessage:
+// a long poll would hold a CreateQueue for its whole wait, and goaws reads
+// the map under its own lock there.
+func mapGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		switch r.Form.Get("Action") {
+		case "CreateQueue", "DeleteQueue":
+			queuesMu.Lock()
+			defer queuesMu.Unlock()
+		case "ReceiveMessage":
+		default:
+			queuesMu.RLock()
+			defer queuesMu.RUnlock()
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // URL is the server's endpoint, for Config.Endpoint.
