@@ -198,9 +198,15 @@ func declareStream(ctx context.Context, js jetstream.JetStream, want jetstream.S
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = js.CreateStream(ctx, want)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			// Another process created it meanwhile.
-			s, err = js.Stream(ctx, want.Name)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || subjectOverlap(err) {
+			// Another process created it meanwhile (nats-server 2.9 may
+			// answer a create racing another with the same subjects as an
+			// overlap, not as the name in use): the stream of that name
+			// is then there; if it is not, another stream holds the
+			// subjects and the overlap stands.
+			if found, ferr := js.Stream(ctx, want.Name); ferr == nil {
+				s, err = found, nil
+			}
 		}
 	}
 	if err != nil {
@@ -274,6 +280,13 @@ const errCodeStreamInvalidConfig jetstream.ErrorCode = 10052
 // errCodeStreamSubjectOverlap is the server's error code for a stream whose
 // subjects another stream holds (JSStreamSubjectOverlapErr).
 const errCodeStreamSubjectOverlap jetstream.ErrorCode = 10065
+
+// subjectOverlap reports whether err is the server's refusal of a stream
+// whose subjects another stream holds.
+func subjectOverlap(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStreamSubjectOverlap
+}
 
 // declareError marks the server's refusals of a configuration (HTTP-like
 // code 400, or the invalid-configuration error code whatever its code) as
