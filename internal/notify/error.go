@@ -105,3 +105,18 @@ func IsThrottled(err error) (after time.Duration, ok bool) {
 	}
 	return t.after, true
 }
+
+// quiet is an error under a fixed text, with its cause in its chain.
+type quiet struct {
+	text string
+	err  error
+}
+
+func (q quiet) Error() string { return q.text }
+func (q quiet) Unwrap() error { return q.err }
+
+// Quiet returns err under the fixed text, keeping err in its chain (for
+// errors.Is and As). A sender uses it where one failure can read several
+// ways (which of several deadlines fired first), so that the reason a gate
+// logs and records stays the same from one try to the next.
+func Quiet(text string, err error) error { return quiet{text: text, err: err} }

@@ -1,8 +1,10 @@
 package notify_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -26,4 +28,15 @@ func TestThrottled(t *testing.T) {
 	after, ok = notify.IsThrottled(notify.Throttled(base, -time.Second))
 	require.True(t, ok)
 	require.Zero(t, after)
+}
+
+// Quiet keeps the cause for errors.Is and As under a text that does not
+// change with it.
+func TestQuiet(t *testing.T) {
+	a := notify.Quiet("deadline exceeded", context.DeadlineExceeded)
+	b := notify.Quiet("deadline exceeded", fmt.Errorf("dial tcp: %w", os.ErrDeadlineExceeded))
+	require.Equal(t, a.Error(), b.Error())
+	require.ErrorIs(t, a, context.DeadlineExceeded)
+	require.ErrorIs(t, b, os.ErrDeadlineExceeded)
+	require.ErrorIs(t, notify.SenderDown(a), context.DeadlineExceeded)
 }

@@ -257,7 +257,7 @@ func (s *Sender) call(ctx context.Context, method string, body []byte) (reply, i
 				cause = tctx.Err()
 			}
 			return r, 0, notify.SenderDown(fmt.Errorf("telegram %s: %s before the request was handed over: %w",
-				method, what, quiet{"deadline exceeded", cause}))
+				method, what, notify.Quiet("deadline exceeded", cause)))
 		case !connected.Load():
 			return r, 0, notify.SenderDown(fail("cannot connect: %v", err))
 		case tctx.Err() != nil:
@@ -286,17 +286,6 @@ func (s *Sender) call(ctx context.Context, method string, body []byte) (reply, i
 // errDeadline stands for a dialer's or TLS handshake's own timeout in the
 // chain of a send that no deadline of the context cut.
 var errDeadline = errors.New("dial or TLS handshake timeout")
-
-// quiet keeps err in the chain under a fixed text: the reason a gate logs
-// and records then does not change with which of several deadlines (the
-// caller's, the dialer's) happened to fire first.
-type quiet struct {
-	text string
-	err  error
-}
-
-func (q quiet) Error() string { return q.text }
-func (q quiet) Unwrap() error { return q.err }
 
 // isTimeout reports whether err is a network timeout: the dialer's or the
 // TLS handshake's own.

@@ -283,7 +283,7 @@ func (s *Sender) post(ctx context.Context, u *url.URL, id, body string) error {
 			// to it), the outcome must not depend on that race: the
 			// endpoint is down, not the message.
 			return notify.ForDestination(notify.SenderDown(fail("%s before the request was handed over: %w",
-				stalled(connected.Load()), quiet{"deadline exceeded", deadline(tctx, err)})), key)
+				stalled(connected.Load()), notify.Quiet("deadline exceeded", deadline(tctx, err)))), key)
 		case !connected.Load():
 			// Nothing reached the endpoint: it is down, not the message.
 			return notify.ForDestination(notify.SenderDown(fail("cannot connect: %w", err)), key)
@@ -308,17 +308,6 @@ func deadline(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("%w (%v)", ctx.Err(), err)
 }
-
-// quiet keeps err in the chain under a fixed text: the reason a gate logs
-// and records then does not change with which of several deadlines (the
-// caller's, the dialer's) happened to fire first.
-type quiet struct {
-	text string
-	err  error
-}
-
-func (q quiet) Error() string { return q.text }
-func (q quiet) Unwrap() error { return q.err }
 
 // isTimeout reports whether err is a network timeout: the dialer's or the
 // TLS handshake's own.
