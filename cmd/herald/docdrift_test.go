@@ -526,3 +526,40 @@ func TestFuzzTargetsDocumented(t *testing.T) {
 		t.Errorf("README.md: %q counts the fuzz targets (there are %d); name them instead", m, n)
 	}
 }
+
+// The README's isolation table names real settings, with their real
+// defaults: each `HERALD_...` in a row's check is a setting (a
+// HERALD_<CHANNEL>_... name is one for every channel but email, which
+// keeps its older names), and a "default N" beside a single setting is
+// that setting's default.
+func TestReadmeIsolationTable(t *testing.T) {
+	defaults := map[string]string{}
+	for _, s := range settings {
+		defaults[s.env] = s.def
+	}
+	rows := mdTable(t, "README.md", "## Isolation", "check")
+	require.NotEmpty(t, rows)
+	defaultN := regexp.MustCompile(`default (\S+?)[ ;,)]`)
+	for _, row := range rows {
+		var named []string
+		for _, c := range codeSpans(row[0]) {
+			if !strings.HasPrefix(c, "HERALD_") {
+				continue
+			}
+			if strings.Contains(c, "<CHANNEL>") {
+				for _, ch := range []string{"WEBHOOK", "TELEGRAM"} {
+					n := strings.Replace(c, "<CHANNEL>", ch, 1)
+					_, ok := defaults[n]
+					require.True(t, ok, "README.md, isolation table: %s (from %s) is no setting", n, c)
+				}
+				continue
+			}
+			_, ok := defaults[c]
+			require.True(t, ok, "README.md, isolation table: %s is no setting", c)
+			named = append(named, c)
+		}
+		if m := defaultN.FindStringSubmatch(row[0]); m != nil && len(named) == 1 {
+			require.Equal(t, defaults[named[0]], m[1], "README.md, isolation table: the default of %s", named[0])
+		}
+	}
+}
