@@ -94,7 +94,7 @@ type admission struct {
 // destination's share, the rate turn, the channel's concurrency and the
 // worker's send slot. What cannot go now is parked with the time it may:
 // the gate's next turn, its rate turn, or about a send's time for a place.
-func (w *Worker) admit(ctx context.Context, l *lane, msg notify.Message, out notify.Outgoing) (*admission, *parking, error) {
+func (w *Worker) admit(ctx context.Context, l *lane, msg notify.Message, dest string) (*admission, *parking, error) {
 	a := &admission{w: w, l: l}
 	until := time.Now().Add(w.cfg.Patience)
 	park := func(p *parking) (*admission, *parking, error) {
@@ -110,7 +110,7 @@ func (w *Worker) admit(ctx context.Context, l *lane, msg notify.Message, out not
 	}
 	a.trial = trial
 	if l.dests != nil {
-		a.dest = l.dests.Destination(out)
+		a.dest = dest
 		trial, ok, after := l.dgates.enter(a.dest, time.Now())
 		if !ok {
 			return park(&parking{after, errDestHeld})

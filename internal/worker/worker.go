@@ -619,13 +619,14 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 	}
 	*channel = l.name
 	out := notify.NewOutgoing(req)
-	if key := l.destination(out); w.book.isDisabled(key) {
+	dest := l.destination(out) // read once: the URL is parsed for it
+	if key := dest; w.book.isDisabled(key) {
 		return w.deadLetter(ctx, d, msg, nid, notify.Permanent(fmt.Errorf(
 			"destination %s is disabled: it failed for longer than HERALD_DESTINATION_DISABLE_AFTER (herald destinations list tells since when and why); enable it with herald destinations enable %s, then redrive",
 			key, key)))
 	}
 
-	a, parked, err := w.admit(ctx, l, msg, out)
+	a, parked, err := w.admit(ctx, l, msg, dest)
 	if err != nil {
 		return "", w.release(ctx, d, 0, err)
 	}
