@@ -13,19 +13,6 @@ import (
 	"github.com/heraldhq/herald/internal/sender/telegram"
 )
 
-// deadlineOrders are the ways a Send's time runs out: the caller's
-// deadline first (the worker's, when it is no longer than the sender's
-// timeout), the sender's own timeout first, or both at the same instant.
-// The outcome must not depend on which fired.
-var deadlineOrders = []struct {
-	name            string
-	timeout, caller time.Duration
-}{
-	{"caller's deadline first", time.Hour, time.Second},
-	{"sender's timeout first", time.Second, time.Hour},
-	{"both at once", time.Second, time.Second},
-}
-
 // A black-holed Bot API (a firewall that drops packets: the connect never
 // completes; or a host that takes the connection and never speaks TLS) is
 // the provider's outage, spending no attempt, whichever deadline fired
@@ -54,12 +41,12 @@ func TestSendDeadlineByPhase(t *testing.T) {
 			}
 		}, sendertest.Retry},
 	} {
-		for _, order := range deadlineOrders {
-			t.Run(peer.name+"/"+order.name, func(t *testing.T) {
+		for _, order := range sendertest.DeadlineOrders {
+			t.Run(peer.name+"/"+order.Name, func(t *testing.T) {
 				t.Parallel()
 				base, check := peer.start(t)
-				s := newSender(t, telegram.Config{APIBase: base, Timeout: order.timeout})
-				ctx, cancel := context.WithTimeout(context.Background(), order.caller)
+				s := newSender(t, telegram.Config{APIBase: base, Timeout: order.Timeout})
+				ctx, cancel := context.WithTimeout(context.Background(), order.Caller)
 				defer cancel()
 				start := time.Now()
 				err := s.Send(ctx, message("bh", "42", "hi"))
