@@ -35,13 +35,13 @@ test-go: ## unit and integration tests (services required)
 gencheck: ## oapi-codegen and ogen (pinned in internal/gencheck) generate clients from the served /openapi.json, which compile
 	$(GO) test -count=1 -timeout 20m -run '^TestGeneratorsAcceptDocument$$' ./internal/api/
 
-test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min), and the isolation subtests on goaws: ~7 minutes
+test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min), and the isolation subtests over every broker: ~12 minutes
 	$(GO) test -count=1 -timeout 15m -tags long -run '^TestLong' ./cmd/herald/
-	HERALD_TEST_SQS_ISOLATION=1 $(GO) test -count=1 -timeout 10m -run '^TestPipelineIsolation$$' ./internal/transport/sqs/
+	HERALD_TEST_BROKER_ISOLATION=1 $(GO) test -count=1 -p 1 -timeout 15m -run '^TestPipelineIsolation$$' ./internal/transport/rabbitmq/ ./internal/transport/nats/ ./internal/transport/kafka/ ./internal/transport/sqs/
 
 ISOLATION_OUTAGE ?= 2m
 test-isolation: ## the isolation subtests at the issue's size on every transport, one package at a time: each fault ISOLATION_OUTAGE long (default 2m), 10,000 webhooks to the busy endpoint: ~1 hour
-	HERALD_ISOLATION_OUTAGE=$(ISOLATION_OUTAGE) HERALD_ISOLATION_FAIR_BIG=10000 HERALD_TEST_SQS_ISOLATION=1 HERALD_ISOLATION_DESTINATIONS=100000 \
+	HERALD_ISOLATION_OUTAGE=$(ISOLATION_OUTAGE) HERALD_ISOLATION_FAIR_BIG=10000 HERALD_TEST_BROKER_ISOLATION=1 HERALD_ISOLATION_DESTINATIONS=100000 \
 		$(GO) test -count=1 -p 1 -timeout 90m -run '^TestPipelineIsolation|^TestManyFailingDestinations$$' ./internal/transport/... ./internal/worker/
 
 test-outage: ## tests that stop the broker (the outage test, the short chaos run): alone, never beside the others

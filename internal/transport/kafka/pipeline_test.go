@@ -33,6 +33,7 @@ func TestPipeline(t *testing.T) {
 
 // TestPipelineIsolation runs the isolation subtests on the same shape.
 func TestPipelineIsolation(t *testing.T) {
+	pipelinetest.BrokerIsolation(t)
 	pipelinetest.RunIsolation(t, func(t *testing.T) pipelinetest.Harness {
 		return pipelineHarness(t, newCluster(t, 3)).Harness
 	})

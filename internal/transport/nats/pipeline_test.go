@@ -33,6 +33,7 @@ func TestPipeline(t *testing.T) {
 
 // TestPipelineIsolation runs the isolation subtests on the same shape.
 func TestPipelineIsolation(t *testing.T) {
+	pipelinetest.BrokerIsolation(t)
 	srv := testenv.StartNATS(t, testenv.NATSOptions{})
 	pipelinetest.RunIsolation(t, func(t *testing.T) pipelinetest.Harness { return pipelineHarness(t, srv) })
 }

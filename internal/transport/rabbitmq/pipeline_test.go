@@ -31,6 +31,7 @@ func TestPipeline(t *testing.T) {
 
 // TestPipelineIsolation runs the isolation subtests on the same shape.
 func TestPipelineIsolation(t *testing.T) {
+	pipelinetest.BrokerIsolation(t)
 	pipelinetest.RunIsolation(t, pipelineHarness)
 }
 

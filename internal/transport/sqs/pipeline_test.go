@@ -3,7 +3,6 @@ package sqs_test
 import (
 	"context"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -35,21 +34,9 @@ func TestPipeline(t *testing.T) {
 
 // TestPipelineIsolation runs the isolation subtests on the same shape.
 func TestPipelineIsolation(t *testing.T) {
-	if os.Getenv(isolationVar) == "" {
-		// Measured on goaws (six runs): the others' delivered/s at 0.94-1.21x
-		// of theirs without the fault, but twice below 0.9x (0.67x, 0.89x
-		// under the email rate): a ReceiveMessage answer lost on its way
-		// back (goaws under the parks' send-and-delete churn) stalls its
-		// messages for the visibility timeout, which a rate over seconds
-		// cannot absorb. Such a ratio says more of the test server than of
-		// herald, so make test leaves it out; make test-long runs it.
-		t.Skipf("set %s=1 to run the isolation subtests on goaws (make test-long does)", isolationVar)
-	}
+	pipelinetest.BrokerIsolation(t)
 	pipelinetest.RunIsolation(t, pipelineHarness)
 }
-
-// isolationVar, set, runs the isolation subtests on goaws.
-const isolationVar = "HERALD_TEST_SQS_ISOLATION"
 
 // pipelineVisibility is the visibility timeout of the suite's queues.
 const pipelineVisibility = 5 * time.Second
