@@ -28,9 +28,8 @@ func TestServeZeroConfig(t *testing.T) {
 	api := client{base: "http://127.0.0.1:8080"}
 	waitHTTP(t, api.base+"/healthz")
 	require.FileExists(t, filepath.Join(dir, "herald.db"))
-	for _, want := range []string{"SQLite file herald.db", "outbox table (no broker)", "mbox file herald.mbox", "HERALD_DATABASE_URL=postgres://"} {
-		require.Contains(t, p.Log(), want, "the start-up block says what serve uses")
-	}
+	// The start-up block says what serve uses.
+	p.requireLog("SQLite file herald.db", "outbox table (no broker)", "mbox file herald.mbox", "HERALD_DATABASE_URL=postgres://")
 
 	start := time.Now()
 	r := api.create(t, "ann@example.com", nil)
@@ -152,7 +151,7 @@ func TestServeMboxByName(t *testing.T) {
 	p := startHerald(t, dir, map[string]string{"HERALD_HTTP_ADDR": addr, "HERALD_SMTP_URL": "mbox:out/mail.mbox"}, "serve")
 	api := client{base: "http://" + addr}
 	waitHTTP(t, api.base+"/healthz")
-	require.Contains(t, p.Log(), "mbox file out/mail.mbox")
+	p.requireLog("mbox file out/mail.mbox")
 	r := api.create(t, "ann@example.com", nil)
 	require.Equal(t, 201, r.Status, r.Body)
 	require.Eventually(t, func() bool { return api.get(t, r.ID).Status == "sent" }, 10*time.Second, 5*time.Millisecond)

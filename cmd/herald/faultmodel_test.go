@@ -151,7 +151,7 @@ func throttled(t *testing.T, d time.Duration, n int) int {
 		return p.count("SELECT count(*) FROM notifications WHERE status = 'sent'") == n
 	}, func() string { return "not every notification was sent after the throttle" })
 	require.Zero(t, p.count("SELECT count(*) FROM delivery_attempts WHERE outcome IN ('retry', 'dead')"), "throttling spent an attempt")
-	require.True(t, logHasError(p.proc.Log(), "421"), "an ERROR names the throttling reply:\n%s", p.proc.LogTail(30))
+	p.proc.requireLogError("421") // an ERROR names the throttling reply
 	return mails
 }
 

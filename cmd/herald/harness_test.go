@@ -73,6 +73,37 @@ func startHerald(t *testing.T, dir string, env map[string]string, args ...string
 	return p
 }
 
+// requireLog fails the test unless the process's output comes to hold every
+// one of wants within 10 s: output still in the pipe when the test looks is
+// not missing, so a running process's log is polled, never read once.
+func (p *proc) requireLog(wants ...string) {
+	p.t.Helper()
+	err := p.WaitLog(context.Background(), 10*time.Second, func(log string) bool {
+		for _, w := range wants {
+			if !strings.Contains(log, w) {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		var missing []string
+		for _, w := range wants {
+			if !p.LogContains(w) {
+				missing = append(missing, w)
+			}
+		}
+		require.Failf(p.t, "the process's output lacks what the test awaited", "%v\nmissing %q\n--- output ---\n%s", err, missing, p.Log())
+	}
+}
+
+// requireLogError is requireLog for an ERROR record that names s.
+func (p *proc) requireLogError(s string) {
+	p.t.Helper()
+	err := p.WaitLog(context.Background(), 10*time.Second, func(log string) bool { return logHasError(log, s) })
+	require.NoError(p.t, err, "an ERROR log names %q:\n%s", s, p.LogTail(4000))
+}
+
 // waitExit waits for the process to end on its own.
 func (p *proc) waitExit(d time.Duration) {
 	p.t.Helper()

@@ -43,7 +43,7 @@ func TestLongServeMongoDBKilledAndServerRestarted(t *testing.T) {
 	p := startHerald(t, dir, env, "serve")
 	api := client{base: "http://" + addr}
 	waitHTTP(t, api.base+"/healthz")
-	require.Contains(t, p.Log(), "outbox table (no broker)")
+	p.requireLog("outbox table (no broker)")
 
 	var mu sync.Mutex
 	var accepted []string

@@ -42,9 +42,7 @@ func TestServeMongoDB(t *testing.T) {
 			p := startHerald(t, dir, env, "serve")
 			api := client{base: "http://" + addr}
 			waitHTTP(t, api.base+"/healthz")
-			for _, want := range []string{"MongoDB mongodb://", transport} {
-				require.Contains(t, p.Log(), want)
-			}
+			p.requireLog("MongoDB mongodb://", transport)
 			var ids []string
 			deliver := func(n int) {
 				t.Helper()

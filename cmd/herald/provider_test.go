@@ -431,8 +431,7 @@ func authRefused(t *testing.T, d time.Duration, n int) {
 	p.requireNothingDead()
 	waitFor(t, 10*time.Second, 20*time.Millisecond, p.up.wentDownAndUp,
 		func() string { return fmt.Sprintf("herald_sender_up never went 1, 0, 1 (seen %v)", p.up.values()) })
-	require.True(t, logHasError(p.worker.Log(), "wrong username or password"),
-		"an ERROR log names the wrong password:\n%s", p.worker.LogTail(40))
+	p.worker.requireLogError("wrong username or password")
 	require.False(t, p.worker.LogContains("s3cret-pw"), "the password is never logged")
 	require.Greater(t, srv.AuthAttempts(), 1, "the worker probed with AUTH while it was refused")
 }
@@ -466,7 +465,7 @@ func serverDown(t *testing.T, d time.Duration, n int) {
 	p.requireNothingDead()
 	waitFor(t, 10*time.Second, 20*time.Millisecond, p.up.wentDownAndUp,
 		func() string { return fmt.Sprintf("herald_sender_up never went 1, 0, 1 (seen %v)", p.up.values()) })
-	require.True(t, logHasError(p.worker.Log(), "mail server down"), "an ERROR log says the server is down:\n%s", p.worker.LogTail(40))
+	p.worker.requireLogError("mail server down")
 }
 
 // greylisted: the provider answers RCPT with 451 4.7.1 for d, as

@@ -90,6 +90,7 @@ func testBrokerReachability(t *testing.T, vhost, dir, db string) {
 	}
 	waitLog(`msg="broker unreachable"`, 1)
 	waitLog(`msg="database reachable"`, 1)
+	waitLog(`msg=starting`, 1)
 
 	var start string
 	for _, line := range strings.Split(p.Log(), "\n") {

@@ -187,6 +187,32 @@ func (p *Proc) Log() string { return p.log.String() }
 // LogContains reports whether the process's output holds s.
 func (p *Proc) LogContains(s string) bool { return strings.Contains(p.log.String(), s) }
 
+// WaitLog waits up to d for the process's output to satisfy ok. The output
+// reaches Log through a pipe the caller's side copies on its own schedule, so
+// a line the process wrote before an event the caller saw (its /healthz
+// answering, a row in the database) may not be in Log yet: every check of a
+// running process's output polls. After the process has exited (WaitExit),
+// Log is complete and a single read is enough.
+func (p *Proc) WaitLog(ctx context.Context, d time.Duration, ok func(log string) bool) error {
+	deadline := time.Now().Add(d)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("herald %s: %w", p.name, ctx.Err())
+		}
+		if ok(p.log.String()) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("herald %s: its output did not show what was awaited within %s", p.name, d)
+		}
+		t.Reset(pollEvery)
+	}
+}
+
 // LogTail returns the last n bytes of the process's output.
 func (p *Proc) LogTail(n int) string {
 	s := p.log.String()

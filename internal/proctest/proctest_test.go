@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,4 +111,22 @@ func TestWaitHTTP(t *testing.T) {
 	require.NoError(t, err)
 	err = proctest.WaitHTTP(context.Background(), "http://"+addr, 100*time.Millisecond)
 	require.ErrorContains(t, err, "did not answer 200 within 100ms")
+}
+
+// WaitLog waits for output the process writes later and gives up at its
+// deadline on output that never comes.
+func TestWaitLog(t *testing.T) {
+	t.Parallel()
+	gate := filepath.Join(t.TempDir(), "go")
+	p := sh(t, `echo one; while [ ! -e "$GATE" ]; do sleep 0.02; done; echo two`, map[string]string{"GATE": gate})
+	has := func(s string) func(string) bool { return func(log string) bool { return strings.Contains(log, s) } }
+	require.NoError(t, p.WaitLog(context.Background(), 10*time.Second, has("one")))
+	err := p.WaitLog(context.Background(), 100*time.Millisecond, has("two"))
+	require.ErrorContains(t, err, "did not show what was awaited within 100ms", "two is written only once the gate exists")
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	require.NoError(t, p.WaitLog(context.Background(), 10*time.Second, has("two")))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, p.WaitLog(ctx, 10*time.Second, has("never")), context.Canceled)
 }
