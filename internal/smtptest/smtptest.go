@@ -2,7 +2,8 @@
 // tests, herald bench and the chaos harness: it records every message it
 // accepts, and can be made to behave as real providers do: STARTTLS or
 // implicit TLS with a certificate from a CA made at run time, AUTH, a slow
-// DATA, a hang, scripted refusals at any step, greylisting. It can also
+// DATA, a hang, scripted refusals at any step, greylisting, a strict
+// server that refuses a second EHLO in a session. It can also
 // capture the bytes on the wire, to prove what crossed it in clear.
 package smtptest
 
@@ -158,6 +159,7 @@ type Server struct {
 	requireTLS  bool
 	captureWire bool
 	smtpUTF8    bool
+	strictHello bool
 	addr        string // where to listen; "" picks a free loopback port
 
 	mu        sync.Mutex
@@ -181,6 +183,8 @@ type Server struct {
 	accepted int
 	peak     int
 	wires    []*bytes.Buffer
+	// refusedHellos counts the hellos WithStrictHello refused.
+	refusedHellos int
 }
 
 // Start starts a server for the test and stops it when the test ends.
@@ -212,6 +216,9 @@ func New(opts ...Option) (*Server, error) {
 	}
 	if s.requireTLS && s.startTLS == nil {
 		return nil, fmt.Errorf("WithRequireTLS needs WithStartTLS")
+	}
+	if s.strictHello && s.tlsConfig != nil {
+		return nil, fmt.Errorf("WithStrictHello watches the dialogue in clear, which WithTLS has none of")
 	}
 	addr := s.addr
 	if addr == "" {
@@ -246,6 +253,9 @@ func New(opts ...Option) (*Server, error) {
 	var served net.Listener = fakeListener{s: s, addr: ln.Addr()}
 	if s.tlsConfig != nil {
 		served = tls.NewListener(served, s.tlsConfig)
+	}
+	if s.strictHello {
+		served = strictListener{Listener: served, s: s}
 	}
 	go s.acceptLoop()
 	go func() {

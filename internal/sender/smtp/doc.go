@@ -7,6 +7,10 @@
 // Config.CAFile; there is no way to skip it. Credentials go out over TLS
 // only (AUTH PLAIN, or LOGIN where PLAIN is not offered).
 //
+// A session says EHLO once, and once more after STARTTLS (RFC 3207); the
+// EHLO whose reply tells whether STARTTLS is offered is the session's own
+// when it goes on in clear: strict servers answer a second EHLO with 503.
+//
 // Sessions: a worker sends many emails to one server, and the dial,
 // greeting, EHLO, STARTTLS and AUTH are most of a fresh session's round
 // trips, so sessions are kept in a pool of at most Config.MaxSessions and

@@ -2,6 +2,7 @@ package smtp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -36,9 +37,11 @@ type session struct {
 type countingConn struct {
 	net.Conn
 	written int64
+	helo    bool // HELO was written (the server refused EHLO); read only by hello
 }
 
 func (c *countingConn) Write(b []byte) (int, error) {
+	c.helo = c.helo || bytes.HasPrefix(b, []byte("HELO "))
 	n, err := c.Conn.Write(b)
 	c.written += int64(n)
 	return n, err
@@ -193,7 +196,13 @@ func (s *Sender) noop(parent context.Context, ses *session) bool {
 
 // open dials and sets up a new session: TLS (implicit or STARTTLS),
 // greeting, EHLO, AUTH. None of this concerns a message: the caller marks
-// its errors as the provider's (beforeMail, down); they say the step.
+// its errors as the provider's (beforeMail, down); they name the command
+// and the server's reply.
+//
+// One EHLO per session, and one more after STARTTLS, as RFC 3207 asks:
+// the EHLO whose reply says whether STARTTLS is offered is the session's
+// EHLO when it goes on in clear (strict servers answer a second one with
+// 503). AUTH is not followed by another EHLO.
 func (s *Sender) open(ctx context.Context) (_ *session, err error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", s.addr)
@@ -213,29 +222,36 @@ func (s *Sender) open(ctx context.Context) (_ *session, err error) {
 	}()
 	ses := &session{conn: raw}
 	var conn net.Conn = raw
-	hello := "the greeting or EHLO"
-	switch {
-	case s.implicit:
+	if s.implicit {
 		tc, err := s.handshake(ctx, raw)
 		if err != nil {
 			return nil, err
 		}
 		conn, ses.tls = tc, true
-	case s.mode != tlsNone:
-		conn, ses.tls, err = s.startTLS(ctx, raw)
-		if err != nil {
-			return nil, err
-		}
-		hello = "EHLO"
 	}
-	ses.out = &countingConn{Conn: conn}
-	c := gosmtp.NewClient(ses.out)
-	// ctx carries the deadline that counts; the client's own per-command
-	// deadlines only back it up, later, so that a timeout reports as one.
-	c.CommandTimeout = s.cfg.Timeout + time.Second
-	c.SubmissionTimeout = s.cfg.Timeout + time.Second
-	if err := c.Hello(s.cfg.HelloName); err != nil {
-		return nil, at(hello, err)
+	c, br, err := s.hello(ses, conn, false)
+	if err != nil {
+		return nil, err
+	}
+	if !s.implicit && s.mode != tlsNone {
+		offered, _ := c.Extension("STARTTLS")
+		switch {
+		case offered:
+			tc, err := s.startTLS(ctx, raw, br)
+			if err != nil {
+				return nil, err
+			}
+			// A new client: the one in clear may hold bytes read before
+			// the handshake, which must never pass for the server's.
+			if c, _, err = s.hello(ses, tc, true); err != nil {
+				return nil, err
+			}
+			ses.tls = true
+		case s.mode == tlsOpportunistic:
+			// Not offered: on in clear, greeted already.
+		default:
+			return nil, s.noStartTLS(ses.out.helo)
+		}
 	}
 	if s.user != "" {
 		if err := s.auth(c, ses.tls); err != nil {
@@ -244,6 +260,52 @@ func (s *Sender) open(ctx context.Context) (_ *session, err error) {
 	}
 	ses.c = c
 	return ses, nil
+}
+
+// hello reads the server's greeting on conn (none after STARTTLS: RFC
+// 3207 has the client speak first) and says EHLO (HELO when the server
+// answers EHLO with 500 or 502), through a go-smtp client that goes on
+// with the session and writes through ses.out. It returns the client and
+// the reader of what the server sends, which holds what the client has
+// not taken.
+func (s *Sender) hello(ses *session, conn net.Conn, afterTLS bool) (*gosmtp.Client, *bufio.Reader, error) {
+	br := bufio.NewReader(conn)
+	ehlo := "EHLO after STARTTLS"
+	if !afterTLS {
+		ehlo = "EHLO"
+		if _, _, err := textproto.NewReader(br).ReadResponse(220); err != nil {
+			return nil, nil, at("the greeting", reply(err))
+		}
+	}
+	ses.out = &countingConn{Conn: conn}
+	// go-smtp's client reads a greeting first: one is replayed, the real
+	// one (if any) having been read here, so that a refused greeting is
+	// named as such and not as a refused EHLO.
+	c := gosmtp.NewClient(&greetedConn{Conn: ses.out, r: io.MultiReader(strings.NewReader("220 greeted\r\n"), br)})
+	// ctx carries the deadline that counts; the client's own per-command
+	// deadlines only back it up, later, so that a timeout reports as one.
+	c.CommandTimeout = s.cfg.Timeout + time.Second
+	c.SubmissionTimeout = s.cfg.Timeout + time.Second
+	if err := c.Hello(s.cfg.HelloName); err != nil {
+		if ses.out.helo {
+			return nil, nil, at(strings.Replace(ehlo, "EHLO", "HELO (EHLO refused)", 1), err)
+		}
+		return nil, nil, at(ehlo, err)
+	}
+	return c, br, nil
+}
+
+// noStartTLS is the error of a session in clear that tls=required (or
+// credentials) forbids; helo says the server refused EHLO.
+func (s *Sender) noStartTLS(helo bool) error {
+	why := "the server does not offer STARTTLS"
+	if helo {
+		why = "the server refused EHLO (HELO only), so it offers no STARTTLS"
+	}
+	if s.user != "" {
+		return errors.New(why + ": the credentials would cross the wire in clear, so nothing was sent (tls=required)")
+	}
+	return errors.New(why + " and tls=required: nothing was sent")
 }
 
 // handshake runs the TLS handshake on conn, verifying the server's
@@ -260,67 +322,23 @@ func (s *Sender) handshake(ctx context.Context, conn net.Conn) (*tls.Conn, error
 	return tc, nil
 }
 
-// startTLS reads the greeting, says EHLO and upgrades the session with
-// STARTTLS when the server offers it, as the TLS mode asks. go-smtp's
-// client has no STARTTLS of its own after a chosen EHLO name, so this part
-// of the dialogue is spoken here; the client takes over afterwards with
-// the greeting replayed (it expects one) and says EHLO again, as RFC 3207
-// requires after TLS. It returns the connection to go on with and whether
-// it is TLS.
-func (s *Sender) startTLS(ctx context.Context, raw net.Conn) (net.Conn, bool, error) {
-	br := bufio.NewReader(raw)
-	tp := textproto.NewReader(br)
-	if _, _, err := tp.ReadResponse(220); err != nil {
-		return nil, false, at("the greeting", reply(err))
-	}
-	if _, err := fmt.Fprintf(raw, "EHLO %s\r\n", s.cfg.HelloName); err != nil {
-		return nil, false, fmt.Errorf("EHLO: %w", err)
-	}
-	_, msg, err := tp.ReadResponse(250)
-	if err != nil {
-		var terr *textproto.Error
-		if s.mode == tlsOpportunistic && errors.As(err, &terr) && (terr.Code == 500 || terr.Code == 502) {
-			// No EHLO, so no STARTTLS: go on in clear, with HELO.
-			return greeted(raw, br), false, nil
-		}
-		return nil, false, at("EHLO", reply(err))
-	}
-	if !offers(msg, "STARTTLS") {
-		switch {
-		case s.mode == tlsOpportunistic:
-			return greeted(raw, br), false, nil
-		case s.user != "":
-			return nil, false, errors.New("the server does not offer STARTTLS: the credentials would cross the wire in clear, so nothing was sent (tls=required)")
-		}
-		return nil, false, errors.New("the server does not offer STARTTLS and tls=required: nothing was sent")
-	}
+// startTLS upgrades a greeted session in clear with STARTTLS: br reads
+// what the server sends on raw. go-smtp's client has no STARTTLS of its
+// own after a chosen EHLO name, so this command is spoken here; a new
+// client takes the session over on the TLS connection it returns.
+func (s *Sender) startTLS(ctx context.Context, raw net.Conn, br *bufio.Reader) (*tls.Conn, error) {
 	if _, err := fmt.Fprintf(raw, "STARTTLS\r\n"); err != nil {
-		return nil, false, fmt.Errorf("STARTTLS: %w", err)
+		return nil, fmt.Errorf("STARTTLS: %w", err)
 	}
-	if _, _, err := tp.ReadResponse(220); err != nil {
-		return nil, false, at("STARTTLS", reply(err))
+	if _, _, err := textproto.NewReader(br).ReadResponse(220); err != nil {
+		return nil, at("STARTTLS", reply(err))
 	}
 	if br.Buffered() > 0 {
 		// Bytes sent before the handshake would be read as if they came
 		// over TLS: a man in the middle injecting commands (CVE-2011-0411).
-		return nil, false, errors.New("STARTTLS: the server sent data before the TLS handshake")
+		return nil, errors.New("STARTTLS: the server sent data before the TLS handshake")
 	}
-	tc, err := s.handshake(ctx, raw)
-	if err != nil {
-		return nil, false, err
-	}
-	return greeted(tc, tc), true, nil
-}
-
-// offers reports whether an EHLO reply lists the extension ext.
-func offers(ehlo, ext string) bool {
-	lines := strings.Split(ehlo, "\n")
-	for _, l := range lines[1:] {
-		if f := strings.Fields(l); len(f) > 0 && strings.EqualFold(f[0], ext) {
-			return true
-		}
-	}
-	return false
+	return s.handshake(ctx, raw)
 }
 
 // at names the step of opening a session that err came at; a 421 there
@@ -350,11 +368,6 @@ type greetedConn struct {
 }
 
 func (c *greetedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
-
-// greeted returns conn with a greeting replayed before what r reads.
-func greeted(conn net.Conn, r io.Reader) net.Conn {
-	return &greetedConn{Conn: conn, r: io.MultiReader(strings.NewReader("220 greeted\r\n"), r)}
-}
 
 // auth authenticates with PLAIN, or LOGIN where PLAIN is not offered, over
 // TLS only.
