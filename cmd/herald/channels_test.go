@@ -123,6 +123,13 @@ func TestServeWebhookAndTelegramChannels(t *testing.T) {
 	status, body = api.postJSON(t, `{"user_id":"u1","channel":"webhook","to":"http://169.254.169.254/latest","body":{}}`)
 	require.Equal(t, http.StatusBadRequest, status, body)
 	require.Contains(t, body, `"field":"to"`)
+	// A legacy spelling of an IPv4 address, whatever the resolver would
+	// make of it, even of one HERALD_WEBHOOK_ALLOW opens (issue 33).
+	for _, to := range []string{"http://2130706433/", "http://0x7f000001/", "http://0177.0.0.1/", "http://127.1/", "http://127.0.0.1./", "http://[64:ff9b:1::a9fe:a9fe]/"} {
+		status, body = api.postJSON(t, fmt.Sprintf(`{"user_id":"u1","channel":"webhook","to":%q,"body":{}}`, to))
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", to, body)
+		require.Contains(t, body, `"field":"to"`, to)
+	}
 }
 
 // TestServeUnconfiguredChannelRefused: without its settings a channel is

@@ -62,6 +62,31 @@ func TestValidate(t *testing.T) {
 		{"unspecified v6", "http://[::]/", "", `{}`, "to"},
 		{"NAT64 of loopback", "http://[64:ff9b::7f00:1]/", "", `{}`, "to"},
 		{"broadcast", "http://255.255.255.255/", "", `{}`, "to"},
+		{"local-use NAT64 of metadata", "http://[64:ff9b:1::a9fe:a9fe]/", "", `{}`, "to"},
+		{"NAT64 of a public address", "http://[64:ff9b::808:808]/", "", `{}`, ""},
+		{"6to4", "http://[2002:7f00:1::1]/", "", `{}`, "to"},
+		{"IPv4-translated", "http://[::ffff:0:7f00:1]/", "", `{}`, "to"},
+		{"site-local", "http://[fec0::1]/", "", `{}`, "to"},
+		{"Teredo", "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/", "", `{}`, "to"},
+		{"benchmarking", "http://198.18.0.1/", "", `{}`, "to"},
+		{"documentation v6", "http://[2001:db8::1]/", "", `{}`, "to"},
+		{"IPv4 as one decimal number", "http://2130706433/", "", `{}`, "to"},
+		{"IPv4 as one hex number", "http://0x7f000001/", "", `{}`, "to"},
+		{"IPv4 in octal", "http://0177.0.0.1/", "", `{}`, "to"},
+		{"IPv4 in two parts", "http://127.1/", "", `{}`, "to"},
+		{"IPv4 hex and short", "http://0x7f.1/", "", `{}`, "to"},
+		{"IPv4 in three parts", "http://127.0.1:8080/", "", `{}`, "to"},
+		{"IPv4 with a trailing dot", "http://127.0.0.1./", "", `{}`, "to"},
+		{"IPv4 with leading zeros", "http://127.000.0.01/", "", `{}`, "to"},
+		{"metadata in hex and octal", "http://0xA9.0376.43518/", "", `{}`, "to"},
+		{"public IPv4 as one number", "http://134744072/", "", `{}`, "to"},
+		{"public IPv4 with a trailing dot", "http://8.8.8.8./", "", `{}`, "to"},
+		{"full-width digits", "http://\uff11\uff12\uff17\uff0e\uff10\uff0e\uff10\uff0e\uff11/", "", `{}`, "to"},
+		{"ends in a number, not an address", "http://1.2.3.4.5/", "", `{}`, "to"},
+		{"last label a bad number", "http://example.09/", "", `{}`, "to"},
+		{"number-like label inside a name", "http://0x7f.example.com/", "", `{}`, ""},
+		{"digits then a name", "http://1.2.3.example/", "", `{}`, ""},
+		{"name with a trailing dot", "https://example.com./", "", `{}`, ""},
 		{"subject given", "https://example.com/", "hi", `{}`, "subject"},
 		{"empty body", "https://example.com/", "", "", "body"},
 		{"blank body", "https://example.com/", "", "  \n", "body"},
@@ -95,6 +120,28 @@ func TestValidateAllowing(t *testing.T) {
 	s := newSender(t, webhook.Config{Allow: loopback})
 	require.NoError(t, s.Validate(req("http://127.0.0.1:9/", "", `{}`)))
 	require.Error(t, s.Validate(req("http://169.254.169.254/", "", `{}`)))
+	require.NoError(t, s.Validate(req("http://[64:ff9b::7f00:1]:9/", "", `{}`)), "NAT64 of an allowed address")
+	// A legacy spelling is refused whatever the allow list opens, and the
+	// error says how to write the address.
+	var fe *notify.FieldError
+	require.ErrorAs(t, s.Validate(req("http://127.1:9/", "", `{}`)), &fe)
+	require.Equal(t, "to", fe.Field)
+	require.Contains(t, fe.Message, "write 127.0.0.1")
+	require.NotContains(t, fe.Message, "loopback", "loopback is open here")
+}
+
+// The refusal of a legacy spelling names the address it stands for, and
+// why that address is refused when it is.
+func TestValidateLegacyIPv4Message(t *testing.T) {
+	t.Parallel()
+	var fe *notify.FieldError
+	require.ErrorAs(t, webhook.Validate(req("http://0x7f000001/", "", `{}`)), &fe)
+	require.Equal(t, "to", fe.Field)
+	require.Contains(t, fe.Message, "127.0.0.1")
+	require.Contains(t, fe.Message, "loopback")
+	require.ErrorAs(t, webhook.Validate(req("http://134744072/", "", `{}`)), &fe)
+	require.Contains(t, fe.Message, "write 8.8.8.8")
+	require.NotContains(t, fe.Message, "not sent to", "a public address is refused for its spelling only")
 }
 
 // FuzzValidate: Validate never panics, answers a *notify.FieldError on
@@ -107,6 +154,10 @@ func FuzzValidate(f *testing.F) {
 		{"https://u:p@example.com/", "", `{}`},
 		{"https:///x", "s", "nope"},
 		{"http://[fe80::1%25en0]/", "", `[]`},
+		{"http://0x7f.1/", "", `{}`},
+		{"http://127.0.0.1./", "", `{}`},
+		{"http://[64:ff9b:1::a9fe:a9fe]/", "", `{}`},
+		{"http://2130706433/", "", `{}`},
 	} {
 		f.Add(s[0], s[1], s[2])
 	}

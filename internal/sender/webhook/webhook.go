@@ -65,8 +65,9 @@ type Config struct {
 	// Required: an unsigned webhook could be forged by anyone.
 	Secret string
 	// Allow lists ranges (HERALD_WEBHOOK_ALLOW) opened although the SSRF
-	// guard refuses them: loopback, private, link-local, CGNAT, multicast,
-	// unspecified and reserved addresses. Default: none.
+	// guard refuses them (guardRules: loopback, private, link-local,
+	// CGNAT, multicast, unspecified, and the other special-purpose and
+	// reserved ranges). Default: none.
 	Allow []netip.Prefix
 	// Timeout bounds one Send: connect, TLS, request and the reply's
 	// headers and body (HERALD_WEBHOOK_TIMEOUT). A Send is always bounded,

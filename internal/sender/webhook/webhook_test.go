@@ -113,6 +113,10 @@ func TestGuardRefusesAtSend(t *testing.T) {
 		{"cloud metadata", "http://169.254.169.254/latest/meta-data/", "link-local"},
 		{"CGNAT", "http://100.64.0.1:9/", "CGNAT"},
 		{"unspecified", fmt.Sprintf("http://0.0.0.0:%d/x", port), "unspecified"},
+		{"local-use NAT64 of metadata", "http://[64:ff9b:1::a9fe:a9fe]/", "local-use NAT64"},
+		{"6to4 of loopback", fmt.Sprintf("http://[2002:7f00:1::1]:%d/x", port), "6to4"},
+		// A row written before legacy spellings were refused at create.
+		{"legacy spelling of loopback", fmt.Sprintf("http://127.1:%d/x", port), "legacy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := notify.Outgoing{NotificationID: "g", To: tc.to, Body: `{}`}
