@@ -51,7 +51,8 @@ func loadSpec(t testing.TB) *spec {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(api.OpenAPIDocument))
 	require.NoError(t, err)
 	c := jsonschema.NewCompiler()
-	c.AssertFormat() // date-time is checked, not just annotated
+	c.AssertFormat()  // date-time is checked, not just annotated
+	c.AssertContent() // so is a string that must hold JSON (contentMediaType)
 	require.NoError(t, c.AddResource(docURL, doc))
 	s := &spec{doc: doc.(map[string]any), compiler: c, mux: http.NewServeMux(), schemas: map[string]*jsonschema.Schema{}, seen: map[string]bool{}}
 	require.Equal(t, "3.1.0", s.doc["openapi"])
@@ -441,7 +442,12 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 	for _, ok := range []map[string]any{
 		{"user_id": "u", "channel": "email", "to": "a@example.com", "subject": "s", "body": "b"},
 		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": map[string]any{"a": float64(1)}},
-		{"user_id": "u", "channel": "webhook", "to": "http://example.com/hook", "body": "text", "subject": ""},
+		{"user_id": "u", "channel": "webhook", "to": "http://example.com/hook", "body": `"text"`, "subject": ""},
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": `{"event":"order.paid"}`},
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": []any{float64(1), "a", nil}},
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": map[string]any{}},
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": float64(1.5)},
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": false},
 		{"user_id": "u", "channel": "telegram", "to": "-1001234567890", "body": "text"},
 		{"user_id": "u", "channel": "telegram", "to": "@herald_news", "body": "text"},
 	} {
@@ -453,6 +459,10 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "subject": "s", "body": "b"},
 		{"user_id": "u", "channel": "webhook", "to": "ftp://example.com/x", "body": "b"},
 		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": nil},
+		// A string body is the JSON text sent: the server answers 400 to
+		// one that is not JSON.
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": "text"},
+		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": ""},
 		{"user_id": "u", "channel": "telegram", "to": "not a chat", "body": "text"},
 		{"user_id": "u", "channel": "telegram", "to": "@herald", "body": map[string]any{}},
 		{"user_id": "u", "channel": "sms", "to": "+3312345678", "body": "b"},
