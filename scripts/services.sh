@@ -6,7 +6,8 @@
 # it is installed but stopped), Debian's chromium (the console's browser
 # tests run it headless themselves) and Debian's prometheus (the deploy
 # check runs its own server on a free port; the package's service is not
-# started). Starts them when stopped and installs
+# started), node and npm (make gencheck installs its pinned npm tools with
+# npm ci). Starts them when stopped and installs
 # Debian's packages when absent. Safe to run again and again. Kafka needs
 # nothing: its tests run franz-go's kfake in process.
 set -euo pipefail
@@ -122,8 +123,21 @@ prometheus_bin() {
 	log "prometheus ready ($(prometheus --version 2>&1 | head -n 1))"
 }
 
+node_npm() {
+	# Debian's nodejs and npm, unless a node and an npm are installed
+	# already (from any source: installing Debian's npm beside another
+	# nodejs would conflict with it).
+	if ! command -v node >/dev/null 2>&1; then
+		apt_install nodejs npm
+	elif ! command -v npm >/dev/null 2>&1; then
+		apt_install npm
+	fi
+	log "node ready ($(node --version), npm $(npm --version))"
+}
+
 postgres
 rabbitmq
 nats
 browser
 prometheus_bin
+node_npm

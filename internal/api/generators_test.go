@@ -17,21 +17,22 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 )
 
-// The served document is one that the Go generators people use accept:
+// The served document is one that the tools people use accept. In Go,
 // oapi-codegen and ogen, at the versions pinned in internal/gencheck/go.mod
 // (a module of its own, so that neither they nor what their code needs at
 // run time enter herald's go.mod), each generate a client from GET
 // /openapi.json, and the generated code compiles. The generators are built
 // once into the Go build cache (`go tool`); a cold run downloads and
-// compiles them, a warm one takes seconds. -short skips it.
+// compiles them, a warm one takes seconds. From npm, at the versions pinned
+// in internal/gencheck/npm (see testNPMTools): Spectral lints the document
+// with its spectral:oas rules (a warning fails too), and openapi-typescript
+// generates TypeScript types that the README's TypeScript example compiles
+// against under tsc --strict. -short skips it.
 func TestGeneratorsAcceptDocument(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the generators are not run")
 	}
 	t.Parallel()
-	goBin, err := exec.LookPath("go")
-	require.NoError(t, err, "the go command runs the generators")
-
 	e := setup(t, api.Config{})
 	resp, err := http.Get(e.url + "/openapi.json")
 	require.NoError(t, err)
@@ -39,6 +40,22 @@ func TestGeneratorsAcceptDocument(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	t.Run("go", func(t *testing.T) {
+		t.Parallel()
+		testGoGenerators(t, doc)
+	})
+	t.Run("npm", func(t *testing.T) {
+		t.Parallel()
+		testNPMTools(t, doc)
+	})
+}
+
+// testGoGenerators generates a client from doc with oapi-codegen and with
+// ogen, and compiles both.
+func testGoGenerators(t *testing.T, doc []byte) {
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command runs the generators")
 
 	dir := t.TempDir()
 	for _, name := range []string{"go.mod", "go.sum"} {
