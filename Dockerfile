@@ -6,7 +6,10 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 # Modules first: this layer stays cached until go.mod or go.sum change.
+# The Go client is a module of its own that go.mod replaces with ./client:
+# its go.mod is needed to read the module graph.
 COPY go.mod go.sum ./
+COPY client/go.mod client/
 RUN go mod download
 COPY . .
 # CGO off: the SQLite driver is pure Go, so the binary is static and runs on

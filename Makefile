@@ -27,8 +27,12 @@ services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS; install ch
 # -parallel 4: most end-to-end tests of cmd/herald wait on timers (an
 # outage's length, a retry delay) rather than burn CPU; two at a time (the
 # default on two cores) left the package at over four minutes.
-test-go: ## unit and integration tests (services required)
+# The Go client is a module of its own (client/go.mod), which ./... stops
+# at: its tests run apart, with go -C. Its tests against the real API run
+# in internal/clientcheck, within ./...
+test-go: ## unit and integration tests (services required), the client module's included
 	$(GO) test -count=1 -timeout 8m -parallel 4 -skip '^TestGeneratorsAcceptDocument$$' $(PKGS)
+	$(GO) -C client test -count=1 ./...
 
 # Its own timeout: a cold build cache compiles both generators and the
 # generated clients' dependencies (minutes), and a cold npm cache downloads
@@ -77,9 +81,11 @@ fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/webhook/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/telegram/
 
-lint: ## gofmt and go vet
+lint: ## gofmt and go vet (the client module's too, and its go.mod tidy)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) -C client vet ./...
+	$(GO) -C client mod tidy -diff
 	$(GO) vet -tags outage ./cmd/...
 	$(GO) vet -tags long ./cmd/herald/
 	$(GO) vet -tags deploycheck ./cmd/herald/

@@ -8,6 +8,14 @@
 //		To: "Ada <ada@example.com>", Subject: "Shipped", Body: "Your order is on its way."})
 //
 // The API it speaks is described in docs/api.md and served at /openapi.json.
+//
+// The client is a module of its own, apart from the server's: it needs the
+// standard library only and Go 1.23, so a program that uses it gets
+// nothing of herald's server (no database drivers, no Prometheus) in its
+// go.mod or go.sum. Its versions are tagged client/vX.Y.Z in herald's
+// repository:
+//
+//	go get github.com/heraldhq/herald/client@latest
 package client
 
 import (

@@ -1,136 +1,144 @@
 package client_test
 
+// The client's own handling of HTTP, against stub servers. Its behaviour
+// against the real API (creates, retries of 429 with Retry-After, a lost
+// answer, cursors, dead letters, errors) is tested in the server's module,
+// internal/clientcheck, which can start herald's API in process.
+
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/heraldhq/herald/client"
 )
 
-func setup(t *testing.T, opts ...client.Option) (*herald, *client.Client) {
-	t.Helper()
-	h := startHerald()
-	t.Cleanup(h.Close)
-	c, err := client.New(h.URL, append([]client.Option{client.WithToken(token)}, opts...)...)
-	require.NoError(t, err)
-	return h, c
-}
-
-func email(subject string) client.CreateRequest {
-	return client.CreateRequest{UserID: "u-1", Channel: "email", To: "Ada <ada@example.com>", Subject: subject, Body: "b"}
-}
-
-func count(t *testing.T, c *client.Client) int {
-	t.Helper()
-	n := 0
-	for _, err := range c.ListAll(t.Context(), client.ListOptions{}) {
-		require.NoError(t, err)
-		n++
-	}
-	return n
-}
-
-// A 429 is retried after its Retry-After, and the create happens once.
-func TestRetryHonoursRetryAfter(t *testing.T) {
+func TestNewRefusesBadSettings(t *testing.T) {
 	t.Parallel()
-	h, c := setup(t)
-	h.shed.Store(1)
-	start := time.Now()
-	n, err := c.Create(t.Context(), email("s"))
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, time.Since(start), time.Second, "waited for Retry-After: 1")
-	require.Equal(t, "1", n.ID)
-	require.Equal(t, 1, count(t, c))
-}
-
-// A Retry-After longer than the client may wait is returned at once, as an
-// *Error carrying it; so is the last 429 when the attempts are spent.
-func TestRetryBounded(t *testing.T) {
-	t.Parallel()
-	h, c := setup(t, client.WithRetries(4, 500*time.Millisecond))
-	h.shed.Store(5)
-	start := time.Now()
-	_, err := c.Create(t.Context(), email("s"))
-	require.Less(t, time.Since(start), time.Second, "did not wait")
-	var apiErr *client.Error
-	require.True(t, errors.As(err, &apiErr), "%v", err)
-	require.Equal(t, http.StatusTooManyRequests, apiErr.StatusCode)
-	require.Equal(t, client.CodeTooManyRequests, apiErr.Code)
-	require.Equal(t, time.Second, apiErr.RetryAfter)
-
-	h2, once := setup(t, client.WithRetries(1, time.Minute))
-	h2.shed.Store(1)
-	_, err = once.Create(t.Context(), email("s"))
-	require.True(t, errors.As(err, &apiErr), "one attempt: no retry")
-	require.Zero(t, count(t, once))
-}
-
-// A wait for a retry ends with the context.
-func TestRetryStopsWithContext(t *testing.T) {
-	t.Parallel()
-	h, c := setup(t)
-	h.shed.Store(100)
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := c.Create(ctx, email("s"))
-	require.Error(t, err)
-	require.Less(t, time.Since(start), 900*time.Millisecond)
-}
-
-// A create whose answer was lost is sent again with the same idempotency
-// key: one notification, answered as a replay.
-func TestCreateRetriedAfterLostAnswer(t *testing.T) {
-	t.Parallel()
-	h, _ := setup(t)
-	var calls atomic.Int32
-	lossy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && calls.Add(1) == 1 {
-			// Herald takes the create; the answer is lost on the way.
-			h.srv.Config.Handler.ServeHTTP(httptest.NewRecorder(), r)
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				_ = conn.Close()
-			}
-			return
+	for _, bad := range []string{"", "localhost:8080", "ftp://x", "http://", "://x"} {
+		if _, err := client.New(bad); err == nil {
+			t.Errorf("New(%q): no error", bad)
 		}
-		h.srv.Config.Handler.ServeHTTP(w, r)
-	}))
-	t.Cleanup(lossy.Close)
-	c, err := client.New(lossy.URL, client.WithToken(token))
-	require.NoError(t, err)
-	n, err := c.Create(t.Context(), email("s"))
-	require.NoError(t, err)
-	require.True(t, n.Replayed, "the second attempt was answered from the first")
-	require.EqualValues(t, 2, calls.Load())
-	require.Equal(t, 1, count(t, c))
+	}
+	if _, err := client.New("http://127.0.0.1:8080", client.WithRetries(0, time.Second)); err == nil || !strings.Contains(err.Error(), "at least one attempt") {
+		t.Errorf("no attempts: %v", err)
+	}
+	if _, err := client.New("http://127.0.0.1:8080", client.WithRetries(1, -time.Second)); err == nil || !strings.Contains(err.Error(), "must not be negative") {
+		t.Errorf("negative wait: %v", err)
+	}
 }
 
-// Without the token: 401, code unauthorized; a bad base URL is refused.
-func TestErrors(t *testing.T) {
-	t.Parallel()
-	h, _ := setup(t)
-	c, err := client.New(h.URL + "/")
-	require.NoError(t, err)
-	_, err = c.Get(t.Context(), "1")
-	var apiErr *client.Error
-	require.True(t, errors.As(err, &apiErr))
-	require.Equal(t, http.StatusUnauthorized, apiErr.StatusCode)
-	require.Equal(t, client.CodeUnauthorized, apiErr.Code)
-	require.Contains(t, apiErr.Error(), "401 unauthorized")
-	for _, bad := range []string{"", "localhost:8080", "ftp://x", "http://"} {
-		_, err := client.New(bad)
-		require.Error(t, err, bad)
+// stub serves handler and returns a client of it with opts.
+func stub(t *testing.T, handler http.HandlerFunc, opts ...client.Option) *client.Client {
+	t.Helper()
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	c, err := client.New(srv.URL+"/herald/", opts...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, c2 := setup(t)
-	_, err = c2.DeadLetters(t.Context(), client.DeadLetterOptions{Limit: 501})
-	require.True(t, errors.As(err, &apiErr))
-	require.Equal(t, "limit", apiErr.Field)
+	return c
+}
+
+// A path prefix of the base URL (behind a proxy) is kept; a destination
+// key is escaped once, as the API expects it; the token and the headers go
+// with every request.
+func TestRequestShape(t *testing.T) {
+	t.Parallel()
+	var got []string
+	c := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Method+" "+r.URL.EscapedPath()+" "+r.Header.Get("Authorization")+" "+r.Header.Get("Accept"))
+		w.WriteHeader(http.StatusNoContent)
+	}, client.WithToken("t0k"))
+	if err := c.EnableDestination(context.Background(), "webhook:https://example.com/a b"); err != nil {
+		t.Fatal(err)
+	}
+	want := "POST /herald/destinations/webhook:https:%2F%2Fexample.com%2Fa%20b/enable Bearer t0k application/json"
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("requests %q, want [%q]", got, want)
+	}
+}
+
+// Every create carries an Idempotency-Key: the request's, or a fresh one.
+func TestCreateIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	var keys []string
+	c := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("Content-Type %q", ct)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"7","status":"pending"}`)
+	})
+	req := client.CreateRequest{UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b"}
+	for _, key := range []string{"", "mine"} {
+		req.IdempotencyKey = key
+		n, err := c.Create(context.Background(), req)
+		if err != nil || n.ID != "7" {
+			t.Fatalf("create: %+v %v", n, err)
+		}
+	}
+	if len(keys) != 2 || len(keys[0]) != 32 || keys[1] != "mine" {
+		t.Errorf("keys %q: want a fresh 32-character key, then the request's", keys)
+	}
+	if a, b := client.NewIdempotencyKey(), client.NewIdempotencyKey(); a == b || len(a) != 32 {
+		t.Errorf("NewIdempotencyKey: %q, %q", a, b)
+	}
+}
+
+// A reply that is not herald's (a proxy's error page) is an *Error with
+// the status and the start of the page; a 502 is not retried.
+func TestErrorFromProxyPage(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	c := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "  <html>"+strings.Repeat("x", 500)+"</html>")
+	})
+	_, err := c.Get(context.Background(), "1")
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("want *client.Error, got %v", err)
+	}
+	if apiErr.StatusCode != http.StatusBadGateway || apiErr.Code != "" || apiErr.Message != "<html>"+strings.Repeat("x", 192) {
+		t.Errorf("error %+v", apiErr)
+	}
+	if !strings.HasPrefix(err.Error(), "herald API: 502: <html>") {
+		t.Errorf("Error() = %q", err.Error())
+	}
+	if calls.Load() != 1 {
+		t.Errorf("%d calls, want 1", calls.Load())
+	}
+}
+
+// A 503 with an HTTP-date Retry-After in the past is retried at once; the
+// attempts are bounded.
+func TestRetryAfterDate(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	c := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Retry-After", time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error":{"code":"unavailable","message":"store down"}}`)
+	}, client.WithRetries(3, time.Minute))
+	_, err := c.Get(context.Background(), "1")
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Code != client.CodeUnavailable || apiErr.RetryAfter != 0 {
+		t.Fatalf("error %v", err)
+	}
+	if calls.Load() != 3 {
+		t.Errorf("%d calls, want 3", calls.Load())
+	}
 }

@@ -1,19 +1,20 @@
 package client_test
 
+// These examples show the calls; the server's module runs the same ones
+// against a real herald with their output checked (internal/clientcheck).
+
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/heraldhq/herald/client"
 )
 
 func Example() {
-	h := startHerald() // a real herald API, token "s3cret"
-	defer h.Close()
 	ctx := context.Background()
-
-	c, err := client.New(h.URL, client.WithToken("s3cret"))
+	c, err := client.New("http://127.0.0.1:8080", client.WithToken(os.Getenv("HERALD_API_TOKEN")))
 	if err != nil {
 		panic(err)
 	}
@@ -25,7 +26,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(created.ID, created.Status, created.To, created.Replayed)
+	fmt.Println(created.ID, created.Status, created.To, created.Replayed) // 1 pending Ada <ada@example.com> false
 
 	// The same key with the same request: the same notification.
 	again, err := c.Create(ctx, client.CreateRequest{
@@ -36,96 +37,56 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(again.ID, again.Replayed)
+	fmt.Println(again.ID, again.Replayed) // 1 true
 
 	n, err := c.Get(ctx, created.ID)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%s %q %q\n", n.Status, n.Subject, n.Body)
-	// Output:
-	// 1 pending Ada <ada@example.com> false
-	// 1 true
-	// pending "Shipped" "Your order is on its way."
+	fmt.Printf("%s %q %q\n", n.Status, n.Subject, n.Body) // pending "Shipped" "Your order is on its way."
 }
 
 // Errors carry the API's code and the field at fault.
 func ExampleError() {
-	h := startHerald()
-	defer h.Close()
-	c, _ := client.New(h.URL, client.WithToken("s3cret"))
+	c, _ := client.New("http://127.0.0.1:8080", client.WithToken(os.Getenv("HERALD_API_TOKEN")))
 
 	_, err := c.Create(context.Background(), client.CreateRequest{UserID: "u-42", Channel: "email", To: "not an address", Subject: "Hi", Body: "Hello"})
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) {
-		fmt.Println(apiErr.StatusCode, apiErr.Code, apiErr.Field)
+		fmt.Println(apiErr.StatusCode, apiErr.Code, apiErr.Field) // 400 invalid_field to
 	}
 	_, err = c.Get(context.Background(), "999")
 	if errors.As(err, &apiErr) && apiErr.Code == client.CodeNotFound {
 		fmt.Println("no notification 999")
 	}
-	// Output:
-	// 400 invalid_field to
-	// no notification 999
 }
 
-// ListAll walks every page of a listing.
+// ListAll walks every page of a listing, newest first.
 func ExampleClient_ListAll() {
-	h := startHerald()
-	defer h.Close()
-	ctx := context.Background()
-	c, _ := client.New(h.URL, client.WithToken("s3cret"))
-	for i := range 5 {
-		_, err := c.Create(ctx, client.CreateRequest{UserID: "u-7", Channel: "email", To: "bo@example.com", Subject: fmt.Sprint("news ", i), Body: "..."})
-		if err != nil {
-			panic(err)
-		}
-	}
-	// Two a page: three requests, every notification once, newest first.
-	for n, err := range c.ListAll(ctx, client.ListOptions{UserID: "u-7", Limit: 2}) {
+	c, _ := client.New("http://127.0.0.1:8080", client.WithToken(os.Getenv("HERALD_API_TOKEN")))
+	for n, err := range c.ListAll(context.Background(), client.ListOptions{UserID: "u-7", Limit: 2}) {
 		if err != nil {
 			panic(err)
 		}
 		fmt.Println(n.ID, n.Subject)
 	}
-	// Output:
-	// 5 news 4
-	// 4 news 3
-	// 3 news 2
-	// 2 news 1
-	// 1 news 0
 }
 
 // Redrive sends dead letters again; their last_error is cleared, and the
 // attempts keep the history.
 func ExampleClient_Redrive() {
-	h := startHerald()
-	defer h.Close()
 	ctx := context.Background()
-	c, _ := client.New(h.URL, client.WithToken("s3cret"))
-	n, err := c.Create(ctx, client.CreateRequest{UserID: "u-1", Channel: "email", To: "gone@example.com", Subject: "Hi", Body: "Hello"})
-	if err != nil {
-		panic(err)
-	}
-	h.fail(1, "550 5.1.1 no such user") // as a worker does after its last try
-
+	c, _ := client.New("http://127.0.0.1:8080", client.WithToken(os.Getenv("HERALD_API_TOKEN")))
+	var ids []string
 	for d, err := range c.AllDeadLetters(ctx, client.DeadLetterOptions{Error: "no such user"}) {
 		if err != nil {
 			panic(err)
 		}
-		fmt.Println("dead:", d.ID, d.To, d.LastError)
+		ids = append(ids, d.ID)
 	}
-	res, err := c.Redrive(ctx, client.RedriveRequest{IDs: []string{n.ID, "999"}})
+	res, err := c.Redrive(ctx, client.RedriveRequest{IDs: ids})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("redriven:", res.Redriven, "skipped:", res.Skipped)
-
-	again, _ := c.Get(ctx, n.ID)
-	attempts, _ := c.Attempts(ctx, n.ID)
-	fmt.Printf("%s last_error=%q; attempt 1: %s %s\n", again.Status, again.LastError, attempts[0].Outcome, attempts[0].Error)
-	// Output:
-	// dead: 1 gone@example.com 550 5.1.1 no such user
-	// redriven: [1] skipped: [{999 not_found}]
-	// pending last_error=""; attempt 1: dead 550 5.1.1 no such user
 }

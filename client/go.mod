@@ -1,0 +1,3 @@
+module github.com/heraldhq/herald/client
+
+go 1.23
