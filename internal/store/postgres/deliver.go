@@ -260,11 +260,14 @@ ap AS (
 -- its status event in the same statement, so the event exists exactly
 -- when the outcome does. Only applied results: a lost claim writes none.
 -- A store configured without status events ($8 false) writes none at all.
+-- Its at is statusAt.
 status_event AS (
 	INSERT INTO outbox (event_type, payload)
 	SELECT CASE ap.status WHEN 'sent' THEN '` + notify.EventSent + `' ELSE '` + notify.EventFailed + `' END,
 		jsonb_build_object('notification_id', ap.id::text, 'user_id', ap.user_id, 'channel', ap.channel,
-			'status', ap.status, 'attempts', ap.attempts, 'at', ap.at, 'last_error', ap.last_error)
+			'status', ap.status, 'attempts', ap.attempts,
+			'at', ` + statusAt + `,
+			'last_error', ap.last_error)
 	FROM ap
 	WHERE ap.outcome IN ('sent', 'dead') AND $8::boolean
 	ORDER BY ap.id
@@ -461,3 +464,11 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	}
 	return claims, recorded, nil
 }
+
+// statusAt is a status event's at, from ap.at (the notification's sent_at
+// or failed_at), as the API writes times: Go's RFC 3339 in UTC with Z, the
+// fraction's trailing zeros dropped. Never to_jsonb of the timestamptz,
+// which follows the session's TimeZone ("+05:30", or "+00:00" in UTC):
+// the store sets no session zone (a PgBouncer in transaction mode would
+// not keep one), so the database's own may be anything.
+const statusAt = `rtrim(rtrim(to_char(ap.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '0'), '.') || 'Z'`

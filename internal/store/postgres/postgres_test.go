@@ -80,10 +80,11 @@ func TestConformance(t *testing.T) {
 }
 
 // harness is the conformance suite's Harness on a fresh database, with a
-// store opened with cfg.
+// store opened with cfg. The database's timezone is farZone: no guarantee
+// may depend on the session's zone.
 func harness(t *testing.T, cfg Config) storetest.Harness {
 	t.Helper()
-	s := openConfig(t, testenv.PostgresURL(t), cfg)
+	s := openConfig(t, postgresURLIn(t, farZone), cfg)
 	return storetest.Harness{
 		Store: s,
 		Count: func(t testing.TB, table string) int {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -27,6 +28,9 @@ var statusTests = []subtest{
 	{"NoStatusEvents", testNoStatusEvents},
 }
 
+// apiTime is t as the API writes it.
+func apiTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
 // relayStatus relays the unprocessed status events, confirming every one,
 // as a status relay does, and returns them in id order.
 func relayStatus(t *testing.T, ctx context.Context, s store.Store) []notify.Event {
@@ -43,11 +47,17 @@ func relayStatus(t *testing.T, ctx context.Context, s store.Store) []notify.Even
 	return got
 }
 
-// statusOf decodes one status event and checks that it names n.
+// statusOf decodes one status event and checks that it names n, and that
+// its at is RFC 3339 in UTC with Z, as every time herald emits, whatever
+// the server's or the database session's time zone.
 func statusOf(t *testing.T, e notify.Event, n notify.Notification) notify.StatusEvent {
 	t.Helper()
 	ev, err := notify.DecodeStatus(e.Payload)
 	require.NoError(t, err)
+	var raw struct{ At string }
+	require.NoError(t, json.Unmarshal(e.Payload, &raw))
+	require.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$`, raw.At, "at is RFC 3339 in UTC with Z")
+	require.Equal(t, ev.At.UTC().Format(time.RFC3339Nano), raw.At, "at is written as the API writes times")
 	require.Equal(t, notify.FormatID(n.ID), ev.NotificationID)
 	require.Equal(t, n.UserID, ev.UserID)
 	require.Equal(t, n.Channel, ev.Channel)
@@ -78,7 +88,7 @@ func testStatusEventOnSent(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, 1, ev.Attempts)
 	require.Empty(t, ev.LastError)
 	require.NotNil(t, got.SentAt)
-	require.WithinDuration(t, *got.SentAt, ev.At, time.Millisecond, "at is sent_at")
+	require.Equal(t, apiTime(*got.SentAt), apiTime(ev.At), "at is sent_at, as the API shows it")
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Empty(t, relayStatus(t, ctx, s), "relayed once")
 
@@ -114,7 +124,7 @@ func testStatusEventOnDead(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, 2, ev.Attempts)
 	require.Equal(t, "550 no such user", ev.LastError)
 	require.NotNil(t, got.FailedAt)
-	require.WithinDuration(t, *got.FailedAt, ev.At, time.Millisecond, "at is failed_at")
+	require.Equal(t, apiTime(*got.FailedAt), apiTime(ev.At), "at is failed_at, as the API shows it")
 }
 
 // Retry and deferred records leave the notification pending: no event.
