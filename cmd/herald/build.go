@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
+	"github.com/heraldhq/herald/internal/hostcheck"
 	"github.com/heraldhq/herald/internal/monitor"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/reconcile"
@@ -500,9 +502,13 @@ func sqsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 // visibility timeout is the table transport's row lease (see
 // deliveryLeases): longer than the worker's claim, and extended while a
 // send runs, so a message reaches another worker only when its holder
-// stopped extending it; that worker's claim then stops a second send. The
-// bench's scratch prefix (whose dots a queue name cannot hold) is
-// prepended with dashes.
+// stopped extending it; that worker's claim then stops a second send. It
+// follows this process's send timeouts, so the transport asks for it on
+// each receive and never declares it on the queues: a relay and a worker
+// with different HERALD_SMTP_TIMEOUTs share them. MaxReceiveCount, which
+// is declared (the send queue's redrive policy), is left at its default
+// in every process. The bench's scratch prefix (whose dots a queue name
+// cannot hold) is prepended with dashes.
 func sqsConfig(cfg Config, log *slog.Logger, prefix string) (func(role string) sqs.Config, error) {
 	base, err := sqs.ParseURL(cfg.BrokerURL)
 	if err != nil {
@@ -703,6 +709,14 @@ func (a *app) apiHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	hosts, err := allowedHosts(a.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(hosts) == 0 && allInterfaces(a.cfg.HTTPAddr) {
+		a.log.Info("listening on all interfaces: the API and the console answer only Hosts that are IP addresses or localhost; list the names clients use in HERALD_ALLOWED_HOSTS",
+			"addr", a.cfg.HTTPAddr)
+	}
 	h, err := api.New(a.st, api.Config{
 		Token:          a.cfg.APIToken,
 		DebugFaults:    a.cfg.DebugFaults,
@@ -714,17 +728,55 @@ func (a *app) apiHandler() (http.Handler, error) {
 		DeadLetters:    deadletter.New(a.st, a.tr.deadLetters),
 		Destinations:   a.st,
 		Channels:       channels,
-		CORSOrigins:    corsOrigins(a.cfg.CORSOrigins),
+		CORSOrigins:    commaList(a.cfg.CORSOrigins),
 		TracerProvider: a.tp,
+		AllowedHosts:   hosts,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return a.withConsole(h.Handler())
+	return a.withConsole(h.Handler(), hosts)
 }
 
-// corsOrigins splits HERALD_CORS_ORIGINS; api.New checks each origin.
-func corsOrigins(v string) []string {
+// checkAllowedHosts vets HERALD_ALLOWED_HOSTS as the settings table parses
+// it.
+func checkAllowedHosts(v string) error {
+	_, err := hostcheck.New(commaList(v))
+	return err
+}
+
+// allInterfaces reports whether addr listens on every interface.
+func allInterfaces(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(h)
+	return h == "" || err == nil && ip.IsUnspecified()
+}
+
+// allowedHosts are the names the API and the console answer to besides IP
+// literals and localhost: HERALD_ALLOWED_HOSTS, and the host of
+// HERALD_HTTP_ADDR when it is a name. A listener on all interfaces
+// (":8080", "0.0.0.0:8080") names none: it cannot know the names clients
+// reach it by, so it answers IP addresses and localhost until
+// HERALD_ALLOWED_HOSTS lists them.
+func allowedHosts(cfg Config) ([]string, error) {
+	hosts := commaList(cfg.AllowedHosts)
+	if err := checkAllowedHosts(cfg.AllowedHosts); err != nil {
+		return nil, usageError{fmt.Errorf("HERALD_ALLOWED_HOSTS: %w", err)}
+	}
+	if h, _, err := net.SplitHostPort(cfg.HTTPAddr); err == nil && h != "" {
+		if _, err := netip.ParseAddr(h); err != nil {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts, nil
+}
+
+// commaList splits a comma-separated setting (HERALD_CORS_ORIGINS,
+// HERALD_ALLOWED_HOSTS), dropping empty items; api.New checks each.
+func commaList(v string) []string {
 	var out []string
 	for o := range strings.SplitSeq(v, ",") {
 		if o = strings.TrimSpace(o); o != "" {

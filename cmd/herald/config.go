@@ -22,6 +22,9 @@ type Config struct {
 	APIToken    string
 	// CORSOrigins is HERALD_CORS_ORIGINS as given: a comma-separated list.
 	CORSOrigins string
+	// AllowedHosts is HERALD_ALLOWED_HOSTS as given: a comma-separated
+	// list of the names the API and the console answer to.
+	AllowedHosts string
 	// APIURL is HERALD_API_URL: the read and redrive commands go through
 	// this API instead of the database.
 	APIURL      string
@@ -96,6 +99,9 @@ type setting struct {
 	oneOf string
 	// zero allows a zero duration, where zero means something.
 	zero bool
+	// check, when set, vets a string setting's value as it is parsed, so
+	// that a bad value is a usage error before anything starts.
+	check func(string) error
 }
 
 // Command groups, as the cmds of a setting name them.
@@ -127,6 +133,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.APIURL }, cmds: cmdsClient},
 	{env: "HERALD_CORS_ORIGINS", flag: "cors-origins", def: "", usage: "browser origins allowed to call the API, comma-separated: exact origins (https://app.example.com) or * for any; preflights from them are answered; unset: no CORS",
 		field: func(c *Config) any { return &c.CORSOrigins }, cmds: cmdsAPI},
+	{env: "HERALD_ALLOWED_HOSTS", flag: "allowed-hosts", def: "", usage: "host names the API and the console answer to besides IP addresses, localhost and the name in HERALD_HTTP_ADDR, which they always answer (the names a proxy or a DNS name serves herald under), comma-separated: exact names (herald.example.com), .example.com for that name and every name under it, or * for any Host (the check off); a request naming another Host is refused with 421 (a defence against DNS rebinding), but for /healthz, /readyz, /metrics and /openapi.json; ports are not compared",
+		field: func(c *Config) any { return &c.AllowedHosts }, cmds: cmdsAPI, check: checkAllowedHosts},
 	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port[?tls=required|opportunistic|none] (STARTTLS; required with credentials), smtps:// for implicit TLS, or mbox:PATH to write mail to a file on purpose; unset: serve writes mail to herald.mbox, a worker refuses to start",
 		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker"},
 	{env: "HERALD_SMTP_CA_FILE", flag: "smtp-ca-file", def: "", usage: "PEM certificates trusted besides the system's for the SMTP server's TLS (a private CA)",
@@ -247,6 +255,11 @@ func (s setting) set(c *Config, v string) error {
 	case *string:
 		if s.oneOf != "" && !contains(strings.Fields(s.oneOf), v) {
 			return fmt.Errorf("want one of %s, got %q", strings.ReplaceAll(s.oneOf, " ", ", "), v)
+		}
+		if s.check != nil {
+			if err := s.check(v); err != nil {
+				return err
+			}
 		}
 		*p = v
 	case *int:

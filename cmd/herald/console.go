@@ -14,7 +14,7 @@ const consoleRefresh = 3 * time.Second
 
 // withConsole serves the web console at /ui beside the API on the API's
 // listener; every other path goes to the API as before.
-func (a *app) withConsole(apiHandler http.Handler) (http.Handler, error) {
+func (a *app) withConsole(apiHandler http.Handler, hosts []string) (http.Handler, error) {
 	channels, err := channelSpecs(a.cfg)
 	if err != nil {
 		return nil, err
@@ -29,6 +29,8 @@ func (a *app) withConsole(apiHandler http.Handler) (http.Handler, error) {
 		RefreshEvery: consoleRefresh,
 		Logger:       a.log.With("component", "console"),
 		Destinations: a.st,
+		AllowedHosts: hosts,
+		Registerer:   a.reg,
 	})
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/heraldhq/herald/internal/hostcheck"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/tracing"
 )
@@ -104,6 +105,15 @@ type Config struct {
 	// the create transaction whose context is stored with the outbox
 	// event. Default: nil (no spans).
 	TracerProvider trace.TracerProvider
+	// AllowedHosts are the names the API answers to besides IP literals
+	// and localhost, which it always answers (package hostcheck): exact
+	// names, ".example.com" for a domain and every name under it, or "*"
+	// for any Host. A request naming another Host gets 421 and does
+	// nothing: a page on a name rebound to herald's address must not read
+	// or change anything. The routes that need no token (the probes,
+	// /metrics, /openapi.json) answer any Host, as orchestrators and
+	// scrapers address them by names herald cannot know. Default: none.
+	AllowedHosts []string
 }
 
 func (c Config) withDefaults() Config {
@@ -166,6 +176,7 @@ type API struct {
 	metrics *httpMetrics
 	tracer  trace.Tracer
 	traced  bool
+	hosts   *hostcheck.Guard
 	handler http.Handler
 }
 
@@ -191,25 +202,26 @@ func New(store Store, cfg Config) (*API, error) {
 		}
 		a.metrics = m
 	}
+	hosts, err := hostcheck.New(cfg.AllowedHosts)
+	if err != nil {
+		return nil, fmt.Errorf("new api: allowed hosts: %w", err)
+	}
+	a.hosts = hostcheck.NewGuard(hosts, a.log)
 	if err := a.register(); err != nil {
 		return nil, fmt.Errorf("new api: %w", err)
 	}
-	a.handler = withRequestID(a.withCORS(http.HandlerFunc(a.serve)))
+	a.handler = withRequestID(a.withHosts(a.withCORS(http.HandlerFunc(a.serve))))
 	return a, nil
 }
 
 // Handler returns the http.Handler serving every route.
 func (a *API) Handler() http.Handler { return a.handler }
 
-// serve is the edge (inside withRequestID and withCORS): it recovers panics, records metrics, authenticates and
+// serve is the edge (inside withRequestID, withHosts and withCORS): it recovers panics, records metrics, authenticates and
 // turns the mux's plain-text 404 and 405 into JSON errors.
 func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	_, pattern := a.mux.Handler(r)
-	route := routeUnmatched
-	if a.routes[pattern] {
-		route = pattern
-	}
+	pattern, route := a.route(r)
 	sw := &statusWriter{ResponseWriter: w}
 	if a.traced && !a.open[r.URL.Path] {
 		var span trace.Span
@@ -252,6 +264,16 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(sw, http.StatusNotFound, apiError{Code: "not_found", Message: "no such resource"})
+}
+
+// route is the mux pattern r matches ("" for none) and its label in the
+// request metrics.
+func (a *API) route(r *http.Request) (pattern, label string) {
+	_, pattern = a.mux.Handler(r)
+	if a.routes[pattern] {
+		return pattern, pattern
+	}
+	return pattern, routeUnmatched
 }
 
 // startSpan starts the server span of r, as a child of the client's

@@ -24,7 +24,7 @@ func FuzzCreate(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, body []byte, contentType, key string) {
 		before, _ := e.rows(t)
-		req := httptest.NewRequest(http.MethodPost, "/notifications", bytes.NewReader(body))
+		req := httptest.NewRequest(http.MethodPost, "http://localhost/notifications", bytes.NewReader(body))
 		if contentType != "" {
 			req.Header.Set("Content-Type", contentType)
 		}

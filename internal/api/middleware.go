@@ -118,3 +118,32 @@ func validCORSOrigin(o string) bool {
 	}
 	return !strings.ContainsAny(rest, "/?#@ \t*")
 }
+
+// withHosts refuses, with 421 Misdirected Request, a request whose Host is
+// not one of the API's names (Config.AllowedHosts, IP literals,
+// localhost): the defence against DNS rebinding. It runs before CORS and
+// authentication, so that such a request learns nothing, not even a
+// preflight's answer. 421 rather than 403: the request is not forbidden to
+// its sender, it reached a server that does not serve that name (RFC 9110,
+// 15.5.20), and a client or proxy that sees it knows to fix the name, not a
+// credential. The routes that need no token answer any Host.
+func (a *API) withHosts(next http.Handler) http.Handler {
+	if a.hosts.Set().Any() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.open[r.URL.Path] || a.hosts.Allow(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		host := r.Host
+		if len(host) > 256 {
+			host = host[:256] + "..."
+		}
+		writeError(w, http.StatusMisdirectedRequest, apiError{Code: "host_not_allowed",
+			Message: "this server does not answer to the Host " + strconv.Quote(host) + " (a name a proxy serves it under must be listed in HERALD_ALLOWED_HOSTS)"})
+		_, route := a.route(r)
+		a.metrics.observe(route, http.StatusMisdirectedRequest, time.Since(start))
+	})
+}

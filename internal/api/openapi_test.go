@@ -189,7 +189,7 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 		open := hasSec && len(sec) == 0
 		target := strings.ReplaceAll(path, "{id}", "1")
 		w := httptest.NewRecorder()
-		a.Handler().ServeHTTP(w, httptest.NewRequest(method, target, strings.NewReader("{}")))
+		a.Handler().ServeHTTP(w, httptest.NewRequest(method, "http://localhost"+target, strings.NewReader("{}")))
 		if open {
 			require.NotEqual(t, http.StatusUnauthorized, w.Code, "%s is open in the document", pattern)
 		} else {
@@ -327,7 +327,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	notReady, err := api.New(e.store, api.Config{Ready: []api.Check{{Name: "broker", Pinger: failing}}})
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
-	notReady.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+	notReady.Handler().ServeHTTP(w, httptest.NewRequest("GET", "http://localhost/readyz", nil))
 	s.check(t, "GET", "/readyz", reply{status: w.Code, header: w.Header(), raw: w.Body.String()})
 
 	// 401 with a token; 503 once the store is closed.
@@ -335,7 +335,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	require.NoError(t, err)
 	for _, target := range []string{"/notifications", "/notifications/1", "/notifications/1/attempts"} {
 		w := httptest.NewRecorder()
-		tok.Handler().ServeHTTP(w, httptest.NewRequest("GET", target, nil))
+		tok.Handler().ServeHTTP(w, httptest.NewRequest("GET", "http://localhost"+target, nil))
 		s.check(t, "GET", target, reply{status: w.Code, header: w.Header(), raw: w.Body.String()})
 	}
 	require.NoError(t, e.store.Close())

@@ -23,10 +23,12 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heraldhq/herald/internal/hostcheck"
 	"github.com/heraldhq/herald/internal/notify"
 )
 
@@ -120,6 +122,27 @@ type Config struct {
 	// of the destinations that are not up, each with an Enable button).
 	// Default: nil (no page).
 	Destinations Destinations
+	// AllowedHosts are the names the console answers to besides IP
+	// literals and localhost, as the API's (api.Config.AllowedHosts):
+	// exact names, ".example.com" suffixes or "*". A request naming
+	// another Host gets 421 and a plain page, before any page, cookie or
+	// CSRF token is made, and a form's Origin must name an allowed host as
+	// well as the request's. Default: none.
+	AllowedHosts []string
+	// LoginPerAddress limits the logins of one client address (the
+	// connection's peer; an IPv6 address by its /64) and LoginGlobal those
+	// of all addresses together: past either the login answers 429 with
+	// Retry-After, before the token is compared. A right token gives its
+	// turn back. Defaults (the zero value): DefaultLoginPerAddress,
+	// DefaultLoginGlobal.
+	LoginPerAddress, LoginGlobal LoginLimit
+	// LoginAddresses is how many client addresses the per-address limit
+	// remembers. Default (zero): DefaultLoginAddresses.
+	LoginAddresses int
+	// Registerer, when set, receives the console's metrics
+	// (herald_console_login_failures_total,
+	// herald_console_login_throttled_total). Default: nil (none).
+	Registerer prometheus.Registerer
 }
 
 func (c Config) withDefaults() Config {
@@ -128,6 +151,11 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Channels == nil {
 		c.Channels = notify.EmailOnly()
+	}
+	c.LoginPerAddress = c.LoginPerAddress.orDefault(DefaultLoginPerAddress)
+	c.LoginGlobal = c.LoginGlobal.orDefault(DefaultLoginGlobal)
+	if c.LoginAddresses == 0 {
+		c.LoginAddresses = DefaultLoginAddresses
 	}
 	return c
 }
@@ -139,7 +167,10 @@ func (c Config) validate() error {
 	if c.RefreshEvery <= 0 {
 		return fmt.Errorf("refresh interval must be positive, got %s", c.RefreshEvery)
 	}
-	return nil
+	if c.LoginAddresses < 1 {
+		return fmt.Errorf("login addresses must be positive, got %d", c.LoginAddresses)
+	}
+	return errors.Join(c.LoginPerAddress.validate("per-address"), c.LoginGlobal.validate("global"))
 }
 
 //go:embed templates/*.html
@@ -159,6 +190,8 @@ type Console struct {
 	mux    *http.ServeMux
 	key    []byte // signs sessions and CSRF tokens
 	assets http.Handler
+	hosts  *hostcheck.Guard
+	logins *loginThrottle
 }
 
 // New returns the console over its sources.
@@ -174,7 +207,16 @@ func New(notes Notifications, stats Stats, dead DeadLetters, cfg Config) (*Conso
 	if err != nil {
 		return nil, fmt.Errorf("new console: %w", err)
 	}
-	c := &Console{notes: notes, stats: stats, dead: dead, cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux()}
+	hosts, err := hostcheck.New(cfg.AllowedHosts)
+	if err != nil {
+		return nil, fmt.Errorf("new console: allowed hosts: %w", err)
+	}
+	logins, err := newLoginThrottle(cfg.LoginPerAddress, cfg.LoginGlobal, cfg.LoginAddresses, cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("new console: %w", err)
+	}
+	c := &Console{notes: notes, stats: stats, dead: dead, cfg: cfg, log: cfg.Logger, pages: pages, mux: http.NewServeMux(),
+		hosts: hostcheck.NewGuard(hosts, cfg.Logger), logins: logins}
 	if cfg.Token != "" {
 		c.key = sessionKey(cfg.Token)
 	} else {
@@ -224,11 +266,27 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("X-Frame-Options", "DENY")
+	if !c.hosts.Allow(r) {
+		c.misdirected(w, r)
+		return
+	}
 	if r.URL.Path == Prefix {
 		http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 		return
 	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// misdirected answers a request whose Host is not the console's (DNS
+// rebinding): 421 and a plain page, with no cookie and no CSRF token.
+func (c *Console) misdirected(w http.ResponseWriter, r *http.Request) {
+	host := r.Host
+	if len(host) > 256 {
+		host = host[:256] + "..."
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Error(w, "421 Misdirected Request: this console does not answer to the Host "+strconv.Quote(host)+
+		". If a proxy serves herald under that name, list it in HERALD_ALLOWED_HOSTS.", http.StatusMisdirectedRequest)
 }
 
 func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request) {

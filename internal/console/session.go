@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -156,11 +157,12 @@ func validNonce(s string) bool {
 
 // checkCSRF reports whether a state-changing request carries the CSRF token
 // of its browser's cookie, and comes from the console's own origin when the
-// browser says where it comes from.
+// browser says where it comes from: the request's Host, and one the
+// console answers to (a page on a rebound name sends its own name as both).
 func (c *Console) checkCSRF(r *http.Request) bool {
 	if o := r.Header.Get("Origin"); o != "" && o != "null" {
 		u, err := url.Parse(o)
-		if err != nil || u.Host != r.Host {
+		if err != nil || u.Host != r.Host || !c.hosts.Set().AllowsOrigin(o) {
 			return false
 		}
 	}
@@ -211,10 +213,24 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusForbidden, "login", loginData{Error: csrfMessage})
 		return
 	}
+	turn, wait, limit := c.logins.take(r)
+	if wait > 0 {
+		secs := retryAfterSeconds(wait)
+		c.logins.logThrottled(c.log, r, limit, secs)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		msg := fmt.Sprintf("Too many failed logins from your address. Try again in %d seconds.", secs)
+		if limit == "global" {
+			msg = fmt.Sprintf("Too many failed logins to this console. Try again in %d seconds.", secs)
+		}
+		c.render(w, r, http.StatusTooManyRequests, "login", loginData{Error: msg})
+		return
+	}
 	if !c.tokenMatches(r.PostFormValue("token")) {
+		c.logins.failed.Inc()
 		c.render(w, r, http.StatusUnauthorized, "login", loginData{Error: "That is not the API token."})
 		return
 	}
+	turn.giveBack()
 	http.SetCookie(w, c.cookie(r, sessionCookie, c.newSession(time.Now()), int(c.cfg.SessionTTL/time.Second)))
 	// A fresh CSRF cookie at login: one planted before it is not reused.
 	http.SetCookie(w, c.cookie(r, csrfCookie, randomHex(), 0))
@@ -229,6 +245,11 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, c.cookie(r, sessionCookie, "", -1))
 	http.Redirect(w, r, Prefix+"/login?reason=logged_out", http.StatusSeeOther)
+}
+
+// retryAfterSeconds is d in whole seconds, rounded up, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 // csrfMessage is what a refused form says.
