@@ -16,6 +16,7 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/console"
 	"github.com/heraldhq/herald/internal/deadletter"
+	"github.com/heraldhq/herald/internal/deployment"
 	"github.com/heraldhq/herald/internal/monitor"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/reconcile"
@@ -45,6 +46,8 @@ type Store interface {
 	api.BacklogStats
 	reconcile.Store
 	console.Stats
+	deployment.Store
+	deployment.Beater
 
 	// ClaimDeliveries and RecordDeliveries are the two halves of
 	// worker.Store's ClaimAndRecord, each alone in its transaction.

@@ -117,6 +117,15 @@ var migrations = []migration{
 				Options: options.Index().SetName("destination_status_idx")},
 		},
 	}, backfill: backfillDestinations},
+	// Issue 38: every long-running process reports itself in the
+	// processes collection (keyed by its id) every few seconds; the
+	// writers delete the documents of processes gone for a while by
+	// seen_at.
+	{version: 7, name: "processes", indexes: map[string][]mgo.IndexModel{
+		collProcesses: {
+			{Keys: bson.D{{Key: "seen_at", Value: 1}}, Options: options.Index().SetName("seen_at_idx")},
+		},
+	}},
 }
 
 // backfillDestinations gives every pending notification of a channel with
