@@ -460,7 +460,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Contains(t, b.text("form.filters"), "the cursor is not one this API issued")
 		require.Equal(t, http.StatusBadRequest, b.nav(s.url+"/ui/notifications?created_after=yesterday"))
 		require.Contains(t, b.text("#created_after + .field-error"), "created_after must be an RFC 3339 time")
-		require.Equal(t, "yesterday", js[string](b, `document.querySelector("#created_after").value`), "the input is kept")
+		require.Contains(t, b.text("#created_after + .field-error"), `the link gave "yesterday"`, "a date input cannot hold it: the error quotes it")
 		require.Equal(t, http.StatusBadRequest, b.nav(s.url+"/ui/notifications?status=lost"))
 		require.Contains(t, b.text("#status + .field-error"), "status must be pending, sent or failed")
 		require.Equal(t, http.StatusBadRequest, b.nav(s.url+"/ui/dead-letters?since=forever"))

@@ -75,6 +75,40 @@ func TestChart(t *testing.T) {
 	require.Len(t, pts, 60)
 	require.Equal(t, "0.0,0.0", pts[0], "the largest value reaches the top")
 	require.Equal(t, "600.0,75.0", pts[59])
+	// The time axis: every ten minutes of the clock, in UTC, placed where
+	// the minute is drawn; the edges' labels stay inside.
+	require.Equal(t, []chartTick{
+		{X: "0.00%", Label: "12:00", Anchor: "start"}, {X: "16.95%", Label: "12:10", Anchor: "middle"},
+		{X: "33.90%", Label: "12:20", Anchor: "middle"}, {X: "50.85%", Label: "12:30", Anchor: "middle"},
+		{X: "67.80%", Label: "12:40", Anchor: "middle"}, {X: "84.75%", Label: "12:50", Anchor: "middle"},
+	}, ch.Ticks)
+	tokyo := time.FixedZone("JST", 9*3600)
+	late := newChart(time.Date(2026, 5, 1, 21, 1, 0, 0, tokyo), notify.Activity{})
+	require.Len(t, late.Ticks, 6)
+	require.Equal(t, chartTick{X: "15.25%", Label: "12:10", Anchor: "middle"}, late.Ticks[0], "in UTC whatever the zone")
+	require.Equal(t, chartTick{X: "100.00%", Label: "13:00", Anchor: "end"}, late.Ticks[5])
+}
+
+// The list's time filters come from datetime-local inputs (no zone: UTC)
+// or from links in RFC 3339; both reach the API's rules as RFC 3339, and
+// the inputs show either in UTC.
+func TestTimeFilters(t *testing.T) {
+	for _, tc := range []struct{ in, query, input string }{
+		{"2026-05-01T12:00", "2026-05-01T12:00:00Z", "2026-05-01T12:00:00"},
+		{"2026-05-01T12:00:05", "2026-05-01T12:00:05Z", "2026-05-01T12:00:05"},
+		{"2026-05-01T12:00:05.250", "2026-05-01T12:00:05.25Z", "2026-05-01T12:00:05"},
+		{"2026-05-01T12:00:00Z", "2026-05-01T12:00:00Z", "2026-05-01T12:00:00"},
+		{"2026-05-01T14:00:00+02:00", "2026-05-01T14:00:00+02:00", "2026-05-01T12:00:00"},
+		{"yesterday", "yesterday", ""},
+		{"2026-05-01", "2026-05-01", ""},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			q := utcFilters(url.Values{"created_after": {tc.in}, "user_id": {"2026-05-01T12:00"}})
+			require.Equal(t, tc.query, q.Get("created_after"))
+			require.Equal(t, "2026-05-01T12:00", q.Get("user_id"), "only the time filters")
+			require.Equal(t, tc.input, dateInput(tc.in))
+		})
+	}
 }
 
 // openConsole serves a console without a token over a real SQLite store.

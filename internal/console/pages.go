@@ -118,6 +118,8 @@ var funcs = template.FuncMap{
 		return &stamp{ISO: t.Format(time.RFC3339Nano), UTC: t.Format("2006-01-02 15:04:05 UTC")}
 	},
 	"id": notify.FormatID,
+	// dateInput is a time filter as a datetime-local input shows it.
+	"dateInput": dateInput,
 }
 
 // --- overview ---
@@ -134,6 +136,9 @@ type overviewData struct {
 	Chart       chart
 	At          time.Time
 	RefreshMS   int64
+	// Deployment is the whole deployment's state, when the console reads
+	// it (Config.Deployment).
+	Deployment *deploymentView
 }
 
 func (c *Console) overviewData(r *http.Request) (overviewData, error) {
@@ -158,7 +163,13 @@ func (c *Console) overviewData(r *http.Request) (overviewData, error) {
 	for _, n := range act.Delivered {
 		d.SentHour += n
 	}
-	if c.cfg.Senders != nil {
+	if c.cfg.Deployment != nil {
+		dep, err := c.cfg.Deployment.Read(ctx)
+		if err != nil {
+			return overviewData{}, err
+		}
+		d.Deployment = newDeploymentView(dep)
+	} else if c.cfg.Senders != nil {
 		d.Senders, d.SendersHere = c.cfg.Senders()
 	}
 	d.Reconciled = c.reconciled()
@@ -240,15 +251,72 @@ func cleanQuery(q url.Values) url.Values {
 	return out
 }
 
+// timeFilters are the list's time filters: the form's datetime-local
+// inputs send them without a zone, links (and the API) in RFC 3339.
+var timeFilters = []string{"created_after", "created_before"}
+
+// The values a datetime-local input sends: minutes, or seconds (a
+// fraction after the seconds parses too).
+const (
+	localMinute = "2006-01-02T15:04"
+	localSecond = "2006-01-02T15:04:05"
+)
+
+// parseLocal reads a datetime-local input's value, in UTC (the label says
+// so).
+func parseLocal(v string) (time.Time, bool) {
+	for _, layout := range []string{localMinute, localSecond} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// utcFilters rewrites the time filters a datetime-local input sent into
+// the RFC 3339 the API's rules take; RFC 3339 values (links made before
+// the inputs, or by hand) and anything else pass as they are, so the
+// API's rules judge them.
+func utcFilters(q url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range q {
+		out[k] = vs
+		if len(vs) != 1 || !slices.Contains(timeFilters, k) {
+			continue
+		}
+		if t, ok := parseLocal(vs[0]); ok {
+			out[k] = []string{t.Format(time.RFC3339Nano)}
+		}
+	}
+	return out
+}
+
+// dateInput is a time filter's value as a datetime-local input takes it:
+// in UTC, to the second; "" when it is no time (the input could not show
+// it: the field's error quotes it).
+func dateInput(v string) string {
+	if t, ok := parseLocal(v); ok {
+		return t.Format(localSecond)
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UTC().Format(localSecond)
+	}
+	return ""
+}
+
 func (c *Console) notifications(w http.ResponseWriter, r *http.Request) {
 	q := cleanQuery(r.URL.Query())
 	d := listData{Query: q, Channels: c.cfg.Channels.Names(), Errors: map[string]string{}}
-	f, err := api.ParseListFilter(q, c.cfg.Channels)
+	f, err := api.ParseListFilter(utcFilters(q), c.cfg.Channels)
 	if err != nil {
 		var pe *api.ParamError
 		msg, field := err.Error(), ""
 		if errors.As(err, &pe) {
 			field = pe.Field
+		}
+		if slices.Contains(timeFilters, field) && dateInput(q.Get(field)) == "" {
+			// A date input cannot hold what the link gave: say it.
+			msg += " (the link gave " + strconv.Quote(q.Get(field)) + ")"
 		}
 		if slices.Contains(listFields, field) {
 			d.Errors[field] = msg
@@ -433,13 +501,25 @@ type confirmData struct {
 	Query    url.Values
 	Selected int
 	Named    int
+	// Will are the dead letters the redrive would send again (the dry
+	// run's), at most maxShownIDs of them; More counts the rest.
+	Will []int64
+	More int
+	// From is the notification whose page the redrive was asked from
+	// (its Redrive button), to go back to; "" from the dead letters.
+	From string
 }
+
+// maxShownIDs caps the ids a confirmation lists: "all that match" may
+// be thousands.
+const maxShownIDs = 100
 
 type redrivenData struct {
 	Selected int
 	Redriven []int64
 	Skipped  []skipView
 	Removed  int
+	From     string
 }
 
 type skipView struct {
@@ -488,6 +568,12 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
 		}
 		ids = append(ids, id)
 	}
+	// from: the notification page's Redrive button names its notification,
+	// to go back to it.
+	from := ""
+	if id, ok := notify.ParseID(form.Get("from")); ok && !all && len(ids) == 1 && ids[0] == id {
+		from = notify.FormatID(id)
+	}
 	sel := notify.RedriveSelection{All: all}
 	switch {
 	case all:
@@ -507,9 +593,13 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
 			c.unavailable(w, r, "redrive (dry run)", err)
 			return
 		}
-		d := confirmData{All: all, Query: q, Selected: res.Selected, Named: len(ids)}
+		d := confirmData{All: all, Query: q, Selected: res.Selected, Named: len(ids), From: from}
 		for _, id := range ids {
 			d.IDs = append(d.IDs, notify.FormatID(id))
+		}
+		d.Will = res.Redriven
+		if len(d.Will) > maxShownIDs {
+			d.Will, d.More = d.Will[:maxShownIDs], len(d.Will)-maxShownIDs
 		}
 		c.render(w, r, http.StatusOK, "confirm", d)
 		return
@@ -524,7 +614,7 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
 		c.unavailable(w, r, "redrive", err)
 		return
 	}
-	d := redrivenData{Selected: res.Selected, Redriven: res.Redriven, Removed: res.RemovedFromQueue}
+	d := redrivenData{Selected: res.Selected, Redriven: res.Redriven, Removed: res.RemovedFromQueue, From: from}
 	for _, s := range skips {
 		reason := skipReasons[s.Reason]
 		if reason == "" {
@@ -544,6 +634,17 @@ type chart struct {
 	Created, Delivered string // SVG polyline points
 	Max                int64
 	Rows               []chartRow
+	// Ticks mark the time axis: every ten minutes of the clock, in UTC.
+	Ticks []chartTick
+}
+
+// chartTick is one mark of the time axis. X is a percentage of the
+// chart's width, so the labels are laid out at the width the page has,
+// never stretched with the lines.
+type chartTick struct {
+	X      string
+	Label  string
+	Anchor string // text-anchor: the first and last labels stay inside
 }
 
 type chartRow struct {
@@ -553,6 +654,8 @@ type chartRow struct {
 
 const (
 	chartW, chartH = 600, 150
+	// chartTickEvery is the time axis's step, in minutes of the clock.
+	chartTickEvery = 10
 )
 
 func newChart(start time.Time, a notify.Activity) chart {
@@ -571,6 +674,20 @@ func newChart(start time.Time, a notify.Activity) chart {
 		fmt.Fprintf(&dp, "%.1f,%.1f ", x, chartH-float64(row.Delivered)*chartH/float64(top))
 	}
 	ch.Created, ch.Delivered = strings.TrimSpace(cp.String()), strings.TrimSpace(dp.String())
+	for i, row := range ch.Rows {
+		if row.Minute.Minute()%chartTickEvery != 0 {
+			continue
+		}
+		pct := float64(i) * 100 / 59
+		anchor := "middle"
+		switch {
+		case pct < 5:
+			anchor = "start"
+		case pct > 95:
+			anchor = "end"
+		}
+		ch.Ticks = append(ch.Ticks, chartTick{X: fmt.Sprintf("%.2f%%", pct), Label: row.Minute.UTC().Format("15:04"), Anchor: anchor})
+	}
 	// Newest first in the table, as every list of the console.
 	slices.Reverse(ch.Rows)
 	return ch
