@@ -396,8 +396,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Equal(t, "2", strings.TrimSpace(b.text("#deadletters")))
 		require.Equal(t, "4", strings.TrimSpace(b.text("#sent-hour")))
 		require.Equal(t, "2", strings.TrimSpace(b.text("#failed-hour")))
-		require.Contains(t, b.text("table.senders"), "email")
-		require.Contains(t, b.text("table.senders"), "up", "herald serve runs the worker: its sender's state is known")
+		// The process reports itself, its worker's sender with it.
+		require.Contains(t, b.text("table.processes"), "api, relay, worker")
+		require.Contains(t, b.text("table.processes .sender"), "email: up", "herald serve runs the worker: its sender's state is known")
+		require.Equal(t, "0", strings.TrimSpace(b.text("#pending")))
 		require.Equal(t, "0", strings.TrimSpace(b.text("#reconciled")))
 		// Times in the browser's zone, UTC on hover.
 		b.eventually(`document.documentElement.dataset.js === "ready"`, 5*time.Second, "the script ran")

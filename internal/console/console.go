@@ -139,6 +139,12 @@ type Config struct {
 	// LoginAddresses is how many client addresses the per-address limit
 	// remembers. Default (zero): DefaultLoginAddresses.
 	LoginAddresses int
+	// Deployment, when set, is what the overview shows of the whole
+	// deployment: the notifications pending, the broker's queues and the
+	// state of every herald process and its senders, as the processes
+	// report it. Senders is then not used. Default: nil (the overview
+	// shows this process's senders alone).
+	Deployment Deployment
 	// Registerer, when set, receives the console's metrics
 	// (herald_console_login_failures_total,
 	// herald_console_login_throttled_total). Default: nil (none).

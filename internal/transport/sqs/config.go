@@ -65,13 +65,17 @@ type Config struct {
 	// the number of handler goroutines it runs. Zero means the default.
 	// Default 10.
 	Prefetch int
-	// VisibilityTimeout is how long a received message stays invisible to
-	// the other consumers. The Consumer extends it (ChangeMessageVisibility)
-	// every third of it while the handler runs, so it only bounds how late
-	// a message held by a crashed worker comes back; it must be longer than
-	// the worker's claim lease so that a worker that stopped extending (a
-	// wedged network) loses the message only after its claim expired. Whole
-	// seconds, at most 12h. Zero means the default. Default 5m.
+	// VisibilityTimeout is how long a message this Consumer received stays
+	// invisible to the other consumers. Each receive asks for it
+	// (ReceiveMessage's VisibilityTimeout) and the Consumer extends it
+	// (ChangeMessageVisibility) every third of it while the handler runs,
+	// so it only bounds how late a message held by a crashed worker comes
+	// back; it must be longer than the worker's claim lease so that a
+	// worker that stopped extending (a wedged network) loses the message
+	// only after its claim expired. It is never declared on the queue:
+	// processes with different send timeouts (and so different visibility
+	// timeouts) share the queues. Whole seconds, at most 12h. Zero means
+	// the default. Default 5m.
 	VisibilityTimeout time.Duration
 	// WaitTime is the long poll of each ReceiveMessage (at most 20s). A
 	// stopping Consumer lets its last receive finish (see Consume), so it
@@ -83,8 +87,11 @@ type Config struct {
 	// count), so it is far above the retries. On FIFO queues, where a
 	// parked message waits by its visibility, half of it bounds how often
 	// one message is parked in place before it is sent again as a copy;
-	// at least 4 there. Zero means the default. Default
-	// DefaultMaxReceiveCount.
+	// at least 4 there. It is declared on the send queue, so every process
+	// on the same queues must have the same (no setting changes it: herald
+	// always has the default); a send queue that exists with another count
+	// keeps it, and herald goes by the queue's (see DeclareQueues). Zero
+	// means the default. Default DefaultMaxReceiveCount.
 	MaxReceiveCount int
 	// Logger receives what the Consumer cannot return to anybody. Default:
 	// discard.

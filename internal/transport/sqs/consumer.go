@@ -299,11 +299,12 @@ func (c *Consumer) hold(ctx context.Context, d *delivery) (waits bool, err error
 
 // mayWait reports whether d, a FIFO message, may wait by its visibility
 // (which counts a receipt) and still stay far from the redrive policy's
-// maxReceiveCount: its next receipt must be within half of it. The other
-// half is margin for receipts herald does not see (answers lost on their
-// way back, hand-backs at a stop).
+// maxReceiveCount (the queue's, which may differ from the configuration's
+// when the queue existed: see declare): its next receipt must be within
+// half of it. The other half is margin for receipts herald does not see
+// (answers lost on their way back, hand-backs at a stop).
 func (c *Consumer) mayWait(d *delivery) bool {
-	return receiveCount(d.raw)+1 <= c.cfg.MaxReceiveCount/2
+	return receiveCount(d.raw)+1 <= c.q.maxReceiveCount()/2
 }
 
 func lastError(m types.Message) string {

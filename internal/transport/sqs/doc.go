@@ -14,6 +14,15 @@
 // after MaxReceiveCount receipts (1000 by default): a backstop only, since
 // herald dead-letters on its own retry count long before.
 //
+// Every process declares the queues, so they carry only what every
+// process agrees on: a 14-day retention (and FifoQueue) on all three, the
+// redrive policy on the send queue; never a visibility timeout, which
+// follows each process's send timeouts and is asked by each receive
+// instead. A queue that exists with other attributes is used as it is,
+// each difference logged once; herald goes by the send queue's own
+// maxReceiveCount, and refuses (an error naming the attribute and the fix)
+// only a FIFO send queue whose count is below 4. See DeclareQueues.
+//
 // Every message carries its outbox id in the attribute herald-message-id,
 // its event type in herald-type and when it was written in
 // herald-occurred-at (Unix microseconds); copies carry x-retry-count and
@@ -41,7 +50,7 @@
 //
 // A worker long-polls (WaitTime) for as many messages as it has idle
 // handlers (Prefetch in flight at most). A received message is invisible
-// for VisibilityTimeout, longer than the worker's claim lease, and the
+// for VisibilityTimeout (the receive's own), longer than the worker's claim lease, and the
 // Consumer extends it (ChangeMessageVisibility) every third of that while
 // the handler runs, so a slow send keeps its message; if the extension
 // fails and the message reaches another worker, the worker's claim on the

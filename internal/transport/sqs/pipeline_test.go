@@ -55,12 +55,10 @@ func pipelineHarness(t *testing.T) pipelinetest.Harness {
 
 	base := config(t)
 	base.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
-	// goaws makes a received message invisible for the queue's visibility
-	// timeout (set by whoever declares the queue first), whatever the
-	// receive asks: every process here declares the same one. It is short,
-	// so that a message whose receive answer was lost on its way back
-	// (SQS's contract: it comes back after the visibility timeout) reaches
-	// the next receive well within the suite's waits; a held message is
+	// The visibility timeout each receive asks for is short, so that a
+	// message whose receive answer was lost on its way back (SQS's
+	// contract: it comes back after the visibility timeout) reaches the
+	// next receive well within the suite's waits; a held message is
 	// extended every third of it.
 	base.VisibilityTimeout = pipelineVisibility
 	base.RetryDelays = []time.Duration{pipelinetest.RetryDelay}
@@ -74,9 +72,8 @@ func pipelineHarness(t *testing.T) pipelinetest.Harness {
 			cfg.RetryDelays = []time.Duration{sc.RetryDelay}
 			cfg.Prefetch = sc.Prefetch
 			if sc.Lease > 0 {
-				// Real SQS honours a receive's own, shorter visibility
-				// timeout (the crashing consumer's); goaws keeps the
-				// queue's.
+				// The crashing consumer's shorter one, capped by the
+				// suite's.
 				cfg.VisibilityTimeout = min(pipelineVisibility, max(sc.Lease, time.Second))
 			}
 			c, err := sqstr.NewConsumer(cfg)

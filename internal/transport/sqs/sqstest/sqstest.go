@@ -1,5 +1,7 @@
 // Package sqstest starts goaws, a local SQS-compatible server, inside the
-// test binary, for the SQS transport's tests and harnesses. goaws keeps
+// test binary, for the SQS transport's tests and harnesses; and, for the
+// tests that need SQS's strictness (queue attributes, a receive's
+// visibility), local-aws-sqs under Node.js (StartStrict, strict.go). goaws keeps
 // its queues in package-level state, so a process has one server: Start
 // returns the same one to every caller, and tests keep apart by queue
 // prefix.
@@ -7,8 +9,9 @@
 // goaws speaks SQS's Query protocol only; see the package documentation of
 // the SQS transport for what it lacks. Two shims in front of it make it
 // behave as SQS where herald depends on it: SendMessageBatch keeps each
-// entry's attributes and delay (batch.go), and ReceiveMessage on a FIFO
-// queue keeps each group's order and counts receipts (fifo.go).
+// entry's attributes and delay (batch.go), and ReceiveMessage honours the
+// receive's visibility timeout, counts receipts and, on a FIFO queue,
+// keeps each group's order (fifo.go).
 package sqstest
 
 import (
@@ -104,13 +107,29 @@ func ExpireInFlight(queue string) int {
 	return n
 }
 
-func start() (*Server, error) {
-	for k, v := range Credentials() {
-		if os.Getenv(k) == "" {
-			if err := os.Setenv(k, v); err != nil {
-				return nil, err
+var (
+	credOnce sync.Once
+	credErr  error
+)
+
+// setCredentials sets Credentials in the process's environment where
+// unset, once.
+func setCredentials() error {
+	credOnce.Do(func() {
+		for k, v := range Credentials() {
+			if os.Getenv(k) == "" {
+				if credErr = os.Setenv(k, v); credErr != nil {
+					return
+				}
 			}
 		}
+	})
+	return credErr
+}
+
+func start() (*Server, error) {
+	if err := setCredentials(); err != nil {
+		return nil, err
 	}
 	log.SetOutput(io.Discard)
 	log.SetLevel(log.ErrorLevel)
@@ -142,7 +161,7 @@ func start() (*Server, error) {
 }
 
 func (s *Server) serve(l net.Listener) {
-	srv := &http.Server{Handler: mapGuard(s.batchShim(s.fifoReceiveShim(router.New()))), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mapGuard(s.batchShim(s.receiveShim(router.New()))), ReadHeaderTimeout: 10 * time.Second}
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()

@@ -12,20 +12,22 @@ import (
 	"github.com/Admiral-Piett/goaws/app"
 )
 
-// fifoReceiveShim answers ReceiveMessage on FIFO queues as SQS does,
-// since goaws v0.4.5 does not: it remembers one locked group per queue
-// (locking another forgets it, so one receive hands out several messages
-// of a group while an earlier one is in flight), it marks a message of a
-// locked group in flight without returning it (it comes back after the
-// visibility timeout, out of order), a visibility of 0 keeps the group
-// locked, and every message reports ApproximateReceiveCount 1. Here, as on
-// SQS: a group with a message in flight (received, neither deleted nor
-// visible again) gives nothing; one receive returns several messages of a
-// group, in order; ApproximateReceiveCount counts the receipts, and a
-// message about to be received more often than the redrive policy's
-// maxReceiveCount moves to the dead-letter queue instead. Standard queues
-// stay goaws's.
-func (s *Server) fifoReceiveShim(next http.Handler) http.Handler {
+// receiveShim answers ReceiveMessage as SQS does, since goaws v0.4.5 does
+// not. On every queue a receive's own VisibilityTimeout holds (goaws makes
+// a message invisible for the queue's, whatever the receive asks, and
+// herald declares none: each process asks for its own), and
+// ApproximateReceiveCount counts the receipts (goaws reports 1); a message
+// about to be received more often than the redrive policy's
+// maxReceiveCount moves to the dead-letter queue instead. On FIFO queues,
+// where goaws remembers one locked group per queue (locking another
+// forgets it, so one receive hands out several messages of a group while
+// an earlier one is in flight), marks a message of a locked group in
+// flight without returning it (it comes back after the visibility timeout,
+// out of order) and keeps the group locked at a visibility of 0: here, as
+// on SQS, a group with a message in flight (received, neither deleted nor
+// visible again) gives nothing, and one receive returns several messages
+// of a group, in order.
+func (s *Server) receiveShim(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := r.ParseForm(); err != nil || r.Form.Get("Action") != "ReceiveMessage" {
 			next.ServeHTTP(w, r)
@@ -35,14 +37,13 @@ func (s *Server) fifoReceiveShim(next http.Handler) http.Handler {
 		name = name[strings.LastIndex(name, "/")+1:]
 		app.SyncQueues.RLock()
 		q, ok := app.SyncQueues.Queues[name]
-		fifo := ok && q.IsFIFO
 		var queueVis, queueWait int
-		if fifo {
+		if ok {
 			queueVis, queueWait = q.TimeoutSecs, q.ReceiveWaitTimeSecs
 		}
 		app.SyncQueues.RUnlock()
-		if !fifo {
-			next.ServeHTTP(w, r)
+		if !ok {
+			next.ServeHTTP(w, r) // goaws's own answer for a missing queue
 			return
 		}
 		most := formInt(r, "MaxNumberOfMessages", 1)
@@ -51,7 +52,7 @@ func (s *Server) fifoReceiveShim(next http.Handler) http.Handler {
 		vis := formInt(r, "VisibilityTimeout", queueVis)
 		deadline := time.Now().Add(time.Duration(wait) * time.Second)
 		for {
-			msgs, found := receiveFIFO(name, most, time.Duration(vis)*time.Second)
+			msgs, found := receive(name, most, time.Duration(vis)*time.Second)
 			if !found {
 				next.ServeHTTP(w, r) // goaws's own answer for a missing queue
 				return
@@ -83,9 +84,10 @@ func formInt(r *http.Request, key string, def int) int {
 	return def
 }
 
-// receiveFIFO takes up to most messages of the FIFO queue name, in order,
-// skipping every group with a message in flight or not yet due.
-func receiveFIFO(name string, most int, vis time.Duration) ([]*app.ResultMessage, bool) {
+// receive takes up to most messages of the queue name, in order, skipping
+// those in flight or not yet due and, on a FIFO queue, every group with a
+// message in flight or not yet due.
+func receive(name string, most int, vis time.Duration) ([]*app.ResultMessage, bool) {
 	app.SyncQueues.Lock()
 	defer app.SyncQueues.Unlock()
 	q, ok := app.SyncQueues.Queues[name]
@@ -102,11 +104,11 @@ func receiveFIFO(name string, most int, vis time.Duration) ([]*app.ResultMessage
 	var out []*app.ResultMessage
 	for i := 0; i < len(q.Messages) && len(out) < most; i++ {
 		m := &q.Messages[i]
-		if m.ReceiptHandle != "" || blocked[m.GroupID] {
+		if m.ReceiptHandle != "" || q.IsFIFO && blocked[m.GroupID] {
 			continue
 		}
 		if !m.IsReadyForReceipt() {
-			blocked[m.GroupID] = true // its group's later messages wait behind it
+			blocked[m.GroupID] = true // on FIFO, its group's later messages wait behind it
 			continue
 		}
 		if q.DeadLetterQueue != nil && q.MaxReceiveCount > 0 && m.NumberOfReceives >= q.MaxReceiveCount {
