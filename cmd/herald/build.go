@@ -717,6 +717,10 @@ func (a *app) apiHandler() (http.Handler, error) {
 		a.log.Info("listening on all interfaces: the API and the console answer only Hosts that are IP addresses or localhost; list the names clients use in HERALD_ALLOWED_HOSTS",
 			"addr", a.cfg.HTTPAddr)
 	}
+	status, err := a.newDeploymentReader()
+	if err != nil {
+		return nil, err
+	}
 	h, err := api.New(a.st, api.Config{
 		Token:          a.cfg.APIToken,
 		DebugFaults:    a.cfg.DebugFaults,
@@ -731,6 +735,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 		CORSOrigins:    commaList(a.cfg.CORSOrigins),
 		TracerProvider: a.tp,
 		AllowedHosts:   hosts,
+		Status:         status,
 	})
 	if err != nil {
 		return nil, err

@@ -70,6 +70,11 @@ func runProcess(ctx context.Context, cmd string, cfg Config, e env, migrate bool
 		parts = append(parts, m...)
 	}
 	parts = append(parts, a.watchParts(roles)...)
+	report, err := a.reporterPart(roles)
+	if err != nil {
+		return err
+	}
+	parts = append(parts, report)
 	if len(roles) > 1 {
 		a.logStartup(e.stderr)
 	}

@@ -19,7 +19,12 @@ func (a *app) withConsole(apiHandler http.Handler, hosts []string) (http.Handler
 	if err != nil {
 		return nil, err
 	}
+	dep, err := a.newDeploymentReader()
+	if err != nil {
+		return nil, err
+	}
 	c, err := console.New(a.st, a.st, deadletter.New(a.st, a.tr.deadLetters), console.Config{
+		Deployment:   dep,
 		Token:        a.cfg.APIToken,
 		Channels:     channels,
 		From:         a.cfg.SMTPFrom,

@@ -105,6 +105,10 @@ type Config struct {
 	// the create transaction whose context is stored with the outbox
 	// event. Default: nil (no spans).
 	TracerProvider trace.TracerProvider
+	// Status, when set, serves GET /status (behind the token): the
+	// notifications pending, the broker's queues and every herald
+	// process's report. Default: nil (no status route).
+	Status Status
 	// AllowedHosts are the names the API answers to besides IP literals
 	// and localhost, which it always answers (package hostcheck): exact
 	// names, ".example.com" for a domain and every name under it, or "*"

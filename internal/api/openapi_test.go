@@ -172,6 +172,7 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 		Metrics:      promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
 		DeadLetters:  deadletter.New(st, nil),
 		Destinations: st,
+		Status:       statusOf(t, st, time.Minute, fixedQueues{}),
 	})
 	require.NoError(t, err)
 	require.Equal(t, s.operations(t), a.Routes(), "the router serves exactly the document's operations")
@@ -228,6 +229,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		Metrics:      promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
 		DeadLetters:  deadletter.New(e.store, nil),
 		Destinations: e.store,
+		Status:       statusOf(t, e.store, time.Minute, fixedQueues{}),
 		Ready:        []api.Check{{Name: "store", Pinger: e.store}},
 		Channels:     notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hookSpec},
 		Admission: func(context.Context) error {
@@ -318,6 +320,12 @@ func TestOpenAPIResponses(t *testing.T) {
 	enable := "/destinations/" + url.PathEscape("https://example.com:443") + "/enable"
 	require.Equal(t, 200, call("POST", enable, nil, "").status)
 	require.Equal(t, 404, call("POST", enable, nil, "").status)
+
+	// The deployment's state, with a worker's report.
+	until := time.Now().Add(time.Minute)
+	require.NoError(t, e.store.BeatProcess(t.Context(), notify.Process{ID: "w", Host: "h", PID: 1, Roles: []string{"worker"}, StartedAt: time.Now(),
+		Senders: []notify.SenderReport{{Channel: "email", Class: "down", Reason: "refused", Since: time.Now(), Until: &until}, {Channel: "webhook", Up: true, Since: time.Now()}}}, time.Hour))
+	require.Equal(t, 200, call("GET", "/status", nil, "").status)
 
 	// Probes, metrics, the document.
 	require.Equal(t, 200, call("GET", "/healthz", nil, "").status)

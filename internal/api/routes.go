@@ -80,7 +80,7 @@ func parseOperations(doc []byte) ([]operation, error) {
 // Config.DeadLetters, Config.Destinations); every other operation is
 // always served.
 var optionalOperations = map[string]bool{"metrics": true, "listDeadLetters": true, "redriveDeadLetters": true,
-	"listDestinations": true, "enableDestination": true}
+	"listDestinations": true, "enableDestination": true, "getStatus": true}
 
 // register serves every operation of the document on its handler.
 func (a *API) register() error {
@@ -99,6 +99,9 @@ func (a *API) register() error {
 	if a.cfg.DeadLetters != nil {
 		handlers["listDeadLetters"] = http.HandlerFunc(a.listDeadLetters)
 		handlers["redriveDeadLetters"] = http.HandlerFunc(a.redrive)
+	}
+	if a.cfg.Status != nil {
+		handlers["getStatus"] = http.HandlerFunc(a.status)
 	}
 	if a.cfg.Destinations != nil {
 		handlers["listDestinations"] = http.HandlerFunc(a.listDestinations)
