@@ -39,13 +39,42 @@ func (c *Client) Get(ctx context.Context, id string) (Notification, error) {
 }
 
 // Attempts returns every delivery attempt of a notification, oldest first
-// (GET /notifications/{id}/attempts).
+// (GET /notifications/{id}/attempts, page after page).
 func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
-	var out struct {
-		Items []Attempt `json:"items"`
+	out := []Attempt{}
+	for a, err := range c.AllAttempts(ctx, id, AttemptOptions{Limit: 500}) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
 	}
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/notifications/" + url.PathEscape(id) + "/attempts", repeatable: true}, &out)
-	return out.Items, err
+	return out, nil
+}
+
+// AttemptPage returns one page of a notification's delivery attempts,
+// oldest first (GET /notifications/{id}/attempts). Pass the page's
+// NextCursor as opts.Cursor for the next.
+func (c *Client) AttemptPage(ctx context.Context, id string, opts AttemptOptions) (AttemptPage, error) {
+	q := url.Values{}
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Cursor != "" {
+		q.Set("cursor", opts.Cursor)
+	}
+	var p AttemptPage
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/notifications/" + url.PathEscape(id) + "/attempts", query: q, repeatable: true}, &p)
+	return p, err
+}
+
+// AllAttempts iterates over a notification's attempts, page after page,
+// oldest first; it stops at the first error, which it yields.
+func (c *Client) AllAttempts(ctx context.Context, id string, opts AttemptOptions) iter.Seq2[Attempt, error] {
+	return pages(ctx, opts.Cursor, func(ctx context.Context, cursor string) ([]Attempt, string, error) {
+		opts.Cursor = cursor
+		p, err := c.AttemptPage(ctx, id, opts)
+		return p.Items, p.NextCursor, err
+	})
 }
 
 // List returns one page of notifications, newest first (GET
@@ -126,14 +155,46 @@ func (c *Client) Redrive(ctx context.Context, req RedriveRequest) (RedriveResult
 	return res, err
 }
 
-// Destinations lists the destinations that are not up, by key (GET
-// /destinations). A destination not listed is up.
+// Destinations lists every destination that is not up, by key (GET
+// /destinations, page after page). A destination not listed is up.
 func (c *Client) Destinations(ctx context.Context) ([]Destination, error) {
-	var out struct {
-		Items []Destination `json:"items"`
+	out := []Destination{}
+	for d, err := range c.AllDestinations(ctx, DestinationOptions{Limit: 500}) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
 	}
-	_, err := c.do(ctx, request{method: http.MethodGet, path: "/destinations", repeatable: true}, &out)
-	return out.Items, err
+	return out, nil
+}
+
+// DestinationPage returns one page of the destinations that are not up,
+// by key (GET /destinations). Pass the page's NextCursor as opts.Cursor
+// for the next.
+func (c *Client) DestinationPage(ctx context.Context, opts DestinationOptions) (DestinationPage, error) {
+	q := url.Values{}
+	if opts.State != "" {
+		q.Set("state", opts.State)
+	}
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.Cursor != "" {
+		q.Set("cursor", opts.Cursor)
+	}
+	var p DestinationPage
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/destinations", query: q, repeatable: true}, &p)
+	return p, err
+}
+
+// AllDestinations iterates over the destinations opts selects, page after
+// page; it stops at the first error, which it yields.
+func (c *Client) AllDestinations(ctx context.Context, opts DestinationOptions) iter.Seq2[Destination, error] {
+	return pages(ctx, opts.Cursor, func(ctx context.Context, cursor string) ([]Destination, string, error) {
+		opts.Cursor = cursor
+		p, err := c.DestinationPage(ctx, opts)
+		return p.Items, p.NextCursor, err
+	})
 }
 
 // EnableDestination enables a failing or disabled destination (POST

@@ -36,6 +36,22 @@ type Notification struct {
 	SentAt    *time.Time `json:"sent_at"`
 	// FailedAt is when it was dead-lettered; nil unless Status is failed.
 	FailedAt *time.Time `json:"failed_at"`
+	// Waiting is why a pending notification waits: its destination (or
+	// its channel's provider) is failing or disabled. Only Get fills it;
+	// nil when it waits on nothing.
+	Waiting *Waiting `json:"waiting,omitempty"`
+}
+
+// Waiting is the record of the destination a pending notification waits
+// on, as GET /destinations lists it.
+type Waiting struct {
+	// Destination is the record's key: the notification's destination, or
+	// its channel's name when the channel's one provider is down.
+	Destination string `json:"destination"`
+	// State is "failing" or "disabled".
+	State  string    `json:"state"`
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
 }
 
 // CreateRequest is a notification to send. Each channel has its fields:
@@ -116,6 +132,25 @@ type Attempt struct {
 	// Outcome is sent, retry, dead or deferred; empty while in flight.
 	Outcome string `json:"outcome"`
 	Error   string `json:"error"`
+	// Repeats counts the deferrals of the same kind folded into this one
+	// (the same outage probed again, with no other attempt between);
+	// LastAt is when the latest finished, nil when Repeats is 0.
+	Repeats int        `json:"repeats"`
+	LastAt  *time.Time `json:"last_at"`
+}
+
+// AttemptOptions page a notification's attempts.
+type AttemptOptions struct {
+	// Limit is the page size, 1 to 500 (0: the server's default, 50).
+	Limit int
+	// Cursor resumes after the page that gave it.
+	Cursor string
+}
+
+// AttemptPage is one page of a notification's attempts.
+type AttemptPage struct {
+	Items      []Attempt `json:"items"`
+	NextCursor string    `json:"next_cursor"`
 }
 
 // DeadLetter is a notification in status failed, as the dead-letter listing
@@ -213,4 +248,20 @@ type Destination struct {
 	Since  time.Time `json:"since"`
 	// Pending counts its notifications still pending.
 	Pending int64 `json:"pending"`
+}
+
+// DestinationOptions filter and page the destinations listing.
+type DestinationOptions struct {
+	// State keeps the "failing" or the "disabled" ones (empty: both).
+	State string
+	// Limit is the page size, 1 to 500 (0: the server's default, 50).
+	Limit int
+	// Cursor resumes after the page that gave it, with the same State.
+	Cursor string
+}
+
+// DestinationPage is one page of the destinations listing.
+type DestinationPage struct {
+	Items      []Destination `json:"items"`
+	NextCursor string        `json:"next_cursor"`
 }

@@ -5,22 +5,25 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
+	apiclient "github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/notify"
 )
 
 func cmdDestinations(ctx context.Context, args []string, e env) error {
-	return subcommands(ctx, args, e, "Usage: herald destinations list [--json]\n       herald destinations enable KEY\n\nRun 'herald destinations SUBCOMMAND --help' for its flags.",
+	return subcommands(ctx, args, e, "Usage: herald destinations list [--state S] [--limit N] [--cursor C] [--json]\n       herald destinations enable KEY\n\nRun 'herald destinations SUBCOMMAND --help' for its flags.",
 		map[string]func(context.Context, []string, env) error{"list": cmdDestinationsList, "enable": cmdDestinationsEnable})
 }
 
 // destinationAdmin is what the destinations commands use: the store, or
 // the API when --api-url is given.
 type destinationAdmin interface {
-	ListDestinations(ctx context.Context) ([]notify.Destination, error)
+	ListDestinations(ctx context.Context, f notify.DestinationFilter) (notify.DestinationPage, error)
 	EnableDestination(ctx context.Context, key string) error
 }
 
@@ -42,11 +45,31 @@ func openDestinations(ctx context.Context, cfg Config) (destinationAdmin, func()
 }
 
 func cmdDestinationsList(ctx context.Context, args []string, e env) error {
-	var asJSON bool
-	cfg, err := parseFlags("destinations list", "Lists the destinations that are not up (failing or disabled), by key, with their pending notifications. A destination not listed is up.",
+	var (
+		asJSON        bool
+		state, cursor string
+		limit         int
+	)
+	cfg, err := parseFlags("destinations list", "Lists the destinations that are not up (failing or disabled), by key, with why, since when and their pending notifications, a page at a time as GET /destinations does. A destination not listed is up. The next page's cursor is printed on stderr (in the JSON with --json).",
 		args, e, func(fs *flag.FlagSet) {
-			fs.BoolVar(&asJSON, "json", false, `print them as GET /destinations answers: {"items": [{key, channel, state, reason, since, pending}, ...]}`)
+			fs.StringVar(&state, "state", "", "only the destinations in this state: failing or disabled")
+			fs.IntVar(&limit, "limit", api.DefaultListLimit, "page size, from 1 to "+strconv.Itoa(api.MaxListLimit))
+			fs.StringVar(&cursor, "cursor", "", "resume where the previous page ended (its next cursor, same state)")
+			fs.BoolVar(&asJSON, "json", false, `print the page as GET /destinations answers it: {"items": [{key, channel, state, reason, since, pending}, ...], "next_cursor": "..."}`)
 		})
+	if err != nil {
+		return err
+	}
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	for name, v := range map[string]string{"state": state, "cursor": cursor} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	f, err := api.ParseDestinationFilter(q)
+	if pe, ok := errors.AsType[*api.ParamError](err); ok {
+		return usageError{fmt.Errorf("destinations list: --%s: %s", pe.Field, pe.Message)}
+	}
 	if err != nil {
 		return err
 	}
@@ -55,13 +78,14 @@ func cmdDestinationsList(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer closeBook()
-	ds, err := book.ListDestinations(ctx)
+	page, err := book.ListDestinations(ctx, f)
 	if err != nil {
 		return err
 	}
 	if asJSON {
-		return printJSON(e.stdout, api.NewDestinationList(ds))
+		return printJSON(e.stdout, api.NewDestinationList(f, page))
 	}
+	ds := page.Items
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tCHANNEL\tSTATE\tSINCE\tPENDING\tREASON")
 	for _, d := range ds {
@@ -70,7 +94,14 @@ func cmdDestinationsList(ctx context.Context, args []string, e env) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "%d destination(s) not up\n", len(ds))
+	switch {
+	case page.Next != "":
+		fmt.Fprintf(e.stderr, "%d destination(s) not up on this page; next page: --cursor %s\n", len(ds), f.EncodeCursor(page.Next))
+	case f.After != "":
+		fmt.Fprintf(e.stderr, "%d destination(s) not up on this page; no more pages\n", len(ds))
+	default:
+		fmt.Fprintf(e.stderr, "%d destination(s) not up\n", len(ds))
+	}
 	return nil
 }
 
@@ -105,15 +136,26 @@ func cmdDestinationsEnable(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
-// ListDestinations lists the destinations through the API.
-func (a apiClient) ListDestinations(ctx context.Context) ([]notify.Destination, error) {
-	ds, err := a.c.Destinations(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list destinations: %w", err)
+// ListDestinations asks for the page of destinations f selects; the
+// cursors are the API's, which the filter encodes and decodes as the
+// database path does.
+func (a apiClient) ListDestinations(ctx context.Context, f notify.DestinationFilter) (notify.DestinationPage, error) {
+	opts := apiclient.DestinationOptions{State: f.State, Limit: f.Limit}
+	if f.After != "" {
+		opts.Cursor = f.EncodeCursor(f.After)
 	}
-	out := make([]notify.Destination, 0, len(ds))
-	for _, d := range ds {
-		out = append(out, notify.Destination{Key: d.Key, Channel: d.Channel, State: d.State, Reason: d.Reason, Since: d.Since.UTC(), Pending: d.Pending})
+	p, err := a.c.DestinationPage(ctx, opts)
+	if err != nil {
+		return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", err)
+	}
+	out := notify.DestinationPage{Items: make([]notify.Destination, 0, len(p.Items))}
+	for _, d := range p.Items {
+		out.Items = append(out.Items, notify.Destination{Key: d.Key, Channel: d.Channel, State: d.State, Reason: d.Reason, Since: d.Since.UTC(), Pending: d.Pending})
+	}
+	if p.NextCursor != "" {
+		if out.Next, err = f.DecodeCursor(p.NextCursor); err != nil {
+			return notify.DestinationPage{}, fmt.Errorf("the API's next cursor: %w", err)
+		}
 	}
 	return out, nil
 }

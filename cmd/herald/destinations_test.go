@@ -66,6 +66,27 @@ func TestDestinationsCommands(t *testing.T) {
 		require.Len(t, got.Items, 2)
 		require.Equal(t, map[string]any{"key": key, "channel": "webhook", "state": "failing", "reason": "cannot connect",
 			"since": "2026-05-01T12:00:00Z", "pending": float64(3)}, got.Items[0])
+
+		// A page at a time, with the API's cursors, either way.
+		out, errOut, err = cliEnv(t, env, "destinations", "list", "--limit", "1")
+		require.NoError(t, err)
+		require.Contains(t, out, key)
+		require.NotContains(t, out, "telegram")
+		cursor := strings.TrimSpace(errOut[strings.Index(errOut, "--cursor ")+len("--cursor "):])
+		out, errOut, err = cliEnv(t, env, "destinations", "list", "--limit", "1", "--cursor", cursor)
+		require.NoError(t, err)
+		require.Contains(t, out, "telegram")
+		require.NotContains(t, out, key)
+		require.Contains(t, errOut, "no more pages")
+		out, _, err = cliEnv(t, env, "destinations", "list", "--state", "disabled", "--json")
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal([]byte(out), &got))
+		require.Len(t, got.Items, 1)
+		require.Equal(t, "telegram", got.Items[0]["key"])
+		_, _, err = cliEnv(t, env, "destinations", "list", "--state", "up")
+		require.ErrorContains(t, err, "--state")
+		_, _, err = cliEnv(t, env, "destinations", "list", "--state", "disabled", "--cursor", cursor)
+		require.ErrorContains(t, err, "--cursor")
 	}
 
 	out, _, err := cliEnv(t, fromAPI, "destinations", "enable", key)
@@ -80,7 +101,7 @@ func TestDestinationsCommands(t *testing.T) {
 	require.ErrorIs(t, err, notify.ErrNotFound)
 	_, _, err = cliEnv(t, fromDB, "destinations", "enable")
 	require.Error(t, err, "a key is required")
-	ds, err := st.ListDestinations(t.Context())
+	ds, err := st.ListDestinations(t.Context(), notify.DestinationFilter{Limit: 10})
 	require.NoError(t, err)
-	require.Empty(t, ds)
+	require.Empty(t, ds.Items)
 }

@@ -97,10 +97,16 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 }
 
 func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
-	var asJSON bool
-	cfg, rest, err := parseConfig("notifications show", "Shows one notification with its body and every delivery attempt: herald notifications show ID.", args, e,
+	var (
+		asJSON        bool
+		attemptsLimit int
+		attemptsFrom  string
+	)
+	cfg, rest, err := parseConfig("notifications show", "Shows one notification with its body, why it waits (while its destination is failing or disabled), and its delivery attempts, oldest first, a page at a time as GET /notifications/{id}/attempts answers them: herald notifications show ID.", args, e,
 		func(fs *flag.FlagSet) {
-			fs.BoolVar(&asJSON, "json", false, `print {"notification": {...}, "attempts": [...]} as the API shows them`)
+			fs.BoolVar(&asJSON, "json", false, `print {"notification": {...}, "attempts": [...], "attempts_next_cursor": "..."} as the API shows them`)
+			fs.IntVar(&attemptsLimit, "attempts-limit", api.DefaultListLimit, "attempts shown, from 1 to "+strconv.Itoa(api.MaxListLimit))
+			fs.StringVar(&attemptsFrom, "attempts-cursor", "", "show the attempts after the previous page (its next cursor)")
 		})
 	if err != nil {
 		return err
@@ -112,6 +118,17 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 	if !ok {
 		return usageError{fmt.Errorf("notifications show: %q is not a notification id", rest[0])}
 	}
+	q := url.Values{"limit": {strconv.Itoa(attemptsLimit)}}
+	if attemptsFrom != "" {
+		q.Set("cursor", attemptsFrom)
+	}
+	f, err := api.ParseAttemptFilter(q, id)
+	if pe, ok := errors.AsType[*api.ParamError](err); ok {
+		return usageError{fmt.Errorf("notifications show: --attempts-%s: %s", pe.Field, pe.Message)}
+	}
+	if err != nil {
+		return err
+	}
 	st, closeStore, err := openReader(ctx, cfg)
 	if err != nil {
 		return err
@@ -122,19 +139,31 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	attempts, err := st.Attempts(ctx, id)
+	page, err := st.AttemptPage(ctx, id, f)
 	if err != nil {
 		return err
 	}
+	attempts, next := page.Items, ""
+	if page.Next != 0 {
+		next = f.EncodeAttemptCursor(id, page.Next)
+	}
 	if asJSON {
-		return printJSON(e.stdout, map[string]any{"notification": api.NewNotificationDetail(n), "attempts": api.NewAttemptViews(attempts)})
+		v := map[string]any{"notification": api.NewNotificationDetail(n), "attempts": api.NewAttemptViews(attempts)}
+		if next != "" {
+			v["attempts_next_cursor"] = next
+		}
+		return printJSON(e.stdout, v)
 	}
 	if err := writeNotification(e.stdout, n); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "\nbody:\n%s\n", strings.TrimRight(n.Body, "\n"))
 	if len(attempts) == 0 {
-		fmt.Fprintln(e.stdout, "\nno delivery attempt yet")
+		if f.After != 0 {
+			fmt.Fprintln(e.stdout, "\nno more delivery attempts")
+		} else {
+			fmt.Fprintln(e.stdout, "\nno delivery attempt yet")
+		}
 		return nil
 	}
 	fmt.Fprintln(e.stdout)
@@ -148,9 +177,18 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 		if outcome == "" {
 			outcome = "in flight"
 		}
+		if a.Repeats > 0 && a.LastAt != nil {
+			outcome += fmt.Sprintf(" (+%d more until %s)", a.Repeats, a.LastAt.UTC().Format(time.RFC3339))
+		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", a.Attempt, a.MessageID, a.StartedAt.UTC().Format(time.RFC3339Nano), finished, outcome, oneLine(a.Error, 80))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(e.stderr, "%d attempt(s) shown; more: --attempts-cursor %s\n", len(attempts), next)
+	}
+	return nil
 }
 
 // writeNotification prints a notification's fields, one per line, as
@@ -179,6 +217,9 @@ func writeNotification(w io.Writer, n notify.Notification) error {
 	}
 	row("attempts", strconv.Itoa(n.Attempts))
 	row("last_error", n.LastError)
+	if w := n.Waiting; w != nil {
+		row("waiting", fmt.Sprintf("destination %s %s since %s: %s", w.Destination, w.State, w.Since.UTC().Format(time.RFC3339), oneLine(w.Reason, 120)))
+	}
 	row("created_at", n.CreatedAt.UTC().Format(time.RFC3339Nano))
 	row("updated_at", n.UpdatedAt.UTC().Format(time.RFC3339Nano))
 	if n.SentAt != nil {
@@ -196,7 +237,7 @@ func writeNotification(w io.Writer, n notify.Notification) error {
 type reader interface {
 	List(ctx context.Context, f notify.ListFilter) (notify.ListPage, error)
 	Get(ctx context.Context, id int64) (notify.Notification, error)
-	Attempts(ctx context.Context, id int64) ([]notify.Attempt, error)
+	AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error)
 }
 
 // openReader opens the API's client when cfg names an API, the database
@@ -268,19 +309,31 @@ func (a apiClient) Get(ctx context.Context, id int64) (notify.Notification, erro
 	return fromClient(n)
 }
 
-// Attempts asks for a notification's delivery attempts.
-func (a apiClient) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error) {
-	as, err := a.c.Attempts(ctx, notify.FormatID(id))
-	if err != nil {
-		return nil, fromAPIError(err)
+// AttemptPage asks for a page of a notification's delivery attempts; the
+// cursors are the API's, which the filter encodes and decodes as the
+// database path does.
+func (a apiClient) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error) {
+	opts := apiclient.AttemptOptions{Limit: f.Limit}
+	if f.After != 0 {
+		opts.Cursor = f.EncodeAttemptCursor(id, f.After)
 	}
-	out := make([]notify.Attempt, 0, len(as))
-	for _, at := range as {
+	p, err := a.c.AttemptPage(ctx, notify.FormatID(id), opts)
+	if err != nil {
+		return notify.AttemptPage{}, fromAPIError(err)
+	}
+	out := notify.AttemptPage{Items: make([]notify.Attempt, 0, len(p.Items))}
+	for _, at := range p.Items {
 		mid, ok := notify.ParseID(at.MessageID)
 		if !ok {
-			return nil, fmt.Errorf("the API answered a message id %q", at.MessageID)
+			return notify.AttemptPage{}, fmt.Errorf("the API answered a message id %q", at.MessageID)
 		}
-		out = append(out, notify.Attempt{Attempt: at.Attempt, MessageID: mid, StartedAt: at.StartedAt, FinishedAt: at.FinishedAt, Outcome: at.Outcome, Error: at.Error})
+		out.Items = append(out.Items, notify.Attempt{Attempt: at.Attempt, MessageID: mid, StartedAt: at.StartedAt, FinishedAt: at.FinishedAt,
+			Outcome: at.Outcome, Error: at.Error, Repeats: at.Repeats, LastAt: at.LastAt})
+	}
+	if p.NextCursor != "" {
+		if out.Next, err = f.DecodeAttemptCursor(id, p.NextCursor); err != nil {
+			return notify.AttemptPage{}, fmt.Errorf("the API's next cursor: %w", err)
+		}
 	}
 	return out, nil
 }
@@ -304,7 +357,15 @@ func fromClient(n apiclient.Notification) (notify.Notification, error) {
 		ID: id, UserID: n.UserID, Channel: n.Channel, To: n.To, Subject: n.Subject, Body: n.Body,
 		Status: notify.Status(n.Status), Attempts: n.Attempts, LastError: n.LastError,
 		CreatedAt: n.CreatedAt, UpdatedAt: n.UpdatedAt, SentAt: n.SentAt, FailedAt: n.FailedAt,
+		Waiting: fromClientWaiting(n.Waiting),
 	}, nil
+}
+
+func fromClientWaiting(w *apiclient.Waiting) *notify.Waiting {
+	if w == nil {
+		return nil
+	}
+	return &notify.Waiting{Destination: w.Destination, State: w.State, Reason: w.Reason, Since: w.Since.UTC()}
 }
 
 // printJSON prints v indented, without HTML escaping, as the API writes.

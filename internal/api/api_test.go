@@ -194,7 +194,10 @@ func TestCreateAndGet(t *testing.T) {
 	require.Equal(t, http.StatusOK, got.status, got.raw)
 	require.Equal(t, "Line one\nLine two", got.json["body"], "GET shows the body")
 	delete(got.json, "body")
-	require.Equal(t, r.json, got.json, "GET answers the shape POST answered, and the body")
+	require.Contains(t, got.json, "waiting", "GET tells why it waits")
+	require.Nil(t, got.json["waiting"], "its destination is up")
+	delete(got.json, "waiting")
+	require.Equal(t, r.json, got.json, "GET answers the shape POST answered, the body and why it waits")
 
 	n, o := e.rows(t)
 	require.Equal(t, 1, n)

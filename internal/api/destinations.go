@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
@@ -11,9 +12,9 @@ import (
 // Destinations lists the records of the destinations that are not up and
 // enables a destination. The stores implement it.
 type Destinations interface {
-	// ListDestinations returns every record, each with the number of its
-	// pending notifications.
-	ListDestinations(ctx context.Context) ([]notify.Destination, error)
+	// ListDestinations returns the page of records f selects, by key,
+	// each with the number of its pending notifications.
+	ListDestinations(ctx context.Context, f notify.DestinationFilter) (notify.DestinationPage, error)
 	// EnableDestination removes key's record (disabled or failing), or
 	// fails with notify.ErrNotFound when there is none.
 	EnableDestination(ctx context.Context, key string) error
@@ -31,14 +32,60 @@ type destinationView struct {
 
 // destinationList is the reply of GET /destinations.
 type destinationList struct {
-	Items []destinationView `json:"items"`
+	Items      []destinationView `json:"items"`
+	NextCursor string            `json:"next_cursor,omitempty"`
 }
 
-// NewDestinationList is the JSON shape of the destinations listing, shared
-// by the API and `herald destinations list --json`.
-func NewDestinationList(ds []notify.Destination) any {
-	v := destinationList{Items: make([]destinationView, 0, len(ds))}
-	for _, d := range ds {
+// destinationParams are the query parameters of GET /destinations.
+var destinationParams = map[string]bool{"state": true, "limit": true, "cursor": true}
+
+// ParseDestinationFilter reads the query of GET /destinations (state,
+// limit, cursor) with the API's rules; `herald destinations list` passes
+// its flags through it. Its error is a *ParamError naming the parameter.
+func ParseDestinationFilter(q url.Values) (notify.DestinationFilter, error) {
+	f, e := parseDestinationQuery(q)
+	if e != nil {
+		return f, &ParamError{Field: e.Field, Message: e.Message}
+	}
+	return f, nil
+}
+
+func parseDestinationQuery(q url.Values) (notify.DestinationFilter, *apiError) {
+	f := notify.DestinationFilter{Limit: DefaultListLimit}
+	if e := checkParams(q, destinationParams); e != nil {
+		return f, e
+	}
+	if v, ok := one(q, "state"); ok {
+		switch v {
+		case notify.DestinationFailing, notify.DestinationDisabled:
+			f.State = v
+		default:
+			return f, invalidParam("state", "must be failing or disabled (a destination with no record is up, and not listed)")
+		}
+	}
+	var e *apiError
+	if f.Limit, e = parseLimit(q); e != nil {
+		return f, e
+	}
+	if v, ok := one(q, "cursor"); ok {
+		after, err := f.DecodeCursor(v)
+		if e := cursorError(err); e != nil {
+			return f, e
+		}
+		f.After = after
+	}
+	return f, nil
+}
+
+// NewDestinationList is the JSON shape of a page of the destinations
+// listing, shared by the API and `herald destinations list --json`; f is
+// the listing's filter, to which the next cursor is bound.
+func NewDestinationList(f notify.DestinationFilter, p notify.DestinationPage) any {
+	v := destinationList{Items: make([]destinationView, 0, len(p.Items))}
+	if p.Next != "" {
+		v.NextCursor = f.EncodeCursor(p.Next)
+	}
+	for _, d := range p.Items {
 		v.Items = append(v.Items, destinationView{
 			Key: d.Key, Channel: d.Channel, State: d.State, Reason: d.Reason,
 			Since: formatTime(d.Since), Pending: d.Pending,
@@ -58,16 +105,17 @@ type enabledView struct {
 func NewEnabled(key string) any { return enabledView{Key: key, State: notify.DestinationUp} }
 
 func (a *API) listDestinations(w http.ResponseWriter, r *http.Request) {
-	if e := checkParams(r.URL.Query(), nil); e != nil {
+	f, e := parseDestinationQuery(r.URL.Query())
+	if e != nil {
 		writeError(w, http.StatusBadRequest, *e)
 		return
 	}
-	ds, err := a.cfg.Destinations.ListDestinations(r.Context())
+	p, err := a.cfg.Destinations.ListDestinations(r.Context(), f)
 	if err != nil {
 		a.unavailable(w, r, "list destinations", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewDestinationList(ds))
+	writeJSON(w, http.StatusOK, NewDestinationList(f, p))
 }
 
 func (a *API) enableDestination(w http.ResponseWriter, r *http.Request) {

@@ -74,24 +74,45 @@ func parseListQuery(q url.Values, channels notify.Channels) (notify.ListFilter, 
 	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedBefore.After(f.CreatedAfter) {
 		return f, invalidParam("created_before", "must be later than created_after")
 	}
-	if v, ok := one(q, "limit"); ok {
-		n, ok := notify.ParseID(v) // digits only: no sign, no space, no exponent
-		if !ok || n > MaxListLimit {
-			return f, invalidParam("limit", "must be an integer from 1 to "+strconv.Itoa(MaxListLimit))
-		}
-		f.Limit = int(n)
+	var e *apiError
+	if f.Limit, e = parseLimit(q); e != nil {
+		return f, e
 	}
 	if v, ok := one(q, "cursor"); ok {
 		p, err := f.DecodeCursor(v)
-		switch {
-		case errors.Is(err, notify.ErrForeignCursor):
-			return f, &apiError{Code: "invalid_cursor", Message: "the cursor belongs to a listing with other filters; list again without it", Field: "cursor"}
-		case err != nil:
-			return f, &apiError{Code: "invalid_cursor", Message: "the cursor is not one this API issued; pass next_cursor as it was given", Field: "cursor"}
+		if e := cursorError(err); e != nil {
+			return f, e
 		}
 		f.After = &p
 	}
 	return f, nil
+}
+
+// parseLimit reads the limit parameter of a paged listing: DefaultListLimit
+// when absent.
+func parseLimit(q url.Values) (int, *apiError) {
+	v, ok := one(q, "limit")
+	if !ok {
+		return DefaultListLimit, nil
+	}
+	n, ok := notify.ParseID(v) // digits only: no sign, no space, no exponent
+	if !ok || n > MaxListLimit {
+		return 0, invalidParam("limit", "must be an integer from 1 to "+strconv.Itoa(MaxListLimit))
+	}
+	return int(n), nil
+}
+
+// cursorError is the 400 for a cursor that a listing's decoder refused
+// (nil for none).
+func cursorError(err error) *apiError {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, notify.ErrForeignCursor):
+		return &apiError{Code: "invalid_cursor", Message: "the cursor belongs to a listing with other filters; list again without it", Field: "cursor"}
+	default:
+		return &apiError{Code: "invalid_cursor", Message: "the cursor is not one this API issued; pass next_cursor as it was given", Field: "cursor"}
+	}
 }
 
 // ParamError is a query parameter (or the flag that stands for it) that a
@@ -197,6 +218,11 @@ type attemptView struct {
 	FinishedAt *string `json:"finished_at"`
 	Outcome    *string `json:"outcome"`
 	Error      *string `json:"error"`
+	// Repeats counts the deferrals of the same kind folded into this one
+	// (one row per outage, not one per probe); LastAt is when the latest
+	// finished (null when Repeats is 0).
+	Repeats int     `json:"repeats"`
+	LastAt  *string `json:"last_at"`
 }
 
 // NewAttemptViews is the JSON shape of a notification's attempts, oldest
@@ -216,12 +242,68 @@ func NewAttemptViews(as []notify.Attempt) any {
 		if at.Error != "" {
 			v.Error = &at.Error
 		}
+		if at.Repeats > 0 && at.LastAt != nil {
+			s := formatTime(*at.LastAt)
+			v.Repeats, v.LastAt = at.Repeats, &s
+		}
 		items = append(items, v)
 	}
 	return items
 }
 
-// attempts handles GET /notifications/{id}/attempts.
+// attemptParams are the query parameters of GET
+// /notifications/{id}/attempts.
+var attemptParams = map[string]bool{"limit": true, "cursor": true}
+
+// ParseAttemptFilter reads the query of GET /notifications/{id}/attempts
+// (limit, cursor) for notification id, with the API's rules. Its error is
+// a *ParamError naming the parameter.
+func ParseAttemptFilter(q url.Values, id int64) (notify.AttemptFilter, error) {
+	f, e := parseAttemptQuery(q, id)
+	if e != nil {
+		return f, &ParamError{Field: e.Field, Message: e.Message}
+	}
+	return f, nil
+}
+
+func parseAttemptQuery(q url.Values, id int64) (notify.AttemptFilter, *apiError) {
+	f := notify.AttemptFilter{Limit: DefaultListLimit}
+	if e := checkParams(q, attemptParams); e != nil {
+		return f, e
+	}
+	var e *apiError
+	if f.Limit, e = parseLimit(q); e != nil {
+		return f, e
+	}
+	if v, ok := one(q, "cursor"); ok {
+		after, err := f.DecodeAttemptCursor(id, v)
+		if e := cursorError(err); e != nil {
+			return f, e
+		}
+		f.After = after
+	}
+	return f, nil
+}
+
+// attemptPageView is the reply of GET /notifications/{id}/attempts.
+type attemptPageView struct {
+	Items      any    `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// NewAttemptPage is the JSON shape of a page of a notification's
+// attempts, shared by the API and the command line; f is the listing's
+// filter, to which the next cursor is bound.
+func NewAttemptPage(id int64, f notify.AttemptFilter, p notify.AttemptPage) any {
+	v := attemptPageView{Items: NewAttemptViews(p.Items)}
+	if p.Next != 0 {
+		v.NextCursor = f.EncodeAttemptCursor(id, p.Next)
+	}
+	return v
+}
+
+// attempts handles GET /notifications/{id}/attempts: a page of the
+// attempts, oldest first.
 func (a *API) attempts(w http.ResponseWriter, r *http.Request) {
 	notFound := apiError{Code: "not_found", Message: "no such notification"}
 	id, ok := notify.ParseID(r.PathValue("id"))
@@ -229,12 +311,15 @@ func (a *API) attempts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, notFound)
 		return
 	}
-	as, err := a.store.Attempts(r.Context(), id)
+	f, e := parseAttemptQuery(r.URL.Query(), id)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, *e)
+		return
+	}
+	p, err := a.store.AttemptPage(r.Context(), id, f)
 	switch {
 	case err == nil:
-		writeJSON(w, http.StatusOK, struct {
-			Items any `json:"items"`
-		}{NewAttemptViews(as)})
+		writeJSON(w, http.StatusOK, NewAttemptPage(id, f, p))
 	case errors.Is(err, notify.ErrNotFound):
 		writeError(w, http.StatusNotFound, notFound)
 	default:

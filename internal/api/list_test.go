@@ -203,6 +203,59 @@ func TestAttempts(t *testing.T) {
 	}
 }
 
+// GET /notifications/{id}/attempts pages with limit and cursor: a full
+// page names next_cursor, the last none; a cursor of another
+// notification's attempts is refused; a folded deferral shows its repeats
+// and last_at.
+func TestAttemptsPaging(t *testing.T) {
+	t.Parallel()
+	e := setup(t, api.Config{})
+	ids := createN(t, e, 2)
+	id, _ := strconv.ParseInt(ids[0], 10, 64)
+	for i := range 5 {
+		e.addAttempt(t, id, i+1, int64(10+i), "retry", "e"+strconv.Itoa(i), true)
+	}
+	var got []string
+	next := e.url + "/notifications/" + ids[0] + "/attempts?limit=2"
+	var cursor string
+	for pages := 0; next != ""; pages++ {
+		require.Less(t, pages, 3)
+		r := do(t, http.MethodGet, next, nil, "")
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		for _, it := range r.json["items"].([]any) {
+			got = append(got, it.(map[string]any)["error"].(string))
+		}
+		next = ""
+		if c, ok := r.json["next_cursor"].(string); ok {
+			cursor = c
+			next = e.url + "/notifications/" + ids[0] + "/attempts?limit=2&cursor=" + url.QueryEscape(c)
+		}
+	}
+	require.Equal(t, []string{"e0", "e1", "e2", "e3", "e4"}, got)
+
+	for _, tc := range []struct{ query, code, field string }{
+		{"limit=0", "invalid_field", "limit"},
+		{"limit=501", "invalid_field", "limit"},
+		{"cursor=xyz", "invalid_cursor", "cursor"},
+		{"order=desc", "unknown_field", "order"},
+	} {
+		r := do(t, http.MethodGet, e.url+"/notifications/"+ids[0]+"/attempts?"+tc.query, nil, "")
+		requireError(t, r, http.StatusBadRequest, tc.code, tc.field)
+	}
+	// Another notification's cursor.
+	r := do(t, http.MethodGet, e.url+"/notifications/"+ids[1]+"/attempts?cursor="+url.QueryEscape(cursor), nil, "")
+	requireError(t, r, http.StatusBadRequest, "invalid_cursor", "cursor")
+
+	// A folded deferral.
+	_, err := e.writer(t).Exec(`INSERT INTO delivery_attempts (notification_id, message_id, attempt, started_at, finished_at, outcome, error, deferral, repeats, last_at)
+		VALUES (?, 20, 1, '2026-05-01T12:00:00.000000Z', '2026-05-01T12:00:01.000000Z', 'deferred', 'refused', 'down', 53, '2026-05-01T12:32:00.000000Z')`, ids[1])
+	require.NoError(t, err)
+	r = do(t, http.MethodGet, e.url+"/notifications/"+ids[1]+"/attempts", nil, "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.JSONEq(t, `{"items":[{"attempt":1,"message_id":"20","started_at":"2026-05-01T12:00:00Z","finished_at":"2026-05-01T12:00:01Z",
+		"outcome":"deferred","error":"refused","repeats":53,"last_at":"2026-05-01T12:32:00Z"}]}`, r.raw)
+}
+
 // A redrive names why each id it was given was not redriven, and refuses
 // all together with ids.
 func TestRedriveReportsSkips(t *testing.T) {

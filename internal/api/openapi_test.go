@@ -316,7 +316,8 @@ func TestOpenAPIResponses(t *testing.T) {
 	dests := call("GET", "/destinations", nil, "")
 	require.Equal(t, 200, dests.status)
 	require.Len(t, dests.json["items"], 1)
-	require.Equal(t, 400, call("GET", "/destinations?state=failing", nil, "").status)
+	require.Equal(t, 200, call("GET", "/destinations?state=failing&limit=1", nil, "").status)
+	require.Equal(t, 400, call("GET", "/destinations?state=up", nil, "").status)
 	enable := "/destinations/" + url.PathEscape("https://example.com:443") + "/enable"
 	require.Equal(t, 200, call("POST", enable, nil, "").status)
 	require.Equal(t, 404, call("POST", enable, nil, "").status)
@@ -438,7 +439,15 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 	require.Error(t, n.Validate(with("id", float64(1))), "ids are strings")
 	require.Error(t, n.Validate(with("subject", nil)), "every field is present")
 	d := s.schema(t, "/components/schemas/NotificationDetail")
-	require.NoError(t, d.Validate(with("body", "b")))
+	detail := func(waiting any) map[string]any {
+		m := with("body", "b")
+		m["waiting"] = waiting
+		return m
+	}
+	require.NoError(t, d.Validate(detail(nil)))
+	require.NoError(t, d.Validate(detail(map[string]any{"destination": "email", "state": "failing", "reason": "r", "since": "2026-05-01T12:00:00Z"})))
+	require.Error(t, d.Validate(with("body", "b")), "waiting is always there")
+	require.Error(t, d.Validate(detail(map[string]any{"destination": "email", "state": "up", "reason": "r", "since": "2026-05-01T12:00:00Z"})))
 	require.Error(t, d.Validate(valid), "the detail has the body")
 	require.Error(t, d.Validate(with("extra", "x")))
 	page := s.schema(t, "/components/schemas/NotificationPage")

@@ -21,6 +21,9 @@ type Store interface {
 	// Attempts returns every delivery attempt of a notification, in the
 	// order they were made, or notify.ErrNotFound.
 	Attempts(ctx context.Context, id int64) ([]notify.Attempt, error)
+	// AttemptPage returns the page of a notification's attempts f
+	// selects, or notify.ErrNotFound.
+	AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error)
 }
 
 // Pinger is one dependency that readiness checks.

@@ -54,14 +54,29 @@ func newNotificationView(n notify.Notification) notificationView {
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // notificationDetail is a notification as GET /notifications/{id} shows it:
-// with its body.
+// with its body, and why it waits.
 type notificationDetail struct {
 	notificationView
 	Body string `json:"body"`
+	// Waiting is why a pending notification waits: its destination (or
+	// its channel's provider) is failing or disabled. Null otherwise.
+	Waiting *waitingView `json:"waiting"`
+}
+
+// waitingView is notify.Waiting as the API shows it.
+type waitingView struct {
+	Destination string `json:"destination"`
+	State       string `json:"state"`
+	Reason      string `json:"reason"`
+	Since       string `json:"since"`
 }
 
 // NewNotificationDetail is the JSON shape of one notification with its body,
 // shared by the API and `herald notifications show --json`.
 func NewNotificationDetail(n notify.Notification) any {
-	return notificationDetail{notificationView: newNotificationView(n), Body: n.Body}
+	v := notificationDetail{notificationView: newNotificationView(n), Body: n.Body}
+	if w := n.Waiting; w != nil {
+		v.Waiting = &waitingView{Destination: w.Destination, State: w.State, Reason: w.Reason, Since: formatTime(w.Since)}
+	}
+	return v
 }

@@ -45,8 +45,9 @@ func startHerald() *herald {
 		panic(err)
 	}
 	a, err := api.New(st, api.Config{
-		Token:       token,
-		DeadLetters: deadletter.New(st, nil),
+		Token:        token,
+		DeadLetters:  deadletter.New(st, nil),
+		Destinations: st,
 		Admission: func(context.Context) error {
 			if h.shed.Add(-1) >= 0 {
 				return &api.RetryAfterError{After: time.Second}

@@ -531,7 +531,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Equal(t, http.StatusOK, b.load(chromedp.Reload()))
 		require.Equal(t, "sent", strings.TrimSpace(b.text("#status")), "the redriven notification is sent")
 		require.Equal(t, 1, s.sentCount(bounced), "sent once")
-		require.Equal(t, "sent", strings.TrimSpace(b.text("#attempts tbody tr:last-child td.outcome")))
+		require.Equal(t, "sent", strings.TrimSpace(b.text("#attempts tbody tr:first-child td.outcome")), "newest first")
 		require.Contains(t, b.text("#history"), "redriven")
 	})
 

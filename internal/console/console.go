@@ -44,8 +44,9 @@ type Notifications interface {
 	Get(ctx context.Context, id int64) (notify.Notification, error)
 	// List returns a page of the notifications f selects, newest first.
 	List(ctx context.Context, f notify.ListFilter) (notify.ListPage, error)
-	// Attempts returns every delivery attempt of a notification, in order.
-	Attempts(ctx context.Context, id int64) ([]notify.Attempt, error)
+	// AttemptPage returns the page of a notification's attempts f
+	// selects, or notify.ErrNotFound.
+	AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error)
 }
 
 // Stats answers the overview's counts. The stores implement it.
@@ -66,7 +67,7 @@ type DeadLetters interface {
 // Destinations lists the destinations that are not up and enables one.
 // The stores implement it, as for GET /destinations.
 type Destinations interface {
-	ListDestinations(ctx context.Context) ([]notify.Destination, error)
+	ListDestinations(ctx context.Context, f notify.DestinationFilter) (notify.DestinationPage, error)
 	EnableDestination(ctx context.Context, key string) error
 }
 

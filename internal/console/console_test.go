@@ -333,9 +333,9 @@ func TestDestinationsPage(t *testing.T) {
 	require.NoError(t, err)
 	read(t, resp)
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "no CSRF token")
-	ds, err := st.ListDestinations(t.Context())
+	ds, err := st.ListDestinations(t.Context(), notify.DestinationFilter{Limit: 10})
 	require.NoError(t, err)
-	require.Len(t, ds, 1, "a refused POST changes nothing")
+	require.Len(t, ds.Items, 1, "a refused POST changes nothing")
 
 	resp, err = cl.PostForm(srv.URL+"/ui/destinations/enable", url.Values{"key": {key}, "csrf": {m[1]}})
 	require.NoError(t, err)
@@ -343,9 +343,9 @@ func TestDestinationsPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, page, "Enabled "+key)
 	require.Contains(t, page, "Every destination is up.")
-	ds, err = st.ListDestinations(t.Context())
+	ds, err = st.ListDestinations(t.Context(), notify.DestinationFilter{Limit: 10})
 	require.NoError(t, err)
-	require.Empty(t, ds)
+	require.Empty(t, ds.Items)
 
 	resp, err = cl.PostForm(srv.URL+"/ui/destinations/enable", url.Values{"key": {key}, "csrf": {m[1]}})
 	require.NoError(t, err)

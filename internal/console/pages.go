@@ -356,9 +356,14 @@ type historyEntry struct {
 }
 
 type detailData struct {
-	N        notify.Notification
-	Attempts []notify.Attempt
-	History  []historyEntry
+	N notify.Notification
+	// Attempts are a page of the attempts, newest first; OlderAttempts,
+	// when not empty, is the link to the next (older) page, and Older
+	// tells that this page is not the newest.
+	Attempts      []notify.Attempt
+	OlderAttempts string
+	Older         bool
+	History       []historyEntry
 	// MessageID is the email Message-ID of every attempt.
 	MessageID string
 }
@@ -379,17 +384,35 @@ func (c *Console) detail(w http.ResponseWriter, r *http.Request) {
 		c.unavailable(w, r, "read notification", err)
 		return
 	}
-	as, err := c.notes.Attempts(r.Context(), id)
+	f := notify.AttemptFilter{Limit: detailAttempts, Newest: true}
+	if v := r.URL.Query().Get("attempts"); v != "" {
+		if f.After, err = f.DecodeAttemptCursor(id, v); err != nil {
+			c.render(w, r, http.StatusBadRequest, "error", errorPage{Title: "Bad link",
+				Message: "That link to older attempts is not one this console made for this notification."})
+			return
+		}
+	}
+	p, err := c.notes.AttemptPage(r.Context(), id, f)
 	if err != nil && !errors.Is(err, notify.ErrNotFound) {
 		c.unavailable(w, r, "read attempts", err)
 		return
 	}
-	d := detailData{N: n, Attempts: as, History: history(n, as)}
+	d := detailData{N: n, Attempts: p.Items, Older: f.After != 0}
+	if p.Next != 0 {
+		d.OlderAttempts = Prefix + "/notifications/" + notify.FormatID(id) + "?attempts=" + url.QueryEscape(f.EncodeAttemptCursor(id, p.Next)) + "#attempts"
+	}
+	chrono := slices.Clone(p.Items)
+	slices.Reverse(chrono)
+	d.History = history(n, chrono)
 	if n.Channel == notify.ChannelEmail {
 		d.MessageID = notify.NewEmail(notify.Outgoing{NotificationID: notify.FormatID(n.ID)}, c.cfg.From).MessageID
 	}
 	c.render(w, r, http.StatusOK, "detail", d)
 }
+
+// detailAttempts is how many attempts a notification's page shows at once,
+// the newest first; a link leads to the older ones.
+const detailAttempts = 20
 
 // history is the status history the store's record implies: herald keeps
 // the times of the create, of every attempt, of the send and of the
@@ -413,6 +436,11 @@ func history(n notify.Notification, as []notify.Attempt) []historyEntry {
 			h = append(h, historyEntry{At: *a.FinishedAt, Status: "failed", Note: fmt.Sprintf("attempt %d failed for good: dead-lettered", a.Attempt)})
 		case notify.AttemptRetry:
 			h = append(h, historyEntry{At: *a.FinishedAt, Status: "pending", Note: fmt.Sprintf("attempt %d failed: retry scheduled", a.Attempt)})
+		case notify.AttemptDeferred:
+			h = append(h, historyEntry{At: *a.FinishedAt, Status: "pending", Note: fmt.Sprintf("attempt %d deferred: the provider was unavailable", a.Attempt)})
+			if a.Repeats > 0 && a.LastAt != nil {
+				h = append(h, historyEntry{At: *a.LastAt, Status: "pending", Note: fmt.Sprintf("deferred %d more times since (the provider still unavailable), the latest here", a.Repeats)})
+			}
 		default:
 			h = append(h, historyEntry{At: *a.FinishedAt, Status: "pending", Note: fmt.Sprintf("attempt %d deferred: the provider was unavailable", a.Attempt)})
 		}
@@ -697,21 +725,48 @@ func newChart(start time.Time, a notify.Activity) chart {
 
 type destinationsData struct {
 	Items []notify.Destination
+	// State is the state filter ("" for any); Next, when not empty, is
+	// the link to the next page, and More tells that this page is not the
+	// first.
+	State string
+	Next  string
+	More  bool
 	// Enabled is the key just enabled, Error why an enable failed.
 	Enabled, Error string
 }
+
+// destinationsPage is how many destinations the Destinations page shows
+// at once.
+const destinationsPage = 50
 
 func (c *Console) destinations(w http.ResponseWriter, r *http.Request) {
 	c.renderDestinations(w, r, http.StatusOK, destinationsData{})
 }
 
 func (c *Console) renderDestinations(w http.ResponseWriter, r *http.Request, status int, d destinationsData) {
-	ds, err := c.cfg.Destinations.ListDestinations(r.Context())
+	q := url.Values{}
+	if r.Method == http.MethodGet {
+		q = cleanQuery(r.URL.Query())
+	}
+	f, err := api.ParseDestinationFilter(q)
+	if err != nil {
+		c.render(w, r, http.StatusBadRequest, "error", errorPage{Title: "Bad link", Message: err.Error()})
+		return
+	}
+	f.Limit = destinationsPage
+	p, err := c.cfg.Destinations.ListDestinations(r.Context(), f)
 	if err != nil {
 		c.unavailable(w, r, "list destinations", err)
 		return
 	}
-	d.Items = ds
+	d.Items, d.State, d.More = p.Items, f.State, f.After != ""
+	if p.Next != "" {
+		next := url.Values{"cursor": {f.EncodeCursor(p.Next)}}
+		if f.State != "" {
+			next.Set("state", f.State)
+		}
+		d.Next = Prefix + "/destinations?" + next.Encode()
+	}
 	c.render(w, r, status, "destinations", d)
 }
 

@@ -70,6 +70,12 @@ type DeliveryResult struct {
 	Outcome string
 	// Error is the failure's reason; empty when sent.
 	Error string
+	// Deferral is the kind of an AttemptDeferred (DeferDown, ...): when the
+	// notification's previous attempt row is a deferral of the same kind,
+	// the store folds this one into it (Attempt.Repeats) instead of keeping
+	// a row per probe. Empty for other outcomes (and a deferral without a
+	// kind is never folded).
+	Deferral string
 	// RetryIn, for AttemptRetry, is how long until the retry is due (the
 	// schedule's delay for it): the store records the due time, so that the
 	// reconciler does not take a notification waiting in a retry queue for

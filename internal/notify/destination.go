@@ -71,3 +71,48 @@ type Destination struct {
 	// listings only).
 	Pending int64
 }
+
+// DestinationFilter selects a page of the destination records, by key.
+type DestinationFilter struct {
+	// State, when not empty, keeps the records in that state
+	// (DestinationFailing or DestinationDisabled).
+	State string
+	// Limit is the most a page holds; it must be at least 1.
+	Limit int
+	// After, when not empty, resumes a listing: only keys after it are
+	// listed.
+	After string
+}
+
+// DestinationPage is one page of the destination records.
+type DestinationPage struct {
+	// Items are the records, by key, each with its pending count.
+	Items []Destination
+	// Next is the key to resume after, empty when the listing is done.
+	Next string
+}
+
+// CutDestinations makes a page of up to limit+1 records read in key
+// order: the extra one, when there, says that the listing goes on.
+func CutDestinations(ds []Destination, limit int) DestinationPage {
+	if len(ds) <= limit {
+		return DestinationPage{Items: ds}
+	}
+	return DestinationPage{Items: ds[:limit], Next: ds[limit-1].Key}
+}
+
+// Waiting is why a pending notification waits: the record of its
+// destination (or of its channel's one provider) that is not up.
+type Waiting struct {
+	// Destination is the key of the record: the notification's
+	// destination, or its channel when the whole channel's provider is
+	// down.
+	Destination string
+	// State is DestinationFailing or DestinationDisabled.
+	State string
+	// Reason is the record's reason: the last failure, or why it was
+	// disabled.
+	Reason string
+	// Since is when the destination began failing.
+	Since time.Time
+}

@@ -76,8 +76,10 @@ const cursorSumLen = 12
 // cursor travels in URLs.
 type cursorBody struct {
 	V  int    `json:"v"`
-	At string `json:"at"`
-	ID int64  `json:"id"`
+	At string `json:"at,omitempty"`
+	ID int64  `json:"id,omitempty"`
+	// K is the key of a listing ordered by a text key (destinations).
+	K string `json:"k,omitempty"`
 	// F fingerprints the filters the cursor belongs to.
 	F string `json:"f"`
 }
@@ -158,34 +160,104 @@ func deadLetterFingerprint(filters []string) string {
 }
 
 func encodeCursor(fp string, at time.Time, id int64) string {
-	body, _ := json.Marshal(cursorBody{V: cursorVersion, At: at.UTC().Format(time.RFC3339Nano), ID: id, F: fp})
-	return base64.RawURLEncoding.EncodeToString(append(body, cursorSum(body)...))
+	return encodeBody(cursorBody{At: at.UTC().Format(time.RFC3339Nano), ID: id, F: fp})
 }
 
 func decodeCursor(s, fp string) (time.Time, int64, error) {
-	if len(s) > MaxCursorLen {
-		return time.Time{}, 0, ErrBadCursor
+	c, err := decodeBody(s, fp)
+	if err != nil {
+		return time.Time{}, 0, err
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(raw) <= cursorSumLen {
-		return time.Time{}, 0, ErrBadCursor
-	}
-	body, sum := raw[:len(raw)-cursorSumLen], raw[len(raw)-cursorSumLen:]
-	if !bytes.Equal(sum, cursorSum(body)) {
-		return time.Time{}, 0, ErrBadCursor
-	}
-	var c cursorBody
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil || dec.More() || c.V != cursorVersion || c.ID <= 0 {
+	if c.ID <= 0 || c.K != "" {
 		return time.Time{}, 0, ErrBadCursor
 	}
 	at, err := time.Parse(time.RFC3339Nano, c.At)
 	if err != nil {
 		return time.Time{}, 0, ErrBadCursor
 	}
-	if c.F != fp {
-		return time.Time{}, 0, ErrForeignCursor
-	}
 	return at, c.ID, nil
+}
+
+// decodeBody reads and checks a cursor's body: its encoding, checksum,
+// version and fields, and that it belongs to the listing fp names (else
+// ErrForeignCursor).
+func decodeBody(s, fp string) (cursorBody, error) {
+	var c cursorBody
+	if len(s) > MaxCursorLen {
+		return c, ErrBadCursor
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(raw) <= cursorSumLen {
+		return c, ErrBadCursor
+	}
+	body, sum := raw[:len(raw)-cursorSumLen], raw[len(raw)-cursorSumLen:]
+	if !bytes.Equal(sum, cursorSum(body)) {
+		return c, ErrBadCursor
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil || dec.More() || c.V != cursorVersion {
+		return cursorBody{}, ErrBadCursor
+	}
+	if c.F != fp {
+		return cursorBody{}, ErrForeignCursor
+	}
+	return c, nil
+}
+
+func encodeBody(c cursorBody) string {
+	c.V = cursorVersion
+	body, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(append(body, cursorSum(body)...))
+}
+
+func attemptsFingerprint(notificationID int64, newest bool) string {
+	order := "oldest"
+	if newest {
+		order = "newest"
+	}
+	return fingerprint([]string{"attempts", FormatID(notificationID), order})
+}
+
+// EncodeAttemptCursor writes the attempt to resume after (its ID) as an
+// opaque cursor of notificationID's attempts in the order f lists them, in
+// the form of ListFilter.EncodeCursor.
+func (f AttemptFilter) EncodeAttemptCursor(notificationID int64, after int64) string {
+	return encodeBody(cursorBody{ID: after, F: attemptsFingerprint(notificationID, f.Newest)})
+}
+
+// DecodeAttemptCursor reads a cursor written by EncodeAttemptCursor for
+// the same notification and order, failing like ListFilter.DecodeCursor.
+func (f AttemptFilter) DecodeAttemptCursor(notificationID int64, s string) (int64, error) {
+	c, err := decodeBody(s, attemptsFingerprint(notificationID, f.Newest))
+	if err != nil {
+		return 0, err
+	}
+	if c.ID <= 0 || c.At != "" || c.K != "" {
+		return 0, ErrBadCursor
+	}
+	return c.ID, nil
+}
+
+func (f DestinationFilter) fingerprint() string {
+	return fingerprint([]string{"destinations", f.State})
+}
+
+// EncodeCursor writes the key to resume after as an opaque cursor bound
+// to f's filters, in the form of ListFilter.EncodeCursor.
+func (f DestinationFilter) EncodeCursor(after string) string {
+	return encodeBody(cursorBody{K: after, F: f.fingerprint()})
+}
+
+// DecodeCursor reads a cursor written by EncodeCursor for the same
+// filters, failing like ListFilter.DecodeCursor.
+func (f DestinationFilter) DecodeCursor(s string) (string, error) {
+	c, err := decodeBody(s, f.fingerprint())
+	if err != nil {
+		return "", err
+	}
+	if c.K == "" || c.At != "" || c.ID != 0 {
+		return "", ErrBadCursor
+	}
+	return c.K, nil
 }

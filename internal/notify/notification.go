@@ -36,6 +36,10 @@ type Notification struct {
 	SentAt         *time.Time
 	// FailedAt is when the notification was dead-lettered (nil unless failed).
 	FailedAt *time.Time
+	// Waiting, read by Get only, is why a pending notification waits: its
+	// destination (or its channel's provider) is failing or disabled; nil
+	// otherwise.
+	Waiting *Waiting
 	// RequestID is the id of the API request that created it (X-Request-Id),
 	// set on the notification a create returns and carried by its outbox
 	// event to the delivery's log lines; it is not stored with the

@@ -39,3 +39,21 @@ func classify(f sendFacts) string {
 		return notify.AttemptRetry
 	}
 }
+
+// deferral names the kind of a deferred send (see classify), so that the
+// store can fold a run of deferrals of one kind into one attempt row: the
+// worker stopping, a limit of its own, the provider throttling, or the
+// provider (or the destination) down.
+func deferral(f sendFacts) string {
+	_, throttled := notify.IsThrottled(f.err)
+	switch {
+	case f.stopping:
+		return notify.DeferStopped
+	case f.ownLimit:
+		return notify.DeferLimit
+	case throttled:
+		return notify.DeferThrottled
+	default:
+		return notify.DeferDown
+	}
+}

@@ -47,3 +47,27 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+// A deferral is named by its kind, so that a run of one kind folds into
+// one attempt row; the worker's own state comes before the error's mark.
+func TestDeferralKind(t *testing.T) {
+	t.Parallel()
+	down := notify.ForDestination(notify.SenderDown(errors.New("dial tcp: connection refused")), "https://a:443")
+	throttled := notify.Throttled(errors.New("429"), 0)
+	for _, tc := range []struct {
+		name string
+		f    sendFacts
+		want string
+	}{
+		{"destination down", sendFacts{err: down}, notify.DeferDown},
+		{"provider down", sendFacts{err: notify.SenderDown(errors.New("EHLO refused"))}, notify.DeferDown},
+		{"throttled", sendFacts{err: fmt.Errorf("send: %w", throttled)}, notify.DeferThrottled},
+		{"the lease", sendFacts{err: context.DeadlineExceeded, ownLimit: true}, notify.DeferLimit},
+		{"stopping", sendFacts{err: down, stopping: true}, notify.DeferStopped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, notify.AttemptDeferred, classify(tc.f))
+			require.Equal(t, tc.want, deferral(tc.f))
+		})
+	}
+}

@@ -655,7 +655,7 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		deadline, cut = byLease, true
 	}
 	if !time.Now().Before(deadline) {
-		res := notify.DeliveryResult{Claim: c.Claim, Outcome: notify.AttemptDeferred, Error: errNoTimeLeft.Error()}
+		res := notify.DeliveryResult{Claim: c.Claim, Outcome: notify.AttemptDeferred, Deferral: notify.DeferLimit, Error: errNoTimeLeft.Error()}
 		if _, err := w.recordUntilCommitted(ctx, res); err != nil {
 			return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
 		}
@@ -666,10 +666,14 @@ func (w *Worker) apply(ctx context.Context, d notify.Delivery, msg notify.Messag
 		w.cfg.Crash("after-send")
 	}
 
-	res := notify.DeliveryResult{Claim: c.Claim, Outcome: classify(sendFacts{
+	facts := sendFacts{
 		err: sendErr, retries: msg.RetryCount, maxRetries: w.cfg.MaxRetries,
 		stopping: ctx.Err() != nil, ownLimit: ownLimit, outageSpends: w.cfg.OutageSpendsAttempts,
-	})}
+	}
+	res := notify.DeliveryResult{Claim: c.Claim, Outcome: classify(facts)}
+	if res.Outcome == notify.AttemptDeferred {
+		res.Deferral = deferral(facts)
+	}
 	if sendErr != nil {
 		res.Error = sendErr.Error()
 	}

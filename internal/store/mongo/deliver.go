@@ -3,6 +3,7 @@ package mongo
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -147,6 +148,9 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 			a := &d.History[i]
 			if a.ID == c.AttemptID && a.FinishedAt == nil {
 				a.FinishedAt, a.Outcome, a.Error = &t, r.Outcome, r.Error
+				if r.Outcome == notify.AttemptDeferred {
+					a.Deferral = r.Deferral
+				}
 				finished = true
 			}
 		}
@@ -157,6 +161,9 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 			return nil
 		}
 		applied = true
+		if r.Outcome == notify.AttemptDeferred {
+			d.foldDeferral(c.AttemptID)
+		}
 		switch r.Outcome {
 		case notify.AttemptSent:
 			d.Status, d.SentAt = string(notify.StatusSent), &t
@@ -207,4 +214,25 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 		s.hub.Wake() // a status event was written
 	}
 	return applied, nil
+}
+
+// foldDeferral folds the just finished deferral aid into the attempt
+// before it when that one is a deferral of the same kind: one more repeat
+// there, with the latest error and time, and aid's own entry goes (one
+// entry per outage, not one per probe).
+func (d *doc) foldDeferral(aid int64) {
+	i := slices.IndexFunc(d.History, func(a attDoc) bool { return a.ID == aid })
+	if i < 1 {
+		return
+	}
+	cur, prev := d.History[i], &d.History[i-1]
+	if cur.Deferral == "" || prev.Outcome != notify.AttemptDeferred || prev.Deferral != cur.Deferral {
+		return
+	}
+	prev.Repeats++
+	prev.LastAt = cur.FinishedAt
+	if cur.Error != "" {
+		prev.Error = cur.Error
+	}
+	d.History = slices.Delete(d.History, i, i+1)
 }

@@ -179,7 +179,7 @@ func wrapDest(what, key string, err error) error {
 
 // DisabledDestinations lists the keys of the disabled destinations, sorted.
 func (s *Store) DisabledDestinations(ctx context.Context) ([]string, error) {
-	ds, err := s.destinations(ctx, bson.D{{Key: "state", Value: notify.DestinationDisabled}})
+	ds, err := s.destinations(ctx, bson.D{{Key: "state", Value: notify.DestinationDisabled}}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("list disabled destinations: %w", err)
 	}
@@ -190,12 +190,19 @@ func (s *Store) DisabledDestinations(ctx context.Context) ([]string, error) {
 	return keys, nil
 }
 
-// ListDestinations returns every destination record, by key, each with
-// the number of its pending notifications.
-func (s *Store) ListDestinations(ctx context.Context) ([]notify.Destination, error) {
-	ds, err := s.destinations(ctx, bson.D{})
+// ListDestinations returns the page of destination records f selects, by
+// key, each with the number of its pending notifications.
+func (s *Store) ListDestinations(ctx context.Context, f notify.DestinationFilter) (notify.DestinationPage, error) {
+	if f.Limit < 1 {
+		return notify.DestinationPage{}, fmt.Errorf("list destinations: limit must be at least 1, got %d", f.Limit)
+	}
+	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: f.After}}}}
+	if f.State != "" {
+		filter = append(filter, bson.E{Key: "state", Value: f.State})
+	}
+	ds, err := s.destinations(ctx, filter, int64(f.Limit)+1)
 	if err != nil {
-		return nil, fmt.Errorf("list destinations: %w", err)
+		return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", err)
 	}
 	out := make([]notify.Destination, len(ds))
 	for i, d := range ds {
@@ -209,18 +216,23 @@ func (s *Store) ListDestinations(ctx context.Context) ([]notify.Destination, err
 		}
 		counts, err := s.pendingByDestination(ctx, keys)
 		if err != nil {
-			return nil, fmt.Errorf("list destinations: %w", err)
+			return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", err)
 		}
 		for i := range batch {
 			batch[i].Pending = counts[batch[i].Key]
 		}
 	}
-	return out, nil
+	return notify.CutDestinations(out, f.Limit), nil
 }
 
-// destinations reads the records filter selects, by key.
-func (s *Store) destinations(ctx context.Context, filter bson.D) ([]destDoc, error) {
-	cur, err := s.db.Collection(collDestinations).Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+// destinations reads the records filter selects, by key, at most limit
+// of them (0: all).
+func (s *Store) destinations(ctx context.Context, filter bson.D, limit int64) ([]destDoc, error) {
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
+	if limit > 0 {
+		opts.SetLimit(limit)
+	}
+	cur, err := s.db.Collection(collDestinations).Find(ctx, filter, opts)
 	if err != nil {
 		return nil, classify(err)
 	}

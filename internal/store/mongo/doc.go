@@ -120,6 +120,11 @@ type attDoc struct {
 	FinishedAt *time.Time `bson:"finished_at,omitempty"`
 	Outcome    string     `bson:"outcome,omitempty"`
 	Error      string     `bson:"error,omitempty"`
+	// Deferral, Repeats and LastAt: a deferral's kind, and the deferrals
+	// of the same kind folded into this one (see notify.Attempt).
+	Deferral string     `bson:"deferral,omitempty"`
+	Repeats  int        `bson:"repeats,omitempty"`
+	LastAt   *time.Time `bson:"last_at,omitempty"`
 }
 
 // Event and attempt ids are derived from the notification id: its events

@@ -152,7 +152,30 @@ func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) 
 	if err != nil {
 		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, classify(err))
 	}
-	return d.notification(), nil
+	n := d.notification()
+	if n.Status == notify.StatusPending {
+		if n.Waiting, err = s.waiting(ctx, d.Destination, d.Channel); err != nil {
+			return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, err)
+		}
+	}
+	return n, nil
+}
+
+// waiting returns the record of the destination key, or else of the
+// channel's one provider, that a pending notification waits on; nil when
+// neither has one.
+func (s *Store) waiting(ctx context.Context, key, channel string) (*notify.Waiting, error) {
+	ds, err := s.destinations(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{key, channel}}}}}, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read its destination: %w", err)
+	}
+	var w *notify.Waiting
+	for _, d := range ds {
+		if w == nil || d.Key == key {
+			w = &notify.Waiting{Destination: d.Key, State: d.State, Reason: d.Reason, Since: d.Since.UTC()}
+		}
+	}
+	return w, nil
 }
 
 // Attempts returns every delivery attempt of a notification in the order
@@ -169,10 +192,28 @@ func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error
 	}
 	out := make([]notify.Attempt, 0, len(d.History))
 	for _, a := range d.History {
-		out = append(out, notify.Attempt{Attempt: a.Attempt, MessageID: a.MessageID, StartedAt: a.StartedAt.UTC(),
-			FinishedAt: utcp(a.FinishedAt), Outcome: a.Outcome, Error: a.Error})
+		at := notify.Attempt{ID: a.ID, Attempt: a.Attempt, MessageID: a.MessageID, StartedAt: a.StartedAt.UTC(),
+			FinishedAt: utcp(a.FinishedAt), Outcome: a.Outcome, Error: a.Error, Deferral: a.Deferral}
+		if a.Repeats > 0 {
+			at.Repeats, at.LastAt = a.Repeats, utcp(a.LastAt)
+		}
+		out = append(out, at)
 	}
 	return out, nil
+}
+
+// AttemptPage returns the page of a notification's attempts f selects, or
+// notify.ErrNotFound. The history is embedded in the notification's
+// document and read whole: one entry per outage, not per probe.
+func (s *Store) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error) {
+	if f.Limit < 1 {
+		return notify.AttemptPage{}, fmt.Errorf("attempts of notification %d: limit must be at least 1, got %d", id, f.Limit)
+	}
+	as, err := s.Attempts(ctx, id)
+	if err != nil {
+		return notify.AttemptPage{}, err
+	}
+	return notify.PageAttempts(as, f), nil
 }
 
 // AddAttempt appends an attempt to a notification's history as a claim

@@ -117,7 +117,7 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 	}
 	// A failing or disabled destination's notifications are left alone
 	// (see the PostgreSQL store): their events are parked, not lost.
-	held, err := s.destinations(ctx, bson.D{})
+	held, err := s.destinations(ctx, bson.D{}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}

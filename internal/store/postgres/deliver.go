@@ -202,7 +202,12 @@ SELECT a.message_id, 'claimed', a.id, a.attempt, a.until FROM attempt AS a`
 	// $5 errors, $6 microseconds until a retry is due (retry_due_at, on
 	// the database's clock: the worker sends a duration, not its time), $7
 	// the retry counts the claims were taken for, $8 whether status events
-	// are written (Config.NoStatusEvents).
+	// are written (Config.NoStatusEvents), $9 the deferrals' kinds ('' for
+	// other outcomes).
+	// An applied deferral of the same kind as the notification's previous
+	// attempt row is folded into it (folded): that row counts one more
+	// repeat and takes the latest error and time, and this attempt's row
+	// goes, so that the next claim numbers its attempt as this one was.
 	// A settling result also writes its status event (notification.sent or
 	// notification.failed) to the outbox, in the same statement.
 	// The compare-and-set on status is written (n.status || '') so that it
@@ -220,11 +225,11 @@ SELECT a.message_id, 'claimed', a.id, a.attempt, a.until FROM attempt AS a`
 	// the update applies one.
 	recordDeliveries = `
 WITH r AS (
-	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
-		AS r(aid, nid, msg, outcome, err, retry_in, rc)
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $9::text[])
+		AS r(aid, nid, msg, outcome, err, retry_in, rc, kind)
 ),
 holding AS (
-	SELECT DISTINCT ON (r.nid) r.aid, r.nid, r.msg, r.outcome, r.err, r.retry_in, r.rc
+	SELECT DISTINCT ON (r.nid) r.aid, r.nid, r.msg, r.outcome, r.err, r.retry_in, r.rc, r.kind
 	FROM r
 	JOIN LATERAL (
 		SELECT n.id FROM notifications AS n
@@ -252,9 +257,34 @@ applied AS (
 		COALESCE(n.sent_at, n.failed_at) AS at, COALESCE(n.last_error, '') AS last_error
 ),
 ap AS (
-	SELECT h.aid, h.msg, h.outcome, h.rc, a.id, a.user_id, a.channel, a.status, a.attempts, a.at, a.last_error
+	SELECT h.aid, h.msg, h.outcome, h.rc, h.err, h.kind, a.id, a.user_id, a.channel, a.status, a.attempts, a.at, a.last_error
 	FROM applied AS a
 	JOIN holding AS h ON h.nid = a.id
+),
+-- An applied deferral whose notification's previous attempt row is a
+-- finished deferral of the same kind is folded into that row: one row per
+-- outage, not one per probe. The previous row is the notification's last
+-- one before this attempt's, in delivery_attempts_notification_idx; it is
+-- finished (its outcome is set), so finished below does not touch it.
+folded AS (
+	SELECT ap.aid, p.id AS pid, ap.err
+	FROM ap
+	JOIN LATERAL (
+		SELECT pa.id, pa.outcome, pa.deferral FROM delivery_attempts AS pa
+		WHERE pa.notification_id = ap.id AND pa.id < ap.aid
+		ORDER BY pa.id DESC LIMIT 1
+	) AS p ON true
+	WHERE ap.outcome = 'deferred' AND ap.kind <> '' AND p.outcome = 'deferred' AND p.deferral = ap.kind
+),
+fold_into AS (
+	UPDATE delivery_attempts AS a
+	SET (repeats, last_at, error) = (SELECT a.repeats + 1, now(), COALESCE(NULLIF(f.err, ''), a.error)
+		FROM folded AS f WHERE f.pid = a.id LIMIT 1)
+	WHERE a.id = ANY(ARRAY(SELECT f.pid FROM folded AS f))
+),
+fold_drop AS (
+	DELETE FROM delivery_attempts AS a
+	WHERE a.id = ANY(ARRAY(SELECT f.aid FROM folded AS f))
 ),
 -- A result that settled its notification (sent, or failed: dead) writes
 -- its status event in the same statement, so the event exists exactly
@@ -274,8 +304,10 @@ status_event AS (
 ),
 finished AS (
 	UPDATE delivery_attempts AS a
-	SET (finished_at, outcome, error) = (SELECT now(), r.outcome, NULLIF(r.err, '') FROM r WHERE r.aid = a.id LIMIT 1)
-	WHERE a.id = ANY(ARRAY(SELECT r.aid FROM r)) AND a.finished_at IS NULL
+	SET (finished_at, outcome, error, deferral) = (SELECT now(), r.outcome, NULLIF(r.err, ''), NULLIF(r.kind, '')
+		FROM r WHERE r.aid = a.id LIMIT 1)
+	WHERE a.id = ANY(ARRAY(SELECT r.aid FROM r WHERE r.aid <> ALL(ARRAY(SELECT f.aid FROM folded AS f))))
+		AND a.finished_at IS NULL
 ),
 done AS (
 	INSERT INTO processed_messages (message_id, processed_at, attempt_id)
@@ -341,11 +373,14 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	var lockIDs []int64
 	n := len(results)
 	aids, rnids, rmsgs := make([]int64, n), make([]int64, n), make([]int64, n)
-	outcomes, errs := make([]string, n), make([]string, n)
+	outcomes, errs, kinds := make([]string, n), make([]string, n), make([]string, n)
 	retryIn, rcs := make([]int64, n), make([]int64, n)
 	for i, r := range results {
 		aids[i], rnids[i], rmsgs[i] = r.Claim.AttemptID, r.Claim.NotificationID, r.Claim.MessageID
 		outcomes[i], errs[i], retryIn[i] = r.Outcome, r.Error, r.RetryIn.Microseconds()
+		if r.Outcome == notify.AttemptDeferred {
+			kinds[i] = r.Deferral
+		}
 		rcs[i] = int64(r.Claim.RetryCount)
 		lockIDs = append(lockIDs, r.Claim.NotificationID)
 	}
@@ -374,7 +409,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	b.Queue(keyedPlan)
 	b.Queue(lockNotifications, lockIDs)
 	if n > 0 {
-		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn, rcs, s.statusEvents)
+		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn, rcs, s.statusEvents, kinds)
 	}
 	if len(msgs) > 0 {
 		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds(), reqRCs)

@@ -32,13 +32,18 @@ WHERE key = $1 AND state = 'failing'`
 
 	disabledDestinations = `SELECT key FROM destinations WHERE state = 'disabled' ORDER BY key`
 
-	// listDestinations counts each destination's pending notifications
-	// from notifications_destination_pending_idx alone.
+	// listDestinations reads a page of records by key ($1: after this
+	// key; $2: the state, '' for any; $3 rows) and counts each one's
+	// pending notifications from notifications_destination_pending_idx
+	// alone, for the page's rows only (the count is in the select list,
+	// under the limit).
 	listDestinations = `
 SELECT d.key, d.channel, d.state, d.reason, d.since,
 	(SELECT count(*) FROM notifications AS n WHERE n.destination = d.key AND n.status = 'pending')
 FROM destinations AS d
-ORDER BY d.key`
+WHERE d.key > $1 AND ($2 = '' OR d.state = $2)
+ORDER BY d.key
+LIMIT $3`
 
 	enableDestination = `DELETE FROM destinations WHERE key = $1`
 )
@@ -90,12 +95,15 @@ func (s *Store) DisabledDestinations(ctx context.Context) ([]string, error) {
 	return keys, nil
 }
 
-// ListDestinations returns every destination record, by key, each with
-// the number of its pending notifications.
-func (s *Store) ListDestinations(ctx context.Context) ([]notify.Destination, error) {
-	rows, err := s.pool.Query(ctx, listDestinations)
+// ListDestinations returns the page of destination records f selects, by
+// key, each with the number of its pending notifications.
+func (s *Store) ListDestinations(ctx context.Context, f notify.DestinationFilter) (notify.DestinationPage, error) {
+	if f.Limit < 1 {
+		return notify.DestinationPage{}, fmt.Errorf("list destinations: limit must be at least 1, got %d", f.Limit)
+	}
+	rows, err := s.pool.Query(ctx, listDestinations, f.After, f.State, int64(f.Limit)+1)
 	if err != nil {
-		return nil, wrap("list destinations", err)
+		return notify.DestinationPage{}, wrap("list destinations", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (notify.Destination, error) {
 		var d notify.Destination
@@ -104,9 +112,9 @@ func (s *Store) ListDestinations(ctx context.Context) ([]notify.Destination, err
 		return d, err
 	})
 	if err != nil {
-		return nil, wrap("list destinations", err)
+		return notify.DestinationPage{}, wrap("list destinations", err)
 	}
-	return out, nil
+	return notify.CutDestinations(out, f.Limit), nil
 }
 
 // EnableDestination removes key's record, disabled or failing: its

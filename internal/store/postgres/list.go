@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -47,15 +48,34 @@ const (
 	// own size.
 	listPlan = `SELECT set_config('enable_sort', 'off', true)`
 
-	// selectAttempts answers one row per attempt, in the order they were
-	// made, or one row of NULLs when the notification has none, or no row
-	// when it does not exist: one statement, one snapshot.
+	// selectAttempts answers one row per attempt of a page ($2: after
+	// this attempt id, 0 from the start; $3 rows), in the order they
+	// were made, or one row of NULLs when the page is empty, or no row when
+	// the notification does not exist: one statement, one snapshot. The
+	// page walks delivery_attempts_notification_idx from its end.
 	selectAttempts = `
-SELECT a.attempt, a.message_id, a.started_at, a.finished_at, a.outcome, a.error
+SELECT a.id, a.attempt, a.message_id, a.started_at, a.finished_at, a.outcome, a.error, a.deferral, a.repeats, a.last_at
 FROM notifications n
-LEFT JOIN delivery_attempts a ON a.notification_id = n.id
+LEFT JOIN LATERAL (
+	SELECT a.* FROM delivery_attempts a
+	WHERE a.notification_id = n.id AND a.id > $2::bigint
+	ORDER BY a.id LIMIT $3
+) a ON true
 WHERE n.id = $1
 ORDER BY a.id`
+
+	// selectAttemptsNewest is selectAttempts newest first ($2: before this
+	// attempt id, 0 from the end).
+	selectAttemptsNewest = `
+SELECT a.id, a.attempt, a.message_id, a.started_at, a.finished_at, a.outcome, a.error, a.deferral, a.repeats, a.last_at
+FROM notifications n
+LEFT JOIN LATERAL (
+	SELECT a.* FROM delivery_attempts a
+	WHERE a.notification_id = n.id AND a.id < COALESCE(NULLIF($2::bigint, 0), 9223372036854775807)
+	ORDER BY a.id DESC LIMIT $3
+) a ON true
+WHERE n.id = $1
+ORDER BY a.id DESC`
 )
 
 // listQuery returns the listing's statement and arguments for f. It reads
@@ -148,10 +168,24 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 // Attempts returns every delivery attempt of a notification in the order
 // they were made, or notify.ErrNotFound when there is no such notification.
 func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error) {
+	p, err := s.AttemptPage(ctx, id, notify.AttemptFilter{Limit: math.MaxInt32 - 1})
+	return p.Items, err
+}
+
+// AttemptPage returns the page of a notification's attempts f selects, or
+// notify.ErrNotFound when there is no such notification.
+func (s *Store) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error) {
 	op := "attempts of notification " + strconv.FormatInt(id, 10)
-	rows, err := s.pool.Query(ctx, selectAttempts, id)
+	if f.Limit < 1 {
+		return notify.AttemptPage{}, fmt.Errorf("%s: limit must be at least 1, got %d", op, f.Limit)
+	}
+	q := selectAttempts
+	if f.Newest {
+		q = selectAttemptsNewest
+	}
+	rows, err := s.pool.Query(ctx, q, id, f.After, int64(f.Limit)+1)
 	if err != nil {
-		return nil, wrap(op, err)
+		return notify.AttemptPage{}, wrap(op, err)
 	}
 	defer rows.Close()
 	found := false
@@ -159,33 +193,50 @@ func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error
 	for rows.Next() {
 		found = true
 		var (
-			attempt    *int32
-			messageID  *int64
-			startedAt  *time.Time
-			finishedAt *time.Time
-			outcome    *string
-			errText    *string
+			rowID            *int64
+			attempt          *int32
+			messageID        *int64
+			startedAt        *time.Time
+			finishedAt       *time.Time
+			outcome, errText *string
+			deferral         *string
+			repeats          *int32
+			lastAt           *time.Time
 		)
-		if err := rows.Scan(&attempt, &messageID, &startedAt, &finishedAt, &outcome, &errText); err != nil {
-			return nil, wrap(op+": scan", err)
+		if err := rows.Scan(&rowID, &attempt, &messageID, &startedAt, &finishedAt, &outcome, &errText, &deferral, &repeats, &lastAt); err != nil {
+			return notify.AttemptPage{}, wrap(op+": scan", err)
 		}
 		if attempt == nil {
 			continue // the notification exists and has no attempt
 		}
-		a := notify.Attempt{Attempt: int(*attempt), MessageID: *messageID, StartedAt: *startedAt, FinishedAt: finishedAt}
+		a := notify.Attempt{ID: *rowID, Attempt: int(*attempt), MessageID: *messageID, StartedAt: startedAt.UTC(), FinishedAt: utcp(finishedAt)}
 		if outcome != nil {
 			a.Outcome = *outcome
 		}
 		if errText != nil {
 			a.Error = *errText
 		}
+		if deferral != nil {
+			a.Deferral = *deferral
+		}
+		if repeats != nil && *repeats > 0 {
+			a.Repeats, a.LastAt = int(*repeats), utcp(lastAt)
+		}
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, wrap(op, err)
+		return notify.AttemptPage{}, wrap(op, err)
 	}
 	if !found {
-		return nil, fmt.Errorf("%s: %w", op, notify.ErrNotFound)
+		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, notify.ErrNotFound)
 	}
-	return out, nil
+	return notify.CutAttempts(out, f.Limit), nil
+}
+
+func utcp(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }

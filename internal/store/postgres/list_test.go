@@ -106,8 +106,13 @@ func TestListUsesIndexes(t *testing.T) {
 		require.NotContains(t, plan, "Sort", tc.name)
 	}
 
-	plan := explain(t, s, selectAttempts, int64(7))
-	t.Logf("attempts:\n%s", plan)
-	require.Contains(t, plan, "delivery_attempts_notification_idx")
-	require.Contains(t, plan, "notifications_pkey")
+	for _, q := range []string{selectAttempts, selectAttemptsNewest} {
+		plan := explain(t, s, q, int64(7), int64(3), int64(21))
+		t.Logf("attempts:\n%s", plan)
+		require.Contains(t, plan, "delivery_attempts_notification_idx")
+		require.Contains(t, plan, "notifications_pkey")
+		// The index reads the page alone (its Limit is inside the
+		// lateral): only the page's rows are sorted.
+		require.Regexp(t, `Limit[^\n]*\n\s*->  Index Scan[^\n]* using delivery_attempts_notification_idx`, plan)
+	}
 }

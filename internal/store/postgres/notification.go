@@ -95,7 +95,19 @@ SELECT 1::bigint, id, created_at FROM n`
 	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at`
 
-	selectNotification      = `SELECT ` + notificationColumns + ` FROM notifications WHERE id = $1`
+	// selectNotification reads a notification with, while it is pending,
+	// the record of its destination or else of its channel's one provider
+	// (waiting): two lookups of destinations' key.
+	selectNotification = `SELECT ` + notificationColumns + `, w.w_key, w.w_state, w.w_reason, w.w_since
+FROM notifications AS n
+LEFT JOIN LATERAL (
+	SELECT d.key AS w_key, d.state AS w_state, d.reason AS w_reason, d.since AS w_since
+	FROM destinations AS d
+	WHERE n.status = 'pending' AND d.key IN (n.destination, n.channel)
+	ORDER BY d.key = n.destination DESC NULLS LAST
+	LIMIT 1
+) AS w ON true
+WHERE n.id = $1`
 	selectNotificationByKey = `SELECT ` + notificationColumns + ` FROM notifications WHERE user_id = $1 AND idempotency_key = $2`
 )
 
@@ -268,15 +280,31 @@ func NotifyInTx(ctx context.Context, tx pgx.Tx) error {
 
 // Get returns one notification, or notify.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) {
-	n, err := scanNotification(s.pool.QueryRow(ctx, selectNotification, id))
+	var (
+		wKey, wState, wReason *string
+		wSince                *time.Time
+	)
+	n, err := scanNotification(withExtra{s.pool.QueryRow(ctx, selectNotification, id), []any{&wKey, &wState, &wReason, &wSince}})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, notify.ErrNotFound)
 	}
 	if err != nil {
 		return notify.Notification{}, wrap(fmt.Sprintf("get notification %d", id), err)
 	}
+	if wKey != nil {
+		n.Waiting = &notify.Waiting{Destination: *wKey, State: *wState, Reason: *wReason, Since: wSince.UTC()}
+	}
 	return n, nil
 }
+
+// withExtra scans a row's first columns as its Row would, and the columns
+// after them into extra.
+type withExtra struct {
+	pgx.Row
+	extra []any
+}
+
+func (r withExtra) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
 
 func scanNotification(row pgx.Row) (notify.Notification, error) {
 	var (

@@ -215,8 +215,26 @@ RETURNING user_id, channel, status, attempts, COALESCE(last_error, '')`
 // finishAttempt finishes an attempt row, even when its claim was lost: the
 // send happened, and the history says so.
 const finishAttempt = `
-UPDATE delivery_attempts SET finished_at = ?1, outcome = ?2, error = ?3
+UPDATE delivery_attempts SET finished_at = ?1, outcome = ?2, error = ?3, deferral = ?5
 WHERE id = ?4 AND finished_at IS NULL`
+
+// previousDeferral finds the notification's attempt row before ?2 when it
+// is a finished deferral of the kind ?3: the row an applied deferral of
+// that kind is folded into (one row per outage, not one per probe).
+const previousDeferral = `
+SELECT id FROM (
+	SELECT id, outcome, deferral FROM delivery_attempts
+	WHERE notification_id = ?1 AND id < ?2 ORDER BY id DESC LIMIT 1
+) WHERE outcome = 'deferred' AND deferral = ?3`
+
+// foldInto counts one more repeat on the row ?1, with the latest error
+// and time; dropAttempt removes the folded attempt's own row, so that
+// the next claim numbers its attempt as this one was.
+const (
+	foldInto = `
+UPDATE delivery_attempts SET repeats = repeats + 1, last_at = ?2, error = COALESCE(?3, error) WHERE id = ?1`
+	dropAttempt = `DELETE FROM delivery_attempts WHERE id = ?1`
+)
 
 // releaseMessage deletes the lease row of a deferred claim that holds no
 // retry mark; releaseMarked releases the row of a retried claim, or of a
@@ -244,8 +262,18 @@ func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, 
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("update notification %d: %w", c.NotificationID, classify(err))
 		}
-		if _, err := tx.ExecContext(ctx, finishAttempt, ts, r.Outcome, nullString(r.Error), c.AttemptID); err != nil {
-			return fmt.Errorf("finish attempt %d: %w", c.AttemptID, classify(err))
+		folded, err := foldDeferral(ctx, tx, r, applied, ts)
+		if err != nil {
+			return err
+		}
+		if !folded {
+			kind := ""
+			if r.Outcome == notify.AttemptDeferred {
+				kind = r.Deferral
+			}
+			if _, err := tx.ExecContext(ctx, finishAttempt, ts, r.Outcome, nullString(r.Error), c.AttemptID, nullString(kind)); err != nil {
+				return fmt.Errorf("finish attempt %d: %w", c.AttemptID, classify(err))
+			}
 		}
 		if !applied {
 			continue
@@ -275,6 +303,31 @@ func recordTx(ctx context.Context, tx txStmts, results []notify.DeliveryResult, 
 	return nil
 }
 
+// foldDeferral folds an applied deferral into the notification's previous
+// attempt row when that row is a deferral of the same kind, and reports
+// whether it did.
+func foldDeferral(ctx context.Context, tx txStmts, r notify.DeliveryResult, applied bool, ts string) (bool, error) {
+	if !applied || r.Outcome != notify.AttemptDeferred || r.Deferral == "" {
+		return false, nil
+	}
+	c := r.Claim
+	var prev int64
+	err := tx.QueryRowContext(ctx, previousDeferral, c.NotificationID, c.AttemptID, r.Deferral).Scan(&prev)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read attempt before %d: %w", c.AttemptID, classify(err))
+	}
+	if _, err := tx.ExecContext(ctx, foldInto, prev, ts, nullString(r.Error)); err != nil {
+		return false, fmt.Errorf("fold attempt %d into %d: %w", c.AttemptID, prev, classify(err))
+	}
+	if _, err := tx.ExecContext(ctx, dropAttempt, c.AttemptID); err != nil {
+		return false, fmt.Errorf("drop folded attempt %d: %w", c.AttemptID, classify(err))
+	}
+	return true, nil
+}
+
 // insertStatusEvent writes the status event of a notification that ev's
 // record settled.
 func insertStatusEvent(ctx context.Context, tx txStmts, ev notify.StatusEvent, ts string) error {
@@ -295,7 +348,7 @@ func insertStatusEvent(ctx context.Context, tx txStmts, ev notify.StatusEvent, t
 // deliveryStatements are the statements ClaimAndRecord runs, prepared once.
 var deliveryStatements = []string{selectClaimState, markProcessed, insertAttempt, leaseNotification,
 	dropStaleLease, releaseStaleMarked, leaseMessage, applyResult, finishAttempt, releaseMessage, releaseMarked,
-	insertOutbox}
+	insertOutbox, previousDeferral, foldInto, dropAttempt}
 
 // txStmts runs prepared statements inside one transaction.
 type txStmts struct {

@@ -31,13 +31,17 @@ WHERE key = ? AND state = 'failing'`
 
 	disabledDestinations = `SELECT key FROM destinations WHERE state = 'disabled' ORDER BY key`
 
-	// listDestinations counts each destination's pending notifications
-	// from notifications_destination_pending_idx alone.
+	// listDestinations reads a page of records by key (?1: after this
+	// key; ?2: the state, '' for any; ?3 rows) and counts each one's
+	// pending notifications from notifications_destination_pending_idx
+	// alone.
 	listDestinations = `
 SELECT d.key, d.channel, d.state, d.reason, d.since,
 	(SELECT count(*) FROM notifications AS n WHERE n.destination = d.key AND n.status = 'pending')
 FROM destinations AS d
-ORDER BY d.key`
+WHERE d.key > ?1 AND (?2 = '' OR d.state = ?2)
+ORDER BY d.key
+LIMIT ?3`
 
 	enableDestination = `DELETE FROM destinations WHERE key = ?`
 )
@@ -108,12 +112,15 @@ func (s *Store) DisabledDestinations(ctx context.Context) ([]string, error) {
 	return keys, nil
 }
 
-// ListDestinations returns every destination record, by key, each with
-// the number of its pending notifications.
-func (s *Store) ListDestinations(ctx context.Context) ([]notify.Destination, error) {
-	rows, err := s.read.QueryContext(ctx, listDestinations)
+// ListDestinations returns the page of destination records f selects, by
+// key, each with the number of its pending notifications.
+func (s *Store) ListDestinations(ctx context.Context, f notify.DestinationFilter) (notify.DestinationPage, error) {
+	if f.Limit < 1 {
+		return notify.DestinationPage{}, fmt.Errorf("list destinations: limit must be at least 1, got %d", f.Limit)
+	}
+	rows, err := s.read.QueryContext(ctx, listDestinations, f.After, f.State, int64(f.Limit)+1)
 	if err != nil {
-		return nil, fmt.Errorf("list destinations: %w", classify(err))
+		return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", classify(err))
 	}
 	defer rows.Close()
 	var out []notify.Destination
@@ -123,17 +130,17 @@ func (s *Store) ListDestinations(ctx context.Context) ([]notify.Destination, err
 			since string
 		)
 		if err := rows.Scan(&d.Key, &d.Channel, &d.State, &d.Reason, &since, &d.Pending); err != nil {
-			return nil, fmt.Errorf("list destinations: %w", classify(err))
+			return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", classify(err))
 		}
 		if d.Since, err = parseTime(since); err != nil {
-			return nil, fmt.Errorf("list destinations: %w", err)
+			return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", err)
 		}
 		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list destinations: %w", classify(err))
+		return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", classify(err))
 	}
-	return out, nil
+	return notify.CutDestinations(out, f.Limit), nil
 }
 
 // EnableDestination removes key's record, disabled or failing: its

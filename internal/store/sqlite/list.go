@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -31,15 +32,29 @@ const (
 	listAfterPosition = `(created_at, id) < (?, ?)`
 	listOrder         = ` ORDER BY created_at DESC, id DESC LIMIT ?`
 
-	// selectAttempts answers one row per attempt, in the order they were
-	// made, or one row of NULLs when the notification has none, or no row
-	// when it does not exist: one statement, one snapshot.
+	// selectAttempts answers one row per attempt of a page (?2: after
+	// this attempt id, 0 from the start; ?3 rows), in the order they
+	// were made, or one row of NULLs when the page is empty, or no row when
+	// the notification does not exist: one statement, one snapshot.
 	selectAttempts = `
-SELECT a.attempt, a.message_id, a.started_at, a.finished_at, a.outcome, a.error
+SELECT a.id, a.attempt, a.message_id, a.started_at, a.finished_at, a.outcome, a.error, a.deferral, a.repeats, a.last_at
 FROM notifications n
-LEFT JOIN delivery_attempts a ON a.notification_id = n.id
-WHERE n.id = ?
+LEFT JOIN (
+	SELECT * FROM delivery_attempts WHERE notification_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3
+) a ON a.notification_id = n.id
+WHERE n.id = ?1
 ORDER BY a.id`
+
+	// selectAttemptsNewest is selectAttempts newest first (?2: before this
+	// attempt id, 0 from the end).
+	selectAttemptsNewest = `
+SELECT a.id, a.attempt, a.message_id, a.started_at, a.finished_at, a.outcome, a.error, a.deferral, a.repeats, a.last_at
+FROM notifications n
+LEFT JOIN (
+	SELECT * FROM delivery_attempts WHERE notification_id = ?1 AND id < COALESCE(NULLIF(?2, 0), 9223372036854775807) ORDER BY id DESC LIMIT ?3
+) a ON a.notification_id = n.id
+WHERE n.id = ?1
+ORDER BY a.id DESC`
 )
 
 // listQuery returns the listing's statement and arguments for f. It reads
@@ -112,10 +127,24 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 // Attempts returns every delivery attempt of a notification in the order
 // they were made, or notify.ErrNotFound when there is no such notification.
 func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error) {
+	p, err := s.AttemptPage(ctx, id, notify.AttemptFilter{Limit: math.MaxInt32 - 1})
+	return p.Items, err
+}
+
+// AttemptPage returns the page of a notification's attempts f selects, or
+// notify.ErrNotFound when there is no such notification.
+func (s *Store) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error) {
 	op := "attempts of notification " + strconv.FormatInt(id, 10)
-	rows, err := s.read.QueryContext(ctx, selectAttempts, id)
+	if f.Limit < 1 {
+		return notify.AttemptPage{}, fmt.Errorf("%s: limit must be at least 1, got %d", op, f.Limit)
+	}
+	q := selectAttempts
+	if f.Newest {
+		q = selectAttemptsNewest
+	}
+	rows, err := s.read.QueryContext(ctx, q, id, f.After, int64(f.Limit)+1)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, classify(err))
+		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, classify(err))
 	}
 	defer rows.Close()
 	found := false
@@ -123,33 +152,41 @@ func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error
 	for rows.Next() {
 		found = true
 		var (
-			attempt, messageID                  sql.NullInt64
-			startedAt, finishedAt, outcome, msg sql.NullString
+			rowID, attempt, messageID, repeats                    sql.NullInt64
+			startedAt, finishedAt, outcome, msg, deferral, lastAt sql.NullString
 		)
-		if err := rows.Scan(&attempt, &messageID, &startedAt, &finishedAt, &outcome, &msg); err != nil {
-			return nil, fmt.Errorf("%s: scan: %w", op, classify(err))
+		if err := rows.Scan(&rowID, &attempt, &messageID, &startedAt, &finishedAt, &outcome, &msg, &deferral, &repeats, &lastAt); err != nil {
+			return notify.AttemptPage{}, fmt.Errorf("%s: scan: %w", op, classify(err))
 		}
 		if !attempt.Valid {
 			continue // the notification exists and has no attempt
 		}
-		a := notify.Attempt{Attempt: int(attempt.Int64), MessageID: messageID.Int64, Outcome: outcome.String, Error: msg.String}
+		a := notify.Attempt{ID: rowID.Int64, Attempt: int(attempt.Int64), MessageID: messageID.Int64, Outcome: outcome.String, Error: msg.String,
+			Deferral: deferral.String}
 		if a.StartedAt, err = parseTime(startedAt.String); err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
+			return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
 		}
 		if finishedAt.Valid {
 			t, err := parseTime(finishedAt.String)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", op, err)
+				return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
 			}
 			a.FinishedAt = &t
+		}
+		if repeats.Int64 > 0 && lastAt.Valid {
+			t, err := parseTime(lastAt.String)
+			if err != nil {
+				return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
+			}
+			a.Repeats, a.LastAt = int(repeats.Int64), &t
 		}
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, classify(err))
+		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, classify(err))
 	}
 	if !found {
-		return nil, fmt.Errorf("%s: %w", op, notify.ErrNotFound)
+		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, notify.ErrNotFound)
 	}
-	return out, nil
+	return notify.CutAttempts(out, f.Limit), nil
 }

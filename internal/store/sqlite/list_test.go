@@ -57,10 +57,12 @@ FROM i`)
 		require.NotContains(t, plan, "TEMP B-TREE", tc.name)
 	}
 
-	plan := queryPlan(t, s, selectAttempts, int64(7))
-	t.Logf("attempts:\n%s", plan)
-	require.Contains(t, plan, "delivery_attempts_notification_idx")
-	require.NotContains(t, plan, "TEMP B-TREE")
+	for _, q := range []string{selectAttempts, selectAttemptsNewest} {
+		plan := queryPlan(t, s, q, int64(7), int64(3), int64(21))
+		t.Logf("attempts:\n%s", plan)
+		require.Contains(t, plan, "delivery_attempts_notification_idx")
+		require.NotContains(t, plan, "TEMP B-TREE")
+	}
 }
 
 // queryPlan returns the EXPLAIN QUERY PLAN of query, one step a line.

@@ -88,16 +88,48 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 
 // Get returns one notification, or an error wrapping notify.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id int64) (notify.Notification, error) {
-	n, err := scanNotification(s.read.QueryRowContext(ctx,
-		`SELECT `+notificationColumns+` FROM notifications WHERE id = ?`, id))
+	var wKey, wState, wReason, wSince sql.NullString
+	n, err := scanNotification(withExtra{s.read.QueryRowContext(ctx, selectNotification, id), []any{&wKey, &wState, &wReason, &wSince}})
 	if errors.Is(err, sql.ErrNoRows) {
 		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, notify.ErrNotFound)
 	}
 	if err != nil {
 		return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, classify(err))
 	}
+	if wKey.Valid {
+		since, err := parseTime(wSince.String)
+		if err != nil {
+			return notify.Notification{}, fmt.Errorf("get notification %d: %w", id, err)
+		}
+		n.Waiting = &notify.Waiting{Destination: wKey.String, State: wState.String, Reason: wReason.String, Since: since}
+	}
 	return n, nil
 }
+
+// selectNotification reads a notification with, while it is pending, the
+// record of its destination or else of its channel's one provider
+// (waiting).
+const selectNotification = `SELECT ` + notificationColumns + `, w.w_key, w.w_state, w.w_reason, w.w_since
+FROM (
+	SELECT *, (
+		SELECT d.key FROM destinations AS d
+		WHERE notifications.status = 'pending' AND d.key IN (notifications.destination, notifications.channel)
+		ORDER BY d.key = notifications.destination DESC LIMIT 1
+	) AS waits_on
+	FROM notifications WHERE id = ?
+) AS n
+LEFT JOIN (
+	SELECT key AS w_key, state AS w_state, reason AS w_reason, since AS w_since FROM destinations
+) AS w ON w.w_key = n.waits_on`
+
+// withExtra scans a row's first columns as its row would, and the columns
+// after them into extra.
+type withExtra struct {
+	row   interface{ Scan(...any) error }
+	extra []any
+}
+
+func (r withExtra) Scan(dest ...any) error { return r.row.Scan(append(dest, r.extra...)...) }
 
 // scanNotification reads one row of notificationColumns, from a *sql.Row
 // or *sql.Rows.

@@ -22,6 +22,26 @@ var destinationTests = []subtest{
 	{"DestinationEnable", testDestinationEnable},
 	{"DestinationPending", testDestinationPending},
 	{"DestinationDisableRace", testDestinationDisableRace},
+	{"DestinationPaging", testDestinationPaging},
+	{"DestinationWaiting", testDestinationWaiting},
+}
+
+// listDestinations reads every record, a page of 2 at a time.
+func listDestinations(t *testing.T, ctx context.Context, s store.Store) []notify.Destination {
+	t.Helper()
+	var out []notify.Destination
+	f := notify.DestinationFilter{Limit: 2}
+	for range 1000 {
+		p, err := s.ListDestinations(ctx, f)
+		require.NoError(t, err)
+		out = append(out, p.Items...)
+		if p.Next == "" {
+			return out
+		}
+		f.After = p.Next
+	}
+	t.Fatal("the destinations listing does not end")
+	return nil
 }
 
 const (
@@ -33,8 +53,7 @@ const (
 // whether there is one.
 func destination(t *testing.T, ctx context.Context, s store.Store, key string) (notify.Destination, bool) {
 	t.Helper()
-	ds, err := s.ListDestinations(ctx)
-	require.NoError(t, err)
+	ds := listDestinations(t, ctx, s)
 	for _, d := range ds {
 		if d.Key == key {
 			return d, true
@@ -71,8 +90,7 @@ func testDestinationFailing(t *testing.T, ctx context.Context, h Harness) {
 	// One record per key; another key is another record.
 	_, err = s.DestinationFailing(ctx, "email", notify.ChannelEmail, "dial tcp: connection refused", t0)
 	require.NoError(t, err)
-	ds, err := s.ListDestinations(ctx)
-	require.NoError(t, err)
+	ds := listDestinations(t, ctx, s)
 	require.Len(t, ds, 2)
 	require.Equal(t, notify.ChannelEmail, ds[0].Key, "listed by key")
 	require.Equal(t, hookKey, ds[1].Key)
@@ -160,8 +178,7 @@ func testDestinationEnable(t *testing.T, ctx context.Context, h Harness) {
 
 	require.NoError(t, s.EnableDestination(ctx, hookKey))
 	require.NoError(t, s.EnableDestination(ctx, "telegram"))
-	ds, err := s.ListDestinations(ctx)
-	require.NoError(t, err)
+	ds := listDestinations(t, ctx, s)
 	require.Empty(t, ds)
 	keys, err := s.DisabledDestinations(ctx)
 	require.NoError(t, err)
@@ -211,8 +228,7 @@ func testDestinationPending(t *testing.T, ctx context.Context, h Harness) {
 		require.NoError(t, err)
 	}
 	want := map[string]int64{hookKey: 3, otherKey: 1, notify.ChannelEmail: 2}
-	ds, err := s.ListDestinations(ctx)
-	require.NoError(t, err)
+	ds := listDestinations(t, ctx, s)
 	require.Len(t, ds, 3)
 	for _, d := range ds {
 		require.Equal(t, want[d.Key], d.Pending, d.Key)
@@ -278,4 +294,111 @@ func testDestinationDisableRace(t *testing.T, ctx context.Context, h Harness) {
 	} else {
 		require.False(t, ok, "the up won: no record")
 	}
+}
+
+// The listing pages by key: each page holds up to its limit, a page that
+// is full names the key to resume after, the last one none; a state
+// filter keeps its records only; each page's records have their pending
+// counts.
+func testDestinationPaging(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	var keys []string
+	for i := range 5 {
+		k := "https://d" + notify.FormatID(int64(i)) + ".example.com:443"
+		keys = append(keys, k)
+		_, err := s.DestinationFailing(ctx, "webhook", k, "refused", time.Now())
+		require.NoError(t, err)
+	}
+	r := request(1)
+	r.Channel, r.To, r.Subject = "webhook", "https://d3.example.com/x", ""
+	_, err := s.Create(ctx, notify.NewNotification{Request: r, Destination: keys[3]})
+	require.NoError(t, err)
+	ok, err := s.DisableDestination(ctx, keys[1], "failing for 72h")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	p, err := s.ListDestinations(ctx, notify.DestinationFilter{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, keys[:2], destKeys(p.Items))
+	require.Equal(t, keys[1], p.Next)
+	p, err = s.ListDestinations(ctx, notify.DestinationFilter{Limit: 2, After: p.Next})
+	require.NoError(t, err)
+	require.Equal(t, keys[2:4], destKeys(p.Items))
+	require.Equal(t, int64(1), p.Items[1].Pending, "counted on a later page")
+	p, err = s.ListDestinations(ctx, notify.DestinationFilter{Limit: 2, After: p.Next})
+	require.NoError(t, err)
+	require.Equal(t, keys[4:], destKeys(p.Items))
+	require.Empty(t, p.Next, "the end")
+	p, err = s.ListDestinations(ctx, notify.DestinationFilter{Limit: 5})
+	require.NoError(t, err)
+	require.Len(t, p.Items, 5)
+	require.Empty(t, p.Next, "a page exactly full is the end")
+
+	p, err = s.ListDestinations(ctx, notify.DestinationFilter{Limit: 10, State: notify.DestinationDisabled})
+	require.NoError(t, err)
+	require.Equal(t, []string{keys[1]}, destKeys(p.Items))
+	p, err = s.ListDestinations(ctx, notify.DestinationFilter{Limit: 10, State: notify.DestinationFailing, After: keys[2]})
+	require.NoError(t, err)
+	require.Equal(t, keys[3:], destKeys(p.Items))
+}
+
+func destKeys(ds []notify.Destination) []string {
+	out := make([]string, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, d.Key)
+	}
+	return out
+}
+
+// A pending notification tells why it waits: the record of its
+// destination, or else of its channel's one provider; a notification
+// whose destination is up, or that is no longer pending, waits on
+// nothing.
+func testDestinationWaiting(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	mk := func(i int, dest string) notify.Notification {
+		t.Helper()
+		r := request(i)
+		r.Channel, r.To, r.Subject = "webhook", "https://hooks.example.com/w", ""
+		c, err := s.Create(ctx, notify.NewNotification{Request: r, Destination: dest})
+		require.NoError(t, err)
+		return c.Notification
+	}
+	n := mk(1, hookKey)
+	other := mk(2, otherKey)
+	sent := mk(3, hookKey)
+	require.Nil(t, get(t, ctx, s, n.ID).Waiting, "its destination is up")
+
+	t0 := time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)
+	_, err := s.DestinationFailing(ctx, "webhook", hookKey, "webhook endpoint down: connection refused", t0)
+	require.NoError(t, err)
+	out, err := store.Deliver(ctx, s, 9001, sent.ID, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, notify.OutcomeSent, out)
+
+	w := get(t, ctx, s, n.ID).Waiting
+	require.NotNil(t, w)
+	require.Equal(t, hookKey, w.Destination)
+	require.Equal(t, notify.DestinationFailing, w.State)
+	require.Equal(t, "webhook endpoint down: connection refused", w.Reason)
+	require.WithinDuration(t, t0, w.Since, time.Millisecond)
+	require.Equal(t, time.UTC, w.Since.Location())
+	require.Nil(t, get(t, ctx, s, other.ID).Waiting, "another destination")
+	require.Nil(t, get(t, ctx, s, sent.ID).Waiting, "sent: it waits on nothing")
+
+	// The channel's own record (its one provider down) stands when the
+	// destination has none; the destination's own comes first.
+	_, err = s.DestinationFailing(ctx, "webhook", "webhook", "webhook provider down: proxy refused", t0)
+	require.NoError(t, err)
+	w = get(t, ctx, s, other.ID).Waiting
+	require.NotNil(t, w)
+	require.Equal(t, "webhook", w.Destination)
+	require.Equal(t, hookKey, get(t, ctx, s, n.ID).Waiting.Destination)
+
+	ok, err := s.DisableDestination(ctx, hookKey, "disabled: failing for 72h")
+	require.NoError(t, err)
+	require.True(t, ok)
+	w = get(t, ctx, s, n.ID).Waiting
+	require.Equal(t, notify.DestinationDisabled, w.State)
+	require.Equal(t, "disabled: failing for 72h", w.Reason)
 }
