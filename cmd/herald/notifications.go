@@ -20,7 +20,7 @@ import (
 )
 
 func cmdNotifications(ctx context.Context, args []string, e env) error {
-	return subcommands(ctx, args, e, "Usage: herald notifications list [--user-id ID] [--status S] [--channel C] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.",
+	return subcommands(ctx, args, e, "Usage: herald notifications list [--user-id ID] [--status S] [--channel C] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--attempts-limit N] [--attempts-cursor C] [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.",
 		map[string]func(context.Context, []string, env) error{"list": cmdNotificationsList, "show": cmdNotificationsShow})
 }
 
