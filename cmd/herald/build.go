@@ -235,10 +235,13 @@ type transport struct {
 	deadLetterName string
 	// probe reports the broker's reachability; nil without a broker.
 	probe api.Pinger
-	// declare declares (or checks) the broker names a relay and a worker
-	// use, at start: an error marked notify.Permanent is a mismatch no
-	// retry cures; nil without a broker.
-	declare func(ctx context.Context) error
+	// declare declares (or checks) the broker names a process uses, at
+	// start: a worker's (worker true) are every name it consumes from and
+	// forwards to, the retry queues whose TTLs are its retry schedule
+	// included; a relay's only what it publishes to, so that it never
+	// carries the workers' schedule. An error marked notify.Permanent is
+	// a mismatch no retry cures; nil without a broker.
+	declare func(ctx context.Context, worker bool) error
 }
 
 // transportKind is one row of the transport table: the URL schemes that
@@ -361,7 +364,12 @@ func rabbitTransport(cfg Config, log *slog.Logger, prefix string) (transport, er
 		deadLetters:    rabbitDeadLetters{cfg: conf("dlq")},
 		deadLetterName: prefix + "notifications.send.dlq",
 		probe:          rabbitmq.Pinger{URL: cfg.BrokerURL},
-		declare:        func(ctx context.Context) error { return rabbitmq.DeclareTopology(ctx, conf("start-up check")) },
+		declare: func(ctx context.Context, worker bool) error {
+			if worker {
+				return rabbitmq.DeclareTopology(ctx, conf("start-up check"))
+			}
+			return rabbitmq.DeclareRouteTopology(ctx, conf("start-up check"))
+		},
 	}, nil
 }
 
@@ -403,8 +411,10 @@ func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, err
 		source: func(_ store, role string) (worker.Source, error) {
 			return kafka.NewConsumer(conf(role))
 		},
-		probe:   kafka.Pinger{Config: base},
-		declare: func(ctx context.Context) error { return kafka.EnsureTopics(ctx, conf("start-up check")) },
+		probe: kafka.Pinger{Config: base},
+		// The topics carry no setting of one process: a retry's delay
+		// travels in its record's headers.
+		declare: func(ctx context.Context, _ bool) error { return kafka.EnsureTopics(ctx, conf("start-up check")) },
 	}, nil
 }
 
@@ -447,7 +457,9 @@ func natsTransport(cfg Config, log *slog.Logger, prefix string) (transport, erro
 		deadLetters:    natsDeadLetters{cfg: conf("dlq")},
 		deadLetterName: nats.NewTopology(prefix).DeadLetter,
 		probe:          nats.Pinger{URL: cfg.BrokerURL},
-		declare:        func(ctx context.Context) error { return nats.DeclareStream(ctx, conf("start-up check")) },
+		// The stream carries no setting of one process: a retry's delay
+		// travels in its message's headers.
+		declare: func(ctx context.Context, _ bool) error { return nats.DeclareStream(ctx, conf("start-up check")) },
 	}, nil
 }
 
@@ -494,7 +506,7 @@ func sqsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 		deadLetters:    sqsDeadLetters{cfg: conf("dlq")},
 		deadLetterName: conf("dlq").Topology().DeadLetter,
 		probe:          sqs.Pinger{Config: conf("probe")},
-		declare:        func(ctx context.Context) error { return sqs.DeclareQueues(ctx, conf("start-up check")) },
+		declare:        func(ctx context.Context, _ bool) error { return sqs.DeclareQueues(ctx, conf("start-up check")) },
 	}, nil
 }
 

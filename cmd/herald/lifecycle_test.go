@@ -69,20 +69,36 @@ func TestReadinessDuringBrokerOutage(t *testing.T) {
 	require.Contains(t, body.String(), "broker")
 }
 
-// A relay whose retry delay disagrees with the retry queue the broker holds
-// fails loudly: an ERROR naming the cause, and a non-zero exit, instead of
-// retrying for ever and publishing nothing.
-func TestRelayTopologyMismatchExits(t *testing.T) {
+// The workers own the retry schedule (they declare the retry queues, whose
+// TTLs it sets): a relay started with another HERALD_RETRY_DELAY than the
+// workers' runs and publishes, while a second worker that disagrees with
+// the queues fails loudly, naming the setting and both fixes, and exits
+// non-zero instead of retrying for ever.
+func TestRetryScheduleOwnedByWorkers(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, map[string]string{"HERALD_RETRY_DELAY": "1s"})
 	s.start("worker")
 	s.waitTopology()
 	s.startAPI(nil)
-	require.Equal(t, http.StatusCreated, s.api.create(t, "ann@example.com", nil).Status)
 
-	p := s.startWith(map[string]string{"HERALD_RETRY_DELAY": "7s"}, "relay")
-	p.waitExit(60 * time.Second)
-	require.Error(t, p.Err(), "the relay must exit non-zero")
-	require.Contains(t, p.Log(), "level=ERROR")
-	require.Contains(t, p.Log(), "exists with other settings")
+	relay := s.startWith(map[string]string{"HERALD_RETRY_DELAY": "7s"}, "relay")
+	relay.requireLog("broker names declared")
+	r := s.api.create(t, "ann@example.com", nil)
+	require.Equal(t, http.StatusCreated, r.Status, r.Body)
+	s.waitStatus(r.ID, "sent", 30*time.Second)
+	require.True(t, relay.Running(), "the relay runs with its own HERALD_RETRY_DELAY:\n%s", relay.Log())
+
+	w := s.startWith(map[string]string{"HERALD_RETRY_DELAY": "7s"}, "worker")
+	w.waitExit(60 * time.Second)
+	require.Error(t, w.Err(), "a worker that disagrees with the retry queues must exit non-zero")
+	// Its start-up check (an ERROR record) or its consumer, whichever
+	// declares first, stops it; the process's last words say why either way.
+	for _, want := range []string{
+		"exists with other settings",
+		"the workers own the retry queues",
+		"start with HERALD_RETRY_DELAY=1s as the other workers do",
+		"rabbitmqctl delete_queue",
+	} {
+		require.Contains(t, w.Log(), want)
+	}
 }

@@ -160,8 +160,9 @@ func (d dependency) watch(ctx context.Context, log *slog.Logger, interval time.D
 
 // dependencies lists what a process of roles needs: the database always,
 // the broker when there is one. A relay or a worker declares the broker
-// names it uses; the API uses the broker only to clear redriven dead
-// letters (by name, passively) and checks that it answers.
+// names it uses (a relay only the route of its events, a worker the retry
+// queues of its schedule too); the API uses the broker only to clear
+// redriven dead letters (by name, passively) and checks that it answers.
 func (a *app) dependencies(roles []role) []dependency {
 	deps := []dependency{{name: "database", where: where(a.cfg.DatabaseURL), check: a.st.Ping}}
 	if a.tr.probe == nil {
@@ -169,7 +170,8 @@ func (a *app) dependencies(roles []role) []dependency {
 	}
 	broker := dependency{name: "broker", where: where(a.cfg.BrokerURL), check: a.tr.probe.Ping}
 	if hasRole(roles, roleRelay) || hasRole(roles, roleWorker) {
-		broker.declare = a.tr.declare
+		worker := hasRole(roles, roleWorker)
+		broker.declare = func(ctx context.Context) error { return a.tr.declare(ctx, worker) }
 	}
 	return append(deps, broker)
 }

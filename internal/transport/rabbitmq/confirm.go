@@ -25,15 +25,15 @@ type confirmChannel struct {
 	returns chan amqp.Return
 }
 
-// openConfirmChannel opens a channel on conn, declares the topology on it
-// (so that publishing never races a missing exchange) and puts it in
-// confirm mode.
-func openConfirmChannel(conn *amqp.Connection, t Topology) (*confirmChannel, error) {
+// openConfirmChannel opens a channel on conn, declares on it what the
+// publisher publishes to (so that publishing never races a missing
+// exchange or queue) and puts it in confirm mode.
+func openConfirmChannel(conn *amqp.Connection, declare func(*amqp.Channel) error) (*confirmChannel, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	if err := t.Declare(ch); err != nil {
+	if err := declare(ch); err != nil {
 		ch.Close()
 		return nil, err
 	}

@@ -32,8 +32,8 @@ func conformance(t *testing.T, qtype string) {
 	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
 		base := setup(t)
 		base.QueueType = qtype
-		// Every process declares the retry queue, whose TTL this is: they
-		// all have to agree.
+		// Every consumer declares the retry queue, whose TTL this is: they
+		// all have to agree (the publisher declares none).
 		base.RetryDelay = transporttest.RetryDelay
 		base.ShutdownGrace = 10 * time.Second
 		pubCfg := base

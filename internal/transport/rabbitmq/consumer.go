@@ -55,7 +55,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	// must still get through.
 	fwdCfg := c.cfg
 	fwdCfg.ConnectionName = c.connectionName() + " (forwards)"
-	fwd := newPublisher(fwdCfg, c.topo, "consumer forwards")
+	fwd := newPublisher(fwdCfg, c.topo, "consumer forwards", c.topo.Declare)
 	defer fwd.Close()
 
 	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}

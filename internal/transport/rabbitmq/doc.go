@@ -8,8 +8,12 @@
 // go through the exchange "notifications.dlx" to "notifications.send.dlq".
 // A retry schedule of several delays adds one retry queue per further
 // distinct delay ("notifications.retry.5m"), so that no retry waits behind
-// a longer one. Every Publisher and Consumer declares it on each
-// (re)connect, so start order does not matter.
+// a longer one. Every Consumer declares all of it on each (re)connect, and
+// every Publisher what it publishes to (Topology.DeclareRoute: the
+// exchanges, the send queue and the dead letters), so start order does not
+// matter. The consumers (the workers) own the retry schedule: only they
+// declare the retry queues, whose TTLs it sets, so a publisher (the relay)
+// runs with any Config.RetryDelays and all consumers must agree on theirs.
 //
 // The queues are quorum queues by default (Config.QueueType): replicated
 // across the nodes of a cluster, and dead-lettering at least once, so an

@@ -51,8 +51,8 @@ func pipelineHarness(t *testing.T) pipelinetest.Harness {
 	base := rabbitmq.Config{
 		URL:    amqpURL,
 		Prefix: prefix,
-		// Every process declares the retry queue, whose TTL this is: they
-		// all have to agree.
+		// Every consumer declares the retry queue, whose TTL this is: they
+		// all have to agree (the publisher declares none).
 		RetryDelay:     pipelinetest.RetryDelay,
 		ConfirmTimeout: 5 * time.Second,
 		ReconnectMin:   20 * time.Millisecond,

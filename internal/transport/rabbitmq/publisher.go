@@ -20,6 +20,10 @@ type Publisher struct {
 	topo Topology
 	role string
 	node rotor
+	// declare declares what the publisher publishes to on each
+	// connection: Topology.DeclareRoute for the relay's, the whole
+	// topology for a consumer's forwards (retry and park copies).
+	declare func(*amqp.Channel) error
 
 	// turn is held (a value sent into it) by the call using the
 	// connection; waiting for it heeds the caller's context, so that a call
@@ -35,18 +39,22 @@ type Publisher struct {
 }
 
 // NewPublisher returns a Publisher. It does not connect: the first Publish
-// does.
+// does. It declares what it publishes to (Topology.DeclareRoute), never
+// the retry queues: the retry schedule (Config.RetryDelays) is the
+// workers' and does not matter here.
 func NewPublisher(cfg Config) (*Publisher, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return newPublisher(cfg, cfg.Topology(), "publisher"), nil
+	topo := cfg.Topology()
+	return newPublisher(cfg, topo, "publisher", topo.DeclareRoute), nil
 }
 
-// newPublisher returns a Publisher of a validated configuration.
-func newPublisher(cfg Config, topo Topology, role string) *Publisher {
-	return &Publisher{cfg: cfg, topo: topo, role: role, turn: make(chan struct{}, 1)}
+// newPublisher returns a Publisher of a validated configuration that
+// declares with declare.
+func newPublisher(cfg Config, topo Topology, role string, declare func(*amqp.Channel) error) *Publisher {
+	return &Publisher{cfg: cfg, topo: topo, role: role, declare: declare, turn: make(chan struct{}, 1)}
 }
 
 // Publish publishes every event (persistent, with the contract's
@@ -57,7 +65,8 @@ func newPublisher(cfg Config, topo Topology, role string) *Publisher {
 // nacked or not confirmed within ConfirmTimeout or before ctx ends is left
 // out, and err says why. After a connection or channel failure the next
 // call reconnects. A topology that exists with other settings (another
-// retry delay or queue type) is a notify.Permanent error: no retry cures it.
+// queue type; for a consumer's forwards, another retry delay too) is a
+// notify.Permanent error: no retry cures it.
 func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -143,7 +152,7 @@ func (p *Publisher) connect(ctx context.Context) error {
 		if !p.redeclare {
 			return nil
 		}
-		if err := p.topo.Declare(p.ch.ch); err != nil {
+		if err := p.declare(p.ch.ch); err != nil {
 			p.drop()
 			return err
 		}
@@ -155,7 +164,7 @@ func (p *Publisher) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ch, err := openConfirmChannel(conn, p.topo)
+	ch, err := openConfirmChannel(conn, p.declare)
 	if err != nil {
 		_ = closeConn(conn)
 		return err

@@ -278,20 +278,57 @@ func (t Topology) queueArgs(dl deadLetterTo, ttl time.Duration) amqp.Table {
 	return args
 }
 
-// Declare declares the whole topology. It is idempotent; when something
-// already exists with other settings it fails with ErrTopologyMismatch and
-// the broker closes ch.
-func (t Topology) Declare(ch *amqp.Channel) error {
+// DeclareRoute declares what a publisher of events needs and nothing that
+// depends on the retry schedule: the exchanges Exchange and
+// DeadLetterExchange, SendQueue bound to Exchange with RoutingKey, and
+// DeadLetterQueue bound to DeadLetterExchange (the send queue dead-letters
+// there). The relay declares this much: it publishes to Exchange only, so
+// it never carries the workers' retry schedule, and a relay started with
+// another HERALD_RETRY_DELAY than the workers' works. It is idempotent;
+// when something already exists with other settings (another queue type)
+// it fails with ErrTopologyMismatch and the broker closes ch.
+func (t Topology) DeclareRoute(ch *amqp.Channel) error {
 	for _, x := range []string{t.Exchange, t.DeadLetterExchange} {
 		if err := ch.ExchangeDeclare(x, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 			return t.declareError("exchange", x, err)
 		}
 	}
+	for _, q := range []struct {
+		name string
+		args amqp.Table
+	}{
+		{t.SendQueue, t.queueArgs(deadLetterTo{on: true, exchange: t.DeadLetterExchange}, 0)},
+		{t.DeadLetterQueue, t.queueArgs(deadLetterTo{}, 0)},
+	} {
+		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
+			return t.declareError("queue", q.name, err)
+		}
+	}
+	if err := ch.QueueBind(t.SendQueue, RoutingKey, t.Exchange, false, nil); err != nil {
+		return fmt.Errorf("bind queue %q to exchange %q: %w", t.SendQueue, t.Exchange, err)
+	}
+	if err := ch.QueueBind(t.DeadLetterQueue, "#", t.DeadLetterExchange, false, nil); err != nil {
+		return fmt.Errorf("bind queue %q to exchange %q: %w", t.DeadLetterQueue, t.DeadLetterExchange, err)
+	}
+	return nil
+}
+
+// Declare declares the whole topology: DeclareRoute's names, and the
+// retry queues (whose TTLs are the retry schedule) and park queues, which
+// only the workers publish to. The workers own the retry schedule: they
+// declare the retry queues, and every worker must run with the same
+// schedule, for a queue's TTL is fixed when it is first declared. It is
+// idempotent; when something already exists with other settings it fails
+// with ErrTopologyMismatch and the broker closes ch.
+func (t Topology) Declare(ch *amqp.Channel) error {
+	if err := t.DeclareRoute(ch); err != nil {
+		return err
+	}
 	type queue struct {
 		name string
 		args amqp.Table
 	}
-	queues := []queue{{t.SendQueue, t.queueArgs(deadLetterTo{on: true, exchange: t.DeadLetterExchange}, 0)}}
+	var queues []queue
 	for _, q := range t.RetryQueues() {
 		queues = append(queues, queue{q.Name, t.queueArgs(deadLetterTo{on: true, exchange: t.Exchange, key: RoutingKey}, q.Delay)})
 	}
@@ -302,17 +339,10 @@ func (t Topology) Declare(ch *amqp.Channel) error {
 	for _, q := range t.ParkQueues() {
 		queues = append(queues, queue{q.Name, t.queueArgs(deadLetterTo{on: true, exchange: "", key: t.SendQueue}, q.Delay)})
 	}
-	queues = append(queues, queue{t.DeadLetterQueue, t.queueArgs(deadLetterTo{}, 0)})
 	for _, q := range queues {
 		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
 			return t.declareError("queue", q.name, err)
 		}
-	}
-	if err := ch.QueueBind(t.SendQueue, RoutingKey, t.Exchange, false, nil); err != nil {
-		return fmt.Errorf("bind queue %q to exchange %q: %w", t.SendQueue, t.Exchange, err)
-	}
-	if err := ch.QueueBind(t.DeadLetterQueue, "#", t.DeadLetterExchange, false, nil); err != nil {
-		return fmt.Errorf("bind queue %q to exchange %q: %w", t.DeadLetterQueue, t.DeadLetterExchange, err)
 	}
 	return nil
 }
@@ -358,9 +388,11 @@ func (t Topology) declareError(kind, name string, err error) error {
 }
 
 // retryDelayHint says how to cure a retry queue whose x-message-ttl (the
-// retry delay) differs from this process's.
+// retry delay) differs from this process's: only a worker declares retry
+// queues, so this process is a worker that disagrees with the others (or
+// with the ones before it).
 func (t Topology) retryDelayHint(name string, arg inequivalentArg, parsed bool) string {
-	restore := "start with the retry delay the other processes use (HERALD_RETRY_DELAY)"
+	restore := "start with the retry delay the other workers use (HERALD_RETRY_DELAY)"
 	if parsed && !arg.current.set {
 		restore = "" // no herald process declares a retry queue without a TTL
 	}
@@ -373,9 +405,9 @@ func (t Topology) retryDelayHint(name string, arg inequivalentArg, parsed bool) 
 				// queue was not declared by herald with this name's delay.
 				restore = ""
 			case len(t.RetryDelays) > 1:
-				restore = fmt.Sprintf("start with a HERALD_RETRY_DELAY schedule whose first delay is %s, as the other processes do", d)
+				restore = fmt.Sprintf("start with a HERALD_RETRY_DELAY schedule whose first delay is %s, as the other workers do", d)
 			default:
-				restore = fmt.Sprintf("start with HERALD_RETRY_DELAY=%s as the other processes do", d)
+				restore = fmt.Sprintf("start with HERALD_RETRY_DELAY=%s as the other workers do", d)
 			}
 		}
 	}
@@ -386,7 +418,8 @@ func (t Topology) retryDelayHint(name string, arg inequivalentArg, parsed bool) 
 	if parsed && arg.vhost != "/" {
 		vhost = " -p " + arg.vhost
 	}
-	return fmt.Sprintf("; every process must use the same retry delay: %sdelete the queue (rabbitmqctl delete_queue%s %s; "+
+	return fmt.Sprintf("; the workers own the retry queues, so every worker must use the same retry schedule "+
+		"(a relay or an API declares none and may run with any): %sdelete the queue (rabbitmqctl delete_queue%s %s; "+
 		"the retries waiting in it are lost, and their notifications, still pending, get fresh events once "+
 		"HERALD_RECONCILE_AFTER has passed) and start again", restore, vhost, name)
 }
@@ -497,13 +530,27 @@ func Delete(ctx context.Context, cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// DeclareTopology declares cfg's whole topology on a connection of its
-// own, as every process does at start (and its publishers and consumers
-// again on every connection). A topology the broker holds with other
-// arguments fails with ErrTopologyMismatch, marked notify.Permanent: the
-// error says what differs and how to cure it. Any other error (the broker
+// DeclareTopology declares cfg's whole topology (Topology.Declare) on a
+// connection of its own, as a worker does at start (and its consumer again
+// on every connection). A topology the broker holds with other arguments
+// fails with ErrTopologyMismatch, marked notify.Permanent: the error says
+// what differs and how to cure it. Any other error (the broker
 // unreachable) may pass.
 func DeclareTopology(ctx context.Context, cfg Config) error {
+	return declareAtStart(ctx, cfg, Topology.Declare)
+}
+
+// DeclareRouteTopology declares what a publisher of events uses
+// (Topology.DeclareRoute) on a connection of its own, as a relay does at
+// start (and its publisher again on every connection): never the retry
+// queues, so a relay does not carry the workers' retry schedule. Its
+// errors are DeclareTopology's.
+func DeclareRouteTopology(ctx context.Context, cfg Config) error {
+	return declareAtStart(ctx, cfg, Topology.DeclareRoute)
+}
+
+// declareAtStart runs declare on a connection of its own.
+func declareAtStart(ctx context.Context, cfg Config, declare func(Topology, *amqp.Channel) error) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return err
@@ -521,7 +568,7 @@ func DeclareTopology(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
 	}
-	if err := cfg.Topology().Declare(ch); err != nil {
+	if err := declare(cfg.Topology(), ch); err != nil {
 		if errors.Is(err, ErrTopologyMismatch) {
 			return notify.Permanent(err)
 		}

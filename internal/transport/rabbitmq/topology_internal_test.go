@@ -47,9 +47,9 @@ func TestRetryDelayHint(t *testing.T) {
 	t.Parallel()
 	top := NewTopology("", 0)
 	hint := top.retryDelayHint(top.RetryQueue, inequivalentArg{vhost: "herald", current: argValue{true, "90000"}}, true)
-	require.Contains(t, hint, "HERALD_RETRY_DELAY=1m30s as the other processes do")
+	require.Contains(t, hint, "HERALD_RETRY_DELAY=1m30s as the other workers do")
 	require.Contains(t, hint, "rabbitmqctl delete_queue -p herald notifications.retry;")
 	hint = top.retryDelayHint(top.RetryQueue, inequivalentArg{vhost: "/"}, true)
-	require.NotContains(t, hint, "as the other processes do", "a queue without TTL is none of herald's")
+	require.NotContains(t, hint, "as the other workers do", "a queue without TTL is none of herald's")
 	require.Contains(t, hint, "rabbitmqctl delete_queue notifications.retry;")
 }

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -262,11 +263,14 @@ func TestDeclareChangedRetryDelayFailsPlainly(t *testing.T) {
 	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
 	require.ErrorContains(t, err, cfg.Topology().RetryQueue)
 	require.ErrorContains(t, err, "already exists with other arguments")
-	require.ErrorContains(t, err, "HERALD_RETRY_DELAY=1m as the other processes do")
+	require.ErrorContains(t, err, "HERALD_RETRY_DELAY=1m as the other workers do")
 
+	// The publisher (the relay's) declares no retry queue: the schedule
+	// is the workers', and another one publishes as well.
 	p := newPublisher(t, changed)
-	_, err = p.Publish(context.Background(), events(1, 1))
-	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
+	confirmed, err := p.Publish(context.Background(), events(1, 1))
+	require.NoError(t, err)
+	require.Equal(t, []int64{1}, confirmed)
 
 	c, err := rabbitmq.NewConsumer(changed)
 	require.NoError(t, err)
@@ -289,10 +293,10 @@ func TestPinger(t *testing.T) {
 	require.Error(t, rabbitmq.Pinger{}.Ping(ctx), "no URL")
 }
 
-// TestDeclareChangedRetryDelayExplains: a process started with a retry delay
-// of 1s after others declared the retry queue with 30s gets an error that
-// names the queue, both delays and the two ways out, and the relay's
-// publisher still stops on it (a permanent error).
+// TestDeclareChangedRetryDelayExplains: a worker started with a retry
+// delay of 1s after others declared the retry queue with 30s gets an error
+// that names the queue, both delays, the owner of the schedule and the two
+// ways out, and it is permanent (the worker stops on it).
 func TestDeclareChangedRetryDelayExplains(t *testing.T) {
 	t.Parallel()
 	cfg := setup(t)
@@ -302,15 +306,15 @@ func TestDeclareChangedRetryDelayExplains(t *testing.T) {
 
 	changed := cfg
 	changed.RetryDelay = time.Second
-	p := newPublisher(t, changed)
-	_, err := p.Publish(context.Background(), events(1, 1))
+	err := rabbitmq.DeclareTopology(t.Context(), changed)
 	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
-	require.True(t, notify.IsPermanent(err), "the relay must stop: %v", err)
+	require.True(t, notify.IsPermanent(err), "the worker must stop: %v", err)
 	for _, want := range []string{
 		`queue "` + queue + `"`,
 		"x-message-ttl 30000 (30s)",
 		"this process asked for 1000 (1s)",
-		"start with HERALD_RETRY_DELAY=30s as the other processes do",
+		"the workers own the retry queues",
+		"start with HERALD_RETRY_DELAY=30s as the other workers do",
 		"rabbitmqctl delete_queue " + queue + ";",
 		"HERALD_RECONCILE_AFTER",
 	} {
@@ -343,10 +347,37 @@ func TestDeclareTopologyAtStart(t *testing.T) {
 	err := rabbitmq.DeclareTopology(ctx, changed)
 	require.ErrorIs(t, err, rabbitmq.ErrTopologyMismatch)
 	require.True(t, notify.IsPermanent(err), "%v", err)
-	require.ErrorContains(t, err, "HERALD_RETRY_DELAY=1m as the other processes do")
+	require.ErrorContains(t, err, "HERALD_RETRY_DELAY=1m as the other workers do")
+	// A relay's declaration does not look at the retry schedule.
+	require.NoError(t, rabbitmq.DeclareRouteTopology(ctx, changed))
 
 	err = rabbitmq.DeclareTopology(ctx, rabbitmq.Config{URL: "amqp://guest:secret@127.0.0.1:1/"})
 	require.Error(t, err)
 	require.False(t, notify.IsPermanent(err), "an unreachable broker is waited for: %v", err)
 	require.NotContains(t, err.Error(), "secret")
+}
+
+// TestDeclareRouteOwnsNoRetryQueue: what a relay declares, on a fresh
+// vhost, is the route of its events (the exchanges, the send queue and the
+// dead letters), no retry or park queue: a relay started first, with any
+// HERALD_RETRY_DELAY, leaves the retry schedule to the first worker, whose
+// delay then holds.
+func TestDeclareRouteOwnsNoRetryQueue(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	top := cfg.Topology()
+	relayCfg := cfg
+	relayCfg.RetryDelay = 7 * time.Second
+	require.NoError(t, rabbitmq.DeclareRouteTopology(t.Context(), relayCfg))
+	got := queueArguments(t, top.Queues()...)
+	require.ElementsMatch(t, []string{top.SendQueue, top.DeadLetterQueue}, slices.Collect(maps.Keys(got)))
+
+	p := newPublisher(t, relayCfg)
+	confirmed, err := p.Publish(t.Context(), events(1, 1))
+	require.NoError(t, err)
+	require.Equal(t, []int64{1}, confirmed, "routed to the send queue")
+
+	require.NoError(t, rabbitmq.DeclareTopology(t.Context(), cfg), "the worker's delay is the first declared")
+	require.Equal(t, float64(60000), queueArguments(t, top.RetryQueue)[top.RetryQueue]["x-message-ttl"])
+	require.Equal(t, 1, queueLen(t, adminChannel(t, cfg), top.SendQueue))
 }
