@@ -120,3 +120,31 @@ func TestReadCommandsThroughAPI(t *testing.T) {
 	_, _, err = cliEnv(t, map[string]string{"HERALD_API_URL": "localhost:8080"}, "notifications", "show", "1")
 	require.ErrorIs(t, err, errUsage)
 }
+
+// A command sent to an API that wants a token (a 401) says which setting
+// carries it (issue 38): missing, or refused.
+func TestCommandThroughAPIUnauthorizedNamesToken(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := notificationsDB(t, 1)
+	st, err := sqlite.Open(t.Context(), strings.TrimPrefix(dbURL, "sqlite:"), sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	a, err := api.New(st, api.Config{Token: "t0k", DeadLetters: deadletter.New(st, nil)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+
+	for _, args := range [][]string{{"notifications", "list"}, {"notifications", "show", "1"}, {"dlq", "list"}} {
+		_, _, err := cliEnv(t, map[string]string{"HERALD_API_URL": srv.URL}, args...)
+		require.Error(t, err, "%v", args)
+		require.ErrorContains(t, err, "401")
+		require.ErrorContains(t, err, "needs a token: set HERALD_API_TOKEN (or --api-token)", "%v", args)
+
+		_, _, err = cliEnv(t, map[string]string{"HERALD_API_URL": srv.URL, "HERALD_API_TOKEN": "wrong"}, args...)
+		require.ErrorContains(t, err, "refused the token given (HERALD_API_TOKEN or --api-token)", "%v", args)
+		require.NotContains(t, err.Error(), "wrong", "the token given is never shown")
+
+		_, _, err = cliEnv(t, map[string]string{"HERALD_API_URL": srv.URL}, append([]string{"--api-token=wrong"}, args...)...)
+		require.ErrorContains(t, err, "refused the token given", "%v", args)
+	}
+}

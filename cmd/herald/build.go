@@ -734,20 +734,21 @@ func (a *app) apiHandler() (http.Handler, error) {
 		return nil, err
 	}
 	h, err := api.New(a.st, api.Config{
-		Token:          a.cfg.APIToken,
-		DebugFaults:    a.cfg.DebugFaults,
-		Ready:          checks,
-		Metrics:        a.metricsHandler(),
-		Registerer:     a.reg,
-		Logger:         a.log.With("component", "api"),
-		Admission:      admission,
-		DeadLetters:    deadletter.New(a.st, a.tr.deadLetters),
-		Destinations:   a.st,
-		Channels:       channels,
-		CORSOrigins:    commaList(a.cfg.CORSOrigins),
-		TracerProvider: a.tp,
-		AllowedHosts:   hosts,
-		Status:         status,
+		Token:            a.cfg.APIToken,
+		DebugFaults:      a.cfg.DebugFaults,
+		Ready:            checks,
+		Metrics:          a.metricsHandler(),
+		Registerer:       a.reg,
+		Logger:           a.log.With("component", "api"),
+		Admission:        admission,
+		DeadLetters:      deadletter.New(a.st, a.tr.deadLetters),
+		Destinations:     a.st,
+		Channels:         channels,
+		DisabledChannels: disabledChannels(a.cfg),
+		CORSOrigins:      commaList(a.cfg.CORSOrigins),
+		TracerProvider:   a.tp,
+		AllowedHosts:     hosts,
+		Status:           status,
 	})
 	if err != nil {
 		return nil, err

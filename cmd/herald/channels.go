@@ -30,8 +30,16 @@ type channelKind struct {
 	// requests and the worker builds its sender only then. Nil: always
 	// (email).
 	enabled func(cfg Config) bool
+	// enabledBy is the setting whose value enables the channel (the one
+	// enabled reads), named to a user who asks for a channel that is not
+	// enabled.
+	enabledBy string
 	// open builds the channel's sender from cfg, and its close func.
 	open func(cfg Config) (worker.Sender, func(), error)
+	// check reports what open would refuse in cfg, without creating
+	// anything (the email channel's mbox file): a process checks its
+	// channels before it opens its database.
+	check func(cfg Config) error
 	// limits are the channel's own worker limits from cfg: its send
 	// timeout (the lease follows the longest), rate and concurrency
 	// (HERALD_<CHANNEL>_TIMEOUT, _RATE, _CONCURRENCY).
@@ -42,9 +50,9 @@ type channelKind struct {
 // (an exported Validate, Config, New and Send), one line here and its rows
 // in the settings table.
 var channelKinds = []channelKind{
-	{name: notify.ChannelEmail, spec: emailSpec, open: openEmail, limits: emailLimits},
-	{name: "webhook", spec: webhookSpec, enabled: webhookEnabled, open: openWebhook, limits: webhookLimits},
-	{name: "telegram", spec: telegramSpec, enabled: telegramEnabled, open: openTelegram, limits: telegramLimits},
+	{name: notify.ChannelEmail, spec: emailSpec, open: openEmail, check: checkEmail, limits: emailLimits},
+	{name: "webhook", spec: webhookSpec, enabled: webhookEnabled, enabledBy: "HERALD_WEBHOOK_SECRET", open: openWebhook, check: checkWebhookChannel, limits: webhookLimits},
+	{name: "telegram", spec: telegramSpec, enabled: telegramEnabled, enabledBy: "HERALD_TELEGRAM_BOT_TOKEN", open: openTelegram, check: checkTelegramChannel, limits: telegramLimits},
 }
 
 // enabledChannels are the channels cfg enables.
@@ -62,6 +70,18 @@ func enabledChannels(cfg Config) []channelKind {
 // enabled ones.
 func channelSpecs(cfg Config) (notify.Channels, error) {
 	return specsOf(cfg, enabledChannels(cfg))
+}
+
+// disabledChannels are the registered channels cfg does not enable, each
+// with what enables it, for the API's refusal of a create on one.
+func disabledChannels(cfg Config) map[string]string {
+	out := map[string]string{}
+	for _, k := range channelKinds {
+		if k.enabled != nil && !k.enabled(cfg) {
+			out[k.name] = fmt.Sprintf("set %s on the API and on the workers to enable it", k.enabledBy)
+		}
+	}
+	return out
 }
 
 // knownChannelSpecs are every registered channel, enabled or not: the

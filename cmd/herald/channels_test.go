@@ -133,8 +133,8 @@ func TestServeWebhookAndTelegramChannels(t *testing.T) {
 }
 
 // TestServeUnconfiguredChannelRefused: without its settings a channel is
-// not enabled; the API refuses it, naming the field and the channels it
-// takes.
+// not enabled; the API refuses it, naming the field, the setting that
+// enables it (issue 38) and the channels it takes.
 func TestServeUnconfiguredChannelRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -142,8 +142,38 @@ func TestServeUnconfiguredChannelRefused(t *testing.T) {
 	startHerald(t, dir, map[string]string{"HERALD_HTTP_ADDR": addr}, "serve")
 	api := client{base: "http://" + addr}
 	waitHTTP(t, api.base+"/healthz")
-	status, body := api.postJSON(t, `{"user_id":"u1","channel":"webhook","to":"https://example.com/h","body":{}}`)
-	require.Equal(t, http.StatusBadRequest, status, body)
-	require.Contains(t, body, `"field":"channel"`)
-	require.Contains(t, body, "email")
+	for channel, setting := range map[string]string{"webhook": "HERALD_WEBHOOK_SECRET", "telegram": "HERALD_TELEGRAM_BOT_TOKEN"} {
+		status, body := api.postJSON(t, fmt.Sprintf(`{"user_id":"u1","channel":%q,"to":"https://example.com/h","body":"b"}`, channel))
+		require.Equal(t, http.StatusBadRequest, status, body)
+		require.Contains(t, body, `"field":"channel"`)
+		require.Contains(t, body, "set "+setting+" on the API and on the workers to enable it", channel)
+		require.Contains(t, body, `enabled: \"email\"`)
+	}
+}
+
+// The setting a channel's refusal names is the one that enables it: in
+// the settings table, its help says it enables the channel, and setting
+// it alone enables it.
+func TestChannelEnabledByItsSetting(t *testing.T) {
+	t.Parallel()
+	for _, k := range channelKinds {
+		if k.enabled == nil {
+			continue
+		}
+		var row *setting
+		for i := range settings {
+			if settings[i].env == k.enabledBy {
+				row = &settings[i]
+			}
+		}
+		require.NotNil(t, row, "%s: %s is a setting", k.name, k.enabledBy)
+		require.Contains(t, row.usage, "enables the channel "+k.name)
+		var cfg Config
+		require.False(t, k.enabled(cfg), k.name)
+		// A value the setting's own check accepts.
+		v := map[string]string{"webhook": "whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")), "telegram": "123:abc"}[k.name]
+		require.NoError(t, row.set(&cfg, v), k.name)
+		require.True(t, k.enabled(cfg), "%s enables %s", k.enabledBy, k.name)
+		require.Contains(t, disabledChannels(Config{})[k.name], k.enabledBy)
+	}
 }

@@ -34,13 +34,10 @@ func cmdServe(ctx context.Context, args []string, e env) error {
 // parts of roles (plus the own /metrics listener of a relay or worker, and
 // the watch of its database and broker) until ctx ends.
 func runProcess(ctx context.Context, cmd string, cfg Config, e env, migrate bool, roles ...role) error {
-	if (cfg.TelegramToken == "") != (cfg.TelegramChatID == "") && hasRole(roles, roleAPI) {
-		return usageError{errors.New("HERALD_TELEGRAM_TOKEN and HERALD_TELEGRAM_CHAT_ID go together: set both to send alerts to Telegram, or neither")}
-	}
-	if hasRole(roles, roleRelay) || hasRole(roles, roleWorker) {
-		if _, err := writeStatusEvents(cfg); err != nil {
-			return err
-		}
+	// Every setting is checked before anything is opened: a bad one
+	// leaves no database file, mbox or broker name behind.
+	if err := checkProcess(cfg, roles); err != nil {
+		return err
 	}
 	// Before anything is opened: a misspelt variable may be why what
 	// follows fails.

@@ -128,7 +128,7 @@ func dispatch(ctx context.Context, args []string, e env) error {
 		if c.name == args[0] {
 			if !longRunning(c.name) {
 				warnUnknownVariables(e)
-				return c.run(ctx, args[1:], e)
+				return explainUnauthorized(c.run(ctx, args[1:], e), tokenGiven(e, args[1:]))
 			}
 			// A long-running command logs the warnings; one that stopped
 			// before its logger existed prints them.

@@ -94,6 +94,11 @@ type Config struct {
 	// them). No channel at all means nothing; so the zero value means the
 	// default. Default: notify.EmailOnly().
 	Channels notify.Channels
+	// DisabledChannels are the channels herald knows that this server has
+	// not enabled, each with what enables it ("set HERALD_WEBHOOK_SECRET
+	// ..."): a create naming one is refused (400, field channel) with that
+	// text, instead of a bare list of the enabled channels. Default: none.
+	DisabledChannels map[string]string
 	// CORSOrigins are the browser origins allowed to call the API
 	// (HERALD_CORS_ORIGINS): exact origins ("https://app.example.com") or
 	// "*" for any. Default: none (no CORS headers; browsers on other
@@ -149,7 +154,13 @@ func (c Config) validate() error {
 		}
 		seen[ch.Name] = true
 	}
-	for _, o := range c.CORSOrigins {
+	return CheckCORSOrigins(c.CORSOrigins)
+}
+
+// CheckCORSOrigins reports the first of origins that Config.CORSOrigins
+// may not hold: each must be "*" or an exact origin, scheme://host[:port].
+func CheckCORSOrigins(origins []string) error {
+	for _, o := range origins {
 		if !validCORSOrigin(o) {
 			return fmt.Errorf("CORS origin %q is not * or scheme://host[:port]", o)
 		}
@@ -255,7 +266,7 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 
 	if !a.open[r.URL.Path] && !a.authorized(r) {
 		sw.Header().Set("WWW-Authenticate", "Bearer")
-		writeError(sw, http.StatusUnauthorized, apiError{Code: "unauthorized", Message: "a valid bearer token is required"})
+		writeError(sw, http.StatusUnauthorized, apiError{Code: "unauthorized", Message: msgUnauthorized})
 		return
 	}
 	if pattern != "" {

@@ -76,6 +76,24 @@ func TestCreatePerChannel(t *testing.T) {
 	require.Equal(t, `channel must be "email"`, r.errString("message"))
 }
 
+// A create on a channel herald knows but this server has not enabled
+// names what enables it (issue 38): the enabled list alone leaves the
+// user guessing. Nothing is written.
+func TestCreateOnDisabledChannelNamesTheSetting(t *testing.T) {
+	t.Parallel()
+	e := setup(t, api.Config{DisabledChannels: map[string]string{"webhook": "set HERALD_WEBHOOK_SECRET to enable it"}})
+	r := do(t, http.MethodPost, e.url+"/notifications", jsonHeaders(), `{"user_id":"u","channel":"webhook","to":"https://example.com/hook","body":{"a":1}}`)
+	requireError(t, r, http.StatusBadRequest, "invalid_field", "channel")
+	require.Equal(t, `channel "webhook" is not enabled on this server: set HERALD_WEBHOOK_SECRET to enable it (enabled: "email")`, r.errString("message"))
+	// A channel herald does not know still lists the enabled ones.
+	r = do(t, http.MethodPost, e.url+"/notifications", jsonHeaders(), `{"user_id":"u","channel":"sms","to":"+3312345678","body":"b"}`)
+	requireError(t, r, http.StatusBadRequest, "invalid_field", "channel")
+	require.Equal(t, `channel must be "email"`, r.errString("message"))
+	n, o := e.rows(t)
+	require.Zero(t, n)
+	require.Zero(t, o)
+}
+
 // GET /notifications?channel= lists one channel, a known one.
 func TestListByChannel(t *testing.T) {
 	t.Parallel()

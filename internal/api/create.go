@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -140,6 +141,9 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNoti
 	if e != nil {
 		return nn, e, http.StatusBadRequest
 	}
+	if e := a.disabledChannel(req.Channel); e != nil {
+		return nn, e, http.StatusBadRequest
+	}
 	if err := req.Validate(a.cfg.Channels); err != nil {
 		if fe, ok := errors.AsType[*notify.FieldError](err); ok {
 			return nn, &apiError{Code: "invalid_field", Message: fe.Field + " " + fe.Message, Field: fe.Field}, http.StatusBadRequest
@@ -149,6 +153,22 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNoti
 	nn.Request = req
 	nn.Destination = a.cfg.Channels.DestinationOf(req)
 	return nn, nil, 0
+}
+
+// disabledChannel is the error for a create on a channel herald knows
+// but this server has not enabled (Config.DisabledChannels): it names the
+// setting that enables it, not only the channels that are enabled.
+func (a *API) disabledChannel(channel string) *apiError {
+	how, ok := a.cfg.DisabledChannels[channel]
+	if !ok {
+		return nil
+	}
+	enabled := a.cfg.Channels.Names()
+	for i, n := range enabled {
+		enabled[i] = strconv.Quote(n)
+	}
+	return &apiError{Code: "invalid_field", Field: "channel",
+		Message: fmt.Sprintf("channel %q is not enabled on this server: %s (enabled: %s)", channel, how, strings.Join(enabled, ", "))}
 }
 
 // checkContentType accepts one application/json Content-Type with any

@@ -23,6 +23,12 @@ func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("too many requests, retry after %s", e.After)
 }
 
+// msgUnauthorized answers a request without the token: it names the
+// setting the token comes from, so that whoever reads it (a CLI user with
+// HERALD_API_URL, a script) knows what to pass. The name of a setting is
+// no secret; the token's value never appears.
+const msgUnauthorized = "a valid bearer token is required: send Authorization: Bearer <token>, the token the API was started with (HERALD_API_TOKEN)"
+
 // apiError is the body of every error reply.
 type apiError struct {
 	Code    string `json:"code"`

@@ -542,6 +542,11 @@ func parkReason(err error) string {
 	}
 }
 
+// errUnrecorded: the send's outcome could not be recorded (the store
+// stayed unreachable through the stop's grace); the delivery is handed
+// back and its send repeated once the claim's lease runs out.
+var errUnrecorded = errors.New("outcome not recorded")
+
 // errNoTimeLeft: the claim took so long that its lease leaves no time for
 // a send and its record; the claim was released and the delivery handed
 // back, with no attempt spent.
@@ -574,6 +579,17 @@ func (w *Worker) Handle(ctx context.Context, d notify.Delivery) {
 		w.metrics.parked.WithLabelValues(channel, parkReason(err)).Inc()
 		span.SetAttributes(attribute.String("herald.outcome", "handed_back"), attribute.String("herald.reason", err.Error()))
 		w.log.DebugContext(ctx, "delivery handed back", "message_id", msg.ID, "reason", err)
+		return
+	case ctx.Err() != nil && !errors.Is(err, errUnrecorded):
+		// The handler's context ended: the process is stopping (its grace
+		// for deliveries in flight is over) and the delivery is handed
+		// back to the transport, no attempt spent (an admission wait or a
+		// send cut short, an ack that could not go out). That is a
+		// shutdown doing its job, not a failure: "worker stopped" counts
+		// them. A send whose outcome could not be recorded stays an
+		// ERROR: its redelivery repeats it.
+		span.SetAttributes(attribute.String("herald.outcome", "handed_back"), attribute.String("herald.reason", "shutdown"))
+		w.log.DebugContext(ctx, "delivery handed back: shutting down", "message_id", msg.ID, "retry_count", msg.RetryCount, "err", err)
 		return
 	default:
 		span.SetStatus(codes.Error, "delivery not settled")
@@ -740,7 +756,7 @@ func (w *Worker) settle(ctx context.Context, d notify.Delivery, msg notify.Messa
 		// grace: the claim stays until its lease runs out; the redelivery
 		// waits for it and then repeats the send (for a sent mail, the one
 		// accepted duplicate, with the same Message-ID).
-		return "", w.release(ctx, d, w.cfg.StoreBackoff, err)
+		return "", w.release(ctx, d, w.cfg.StoreBackoff, fmt.Errorf("%w: %w", errUnrecorded, err))
 	}
 	if !recorded {
 		// The lease ran out during the send and another delivery took the

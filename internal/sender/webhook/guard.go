@@ -137,7 +137,17 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("destination %s refused: %s address (open it with HERALD_WEBHOOK_ALLOW)", e.Addr, e.Reason)
+	return fmt.Sprintf("destination %s refused: %s address (%s)", e.Addr, e.Reason, allowHint(e.Addr))
+}
+
+// allowHint says how to open addr on purpose: HERALD_WEBHOOK_ALLOW with
+// that address alone (the narrowest range that does; a wider one is the
+// operator's choice), for a test's receiver or an internal endpoint the
+// operator trusts. The guard stays as it is for everything else.
+func allowHint(addr netip.Addr) string {
+	addr = addr.WithZone("")
+	return fmt.Sprintf("to send to it on purpose, for tests or an internal endpoint you trust, "+
+		"set HERALD_WEBHOOK_ALLOW=%s on the API and the workers", netip.PrefixFrom(addr, addr.BitLen()))
 }
 
 // control runs on every connection the sender dials, after DNS, on the

@@ -99,7 +99,7 @@ func parseURL(to string, allow []netip.Prefix) (*url.URL, error) {
 	}
 	if addr, err := netip.ParseAddr(host); err == nil {
 		if reason := refusal(addr, allow); reason != "" {
-			return nil, bad("is an address webhooks are not sent to: " + reason)
+			return nil, bad("is an address webhooks are not sent to: " + reason + " (" + allowHint(addr) + ")")
 		}
 		return u, nil
 	}
@@ -116,7 +116,7 @@ func parseURL(to string, allow []netip.Prefix) (*url.URL, error) {
 		}
 		msg := fmt.Sprintf("spells the IPv4 address %s in a legacy form (a single number, hex, octal, fewer than four parts or a trailing dot): write %s", addr, addr)
 		if reason := refusal(addr, allow); reason != "" {
-			msg += ", an address webhooks are not sent to: " + reason
+			msg += ", an address webhooks are not sent to: " + reason + " (" + allowHint(addr) + ")"
 		}
 		return nil, bad(msg)
 	}

@@ -139,9 +139,34 @@ func TestValidateLegacyIPv4Message(t *testing.T) {
 	require.Equal(t, "to", fe.Field)
 	require.Contains(t, fe.Message, "127.0.0.1")
 	require.Contains(t, fe.Message, "loopback")
+	require.Contains(t, fe.Message, "HERALD_WEBHOOK_ALLOW=127.0.0.1/32", "the refusal names the setting that opens the address")
 	require.ErrorAs(t, webhook.Validate(req("http://134744072/", "", `{}`)), &fe)
 	require.Contains(t, fe.Message, "write 8.8.8.8")
 	require.NotContains(t, fe.Message, "not sent to", "a public address is refused for its spelling only")
+}
+
+// A literal address the guard refuses names the setting that opens it on
+// purpose, with that address alone (issue 38): a test's receiver on
+// loopback is the first thing a newcomer tries.
+func TestValidateRefusalNamesAllow(t *testing.T) {
+	t.Parallel()
+	for to, want := range map[string]string{
+		"http://127.0.0.1:8081/hook":     "loopback (to send to it on purpose, for tests or an internal endpoint you trust, set HERALD_WEBHOOK_ALLOW=127.0.0.1/32 on the API and the workers)",
+		"http://[::1]:8081/hook":         "HERALD_WEBHOOK_ALLOW=::1/128",
+		"http://10.0.0.7/hook":           "private (to send to it on purpose, for tests or an internal endpoint you trust, set HERALD_WEBHOOK_ALLOW=10.0.0.7/32",
+		"http://[fe80::1%25eth0]:80/":    "", // a zone is refused for what it is, not by the guard
+		"http://169.254.169.254/latest/": "HERALD_WEBHOOK_ALLOW=169.254.169.254/32",
+	} {
+		var fe *notify.FieldError
+		require.ErrorAs(t, webhook.Validate(req(to, "", `{}`)), &fe, to)
+		require.Equal(t, "to", fe.Field, to)
+		if want != "" {
+			require.Contains(t, fe.Message, want, to)
+		}
+	}
+	// The same at send, on the address dialled.
+	err := (&webhook.RefusedError{Addr: netip.MustParseAddr("127.0.0.1"), Reason: "loopback"}).Error()
+	require.Contains(t, err, "HERALD_WEBHOOK_ALLOW=127.0.0.1/32")
 }
 
 // FuzzValidate: Validate never panics, answers a *notify.FieldError on
