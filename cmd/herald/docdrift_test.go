@@ -408,13 +408,13 @@ func metricNames(t *testing.T) []string {
 	})
 }
 
-// The metric tables of docs/design.md and the README list every metric
-// herald registers, and no other.
+// The metric tables of docs/design.md and docs/operations.md list every
+// metric herald registers, and no other.
 func TestMetricTables(t *testing.T) {
 	names := metricNames(t)
 	for _, table := range []struct{ file, heading string }{
 		{"docs/design.md", "## Metrics"},
-		{"README.md", "### Metrics"},
+		{"docs/operations.md", "## Metrics"},
 	} {
 		documented := map[string]bool{}
 		for _, row := range mdTable(t, table.file, table.heading, "metric") {

@@ -261,8 +261,8 @@ func TestTraceFromPostToSendRabbitMQ(t *testing.T) {
 	require.Equal(t, 2, n.Attempts)
 
 	tr := checkDeliveryTrace(t, rcv, true, "trace-rabbit@example.com", "Line one")
-	require.Equal(t, readmeMetrics(t), servedMetrics(t, s.api.base+"/metrics", "http://"+relayMetrics+"/metrics", "http://"+workerMetrics+"/metrics"),
-		"README.md's metric table lists what api, relay and worker serve")
+	require.Equal(t, documentedMetrics(t), servedMetrics(t, s.api.base+"/metrics", "http://"+relayMetrics+"/metrics", "http://"+workerMetrics+"/metrics"),
+		"docs/operations.md's metric table lists what api, relay and worker serve")
 	// A create without an idempotency key is one statement (WITH ...
 	// INSERT the notification, INSERT its event).
 	require.NotEmpty(t, tr.children(tr.named("create notification")[0], "WITH"), "the create's statement is a span (pgx's tracer hook):\n%s", tr)
@@ -271,16 +271,18 @@ func TestTraceFromPostToSendRabbitMQ(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the worker's log record of the retry carries the trace id:\n%s", w.Log())
 }
 
-// readmeMetrics are the metric names of README.md's metric table.
-func readmeMetrics(t *testing.T) []string {
+// documentedMetrics are the metric names of docs/operations.md's metric
+// table.
+func documentedMetrics(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
 	var names []string
 	for _, line := range strings.Split(string(b), "\n") {
-		// A row whose processes say "with SETTING" is served only with
-		// that setting, which this stack does not use.
-		if m := readmeMetricRow.FindStringSubmatch(line); m != nil && !strings.Contains(line, "(with `") {
+		// A row whose processes say "(with SETTING)" is served only with
+		// that setting, which this stack does not use (its meaning may
+		// say "with" too).
+		if m := metricRow.FindStringSubmatch(line); m != nil && !strings.Contains(mdCells(line)[1], "(with `") {
 			names = append(names, m[1])
 		}
 	}
@@ -288,7 +290,7 @@ func readmeMetrics(t *testing.T) []string {
 	return names
 }
 
-var readmeMetricRow = regexp.MustCompile("^\\| `(herald_[a-z_]+)[`{]")
+var metricRow = regexp.MustCompile("^\\| `(herald_[a-z_]+)[`{]")
 
 // servedMetrics are the herald_* metric families the /metrics endpoints at
 // urls serve.
