@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The chapter's exercise 4 as the README words it, step by step and in
+// The chapter's exercise 4 as docs/exercises.md words it, step by step and in
 // order, on a fresh database and vhost (issue 38): the production stack
 // started with the defaults (api, relay, worker: the retry queue declared
 // with 30 s), then the worker alone moved to HERALD_RETRY_DELAY=1s. The
