@@ -527,17 +527,17 @@ func TestFuzzTargetsDocumented(t *testing.T) {
 	}
 }
 
-// The README's isolation table names real settings, with their real
-// defaults: each `HERALD_...` in a row's check is a setting (a
+// The isolation table of docs/channels.md names real settings, with their
+// real defaults: each `HERALD_...` in a row's check is a setting (a
 // HERALD_<CHANNEL>_... name is one for every channel but email, which
 // keeps its older names), and a "default N" beside a single setting is
 // that setting's default.
-func TestReadmeIsolationTable(t *testing.T) {
+func TestIsolationTable(t *testing.T) {
 	defaults := map[string]string{}
 	for _, s := range settings {
 		defaults[s.env] = s.def
 	}
-	rows := mdTable(t, "README.md", "## Isolation", "check")
+	rows := mdTable(t, "docs/channels.md", "## Isolation", "check")
 	require.NotEmpty(t, rows)
 	defaultN := regexp.MustCompile(`default (\S+?)[ ;,)]`)
 	for _, row := range rows {
@@ -550,16 +550,16 @@ func TestReadmeIsolationTable(t *testing.T) {
 				for _, ch := range []string{"WEBHOOK", "TELEGRAM"} {
 					n := strings.Replace(c, "<CHANNEL>", ch, 1)
 					_, ok := defaults[n]
-					require.True(t, ok, "README.md, isolation table: %s (from %s) is no setting", n, c)
+					require.True(t, ok, "docs/channels.md, isolation table: %s (from %s) is no setting", n, c)
 				}
 				continue
 			}
 			_, ok := defaults[c]
-			require.True(t, ok, "README.md, isolation table: %s is no setting", c)
+			require.True(t, ok, "docs/channels.md, isolation table: %s is no setting", c)
 			named = append(named, c)
 		}
 		if m := defaultN.FindStringSubmatch(row[0]); m != nil && len(named) == 1 {
-			require.Equal(t, defaults[named[0]], m[1], "README.md, isolation table: the default of %s", named[0])
+			require.Equal(t, defaults[named[0]], m[1], "docs/channels.md, isolation table: the default of %s", named[0])
 		}
 	}
 }
