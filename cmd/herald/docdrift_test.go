@@ -1,7 +1,7 @@
 package main
 
-// The tables of docs/design.md, docs/api.md and the README are held
-// against the code here, as docs/configuration.md is by TestConfigurationDoc:
+// The tables of docs/design.md, docs/api.md, docs/operations.md,
+// docs/channels.md and docs/development.md are held against the code here, as docs/configuration.md is by TestConfigurationDoc:
 // a variable, command, route, query parameter, error code, metric, package
 // or fuzz target added without its row fails, and each failure names the
 // file, the table and the row to add (or to remove).
@@ -470,9 +470,10 @@ func goPackages(t *testing.T) []string {
 	})
 }
 
-// The README's code map names every package, and only packages that exist.
-func TestReadmeCodeMap(t *testing.T) {
-	const file, heading = "README.md", "## Code map"
+// The code map of docs/development.md names every package, and only
+// packages that exist.
+func TestCodeMap(t *testing.T) {
+	const file, heading = "docs/development.md", "## Code map"
 	documented := map[string]bool{}
 	for _, row := range mdTable(t, file, heading, "package") {
 		for _, p := range codeSpans(row[0]) {
@@ -492,10 +493,11 @@ func TestReadmeCodeMap(t *testing.T) {
 	}
 }
 
-// Every fuzz target is named in the README and run by the Makefile's fuzz
-// target, and the README gives no count of them to go stale.
+// Every fuzz target is named in docs/development.md and run by the
+// Makefile's fuzz target, and the doc gives no count of them to go stale.
 func TestFuzzTargetsDocumented(t *testing.T) {
-	readme := readRepoFile(t, "README.md")
+	const file = "docs/development.md"
+	doc := readRepoFile(t, file)
 	makefile := readRepoFile(t, "Makefile")
 	fuzzFunc := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(`)
 	n := 0
@@ -511,8 +513,8 @@ func TestFuzzTargetsDocumented(t *testing.T) {
 		pkg := "./" + filepath.ToSlash(rel) + "/"
 		for _, m := range fuzzFunc.FindAllStringSubmatch(string(b), -1) {
 			n++
-			if !strings.Contains(readme, "`"+m[1]+"`") {
-				t.Errorf("README.md: the fuzz target %s (%s) is not named; add it to the paragraph on fuzz targets", m[1], pkg)
+			if !strings.Contains(doc, "`"+m[1]+"`") {
+				t.Errorf("%s: the fuzz target %s (%s) is not named; add it to the paragraph on fuzz targets", file, m[1], pkg)
 			}
 			if !strings.Contains(makefile, "-fuzz '^"+m[1]+"$$' -fuzztime $(FUZZTIME) "+pkg) {
 				t.Errorf("Makefile: the fuzz target lacks %s of %s; add: $(GO) test -run '^$$' -fuzz '^%s$$' -fuzztime $(FUZZTIME) %s", m[1], pkg, m[1], pkg)
@@ -522,8 +524,8 @@ func TestFuzzTargetsDocumented(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NotZero(t, n)
-	if m := regexp.MustCompile(`(?i)\b(\d+|two|three|four|five|six|seven|eight|nine|ten) fuzz targets`).FindString(readme); m != "" {
-		t.Errorf("README.md: %q counts the fuzz targets (there are %d); name them instead", m, n)
+	if m := regexp.MustCompile(`(?i)\b(\d+|two|three|four|five|six|seven|eight|nine|ten) fuzz targets`).FindString(doc); m != "" {
+		t.Errorf("%s: %q counts the fuzz targets (there are %d); name them instead", file, m, n)
 	}
 }
 
