@@ -37,7 +37,7 @@ test-go: ## unit and integration tests (services required), the client module's 
 # Its own timeout: a cold build cache compiles both generators and the
 # generated clients' dependencies (minutes), and a cold npm cache downloads
 # the npm tools (under a minute); a warm run takes seconds.
-gencheck: ## on the served /openapi.json (tools pinned in internal/gencheck): oapi-codegen and ogen clients compile, Spectral (spectral:oas) finds no fault, the README's TypeScript compiles against openapi-typescript's types (tsc --strict)
+gencheck: ## on the served /openapi.json (tools pinned in internal/gencheck): oapi-codegen and ogen clients compile, Spectral (spectral:oas) finds no fault, docs/api.md's TypeScript example compiles against openapi-typescript's types (tsc --strict)
 	$(GO) test -count=1 -timeout 20m -run '^TestGeneratorsAcceptDocument$$' ./internal/api/
 
 test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min), and the isolation subtests over every broker: ~12 minutes

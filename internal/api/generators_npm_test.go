@@ -26,11 +26,11 @@ var npmDir = filepath.Join("..", "gencheck", "npm")
 // another installation.
 var npmFiles = []string{"package.json", "package-lock.json", ".npmrc"}
 
-// readmeTS is the import the README's TypeScript example makes of the
-// generated types: the test writes them under that name.
-const readmeTS = `from "./herald-api"`
+// exampleImport is the import docs/api.md's TypeScript example makes of
+// the generated types: the test writes them under that name.
+const exampleImport = `from "./herald-api"`
 
-// testNPMTools lints doc with Spectral and compiles the README's
+// testNPMTools lints doc with Spectral and compiles docs/api.md's
 // TypeScript example against the types openapi-typescript generates from
 // it. Without node and npm the subtest is skipped, or fails under
 // HERALD_REQUIRE_SERVICES=1 (scripts/services.sh installs them).
@@ -48,8 +48,8 @@ func testNPMTools(t *testing.T, doc []byte) {
 	})
 	t.Run("typescript", func(t *testing.T) {
 		t.Parallel()
-		example := readmeTypeScript(t)
-		require.Contains(t, example, readmeTS, "the README's TypeScript example imports the generated types")
+		example := docTypeScript(t)
+		require.Contains(t, example, exampleImport, "docs/api.md's TypeScript example imports the generated types")
 		out, err := node.run(t, dir, "openapi-typescript", "openapi.json", "--output", "herald-api.ts")
 		require.NoError(t, err, "openapi-typescript refuses the served document:\n%s", out)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "example.ts"), []byte(example), 0o644))
@@ -65,7 +65,7 @@ func testNPMTools(t *testing.T, doc []byte) {
 `
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "tsconfig.json"), []byte(tsconfig), 0o644))
 		out, err = node.run(t, dir, "tsc", "--project", "tsconfig.json", "--strict", "--pretty", "false")
-		require.NoError(t, err, "the README's TypeScript example does not compile against the generated types:\n%s\n--- example.ts\n%s", out, example)
+		require.NoError(t, err, "docs/api.md's TypeScript example does not compile against the generated types:\n%s\n--- example.ts\n%s", out, example)
 	})
 }
 
@@ -157,15 +157,15 @@ func npmInstall(t *testing.T) npmTools {
 	return tools
 }
 
-// readmeTypeScript returns the README's TypeScript example: the first
-// ```ts block of its "## HTTP API" section, its indentation removed.
-func readmeTypeScript(t *testing.T) string {
+// docTypeScript returns docs/api.md's TypeScript example: the first ```ts
+// block of its "## TypeScript" section, its indentation removed.
+func docTypeScript(t *testing.T) string {
 	t.Helper()
-	const heading = "## HTTP API"
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	const heading = "## TypeScript"
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "api.md"))
 	require.NoError(t, err)
 	_, section, ok := bytes.Cut(b, []byte("\n"+heading+"\n"))
-	require.True(t, ok, "README.md has no %q section", heading)
+	require.True(t, ok, "docs/api.md has no %q section", heading)
 	if end := bytes.Index(section, []byte("\n## ")); end >= 0 {
 		section = section[:end]
 	}
@@ -182,6 +182,6 @@ func readmeTypeScript(t *testing.T) string {
 			code = append(code, strings.TrimPrefix(line, indent))
 		}
 	}
-	require.Fail(t, "no TypeScript example", "README.md, section %q: no ```ts block (closed by ```) to compile", heading)
+	require.Fail(t, "no TypeScript example", "docs/api.md, section %q: no ```ts block (closed by ```) to compile", heading)
 	return ""
 }

@@ -26,7 +26,7 @@ import (
 // compiles them, a warm one takes seconds. From npm, at the versions pinned
 // in internal/gencheck/npm (see testNPMTools): Spectral lints the document
 // with its spectral:oas rules (a warning fails too), and openapi-typescript
-// generates TypeScript types that the README's TypeScript example compiles
+// generates TypeScript types that docs/api.md's TypeScript example compiles
 // against under tsc --strict. -short skips it.
 func TestGeneratorsAcceptDocument(t *testing.T) {
 	if testing.Short() {
