@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -114,8 +115,9 @@ func senderKind(cfg Config) string {
 	return "smtp " + redact(cfg.SMTPURL)
 }
 
-// logStartup prints, once, a short block saying what serve uses and which
-// variables switch it to the production parts.
+// logStartup prints, once, a short block saying what serve uses, where its
+// API and console are, the channels it accepts, and which variables switch
+// it to the production parts or enable the other channels.
 func (a *app) logStartup(w io.Writer) {
 	c := a.cfg
 	store, transport, mail := "PostgreSQL "+redact(c.DatabaseURL), a.tr.name+" "+redact(c.BrokerURL)+" (relay + worker)", "SMTP "+redact(c.SMTPURL)
@@ -131,12 +133,45 @@ func (a *app) logStartup(w io.Writer) {
 	if path, ok := mailTarget(c); ok {
 		mail = "mbox file " + path
 	}
-	fmt.Fprintf(w, `herald serve
-  api        http://%s
-  store      %-34s HERALD_DATABASE_URL=postgres://... for PostgreSQL
-  transport  %-34s HERALD_BROKER_URL=amqp://... for RabbitMQ
-  mail       %-34s HERALD_SMTP_URL=smtp://host:port for a real SMTP server
-`, c.HTTPAddr, store, transport, mail)
+	base := localURL(c.HTTPAddr)
+	console := base + "/ui"
+	if c.APIToken != "" {
+		console += " (log in with HERALD_API_TOKEN)"
+	}
+	var enabled, enable []string
+	for _, k := range channelKinds {
+		if k.enabled == nil || k.enabled(c) {
+			enabled = append(enabled, k.name)
+		} else {
+			enable = append(enable, k.enabledBy+"=... for "+k.name)
+		}
+	}
+	rows := [][2]string{
+		{"api", base},
+		{"console", console},
+		{"store", store + "\tHERALD_DATABASE_URL=postgres://... for PostgreSQL"},
+		{"transport", transport + "\tHERALD_BROKER_URL=amqp://... for RabbitMQ"},
+		{"mail", mail + "\tHERALD_SMTP_URL=smtp://host:port for a real SMTP server"},
+		{"channels", strings.Join(enabled, ", ") + "\t" + strings.Join(enable, ", ")},
+	}
+	fmt.Fprintln(w, "herald serve")
+	for _, r := range rows {
+		value, hint, _ := strings.Cut(r[1], "\t")
+		line := fmt.Sprintf("  %-10s %-34s %s", r[0], value, hint)
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+}
+
+// localURL is the URL a browser on this machine opens to reach a listener
+// on addr: one on every interface (":8080", "0.0.0.0:8080") is reached at
+// localhost.
+func localURL(addr string) string {
+	if allInterfaces(addr) {
+		if _, port, err := net.SplitHostPort(addr); err == nil {
+			addr = net.JoinHostPort("localhost", port)
+		}
+	}
+	return "http://" + addr
 }
 
 func cmdAPI(ctx context.Context, args []string, e env) error {

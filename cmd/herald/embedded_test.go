@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -28,8 +29,15 @@ func TestServeZeroConfig(t *testing.T) {
 	api := client{base: "http://127.0.0.1:8080"}
 	waitHTTP(t, api.base+"/healthz")
 	require.FileExists(t, filepath.Join(dir, "herald.db"))
-	// The start-up block says what serve uses.
-	p.requireLog("SQLite file herald.db", "outbox table (no broker)", "mbox file herald.mbox", "HERALD_DATABASE_URL=postgres://")
+	// The start-up block says what serve uses, where the console is, the
+	// channels it accepts and what enables the others.
+	p.requireLog("SQLite file herald.db", "outbox table (no broker)", "mbox file herald.mbox", "HERALD_DATABASE_URL=postgres://",
+		"  console    http://127.0.0.1:8080/ui\n",
+		"  channels   email ", "HERALD_WEBHOOK_SECRET=... for webhook, HERALD_TELEGRAM_BOT_TOKEN=... for telegram")
+	console, err := http.Get(api.base + "/ui")
+	require.NoError(t, err)
+	require.NoError(t, console.Body.Close())
+	require.Equal(t, http.StatusOK, console.StatusCode, "the console's URL in the start-up block answers")
 
 	start := time.Now()
 	r := api.create(t, "ann@example.com", nil)

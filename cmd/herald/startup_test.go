@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -86,5 +87,43 @@ func TestWhere(t *testing.T) {
 		"sqs://eu-west-1/herald?endpoint=http://x": "sqs://eu-west-1/herald?endpoint=http://x",
 	} {
 		require.Equal(t, want, where(in), in)
+	}
+}
+
+// The start-up block of serve names the console's URL (localhost for a
+// listener on every interface, and the login when a token is set) and the
+// channels enabled, with what enables the others.
+func TestStartupBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string
+		not  []string
+	}{
+		{"defaults", Config{HTTPAddr: "127.0.0.1:8080", DatabaseURL: "sqlite:herald.db"}, []string{
+			"  api        http://127.0.0.1:8080\n",
+			"  console    http://127.0.0.1:8080/ui\n",
+			"  channels   email                              HERALD_WEBHOOK_SECRET=... for webhook, HERALD_TELEGRAM_BOT_TOKEN=... for telegram\n",
+		}, nil},
+		{"every interface, a token, webhook", Config{HTTPAddr: ":9090", DatabaseURL: "sqlite:herald.db", APIToken: "s3cret", WebhookSecret: "whsec_x"}, []string{
+			"  api        http://localhost:9090\n",
+			"  console    http://localhost:9090/ui (log in with HERALD_API_TOKEN)\n",
+			"  channels   email, webhook                     HERALD_TELEGRAM_BOT_TOKEN=... for telegram\n",
+		}, []string{"s3cret", "whsec_x"}},
+		{"every channel", Config{HTTPAddr: "[::]:8080", DatabaseURL: "sqlite:herald.db", WebhookSecret: "whsec_x", TelegramBotToken: "t"}, []string{
+			"  console    http://localhost:8080/ui\n",
+			"  channels   email, webhook, telegram\n",
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			(&app{cfg: tc.cfg}).logStartup(&b)
+			for _, w := range tc.want {
+				require.Contains(t, b.String(), w)
+			}
+			for _, n := range tc.not {
+				require.NotContains(t, b.String(), n)
+			}
+		})
 	}
 }
