@@ -19,7 +19,7 @@ import (
 )
 
 func cmdDLQ(ctx context.Context, args []string, e env) error {
-	return subcommands(ctx, args, e, "Usage: herald dlq list [--since D] [--error TEXT] [--limit N] [--json]\n       herald dlq show ID\n       herald dlq redrive (--id ID... | --all | --since D | --error TEXT | --limit N) [--dry-run]\n\nRun 'herald dlq SUBCOMMAND --help' for its flags.",
+	return subcommands(ctx, args, e, "Usage: herald dlq list [--since D] [--error TEXT] [--limit N] [--json]\n       herald dlq show ID [--attempts-limit N] [--attempts-cursor C] [--json]\n       herald dlq redrive (--id ID... | --all | --since D | --error TEXT | --limit N) [--dry-run]\n\nRun 'herald dlq SUBCOMMAND --help' for its flags.",
 		map[string]func(context.Context, []string, env) error{"list": cmdDLQList, "show": cmdDLQShow, "redrive": cmdDLQRedrive})
 }
 
@@ -103,33 +103,12 @@ func cmdDLQList(ctx context.Context, args []string, e env) error {
 }
 
 func cmdDLQShow(ctx context.Context, args []string, e env) error {
-	cfg, rest, err := parseConfig("dlq show", "Shows one dead letter: herald dlq show ID.", args, e, nil)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return usageError{errors.New("dlq show takes one notification id (run 'herald dlq show --help')")}
-	}
-	id, ok := notify.ParseID(rest[0])
-	if !ok {
-		return usageError{fmt.Errorf("dlq show: %q is not a notification id", rest[0])}
-	}
-	st, closeStore, err := openReader(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	n, err := st.Get(ctx, id) // its error names the notification
-	if err != nil {
-		return err
-	}
-	if err := writeNotification(e.stdout, n); err != nil {
-		return err
-	}
-	if n.Status != notify.StatusFailed {
-		fmt.Fprintf(e.stderr, "note: notification %d is %s, not a dead letter\n", id, n.Status)
-	}
-	return nil
+	return showNotification(ctx, "dlq show", "Shows one dead letter with its body and its delivery attempts (each attempt's outcome and error), as herald notifications show does: herald dlq show ID.", args, e,
+		func(n notify.Notification) {
+			if n.Status != notify.StatusFailed {
+				fmt.Fprintf(e.stderr, "note: notification %d is %s, not a dead letter\n", n.ID, n.Status)
+			}
+		})
 }
 
 // idList is a repeatable --id flag.

@@ -97,12 +97,19 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 }
 
 func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
+	return showNotification(ctx, "notifications show", "Shows one notification with its body, why it waits (while its destination is failing or disabled), and its delivery attempts, oldest first, a page at a time as GET /notifications/{id}/attempts answers them: herald notifications show ID.", args, e, nil)
+}
+
+// showNotification is notifications show and dlq show (as name): one
+// notification, its body and a page of its attempts; after, when not nil,
+// is called with the notification once it is printed.
+func showNotification(ctx context.Context, name, help string, args []string, e env, after func(notify.Notification)) error {
 	var (
 		asJSON        bool
 		attemptsLimit int
 		attemptsFrom  string
 	)
-	cfg, rest, err := parseConfig("notifications show", "Shows one notification with its body, why it waits (while its destination is failing or disabled), and its delivery attempts, oldest first, a page at a time as GET /notifications/{id}/attempts answers them: herald notifications show ID.", args, e,
+	cfg, rest, err := parseConfig(name, help, args, e,
 		func(fs *flag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, `print {"notification": {...}, "attempts": [...], "attempts_next_cursor": "..."} as the API shows them`)
 			fs.IntVar(&attemptsLimit, "attempts-limit", api.DefaultListLimit, "attempts shown, from 1 to "+strconv.Itoa(api.MaxListLimit))
@@ -112,11 +119,11 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	if len(rest) != 1 {
-		return usageError{errors.New("notifications show takes one notification id (run 'herald notifications show --help')")}
+		return usageError{fmt.Errorf("%s takes one notification id (run 'herald %s --help')", name, name)}
 	}
 	id, ok := notify.ParseID(rest[0])
 	if !ok {
-		return usageError{fmt.Errorf("notifications show: %q is not a notification id", rest[0])}
+		return usageError{fmt.Errorf("%s: %q is not a notification id", name, rest[0])}
 	}
 	q := url.Values{"limit": {strconv.Itoa(attemptsLimit)}}
 	if attemptsFrom != "" {
@@ -124,7 +131,7 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 	}
 	f, err := api.ParseAttemptFilter(q, id)
 	if pe, ok := errors.AsType[*api.ParamError](err); ok {
-		return usageError{fmt.Errorf("notifications show: --attempts-%s: %s", pe.Field, pe.Message)}
+		return usageError{fmt.Errorf("%s: --attempts-%s: %s", name, pe.Field, pe.Message)}
 	}
 	if err != nil {
 		return err
@@ -152,7 +159,16 @@ func cmdNotificationsShow(ctx context.Context, args []string, e env) error {
 		if next != "" {
 			v["attempts_next_cursor"] = next
 		}
-		return printJSON(e.stdout, v)
+		if err := printJSON(e.stdout, v); err != nil {
+			return err
+		}
+		if after != nil {
+			after(n)
+		}
+		return nil
+	}
+	if after != nil {
+		defer after(n)
 	}
 	if err := writeNotification(e.stdout, n); err != nil {
 		return err
