@@ -29,7 +29,7 @@ import (
 	"github.com/heraldhq/herald/internal/worker"
 )
 
-// The isolation subtests (DESIGN.md, Isolation; issue 32) measure the
+// The isolation subtests (docs/design.md, Isolation; issue 32) measure the
 // others: the healthy traffic's delivered/s while one channel, one
 // endpoint or one limit misbehaves, against the same traffic's delivered/s
 // without the fault, measured by the same worker in the same test. The

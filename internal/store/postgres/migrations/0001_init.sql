@@ -1,4 +1,4 @@
--- The initial schema. Names are the public contract (DESIGN.md, "Storage").
+-- The initial schema. Names are the public contract (docs/design.md, "Storage").
 
 CREATE TABLE notifications (
     id              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
