@@ -565,3 +565,58 @@ func TestIsolationTable(t *testing.T) {
 		}
 	}
 }
+
+// The README opens with the two commands a newcomer needs: the first thing
+// under its title is a shell block that runs herald serve and make test.
+func TestReadmeOpensWithCommands(t *testing.T) {
+	lines := strings.Split(readRepoFile(t, "README.md"), "\n")
+	require.True(t, strings.HasPrefix(lines[0], "# "), "README.md starts with its title")
+	var rest []string
+	for _, l := range lines[1:] {
+		if strings.TrimSpace(l) != "" || len(rest) > 0 {
+			rest = append(rest, l)
+		}
+	}
+	require.NotEmpty(t, rest)
+	require.Equal(t, "```sh", rest[0], "README.md: the first thing under the title is a ```sh block")
+	var block []string
+	for _, l := range rest[1:] {
+		if l == "```" {
+			break
+		}
+		block = append(block, strings.TrimSpace(strings.Split(l, "#")[0]))
+	}
+	require.Equal(t, []string{"go run ./cmd/herald serve", "make test"}, block, "README.md's opening block")
+}
+
+// The README's map of the docs links every page of docs/ (one item each,
+// saying what is there), and only pages that exist.
+func TestReadmeDocsMap(t *testing.T) {
+	const heading = "## Documentation"
+	readme := readRepoFile(t, "README.md")
+	_, section, ok := strings.Cut(readme, "\n"+heading+"\n")
+	require.True(t, ok, "README.md has no %q section", heading)
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	item := regexp.MustCompile(`(?m)^- \[docs/([a-z0-9-]+\.md)\]\(docs/([a-z0-9-]+\.md)\): \S.*$`)
+	mapped := map[string]bool{}
+	for _, m := range item.FindAllStringSubmatch(section, -1) {
+		require.Equal(t, m[1], m[2], "README.md, %q: an item's text and link name the same page", heading)
+		require.False(t, mapped[m[1]], "README.md, %q: docs/%s is listed twice", heading, m[1])
+		mapped[m[1]] = true
+	}
+	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	require.NoError(t, err)
+	require.NotEmpty(t, pages)
+	for _, p := range pages {
+		name := filepath.Base(p)
+		if !mapped[name] {
+			t.Errorf("README.md, %q: docs/%s is not listed; add:\n- [docs/%s](docs/%s): WHAT IS THERE.", heading, name, name, name)
+		}
+		delete(mapped, name)
+	}
+	for name := range mapped {
+		t.Errorf("README.md, %q: docs/%s does not exist; remove its item", heading, name)
+	}
+}
