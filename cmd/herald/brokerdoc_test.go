@@ -8,7 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/transport/kafka"
+	"github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
+	"github.com/heraldhq/herald/internal/transport/sqs"
 )
 
 // The broker table of docs/production.md names RabbitMQ's queues as the topology
@@ -40,4 +43,31 @@ func TestBrokerTableRabbitMQ(t *testing.T) {
 			require.True(t, declared[name], "docs/production.md, broker table: park queue %s is not declared", s)
 		}
 	}
+}
+
+// The broker table of docs/production.md names the NATS, Kafka and SQS
+// names as their transports declare them.
+func TestBrokerTableOthers(t *testing.T) {
+	rows := map[string][]string{}
+	for _, r := range mdTable(t, "docs/production.md", "## Brokers", "broker") {
+		require.GreaterOrEqual(t, len(r), 3, "docs/production.md, broker table: a row has fewer than 3 cells: %q", r)
+		rows[r[0]] = codeSpans(r[2])
+	}
+	n := nats.NewTopology("")
+	s := sqs.NewTopology("PREFIX", false)
+	for broker, names := range map[string][]string{
+		"NATS JetStream": {n.Stream, n.Requested, n.Retry, n.DeadLetter, n.WorkerConsumer, n.RetryConsumer, n.StatusStream, n.StatusSent},
+		"Kafka":          {kafka.TopicRequested, kafka.TopicRetry, kafka.TopicDeadLetters, kafka.TopicStatus, kafka.DefaultGroup},
+		"Amazon SQS":     {s.Send, s.DeadLetter, s.Status},
+	} {
+		spans, ok := rows[broker]
+		require.True(t, ok, "docs/production.md's broker table has no %s row", broker)
+		for _, name := range names {
+			require.Contains(t, spans, name, "docs/production.md, broker table, %s: the name %s", broker, name)
+		}
+	}
+	// The failed subject is written as a suffix of the sent one's stem.
+	suffix := strings.TrimPrefix(n.StatusFailed, strings.TrimSuffix(n.StatusSent, ".sent"))
+	require.True(t, slices.Contains(rows["NATS JetStream"], n.StatusFailed) || slices.Contains(rows["NATS JetStream"], suffix),
+		"docs/production.md, broker table, NATS JetStream: the subject %s", n.StatusFailed)
 }
