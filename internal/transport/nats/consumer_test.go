@@ -339,7 +339,15 @@ func TestParkHoldsNoAckPending(t *testing.T) {
 	}
 	_, err = pub.Publish(ctx, events(t, 2, 2))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return r.total() == 3 }, wait, tick, "deliveries")
+	if !assert.Eventually(t, func() bool { return r.total() == 3 }, wait, tick, "deliveries") {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		ids := make([]int64, len(r.msgs))
+		for i, m := range r.msgs {
+			ids[i] = m.ID
+		}
+		t.Fatalf("delivered %v (want 1, 2, 1): message 1 parked at %s, now %s", ids, parked.Format(time.StampMilli), time.Now().Format(time.StampMilli))
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	require.Equal(t, []int64{1, 2, 1}, []int64{r.msgs[0].ID, r.msgs[1].ID, r.msgs[2].ID},

@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testlog"
 	natstr "github.com/heraldhq/herald/internal/transport/nats"
 )
 
@@ -27,6 +29,15 @@ func config(t *testing.T, srv *testenv.NATS) natstr.Config {
 		CheckInterval:  500 * time.Millisecond,
 		ConnectionName: "herald-test",
 	}
+	// The transport's own log (settlement failures, retry moves held or
+	// tried again) is printed with a failing test's output.
+	var log testlog.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- log of the transport ---\n%s", log.String())
+		}
+	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
