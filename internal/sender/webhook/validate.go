@@ -116,7 +116,7 @@ func parseURL(to string, allow []netip.Prefix) (*url.URL, error) {
 		}
 		msg := fmt.Sprintf("spells the IPv4 address %s in a legacy form (a single number, hex, octal, fewer than four parts or a trailing dot): write %s", addr, addr)
 		if reason := refusal(addr, allow); reason != "" {
-			msg += ", an address webhooks are not sent to: " + reason + " (" + allowHint(addr) + ")"
+			msg += "; written so, it is still refused: " + reason + " (" + allowHint(addr) + ")"
 		}
 		return nil, bad(msg)
 	}
