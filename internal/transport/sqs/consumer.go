@@ -65,7 +65,7 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 	slots := make(chan struct{}, c.cfg.Prefetch)
 	groups := &lanes{
 		c: c, stop: ctx, handle: handle, acks: acks, wg: &wg, pending: &pending,
-		free: func() { <-slots }, queued: map[string][]*delivery{},
+		free: func() { <-slots }, queued: map[string][]*delivery{}, moved: map[string]*movedCopies{},
 	}
 	backoff := consume.Backoff{Min: c.cfg.ReconnectMin, Max: c.cfg.ReconnectMax}
 	failing := false
@@ -363,6 +363,9 @@ type delivery struct {
 	// for the park, ahead of the rest of its group; moved says it sent a
 	// copy to the end of the group instead.
 	inPlace, moved atomic.Bool
+	// copyID is the SQS message id of the copy that replaced the message
+	// on its own queue (a park's, a hop's, a retry's), once stored.
+	copyID atomic.Pointer[string]
 
 	once consume.Once
 }
@@ -526,10 +529,13 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 // park sends a copy instead, which starts counting afresh and waits out
 // after as a held copy (see hold), and the group's messages this Consumer
 // received behind it are sent again as copies after it, in order (see
-// lanes). The group keeps its order unless more of it was waiting than
-// one receive brings (SQS returns at most ten): those move ahead of the
-// copies, once in maxReceiveCount/2 parks (500 by default). Never to the
-// DLQ while pending.
+// lanes); so is each message of the group it receives next that was not
+// received yet (a receive brings at most ten, fewer when fewer prefetch
+// slots are free), until the parked copy comes back (see lanes.rotate).
+// The group keeps its order unless another Consumer receives the
+// messages left ahead of the copies: those are handed over before the
+// parked one, once in maxReceiveCount/2 parks (500 by default). Never to
+// the DLQ while pending.
 func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 	return d.settle(func() (bool, error) {
 		after = max(after, 0)
@@ -597,11 +603,15 @@ func (d *delivery) replace(ctx context.Context, queueURL string, cp message) err
 // replaceLocked stores cp, then deletes the original. An error wrapping
 // errNotStored means that nothing changed.
 func (d *delivery) replaceLocked(ctx context.Context, queueURL string, cp message) error {
-	if _, err := d.client.SendMessage(ctx, cp.toSend(queueURL)); err != nil {
+	out, err := d.client.SendMessage(ctx, cp.toSend(queueURL))
+	if err != nil {
 		if isMissingQueue(err) {
 			d.c.q.forget()
 		}
 		return fmt.Errorf("%w: send: %w", errNotStored, err)
+	}
+	if queueURL == d.send && out.MessageId != nil {
+		d.copyID.Store(out.MessageId)
 	}
 	if err := d.remove(ctx); err != nil {
 		return fmt.Errorf("the copy was stored, the original comes back after its visibility timeout (its claim stops a second send): %w", err)

@@ -78,8 +78,10 @@
 //     messages wait behind it, other users' go on); that costs a receipt,
 //     so once its next receipt would pass half of MaxReceiveCount it is
 //     sent as a held copy instead, with the group's messages this worker
-//     received behind it copied after it, in order. A parked notification
-//     never reaches the DLQ by the redrive policy.
+//     received behind it copied after it, in order, and those it receives
+//     next that were still ahead of the copy copied after them, until the
+//     copy comes back. A parked notification never reaches the DLQ by the
+//     redrive policy.
 //
 // On a FIFO queue one user's messages (one group) are handed to the
 // worker one at a time, in the order SQS gave them, whichever receive

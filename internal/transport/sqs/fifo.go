@@ -31,6 +31,21 @@ type lanes struct {
 	// queued holds each group's messages not handed over yet, in order; a
 	// group has an entry while its lane runs.
 	queued map[string][]*delivery
+	// moved holds, for a group some of whose messages this Consumer sent
+	// to the end of the group as copies (a park that moves, the messages
+	// queued behind it), the SQS message ids of those copies: until one of
+	// them comes back, a message of the group received here was ahead of
+	// them in the queue (a receive brings at most ten, and fewer when
+	// fewer prefetch slots were free) and goes behind them too (see
+	// rotate). An entry goes when one of its copies is received, or after
+	// a visibility timeout (another Consumer received the copies).
+	moved map[string]*movedCopies
+}
+
+// movedCopies are the copies sent to the end of one group, since.
+type movedCopies struct {
+	ids   map[string]bool
+	since time.Time
 }
 
 // groupKey is m's MessageGroupId, or the group herald gives the payload
@@ -81,14 +96,77 @@ func (l *lanes) run(ctx context.Context, g string) {
 			l.putBack(g, false, d)
 			continue
 		}
+		if l.ahead(g, d) {
+			l.rotate(g, d)
+			continue
+		}
 		left, stays := l.c.run(ctx, d, l.handle)
 		l.free()
 		if left != nil {
 			l.pending.Add(left)
 		}
+		if d.moved.Load() {
+			l.record(g, d)
+		}
 		if stays {
 			l.putBack(g, d.moved.Load())
 		}
+	}
+}
+
+// ahead reports whether d, a message of group g, was ahead of copies this
+// Consumer sent to the end of g (see moved), and forgets those copies when
+// d is one of them.
+func (l *lanes) ahead(g string, d *delivery) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	mc := l.moved[g]
+	if mc == nil {
+		return false
+	}
+	if mc.ids[aws.ToString(d.raw.MessageId)] || time.Since(mc.since) > l.c.cfg.VisibilityTimeout {
+		delete(l.moved, g)
+		return false
+	}
+	return true
+}
+
+// rotate sends d, which was ahead of copies moved to the end of its group
+// g, to the end of g as a copy too, without handing it over: one after
+// another, the messages ahead go behind the moved ones in their order,
+// until the first moved one comes back, and the group's order is what it
+// was with the parked message first.
+func (l *lanes) rotate(g string, d *delivery) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l.c.putBack(ctx, []*delivery{d}, true)
+	l.record(g, d)
+	l.free()
+}
+
+// record remembers d's copy, if d was sent to the end of group g as one,
+// and forgets the groups whose copies were not seen for a visibility
+// timeout.
+func (l *lanes) record(g string, ds ...*delivery) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, mc := range l.moved {
+		if time.Since(mc.since) > l.c.cfg.VisibilityTimeout {
+			delete(l.moved, k)
+		}
+	}
+	for _, d := range ds {
+		id := d.copyID.Load()
+		if id == nil {
+			continue
+		}
+		mc := l.moved[g]
+		if mc == nil {
+			mc = &movedCopies{ids: map[string]bool{}}
+			l.moved[g] = mc
+		}
+		mc.ids[*id] = true
+		mc.since = time.Now()
 	}
 }
 
@@ -112,6 +190,7 @@ func (l *lanes) putBack(g string, asCopies bool, first ...*delivery) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	l.c.putBack(ctx, rest, asCopies)
+	l.record(g, rest...)
 	for range rest {
 		l.free()
 	}

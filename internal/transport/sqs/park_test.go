@@ -309,3 +309,41 @@ func TestFIFOPark(t *testing.T) {
 		require.Len(t, l.of(id), 1, "message %d was handed over while its user's first was parked", id)
 	}
 }
+
+// TestFIFOParkMovesBehindWholeGroup: a FIFO park that must send the
+// message to the end of its group (its receipts near half of
+// maxReceiveCount) keeps its place although the receive that brought it
+// left some of its group in the queue (Prefetch 2: a receive takes two):
+// the user's later messages, received or not, are handed over only after
+// it, in order.
+func TestFIFOParkMovesBehindWholeGroup(t *testing.T) {
+	cfg := fifoConfig(t)
+	cfg.MaxReceiveCount = 4 // the second receipt's park moves the message
+	cfg.VisibilityTimeout = 30 * time.Second
+	cfg.Prefetch = 2
+	users := []string{"u", "u", "u", "u", "u"}
+	_, err := newPublisher(t, cfg).Publish(t.Context(), userEvents(users...))
+	require.NoError(t, err)
+
+	const parks = 3 // in place, moved, in place (the copy's hold served)
+	var l log
+	consume(t, cfg, func(ctx context.Context, d notify.Delivery) {
+		m := d.Message()
+		if l.delivered(m) <= parks && m.ID == 1 {
+			assert.NoError(t, d.Release(ctx, time.Second))
+			return
+		}
+		if assert.NoError(t, d.Ack(ctx)) {
+			l.acked(m.ID)
+		}
+	})
+	require.Eventually(t, func() bool { return l.ackCount() == len(users) }, time.Minute, tick, "not every message was acknowledged")
+	l.mu.Lock()
+	acks := append([]int64(nil), l.acks...)
+	l.mu.Unlock()
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, acks, "user u's order")
+	for _, id := range []int64{2, 3, 4, 5} {
+		require.Len(t, l.of(id), 1, "message %d was handed over while its user's first was parked", id)
+	}
+	require.Empty(t, peek(t, cfg), "a message reached the DLQ")
+}
