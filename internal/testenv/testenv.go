@@ -126,3 +126,16 @@ func rabbitmqctl(t testing.TB, args ...string) {
 		t.Fatal(err)
 	}
 }
+
+// Waited is how long passed from from to to (two readings of time.Now) by
+// whichever of the machine's two clocks says longer: the monotonic one,
+// which a broker's timer follows, or the wall clock, which a due time kept
+// in a database follows. A test that a delayed delivery never comes early
+// checks Waited against the delay: a step of the wall clock (this machine's
+// jumped about 9 ms forward during a 2 s park, and a due time in SQLite and
+// PostgreSQL came "early" by that much on the monotonic clock) shortens one
+// reading, never both, while a delivery that really came early is short on
+// both.
+func Waited(from, to time.Time) time.Duration {
+	return max(to.Sub(from), to.Round(0).Sub(from.Round(0)))
+}
