@@ -143,7 +143,7 @@ func TestStandardPark(t *testing.T) {
 	for i, r := range got[1:] {
 		require.Equal(t, 1, r.retries, "delivery %d lost or counted a retry", i+2)
 		if i > 0 {
-			require.GreaterOrEqual(t, testenv.Waited(parkedAt[i-1], r.at), after, "park %d came back before its wait", i)
+			require.GreaterOrEqual(t, testenv.Waited(parkedAt[i-1], r.at), testenv.NotBefore(after), "park %d came back before its wait", i)
 		}
 	}
 	require.Never(t, func() bool { return len(l.of(1)) > 2+parks }, 2*time.Second, tick, "an acknowledged message came back")
@@ -177,7 +177,7 @@ func TestFIFORetryDelivered(t *testing.T) {
 	require.Len(t, got, 2)
 	require.Equal(t, 1, got[1].retries)
 	mu.Lock()
-	require.GreaterOrEqual(t, testenv.Waited(retried, got[1].at), time.Second, "the retry came before its delay")
+	require.GreaterOrEqual(t, testenv.Waited(retried, got[1].at), testenv.NotBefore(time.Second), "the retry came before its delay")
 	mu.Unlock()
 	require.Never(t, func() bool { return len(l.of(1)) > 2 }, 2*time.Second, tick, "an acknowledged retry came back")
 	require.Empty(t, peek(t, cfg))
@@ -303,7 +303,7 @@ func TestFIFOPark(t *testing.T) {
 	for i, r := range got {
 		require.Equal(t, 0, r.retries, "delivery %d counted a retry", i+1)
 		if i > 0 {
-			require.GreaterOrEqual(t, testenv.Waited(parkedAt[i-1], r.at), after, "park %d came back before its wait", i)
+			require.GreaterOrEqual(t, testenv.Waited(parkedAt[i-1], r.at), testenv.NotBefore(after), "park %d came back before its wait", i)
 		}
 	}
 	for _, id := range []int64{2, 4, 6, 8} {
