@@ -54,7 +54,7 @@ func (s *Sender) Send(ctx context.Context, e notify.Email) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mbox send: %w", err)
 	}
-	now := time.Now()
+	now := time.Now().UTC() // the Date header in UTC, whatever TZ says
 	entry := Entry(mail.Render(e, now), now)
 
 	s.mu.Lock()

@@ -331,7 +331,7 @@ func (s *Sender) send(parent context.Context, e notify.Email) error {
 		opts = &gosmtp.MailOptions{UTF8: true}
 	}
 	// The same Message-ID on every attempt: see the package doc.
-	data := mail.Render(e, time.Now())
+	data := mail.Render(e, time.Now().UTC()) // the Date header in UTC, whatever TZ says
 
 	// A free session slot is a local limit: it is waited for on the
 	// caller's ctx, before the timeout starts, and its wait is nobody's
