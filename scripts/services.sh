@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests need are up on this machine: PostgreSQL on
-# 127.0.0.1:5432 (user postgres, trust auth), RabbitMQ on 127.0.0.1:5672
+# 127.0.0.1:5432 (user postgres, trust auth, max_connections at least 300),
+# RabbitMQ on 127.0.0.1:5672
 # (guest/guest), the nats-server binary (the NATS tests start servers of
 # their own on free ports; the machine's server on 4222 is started too when
 # it is installed but stopped), Debian's chromium (the console's browser
@@ -62,6 +63,31 @@ postgres() {
 			su postgres -c "psql -Atqc 'select pg_reload_conf()'" >/dev/null
 		fi
 		psql -h 127.0.0.1 -U postgres -d postgres -Atqc 'select 1' >/dev/null
+	fi
+	# make test runs the short chaos run (processes of its own, each with
+	# a pool) beside the Go tests, whose packages run two at a time with
+	# pools of their own: more than the 100 connections a fresh cluster
+	# allows (FATAL: sorry, too many clients already). A machine's own
+	# cluster is raised to PG_MIN_CONNECTIONS once, with a restart; the
+	# setting stays in postgresql.auto.conf.
+	local have want=${PG_MIN_CONNECTIONS:-300}
+	have=$(psql -h 127.0.0.1 -U postgres -d postgres -Atqc 'show max_connections')
+	if [ "$have" -lt "$want" ]; then
+		local version
+		version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)
+		if [ -z "$version" ] || ! command -v pg_ctlcluster >/dev/null 2>&1; then
+			log "PostgreSQL allows $have connections, make test needs $want: raise max_connections"
+			return 1
+		fi
+		log "raising PostgreSQL's max_connections from $have to $want (restart)"
+		psql -h 127.0.0.1 -U postgres -d postgres -Atqc "alter system set max_connections = $want" >/dev/null
+		pg_ctlcluster --skip-systemctl-redirect "$version" main restart
+		wait_port 5432 PostgreSQL
+		local i
+		for i in $(seq 1 60); do
+			psql -h 127.0.0.1 -U postgres -d postgres -Atqc 'select 1' >/dev/null 2>&1 && break
+			sleep 0.5
+		done
 	fi
 	log "PostgreSQL ready"
 }
