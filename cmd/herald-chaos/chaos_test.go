@@ -25,8 +25,8 @@ import (
 // mongodb run stays out: its schedule alone takes
 // longer than the budget of make test. It is long for a test (about two
 // minutes on two busy cores), so it is built only with the outage tag and
-// runs as make chaos-short, after test-go (beside it, the two together
-// opened more connections than the shared PostgreSQL allows).
+// runs as make chaos-short, beside test-go: it stops and restarts only
+// services of its own.
 //
 // The two transports run at once, as parallel subtests: each run has a
 // scratch database, an SMTP sink, a webhook receiver and proxies of its
