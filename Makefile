@@ -4,11 +4,14 @@ GO       ?= go
 PKGS     ?= ./...
 POSTGRES ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 AMQP     ?= amqp://guest:guest@127.0.0.1:5672/
+PGBOUNCER ?= postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable
 
 # Integration tests need the real services; under make they must not skip.
 export HERALD_REQUIRE_SERVICES = 1
 export HERALD_TEST_POSTGRES_URL ?= $(POSTGRES)
 export HERALD_TEST_AMQP_URL ?= $(AMQP)
+# scripts/services.sh's PgBouncer (transaction mode) in front of POSTGRES.
+export HERALD_TEST_PGBOUNCER_URL ?= $(PGBOUNCER)
 
 .PHONY: help build test services test-go test-go-chaos chaos-short gencheck test-long test-isolation test-outage fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster outbox-study
 
@@ -21,7 +24,7 @@ build: ## build bin/herald
 test: services lint check-deploy check-prometheus test-go-chaos gencheck fuzz-short test-outage ## everything CI runs: services, lint, deploy files, all tests
 	@echo "make test: all passed"
 
-services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS; install chromium
+services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS, the tests' PgBouncer; install chromium
 	@scripts/services.sh
 
 # -parallel 4: most end-to-end tests of cmd/herald wait on timers (an

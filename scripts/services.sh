@@ -8,7 +8,9 @@
 # tests run it headless themselves) and Debian's prometheus (the deploy
 # check runs its own server on a free port; the package's service is not
 # started), node and npm (make gencheck installs its pinned npm tools with
-# npm ci). Starts them when stopped and installs
+# npm ci), and a PgBouncer of the tests' own on 127.0.0.1:6432 in
+# transaction mode in front of that PostgreSQL (Debian's package; its
+# system service is not started). Starts them when stopped and installs
 # Debian's packages when absent. Safe to run again and again. Kafka needs
 # nothing: its tests run franz-go's kfake in process.
 set -euo pipefail
@@ -149,6 +151,49 @@ prometheus_bin() {
 	log "prometheus ready ($(prometheus --version 2>&1 | head -n 1))"
 }
 
+# pooler starts the tests' own PgBouncer: 127.0.0.1:6432, every
+# database of the PostgreSQL on 127.0.0.1:5432, pool_mode = transaction
+# and PgBouncer's defaults otherwise (no ignore_startup_parameters: herald
+# must connect without one), but for max_client_conn: the tests' stores
+# open more than its default 100 client connections at once. Trust auth
+# like that PostgreSQL's; the user must still be listed in auth_file. Its
+# configuration, pid file and log live in a directory of their own, and it
+# runs as postgres (pgbouncer refuses to run as root).
+pooler() {
+	local dir=${PGBOUNCER_DIR:-/var/lib/herald-pgbouncer} port=6432 bin
+	if ! type -P pgbouncer >/dev/null; then
+		apt_install pgbouncer
+	fi
+	bin=$(type -P pgbouncer)
+	if ! port_open "$port"; then
+		mkdir -p "$dir"
+		printf '%s\n' \
+			'[databases]' \
+			'* = host=127.0.0.1 port=5432' \
+			'' \
+			'[pgbouncer]' \
+			'listen_addr = 127.0.0.1' \
+			"listen_port = $port" \
+			"unix_socket_dir = $dir" \
+			'auth_type = trust' \
+			"auth_file = $dir/userlist.txt" \
+			'pool_mode = transaction' \
+			'max_client_conn = 2000' \
+			"pidfile = $dir/pgbouncer.pid" \
+			"logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
+		printf '"postgres" ""\n' >"$dir/userlist.txt"
+		log "starting PgBouncer on 127.0.0.1:$port"
+		if [ "$(id -u)" = 0 ]; then
+			chown -R postgres: "$dir"
+			"$bin" -d -u postgres "$dir/pgbouncer.ini"
+		else
+			"$bin" -d "$dir/pgbouncer.ini"
+		fi
+		wait_port "$port" PgBouncer
+	fi
+	log "PgBouncer ready ($("$bin" --version 2>&1 | head -n 1), transaction mode on 127.0.0.1:$port)"
+}
+
 node_npm() {
 	# Debian's nodejs and npm, unless a node and an npm are installed
 	# already (from any source: installing Debian's npm beside another
@@ -167,3 +212,4 @@ nats
 browser
 prometheus_bin
 node_npm
+pooler

@@ -24,7 +24,10 @@ import (
 const (
 	PostgresVar = "HERALD_TEST_POSTGRES_URL" // e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 	AMQPVar     = "HERALD_TEST_AMQP_URL"     // e.g. amqp://guest:guest@127.0.0.1:5672/
-	RequireVar  = "HERALD_REQUIRE_SERVICES"
+	// PgBouncerVar names a PgBouncer in transaction mode in front of
+	// PostgresVar's server (scripts/services.sh starts one).
+	PgBouncerVar = "HERALD_TEST_PGBOUNCER_URL" // e.g. postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable
+	RequireVar   = "HERALD_REQUIRE_SERVICES"
 )
 
 // Require returns the value of the variable, or skips the test (fails it
@@ -82,6 +85,23 @@ func PostgresURL(t testing.TB) string {
 		t.Fatalf("parse %s: %v", PostgresVar, err)
 	}
 	u.Path = "/" + name
+	return u.String()
+}
+
+// PgBouncerURL returns the URL of the database dbURL names (one of
+// PostgresURL's) through the PgBouncer that PgBouncerVar names: its host,
+// port, user and parameters, dbURL's database.
+func PgBouncerURL(t testing.TB, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(Require(t, PgBouncerVar))
+	if err != nil {
+		t.Fatalf("parse %s: %v", PgBouncerVar, err)
+	}
+	d, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("parse database url: %v", err)
+	}
+	u.Path = d.Path
 	return u.String()
 }
 

@@ -414,7 +414,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	if len(msgs) > 0 {
 		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds(), reqRCs)
 	}
-	br := s.pool.SendBatch(ctx, b)
+	br := s.sendBatch(ctx, b)
 	fail := func(op string, err error) ([]notify.Claim, []bool, error) {
 		_ = br.Close()
 		return nil, nil, wrap(op, err)

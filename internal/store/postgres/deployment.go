@@ -68,7 +68,7 @@ func (s *Store) BeatProcess(ctx context.Context, p notify.Process, forget time.D
 	b := &pgx.Batch{}
 	b.Queue(beatProcess, p.ID, p.Host, p.PID, strings.Join(p.Roles, ","), p.Version, p.StartedAt, senders)
 	b.Queue(pruneProcesses, forget.Microseconds())
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.sendBatch(ctx, b).Close(); err != nil {
 		return wrap("beat process", err)
 	}
 	return nil

@@ -131,7 +131,7 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 	b := &pgx.Batch{}
 	b.Queue(listPlan)
 	b.Queue(q, args...)
-	br := s.pool.SendBatch(ctx, b)
+	br := s.sendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
 		return notify.ListPage{}, wrap("list notifications: plan", err)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,7 +28,13 @@ const (
 //
 // All subscribers share one listener: a dedicated connection (outside the
 // pool) that runs LISTEN, started by the first subscriber and stopped when
-// the last one leaves.
+// the last one leaves. LISTEN needs a session of its own: behind a pooler
+// in transaction mode the listener connects to Config.DirectURL, and
+// without one there is no listener (a LISTEN through the pooler would
+// register on a server session that other clients use next, and its
+// notifications would never reach this one): subscribers then hear only
+// this process's own creates, and the relays and table workers find the
+// others' rows by polling.
 func (s *Store) Subscribe(ctx context.Context) <-chan struct{} {
 	return s.hub.Subscribe(ctx)
 }
@@ -87,6 +94,9 @@ func (s *Store) listen(ctx context.Context) {
 	backoff := listenMinBackoff
 	for {
 		conn, err := s.connectListener(ctx)
+		if errors.Is(err, errNoSession) {
+			return
+		}
 		if err == nil {
 			backoff = listenMinBackoff
 			s.hub.Wake()
@@ -112,9 +122,22 @@ func (s *Store) listen(ctx context.Context) {
 	}
 }
 
+// errNoSession is connectListener's answer behind a pooler with no
+// direct URL: there is no session to listen on.
+var errNoSession = errors.New("behind a pooler with no direct url: no session to listen on")
+
 func (s *Store) connectListener(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
 	defer cancel()
+	if s.directConfig == nil {
+		pooled, err := s.detectPooler(cctx)
+		if err != nil {
+			return nil, err
+		}
+		if pooled {
+			return nil, errNoSession
+		}
+	}
 	conn, err := pgx.ConnectConfig(cctx, s.listenConfig.Copy())
 	if err != nil {
 		return nil, err

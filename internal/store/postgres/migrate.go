@@ -62,7 +62,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 type migrator struct{ s *Store }
 
 func (m migrator) Begin(ctx context.Context) (migrate.Tx, error) {
-	tx, err := m.s.pool.Begin(ctx)
+	tx, err := m.s.begin(ctx)
 	if err != nil {
 		return nil, wrap("begin", err)
 	}

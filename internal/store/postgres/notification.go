@@ -121,7 +121,7 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 	if nn.IdempotencyKey == "" && nn.Fault == "" {
 		return s.createOne(ctx, nn)
 	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return notify.Created{}, wrap("create notification: begin", err)
 	}

@@ -98,7 +98,7 @@ RETURNING id, user_id, channel, recipient, subject, body`
 // notification that is not failed (pending or sent); a missing one is
 // notify.ErrNotFound.
 func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return false, wrap("redrive: begin", err)
 	}
@@ -290,7 +290,7 @@ func (s *Store) pruneBatches(ctx context.Context, plan, query string, before tim
 		del := b.Queue(query, before, batch)
 		var tag pgconn.CommandTag
 		del.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		if err := s.sendBatch(ctx, b).Close(); err != nil {
 			return total, err
 		}
 		total += tag.RowsAffected()

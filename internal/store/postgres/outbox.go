@@ -244,7 +244,7 @@ func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string,
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	b.Queue(claimPlan)
 	b.Queue(sql, append([]any{limit, token, lease.Microseconds()}, typeArgs...)...)
-	br := s.pool.SendBatch(ctx, b)
+	br := s.sendBatch(ctx, b)
 	defer br.Close()
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
@@ -284,7 +284,7 @@ func (s *Store) settleRelayed(ctx context.Context, mark, release []notify.Outbox
 		ids, from, to := occurredSpan(release)
 		b.Queue(releaseRelayed, ids, token, from, to)
 	}
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.sendBatch(ctx, b).Close(); err != nil {
 		return wrap("relay batch: mark processed and release unconfirmed", err)
 	}
 	return nil

@@ -44,7 +44,13 @@ const dropLockKey = 0x68_6472_6f70
 const (
 	detachLockTimeout      = "10s"
 	detachStatementTimeout = "60s"
+	setDetachLimits        = "SET lock_timeout = '" + detachLockTimeout + "'; SET statement_timeout = '" + detachStatementTimeout + "'"
 )
+
+// ErrNoDirectURL is the error of a retention pass that kept old outbox
+// partitions because it runs behind a pooler in transaction mode with no
+// direct URL (Config.DirectURL) to drop them through.
+var ErrNoDirectURL = errors.New("old partitions kept: dropping them needs a session, which a pooler in transaction mode does not give; set a direct URL")
 
 const (
 	// selectOutboxKind is 'p' once the outbox is partitioned, 'r' on a
@@ -180,7 +186,7 @@ func (s *Store) EnsurePartitions(ctx context.Context) error {
 // day of from (zero: now, on the database's clock) to the end of the
 // daysAhead days after it, and returns how many it made.
 func (s *Store) ensurePartitions(ctx context.Context, from time.Time, daysAhead int) (int, error) {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return 0, wrap("outbox partitions: begin", err)
 	}
@@ -293,10 +299,21 @@ func (s *Store) dropOldPartitions(ctx context.Context, before time.Time) (droppe
 	}
 	// DETACH ... CONCURRENTLY refuses a transaction block and waits for
 	// the outbox's transactions: a connection of its own, outside the
-	// pool, with limits of its own (the pool's may have none).
+	// pool, with limits of its own (the pool's may have none), set once
+	// connected rather than in the startup packet, which a pooler in
+	// session mode given as the direct URL would refuse. The advisory
+	// lock below is a session's: behind a pooler in transaction mode it
+	// would stay with whichever server session took it, held for other
+	// clients after this one closed, so the connection goes to the direct
+	// URL, and without one old partitions are kept (ErrNoDirectURL).
 	cfg := s.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["lock_timeout"] = detachLockTimeout
-	cfg.RuntimeParams["statement_timeout"] = detachStatementTimeout
+	if s.directConfig != nil {
+		cfg = s.directConfig.Copy()
+	} else if pooled, err := s.detectPooler(ctx); err != nil {
+		return 0, wrap("outbox partitions: detect a pooler", err)
+	} else if pooled {
+		return 0, fmt.Errorf("outbox partitions: drop %d: %w", len(due), ErrNoDirectURL)
+	}
 	cfg.Tracer = nil
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -304,6 +321,9 @@ func (s *Store) dropOldPartitions(ctx context.Context, before time.Time) (droppe
 	}
 	// Closing the connection also ends its advisory lock.
 	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.PgConn().Exec(ctx, setDetachLimits).ReadAll(); err != nil {
+		return 0, wrap("outbox partitions: set limits", err)
+	}
 	var locked bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(dropLockKey)).Scan(&locked); err != nil {
 		return 0, wrap("outbox partitions: lock", err)

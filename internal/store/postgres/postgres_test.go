@@ -84,7 +84,14 @@ func TestConformance(t *testing.T) {
 // may depend on the session's zone.
 func harness(t *testing.T, cfg Config) storetest.Harness {
 	t.Helper()
-	s := openConfig(t, postgresURLIn(t, farZone), cfg)
+	h := harnessOf(openConfig(t, postgresURLIn(t, farZone), cfg))
+	h.NoStatusEvents = func(t *testing.T) storetest.Harness { return harness(t, Config{NoStatusEvents: true}) }
+	return h
+}
+
+// harnessOf is the conformance suite's Harness on s, but for
+// NoStatusEvents.
+func harnessOf(s *Store) storetest.Harness {
 	return storetest.Harness{
 		Store: s,
 		Count: func(t testing.TB, table string) int {
@@ -98,7 +105,6 @@ func harness(t *testing.T, cfg Config) storetest.Harness {
 			_, err := s.pool.Exec(t.Context(), `UPDATE notifications SET created_at = created_at - make_interval(secs => $2) WHERE id = $1`, nid, d.Seconds())
 			require.NoError(t, err)
 		},
-		NoStatusEvents: func(t *testing.T) storetest.Harness { return harness(t, Config{NoStatusEvents: true}) },
 	}
 }
 

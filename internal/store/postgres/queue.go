@@ -93,7 +93,7 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	b := &pgx.Batch{}
 	b.Queue(claimPlan)
 	b.Queue(claimDue, token, limit, lease.Microseconds())
-	br := s.pool.SendBatch(ctx, b)
+	br := s.sendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
 		return nil, wrap("claim outbox rows", err)
