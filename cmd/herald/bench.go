@@ -138,7 +138,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 
 	if o.preload > 0 {
 		start := time.Now()
-		if err := raw.PreloadPostgres(ctx, sc.cfg.DatabaseURL, o.preload); err != nil {
+		if err := raw.PreloadPostgres(ctx, sc.rawURL(), o.preload); err != nil {
 			return fmt.Errorf("herald bench: %w", err)
 		}
 		fmt.Fprintf(e.stderr, "herald bench: preloaded %d sent notifications in %s\n", o.preload, time.Since(start).Round(time.Millisecond))
@@ -150,7 +150,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		seqScans = func() (map[string]int64, error) {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
 			defer cancel()
-			return raw.SeqScans(ctx, sc.cfg.DatabaseURL)
+			return raw.SeqScans(ctx, sc.rawURL())
 		}
 	}
 	scansBefore, err := seqScans()
@@ -214,7 +214,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 				return fmt.Errorf("herald bench: %w", err)
 			}
 		}
-		if stopActivity, err = raw.WatchActivity(ctx, sc.cfg.DatabaseURL); err != nil {
+		if stopActivity, err = raw.WatchActivity(ctx, sc.rawURL()); err != nil {
 			return fmt.Errorf("herald bench: %w", err)
 		}
 	}
@@ -339,6 +339,17 @@ func (sc *scratch) describe() string {
 	return where
 }
 
+// rawURL is the scratch database's URL for the raw ceilings and the
+// database's counters: without the pooler when HERALD_DATABASE_DIRECT_URL
+// says how (they measure the database, and use sessions: a search_path in
+// the startup packet, prepared statements), else HERALD_DATABASE_URL's.
+func (sc *scratch) rawURL() string {
+	if sc.cfg.DatabaseDirectURL != "" {
+		return sc.cfg.DatabaseDirectURL
+	}
+	return sc.cfg.DatabaseURL
+}
+
 // newScratch makes the scratch database (or file), migrates it, and picks
 // the scratch broker prefix; its cleanup funcs remove both.
 func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error) {
@@ -360,6 +371,11 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 		sc.cleanup = append(sc.cleanup, drop)
 		if pu, err := url.Parse(dbURL); err == nil {
 			sc.pgDatabase = strings.TrimPrefix(pu.Path, "/")
+			// Behind a pooler: the scratch database without it too.
+			if du, err := url.Parse(cfg.DatabaseDirectURL); err == nil && cfg.DatabaseDirectURL != "" {
+				du.Path = pu.Path
+				sc.cfg.DatabaseDirectURL = du.String()
+			}
 		}
 	case "sqlite":
 		dir, err := os.MkdirTemp("", "herald-bench-")
@@ -398,7 +414,7 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 		})
 	}
 	// The schema first: the raw PostgreSQL ceiling copies its tables.
-	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, 0, true, nil, true)
+	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, sc.cfg.DatabaseDirectURL, 0, true, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -421,7 +437,7 @@ func measureCeilings(ctx context.Context, sc *scratch, target *benchTarget, o be
 	txo := raw.TxOptions{N: o.n, Clients: o.concurrency}
 	switch sc.store {
 	case "postgres":
-		c.TxPerSec, err = raw.PostgresTx(ctx, sc.cfg.DatabaseURL, txo)
+		c.TxPerSec, err = raw.PostgresTx(ctx, sc.rawURL(), txo)
 	case "mongodb":
 		notes = append(notes, "MongoDB: no raw transaction ceiling (tx_per_s 0): the store writes one document per change, without transactions")
 	default:
@@ -471,7 +487,7 @@ func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, e
 	)
 	switch sc.store {
 	case "postgres":
-		if dbURL, remove, err = raw.ScratchSchema(ctx, sc.cfg.DatabaseURL, rawPipelineSchema); err != nil {
+		if dbURL, remove, err = raw.ScratchSchema(ctx, sc.rawURL(), rawPipelineSchema); err != nil {
 			return 0, err
 		}
 	case "mongodb":
@@ -487,7 +503,7 @@ func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, e
 	// Status events as the stack writes them: they are statements herald
 	// issues for a notification, or not.
 	statusEvents, _ := writeStatusEvents(sc.cfg)
-	s, closeStore, err := openStore(ctx, dbURL, o.concurrency, true, nil, statusEvents)
+	s, closeStore, err := openStore(ctx, dbURL, "", o.concurrency, true, nil, statusEvents)
 	if err != nil {
 		return 0, err
 	}

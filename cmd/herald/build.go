@@ -74,16 +74,20 @@ func mailTarget(cfg Config) (path string, ok bool) {
 	return "", false
 }
 
-// openStore opens the store HERALD_DATABASE_URL names. conns sizes a
+// openStore opens the store HERALD_DATABASE_URL names (url), with
+// HERALD_DATABASE_DIRECT_URL (direct, PostgreSQL only). conns sizes a
 // PostgreSQL pool (0: the store's default); see poolSize. Only create (serve
 // and migrate) may create a SQLite file: every other command on a missing
 // file says so instead of leaving an empty database behind. statusEvents
 // is whether a settling record writes its status event (see
 // writeStatusEvents); only a worker's records settle.
-func openStore(ctx context.Context, url string, conns int, create bool, tp trace.TracerProvider, statusEvents bool) (store, func(), error) {
+func openStore(ctx context.Context, url, direct string, conns int, create bool, tp trace.TracerProvider, statusEvents bool) (store, func(), error) {
+	if direct != "" && storeKind(url) != "postgres" {
+		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_DIRECT_URL is for a PostgreSQL store behind a pooler; HERALD_DATABASE_URL is %s", redact(url))}
+	}
 	switch storeKind(url) {
 	case "postgres":
-		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns, TracerProvider: tp, NoStatusEvents: !statusEvents})
+		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns, TracerProvider: tp, NoStatusEvents: !statusEvents, DirectURL: direct})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open postgres store: %w", err)
 		}
@@ -115,7 +119,7 @@ func openStore(ctx context.Context, url string, conns int, create bool, tp trace
 // openMigrated opens the store of a one-shot command: it must exist and be
 // migrated.
 func openMigrated(ctx context.Context, cfg Config) (store, func(), error) {
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, 0, false, nil, true)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, cfg.DatabaseDirectURL, 0, false, nil, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -612,7 +616,7 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 			log.Info("creating a new SQLite database", "path", sqlitePath(cfg.DatabaseURL))
 		}
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, poolSize(cfg), migrate, tp, statusEvents)
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, cfg.DatabaseDirectURL, poolSize(cfg), migrate, tp, statusEvents)
 	if err != nil {
 		closeTracing()
 		return nil, err

@@ -17,9 +17,12 @@ import (
 // else the contract's default. Components take these values as they are.
 type Config struct {
 	DatabaseURL string
-	BrokerURL   string
-	HTTPAddr    string
-	APIToken    string
+	// DatabaseDirectURL is HERALD_DATABASE_DIRECT_URL: PostgreSQL itself,
+	// for what needs a session when DatabaseURL goes through a pooler.
+	DatabaseDirectURL string
+	BrokerURL         string
+	HTTPAddr          string
+	APIToken          string
 	// CORSOrigins is HERALD_CORS_ORIGINS as given: a comma-separated list.
 	CORSOrigins string
 	// AllowedHosts is HERALD_ALLOWED_HOSTS as given: a comma-separated
@@ -106,8 +109,10 @@ type setting struct {
 
 // Command groups, as the cmds of a setting name them.
 const (
-	cmdsStore  = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive destinations-list destinations-enable notifications-list notifications-show bench"
-	cmdsAPI    = "serve api"
+	cmdsStore = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive destinations-list destinations-enable notifications-list notifications-show bench"
+	cmdsAPI   = "serve api"
+	// cmdsDirect listen for outbox rows or drop old partitions.
+	cmdsDirect = "serve api relay worker outbox-prune bench"
 	cmdsRelay  = "serve relay bench"
 	cmdsWorker = "serve worker bench"
 	// cmdsChannels take the settings that enable a channel: the API
@@ -123,6 +128,8 @@ const (
 var settings = []setting{
 	{env: "HERALD_DATABASE_URL", flag: "database-url", def: "sqlite:herald.db", usage: "store: postgres://..., sqlite:PATH or mongodb://host/DATABASE",
 		field: func(c *Config) any { return &c.DatabaseURL }, cmds: cmdsStore},
+	{env: "HERALD_DATABASE_DIRECT_URL", flag: "database-direct-url", def: "", usage: "when HERALD_DATABASE_URL goes through a pooler in transaction mode (PgBouncer), postgres://... of the same database without it: LISTEN (wake-ups from other processes' creates) and the drop of old outbox partitions need a session; unset behind a pooler: relays and table workers poll every HERALD_RELAY_INTERVAL and old partitions are kept",
+		field: func(c *Config) any { return &c.DatabaseDirectURL }, cmds: cmdsDirect, check: checkDirectURL},
 	{env: "HERALD_BROKER_URL", flag: "broker-url", def: "", usage: "transport: amqp://... (RabbitMQ), nats://... (NATS JetStream), kafka://host:port or sqs://REGION/PREFIX[?endpoint=URL&fifo=true] (Amazon SQS, credentials from the AWS SDK chain); several comma-separated URLs or hosts: a cluster; unset: the outbox table, no broker",
 		field: func(c *Config) any { return &c.BrokerURL }, cmds: cmdsBroker},
 	{env: "HERALD_HTTP_ADDR", flag: "http-addr", def: "127.0.0.1:8080", usage: "API listen address",
@@ -472,4 +479,13 @@ func parseFlags(name, summary string, args []string, e env, extra func(*flag.Fla
 		err = usageError{fmt.Errorf("%s takes no arguments, got %q (run 'herald %s --help')", name, rest, name)}
 	}
 	return c, err
+}
+
+// checkDirectURL vets HERALD_DATABASE_DIRECT_URL: unset, or a PostgreSQL
+// URL.
+func checkDirectURL(v string) error {
+	if v == "" || strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://") {
+		return nil
+	}
+	return fmt.Errorf("want postgres://... (PostgreSQL without the pooler), got %q", redact(v))
 }

@@ -143,11 +143,15 @@ GROUP BY 1`, scannedTables)
 // waitAlone waits, at most until ctx ends, until conn is the only
 // connection to its database: a backend reports its statistics to pg_stat_*
 // when it exits, so that once the others have gone the counts include all
-// they did.
+// they did. The idle ones are ended: a pooler (PgBouncer) keeps its server
+// sessions open after its clients have gone, and nothing else uses the
+// scratch database when waitAlone is called; an ended backend reports its
+// counts as it exits.
 func waitAlone(ctx context.Context, conn *pgx.Conn) error {
 	for {
 		var others int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state IS DISTINCT FROM 'idle' OR NOT pg_terminate_backend(pid))
+FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&others); err != nil {
 			return err
 		}

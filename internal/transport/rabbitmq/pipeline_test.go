@@ -35,15 +35,35 @@ func TestPipelineIsolation(t *testing.T) {
 	pipelinetest.RunIsolation(t, pipelineHarness)
 }
 
+// TestPipelinePgBouncer runs the suite with the store behind PgBouncer in
+// transaction mode (issue 36), given no direct URL: no LISTEN, the relay
+// finds the rows of the suite's creates by polling as well as by this
+// process's own wake-ups.
+func TestPipelinePgBouncer(t *testing.T) {
+	t.Parallel()
+	pipelinetest.Run(t, func(t *testing.T) pipelinetest.Harness { return pipelineHarnessOn(t, true) })
+}
+
 // pipelineHarness returns the harness on a fresh database and a
 // topology of the test's own, deleted when the test ends.
 func pipelineHarness(t *testing.T) pipelinetest.Harness {
 	t.Helper()
+	return pipelineHarnessOn(t, false)
+}
+
+// pipelineHarnessOn is pipelineHarness, with the store through the
+// tests' PgBouncer when pooled.
+func pipelineHarnessOn(t *testing.T, pooled bool) pipelinetest.Harness {
+	t.Helper()
 	dbURL := testenv.PostgresURL(t)
+	storeURL := dbURL
+	if pooled {
+		storeURL = testenv.PgBouncerURL(t, dbURL)
+	}
 	amqpURL, prefix := testenv.AMQP(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	s, err := postgres.Open(ctx, dbURL, postgres.Config{MaxConns: 4})
+	s, err := postgres.Open(ctx, storeURL, postgres.Config{MaxConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	require.NoError(t, s.Migrate(ctx))

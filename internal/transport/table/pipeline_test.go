@@ -70,12 +70,29 @@ func TestPipelineIsolationPostgres(t *testing.T) {
 	pipelinetest.RunIsolation(t, postgresHarness)
 }
 
+// TestPipelinePgBouncer runs the suite with the store behind PgBouncer in
+// transaction mode (issue 36), told the direct URL, on which it listens.
+func TestPipelinePgBouncer(t *testing.T) {
+	t.Parallel()
+	pipelinetest.Run(t, func(t *testing.T) pipelinetest.Harness { return postgresHarnessOn(t, true) })
+}
+
 // postgresHarness is the harness on a fresh PostgreSQL database.
 func postgresHarness(t *testing.T) pipelinetest.Harness {
+	return postgresHarnessOn(t, false)
+}
+
+// postgresHarnessOn is postgresHarness, with the store through the tests'
+// PgBouncer when pooled.
+func postgresHarnessOn(t *testing.T, pooled bool) pipelinetest.Harness {
 	url := testenv.PostgresURL(t)
+	storeURL, cfg := url, postgres.Config{MaxConns: 4}
+	if pooled {
+		storeURL, cfg.DirectURL = testenv.PgBouncerURL(t, url), url
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: 4})
+	s, err := postgres.Open(ctx, storeURL, cfg)
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	require.NoError(t, s.Migrate(ctx))
