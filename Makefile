@@ -63,7 +63,7 @@ test-isolation: ## the isolation subtests at the issue's size on every transport
 test-go-chaos: ## test-go and chaos-short at once
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-go chaos-short
 
-chaos-short: ## the short chaos run (300 notifications, every fault once, table and RabbitMQ): about 2.5 minutes
+chaos-short: ## the short chaos run (300 notifications, every fault once, table and RabbitMQ; pg-failover alone beside it, 120 notifications): about 2.5 minutes
 	$(GO) test -count=1 -timeout 10m -p 1 -tags outage ./cmd/herald-chaos/
 
 test-outage: ## the test that stops the shared RabbitMQ: alone, never beside the others
@@ -117,7 +117,7 @@ check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboa
 check-prometheus: ## the deploy/ configuration, rules and dashboard against a real Prometheus scraping herald
 	$(GO) test -count=1 -timeout 5m -tags deploycheck -run '^TestDeployPrometheus$$' ./cmd/herald/
 
-chaos: services ## reliability harness under faults on every transport (HERALD_CHAOS_TRANSPORTS, HERALD_CHAOS_N default 5000; HERALD_CHAOS_CLUSTER=1 adds a 3-node RabbitMQ run)
+chaos: services ## reliability harness under faults on every transport (HERALD_CHAOS_TRANSPORTS, HERALD_CHAOS_N default 5000; HERALD_CHAOS_CLUSTER=1 adds a 3-node RabbitMQ run; HERALD_CHAOS_PG: each run's PostgreSQL, sync by default: a primary and a synchronous standby, failed over)
 	$(GO) run ./cmd/herald-chaos
 
 cluster: services ## RabbitMQ cluster tests on nodes of their own: leader loss, a blocked forward (over a minute)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/pgcluster"
 	"github.com/heraldhq/herald/internal/proctest"
 	"github.com/heraldhq/herald/internal/testenv"
 )
@@ -21,7 +22,9 @@ import (
 // 300 notifications, a third of them webhooks, and one of each fault;
 // smtp-throttle and smtp-drop (about 35s together) run on the table
 // transport only; endpoint-blackhole and channel-outage run on both in a
-// short form (--outage-span 3s: a 3s baseline, then 3s of fault). The
+// short form (--outage-span 3s: a 3s baseline, then 3s of fault). Each
+// run's scratch database is on the shared PostgreSQL (--pg shared), so
+// pg-failover is left out here: TestChaosFailover runs it. The
 // mongodb run stays out: its schedule alone takes
 // longer than the budget of make test. It is long for a test (about two
 // minutes on two busy cores), so it is built only with the outage tag and
@@ -35,6 +38,9 @@ import (
 // run's database. Their schedules wait on timers far more than they
 // compute, so together they take little more than the longer one alone.
 func TestChaosShort(t *testing.T) {
+	// Beside TestChaosFailover: a top-level test that is not parallel
+	// would run before it, not with it.
+	t.Parallel()
 	pg := testenv.Require(t, testenv.PostgresVar)
 	if _, err := proctest.RabbitScripts(); err != nil {
 		t.Fatalf("the chaos harness starts a RabbitMQ node of its own: %v", err)
@@ -60,7 +66,7 @@ func TestChaosShort(t *testing.T) {
 			defer cancel()
 			var stdout, stderr bytes.Buffer
 			err := run(ctx, []string{"--transport", tc.transport, "--n", "300", "--clients", "8", "--step", "1s", "--drain-timeout", "2m", "--outage-span", "3s",
-				"--skip-faults", "rabbitmq:smtp-throttle,rabbitmq:smtp-drop", "--postgres", pg}, &stdout, &stderr)
+				"--skip-faults", "rabbitmq:smtp-throttle,rabbitmq:smtp-drop", "--postgres", pg, "--pg", "shared"}, &stdout, &stderr)
 			if err != nil {
 				t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 			}
@@ -86,6 +92,45 @@ func TestChaosShort(t *testing.T) {
 			}
 			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 			require.Equal(t, s, lines[len(lines)-1], "the summary is the last line")
+		})
+	}
+}
+
+// TestChaosFailover runs the pg-failover fault alone, on the table
+// transport and on RabbitMQ at once, with a small load: each run starts a
+// primary and a synchronous standby of its own (about 10s), kills the
+// primary -9 under the load and promotes the standby; the processes,
+// given both servers, must find it, and nothing may be lost. It is the
+// short form of the fault that make chaos runs inside every schedule: the
+// full schedule with it stays out of make test, whose budget it would
+// stretch, and this keeps the fault's code from rotting. It runs beside
+// TestChaosShort (both are parallel), adding little to make chaos-short's
+// time.
+func TestChaosFailover(t *testing.T) {
+	t.Parallel()
+	testenv.Require(t, testenv.PostgresVar)
+	if _, err := pgcluster.Binaries(); err != nil {
+		t.Fatalf("pg-failover starts PostgreSQL servers of its own: %v", err)
+	}
+	for _, transport := range []string{"table", "rabbitmq"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			err := run(ctx, []string{"--transport", transport, "--faults", "pg-failover", "--n", "120", "--clients", "8", "--step", "2s",
+				"--drain-timeout", "3m"}, &stdout, &stderr)
+			if err != nil {
+				t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+			}
+			require.NoError(t, err)
+			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+			s := lines[len(lines)-1]
+			t.Logf("summary:\n%s", s)
+			require.True(t, strings.HasPrefix(s, "chaos: transport="+transport+" accepted=120 delivered=120 lost=0 "), s)
+			require.Contains(t, s, " faults=1 ")
+			require.Regexp(t, ` pg=sync failover_s=[0-9.]+ failover_refused=[0-9]+$`, s)
+			require.Contains(t, stdout.String(), "  pg-failover  primary killed -9, standby promoted at +")
 		})
 	}
 }

@@ -73,18 +73,19 @@ func (h *harness) schedule() []step {
 			switch name {
 			case "pg-latency":
 				d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
-				h.pgProxy.Latency(d)
+				h.eachPG(func(p *faultproxy.Proxy) { p.Latency(d) })
 				err := sleep(ctx, faultPause)
-				h.pgProxy.Pass()
+				h.eachPG((*faultproxy.Proxy).Pass)
 				return fmt.Sprintf("+%s each way for %s", d, faultPause), 0, err
 			case "pg-reset":
-				n := h.pgProxy.Reset()
+				n := 0
+				h.eachPG(func(p *faultproxy.Proxy) { n += p.Reset() })
 				// A reset may cut a worker's transaction after its send.
 				return fmt.Sprintf("%d connections reset", n), len(h.workers) * prefetch, nil
 			default: // pg-blackhole
-				h.pgProxy.Blackhole()
+				h.eachPG((*faultproxy.Proxy).Blackhole)
 				err := sleep(ctx, faultPause)
-				h.pgProxy.Pass()
+				h.eachPG((*faultproxy.Proxy).Pass)
 				return fmt.Sprintf("blackhole for %s", faultPause), 0, err
 			}
 		}})
@@ -155,6 +156,13 @@ func (h *harness) schedule() []step {
 	hole := step{name: "endpoint-blackhole", do: h.endpointBlackhole, est: 2*h.o.outageSpan + 2*time.Second}
 	outage := step{name: "channel-outage", do: h.channelOutage, est: 2*h.o.outageSpan + 2*time.Second}
 	dups := step{name: "duplicates", do: h.duplicates}
+	// pg-failover needs a standby: a cluster of the run's own (--pg).
+	var failover []step
+	if h.cluster != nil {
+		failover = []step{{name: "pg-failover", do: h.pgFailover, est: 5 * time.Second}}
+	} else if h.store == "postgres" {
+		skipped = append(skipped, "pg-failover (--pg shared: one server, no standby to promote)")
+	}
 	if h.store == "mongodb" {
 		for _, f := range []string{"broker-*", "broker-restart", "queue-purge", "retry-queue-delete"} {
 			skipped = append(skipped, f+" (no broker)")
@@ -162,7 +170,8 @@ func (h *harness) schedule() []step {
 		skipped = append(skipped,
 			"pg-* (herald talks to FerretDB, not to PostgreSQL; ferretdb-restart takes the store away instead)",
 			"poison, duplicates (a notification document carries its events under the store's revision protocol: the harness does not forge one)",
-			"endpoint-blackhole, channel-outage (FerretDB v1 delivers under 2 notifications/s here: the others' rate would measure the store; and the attempts are counted from delivery_attempts)")
+			"endpoint-blackhole, channel-outage (FerretDB v1 delivers under 2 notifications/s here: the others' rate would measure the store; and the attempts are counted from delivery_attempts)",
+			"pg-failover (FerretDB is given one PostgreSQL server)")
 		restart := step{name: "ferretdb-restart", do: h.ferretRestart, est: 3 * time.Second}
 		return h.leaveOut([]step{
 			kill(h.workers[0]),
@@ -182,7 +191,7 @@ func (h *harness) schedule() []step {
 		for _, f := range []string{"broker-*", "broker-restart", "queue-purge", "retry-queue-delete"} {
 			skipped = append(skipped, f+" (no broker)")
 		}
-		return h.leaveOut([]step{
+		return h.leaveOut(insertAfter([]step{
 			pg("pg-latency"),
 			kill(h.workers[0]),
 			crash(h.workers[1], "after-send"),
@@ -200,7 +209,7 @@ func (h *harness) schedule() []step {
 			smtpHang,
 			pg("pg-blackhole"),
 			kill(h.workers[1]),
-		}, skipped)
+		}, "duplicates", failover...), skipped)
 	}
 	restart := step{name: "broker-restart", do: h.brokerRestart, est: 8 * time.Second}
 	if h.nodes > 1 {
@@ -236,7 +245,9 @@ func (h *harness) schedule() []step {
 	add(crash(h.workers[1], "after-send"), pgTerminate, smtp4xx, hookFail, smtpThrottle)
 	add(retryDelete...)
 	add(mq("broker-reset")...)
-	add(poison, hole, crash(h.workers[0], "after-commit"), pg("pg-reset"), dups, outage, smtpDrop)
+	add(poison, hole, crash(h.workers[0], "after-commit"), pg("pg-reset"), dups)
+	add(failover...)
+	add(outage, smtpDrop)
 	add(mq("broker-blackhole")...)
 	add(purge...)
 	add(restart, smtpHang)
@@ -249,11 +260,21 @@ func (h *harness) schedule() []step {
 // their steps' names: what --skip-faults accepts and what docs/chaos.md's fault
 // table lists (both checked by tests).
 var knownFaults = []string{
-	"kill-9", "crash", "pg-terminate", "pg-latency", "pg-reset", "pg-blackhole",
+	"kill-9", "crash", "pg-terminate", "pg-latency", "pg-reset", "pg-blackhole", "pg-failover",
 	"broker-latency", "broker-reset", "broker-blackhole", "broker-hang", "broker-restart", "kill-leader",
 	"queue-purge", "retry-queue-delete", "smtp-4xx", "smtp-hang", "smtp-throttle", "smtp-drop", "webhook-fail",
 	"endpoint-blackhole", "channel-outage",
 	"poison", "duplicates", "visibility-expiry", "ferretdb-restart",
+}
+
+// insertAfter returns steps with more inserted after the step named name
+// (at the end when there is none).
+func insertAfter(steps []step, name string, more ...step) []step {
+	i := slices.IndexFunc(steps, func(st step) bool { return st.name == name })
+	if i < 0 {
+		return append(steps, more...)
+	}
+	return slices.Insert(steps, i+1, more...)
 }
 
 // faultOf is the fault a step's name belongs to: its first word.
@@ -274,12 +295,23 @@ func (h *harness) leaveOut(steps []step, skipped []string) []step {
 			skipped = append(skipped, st.name+" (--skip-faults)")
 			continue
 		}
+		if len(h.o.onlyFaults) > 0 && !slices.Contains(h.o.onlyFaults, faultOf(st.name)) {
+			skipped = append(skipped, st.name+" (not in --faults)")
+			continue
+		}
 		out = append(out, st)
 	}
 	for _, s := range skipped {
 		h.logf("fault skipped on %s: %s", h.transport, s)
 	}
 	return out
+}
+
+// eachPG applies fn to every database proxy.
+func (h *harness) eachPG(fn func(*faultproxy.Proxy)) {
+	for _, p := range h.pgProxies {
+		fn(p)
+	}
 }
 
 // eachProxy applies fn to every broker proxy.

@@ -19,6 +19,7 @@ import (
 	mgo "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/heraldhq/herald/internal/faultproxy"
+	"github.com/heraldhq/herald/internal/pgcluster"
 	"github.com/heraldhq/herald/internal/proctest"
 	"github.com/heraldhq/herald/internal/smtptest"
 	heraldnats "github.com/heraldhq/herald/internal/transport/nats"
@@ -67,7 +68,12 @@ type harness struct {
 	directDB string // the scratch database, straight to PostgreSQL
 	vhost    string
 	directMQ string // the scratch vhost, straight to RabbitMQ
-	pgProxy  *faultproxy.Proxy
+	// pg is the database's topology (--pg): a scratch database on
+	// --postgres, or a cluster of the run's own, which cluster is.
+	pg      string
+	cluster *pgCluster
+	// pgProxies front the database (one per host herald is given).
+	pgProxies []*faultproxy.Proxy
 	// mqProxies front the broker (one per node), for rabbitmq and nats.
 	mqProxies []*faultproxy.Proxy
 	// br reaches the broker straight; nil for the table transport.
@@ -151,8 +157,16 @@ func (h *harness) setup(ctx context.Context) error {
 		}
 	})
 
-	// The scratch database.
+	// The scratch database: beside --postgres's, or on a cluster of
+	// the run's own, which herald reaches through every host (or the
+	// bouncer in front of each), in order.
 	h.adminURL = h.o.postgres
+	var pgTargets []string
+	if h.pg != pgShared {
+		if pgTargets, err = h.startCluster(ctx); err != nil {
+			return err
+		}
+	}
 	h.dbName = "herald_chaos_" + h.runID
 	admin, err := pgx.Connect(ctx, h.adminURL)
 	if err != nil {
@@ -163,7 +177,9 @@ func (h *harness) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create scratch database: %w", err)
 	}
-	h.cleanups = append(h.cleanups, h.dropDatabase)
+	if h.cluster == nil {
+		h.cleanups = append(h.cleanups, h.dropDatabase)
+	}
 	u, err := url.Parse(h.adminURL)
 	if err != nil {
 		return fmt.Errorf("parse --postgres: %w", err)
@@ -180,13 +196,27 @@ func (h *harness) setup(ctx context.Context) error {
 		return fmt.Errorf("connect to the scratch database: %w", err)
 	}
 	h.cleanups = append(h.cleanups, h.db.Close)
-	pgTarget := hostPort(u, "5432")
-	if h.pgProxy, err = faultproxy.New(pgTarget); err != nil {
-		return err
+	if h.cluster == nil {
+		pgTargets = []string{hostPort(u, "5432")}
 	}
-	h.cleanups = append(h.cleanups, func() { _ = h.pgProxy.Close() })
-	viaProxy := *u
-	viaProxy.Host = h.pgProxy.Addr()
+	var proxied []string
+	for _, target := range pgTargets {
+		p, err := faultproxy.New(target)
+		if err != nil {
+			return err
+		}
+		h.cleanups = append(h.cleanups, func() { _ = p.Close() })
+		h.pgProxies = append(h.pgProxies, p)
+		proxied = append(proxied, p.Addr())
+	}
+	databaseURL := ""
+	if h.cluster == nil {
+		viaProxy := *u
+		viaProxy.Host = proxied[0]
+		databaseURL = viaProxy.String()
+	} else {
+		databaseURL = pgcluster.MultiHostURL(h.dbName, proxied...)
+	}
 
 	h.sink, err = smtptest.New()
 	if err != nil {
@@ -207,7 +237,7 @@ func (h *harness) setup(ctx context.Context) error {
 	h.cleanups = append(h.cleanups, h.hooks.close)
 
 	h.env = map[string]string{
-		"HERALD_DATABASE_URL":   viaProxy.String(),
+		"HERALD_DATABASE_URL":   databaseURL,
 		"HERALD_SMTP_URL":       "smtp://" + h.smtpFront.addr(),
 		"HERALD_SMTP_FROM":      smtpFrom,
 		"HERALD_RETRY_DELAY":    "1s",
@@ -292,7 +322,7 @@ func (h *harness) setup(ctx context.Context) error {
 			}
 		})
 	}
-	h.logf("scratch database %s, vhost %q, work dir %s", h.dbName, h.vhost, h.dir)
+	h.logf("scratch database %s (%s), vhost %q, work dir %s", h.dbName, h.pg, h.vhost, h.dir)
 	return nil
 }
 
@@ -537,13 +567,20 @@ func (h *harness) unexpectedExits() []string {
 // runTransport runs the whole scenario on one transport and prints its
 // report; it fails when an invariant does.
 func runTransport(ctx context.Context, o options, transport, bin string, rng *rand.Rand, stdout, stderr io.Writer) (err error) {
-	h := &harness{o: o, transport: transport, kind: transport, store: "postgres", nodes: 1, bin: bin, rng: rng, log: stderr}
+	h := &harness{o: o, transport: transport, kind: transport, store: "postgres", nodes: 1, bin: bin, rng: rng, log: stderr, pg: o.pg}
 	switch transport {
 	case "rabbitmq-cluster":
 		h.kind, h.nodes = "rabbitmq", 3
 	case "mongodb":
 		h.kind, h.store = "table", "mongodb"
 		h.o.drainTimeout = o.mongoDrainTimeout
+		// FerretDB serves the scratch database: no failover of its own.
+		h.pg = pgShared
+	case "pgbouncer":
+		// The table transport's run through a PgBouncer in front of
+		// each server: every claim and every record of a delivery goes
+		// through the pooler.
+		h.kind, h.pg = "table", pgBouncer
 	}
 	defer h.teardown()
 	if err := h.setup(ctx); err != nil {

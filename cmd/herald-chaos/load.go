@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -35,9 +36,22 @@ type load struct {
 	accepted map[int]string // index -> notification id
 	refused  map[int]string // index -> last answer, for the ones never accepted
 
+	// answers are every create's answer, in the order they came: what
+	// pg-failover reads its figures from.
+	answers []answer
+
 	attempts atomic.Int64
 	retried  atomic.Int64
 	done     atomic.Int64
+}
+
+// answer is one create request's outcome.
+type answer struct {
+	i        int // the notification's index in the load
+	sent, at time.Time
+	// ok is a 2xx; anything else (an error, a 5xx, a 429) is a refusal
+	// the client retries.
+	ok bool
 }
 
 func newLoad(base, runID string, hookURLs []string, n, clients int, spread time.Duration, deadline time.Time) *load {
@@ -138,7 +152,9 @@ func (l *load) create(ctx context.Context, i int) {
 		if attempt > 0 {
 			l.retried.Add(1)
 		}
+		sent := time.Now()
 		status, id, retryAfter, err := l.post(ctx, body, l.key(i))
+		l.answered(i, sent, err == nil && status >= 200 && status < 300)
 		switch {
 		case err != nil:
 			last = err.Error()
@@ -168,6 +184,52 @@ func (l *load) create(ctx context.Context, i int) {
 	l.mu.Lock()
 	l.refused[i] = "gave up: " + last
 	l.mu.Unlock()
+}
+
+func (l *load) answered(i int, sent time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.answers = append(l.answers, answer{i: i, sent: sent, at: time.Now(), ok: ok})
+}
+
+// firstAcceptedAfter waits up to d for a create sent after t to be
+// answered 2xx, and returns when that answer came.
+func (l *load) firstAcceptedAfter(ctx context.Context, t time.Time, d time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(d)
+	for {
+		l.mu.Lock()
+		for _, a := range l.answers {
+			if a.ok && a.sent.After(t) {
+				l.mu.Unlock()
+				return a.at, nil
+			}
+		}
+		l.mu.Unlock()
+		if int(l.done.Load()) == l.n {
+			return time.Time{}, errors.New("the load ended first")
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("none within %s", d)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+// refusedBetween counts the answers other than 2xx that came in [from,
+// to], and the creates they refused (a client retries one several times).
+func (l *load) refusedBetween(from, to time.Time) (answers, creates int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[int]bool{}
+	for _, a := range l.answers {
+		if !a.ok && !a.at.Before(from) && !a.at.After(to) {
+			answers++
+			seen[a.i] = true
+		}
+	}
+	return answers, len(seen)
 }
 
 func (l *load) post(ctx context.Context, body, key string) (status int, id string, retryAfter time.Duration, err error) {

@@ -8,7 +8,8 @@
 // webhooks to a receiver in the harness that checks their signatures, the rest
 // email), injects faults on a schedule (process kills, crashes inside the
 // send-to-commit window, a broker restart or a killed queue leader, terminated
-// database backends, network latency, resets, blackholes and a broker that
+// database backends, the database's primary killed and its standby promoted
+// (on a primary and a standby of the harness's own), network latency, resets, blackholes and a broker that
 // accepts TCP and never answers, a purged send queue, a deleted retry queue,
 // SMTP refusals, an SMTP server throttling (421 to MAIL) and one hanging past
 // the lease, a few notifications whose data makes the SMTP server drop the
@@ -25,8 +26,12 @@
 //
 // The totals cover both channels; the _email and _webhook fields split
 // them. A RabbitMQ cluster run (HERALD_CHAOS_CLUSTER=1, or the transport
-// rabbitmq-cluster) adds nodes=3 to its line. It exits non-zero when an
-// invariant fails.
+// rabbitmq-cluster) adds nodes=3 to its line. A run on a PostgreSQL of its
+// own (--pg: a primary and a standby, synchronous by default) adds its
+// topology, and the pg-failover fault's figures: the seconds from the
+// primary's death to the first 201 of a create sent after it, and the
+// creates answered other than 201 before that (pg=P failover_s=S
+// failover_refused=R). It exits non-zero when an invariant fails.
 package main
 
 import (
@@ -63,7 +68,7 @@ func main() {
 // options is the parsed command line.
 type options struct {
 	// transports are the runs, in order: table, rabbitmq, nats, kafka,
-	// sqs, mongodb, rabbitmq-cluster.
+	// sqs, mongodb, pgbouncer, rabbitmq-cluster.
 	transports []string
 	// sharedRabbit runs RabbitMQ on a scratch vhost of the --amqp broker
 	// (restarted with the machine's rabbitmqctl) instead of a node of the
@@ -88,6 +93,12 @@ type options struct {
 	// skipFaults are the faults left out of the schedule: FAULT on every
 	// transport, TRANSPORT:FAULT on one.
 	skipFaults []string
+	// onlyFaults, when set, are the only faults of the schedule (by first
+	// word).
+	onlyFaults []string
+	// pg is the database's topology: shared, sync, async or pgbouncer
+	// (see pgfailover.go).
+	pg string
 }
 
 // skips reports whether --skip-faults leaves the fault out on transport. A
@@ -139,6 +150,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Minute, "longest wait for the drain once the faults stopped (mongodb: 15m unless set)")
 	fs.DurationVar(&o.loadTimeout, "load-timeout", 10*time.Minute, "longest the load may run; a notification not accepted by then counts as refused")
 	fs.DurationVar(&o.outageSpan, "outage-span", 20*time.Second, "how long endpoint-blackhole and channel-outage last, after a baseline of the same span")
+	only := fs.String("faults", "", "comma-separated faults the schedule is limited to (e.g. pg-failover); default every fault")
+	fs.StringVar(&o.pg, "pg", envOr("HERALD_CHAOS_PG", pgSync), "the database: shared (a scratch database on --postgres), sync (a primary and a synchronous standby of the run's own; adds pg-failover), async (the same, an asynchronous standby), pgbouncer (sync, through a PgBouncer in front of each server) (HERALD_CHAOS_PG)")
 	skip := fs.String("skip-faults", "", "comma-separated faults to leave out of the schedule: FAULT on every transport, TRANSPORT:FAULT on one (e.g. rabbitmq:smtp-throttle)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: herald-chaos [flags]\n\nRuns herald under load and faults and checks that nothing is lost or applied twice.\n\nFlags:")
@@ -177,6 +190,18 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		}
 		o.skipFaults = append(o.skipFaults, f)
 	}
+	for _, f := range strings.Split(*only, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !slices.Contains(knownFaults, f) {
+			return options{}, fmt.Errorf("--faults: unknown fault %q (known: %s)", f, strings.Join(knownFaults, ", "))
+		}
+		o.onlyFaults = append(o.onlyFaults, f)
+	}
+	if !slices.Contains(pgTopologies, o.pg) {
+		return options{}, fmt.Errorf("--pg: want one of %s, got %q", strings.Join(pgTopologies, ", "), o.pg)
+	}
 	switch {
 	case o.n < 1:
 		return options{}, fmt.Errorf("--n: want at least 1, got %d", o.n)
@@ -193,8 +218,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 }
 
 // allTransports are the runs of a plain `make chaos`; the cluster run
-// (25-80 s to start three nodes) is added by HERALD_CHAOS_CLUSTER=1.
-var allTransports = []string{"table", "rabbitmq", "nats", "kafka", "sqs", "mongodb"}
+// (25-80 s to start three nodes) is added by HERALD_CHAOS_CLUSTER=1. The
+// pgbouncer run is the table transport through a PgBouncer in front of
+// each server (--pg pgbouncer), with herald's default settings (no
+// HERALD_DATABASE_DIRECT_URL: the workers poll).
+var allTransports = []string{"table", "rabbitmq", "nats", "kafka", "sqs", "mongodb", "pgbouncer"}
 
 // knownTransports are the names --transport takes.
 var knownTransports = append(slices.Clone(allTransports), "rabbitmq-cluster")

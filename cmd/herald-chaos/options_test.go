@@ -19,7 +19,7 @@ func TestOptions(t *testing.T) {
 	o, err := parseOptions(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, 42, o.n)
-	require.Equal(t, []string{"table", "rabbitmq", "nats", "kafka", "sqs", "mongodb"}, o.transports)
+	require.Equal(t, []string{"table", "rabbitmq", "nats", "kafka", "sqs", "mongodb", "pgbouncer"}, o.transports)
 	require.Equal(t, 16, o.clients)
 	require.NotZero(t, o.seed)
 	require.Equal(t, 5*time.Minute, o.drainTimeout)
@@ -68,6 +68,48 @@ func TestOptions(t *testing.T) {
 	require.False(t, o.skips("table", "smtp-throttle"))
 	_, err = parseOptions([]string{"--skip-faults", "sns:smtp-drop"}, &bytes.Buffer{})
 	require.Error(t, err)
+}
+
+// TestDatabaseOptions checks --pg (the database's topology) and --faults
+// (the only faults of the schedule).
+func TestDatabaseOptions(t *testing.T) {
+	t.Setenv("HERALD_CHAOS_PG", "")
+	o, err := parseOptions(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, pgSync, o.pg, "a run has a synchronous standby of its own by default")
+	require.Empty(t, o.onlyFaults)
+	for _, pg := range pgTopologies {
+		o, err = parseOptions([]string{"--pg", pg}, &bytes.Buffer{})
+		require.NoError(t, err)
+		require.Equal(t, pg, o.pg)
+	}
+	t.Setenv("HERALD_CHAOS_PG", "async")
+	o, err = parseOptions(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, pgAsync, o.pg)
+	_, err = parseOptions([]string{"--pg", "patroni"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, `--pg: want one of shared, sync, async, pgbouncer, got "patroni"`)
+
+	o, err = parseOptions([]string{"--faults", "pg-failover, kill-9"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"pg-failover", "kill-9"}, o.onlyFaults)
+	_, err = parseOptions([]string{"--faults", "pg-failure"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, `--faults: unknown fault "pg-failure"`)
+}
+
+// TestInsertAfter checks where pg-failover goes in a schedule.
+func TestInsertAfter(t *testing.T) {
+	names := func(ss []step) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.name)
+		}
+		return out
+	}
+	steps := []step{{name: "a"}, {name: "duplicates"}, {name: "b"}}
+	require.Equal(t, []string{"a", "duplicates", "pg-failover", "b"}, names(insertAfter(steps, "duplicates", step{name: "pg-failover"})))
+	require.Equal(t, []string{"a", "duplicates", "b"}, names(insertAfter([]step{{name: "a"}, {name: "duplicates"}, {name: "b"}}, "duplicates")))
+	require.Equal(t, []string{"a", "x"}, names(insertAfter([]step{{name: "a"}}, "duplicates", step{name: "x"})), "at the end when the step is not there")
 }
 
 // TestTermQuantiles checks the SIGTERM figures of the summary line.

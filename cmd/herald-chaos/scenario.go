@@ -42,6 +42,10 @@ type result struct {
 	terms []termRecord
 	// channels are the figures of each channel of the load, email first.
 	channels []*channelFigures
+	// pg is the database's topology when the run had a cluster of its
+	// own; failover is what pg-failover measured (nil without one).
+	pg       string
+	failover *failoverFigures
 }
 
 // row is a notification as the checks read it.
@@ -116,7 +120,7 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 	h.logf("load started: %d notifications from %d clients over ~%s; %d faults, one every ~%s", h.o.n, h.o.clients, spread, len(steps), h.o.step)
 
 	res := &result{transport: h.kind, nodes: h.nodes}
-	if h.store == "mongodb" {
+	if h.store == "mongodb" || h.transport == "pgbouncer" {
 		res.transport = h.transport
 	}
 	// The first sample is taken under load, with every pool warm.
@@ -159,7 +163,7 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 		return nil, ctx.Err()
 	}
 	// Every fault is over: the network passes, the sink accepts.
-	h.pgProxy.Pass()
+	h.eachPG((*faultproxy.Proxy).Pass)
 	h.eachProxy((*faultproxy.Proxy).Pass)
 	h.sink.Fail(0, "")
 	h.sink.FailAt(smtptest.StepMail, 0, "")
@@ -397,6 +401,9 @@ func jsonValid(s string) bool { return json.Valid([]byte(s)) }
 // verify checks the invariants from the database, the sink and the broker.
 func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	r.faults = h.faults
+	if h.cluster != nil {
+		r.pg, r.failover = h.pg, h.cluster.failover
+	}
 	r.accepted = len(l.accepted)
 	r.refused = len(l.refused)
 	r.attempts = l.attempts.Load()
@@ -714,8 +721,15 @@ func (r *result) print(w io.Writer) {
 	if r.nodes > 1 {
 		nodes = fmt.Sprintf(" nodes=%d", r.nodes)
 	}
+	failover := ""
+	if r.pg != "" {
+		failover = " pg=" + r.pg
+	}
+	if f := r.failover; f != nil {
+		failover += fmt.Sprintf(" failover_s=%.2f failover_refused=%d", f.firstCreate.Seconds(), f.refusedCreates)
+	}
 	p50, longest := termQuantiles(r.terms)
-	fmt.Fprintf(w, "chaos: transport=%s accepted=%d delivered=%d lost=%d duplicates=%d explained=%d dead=%d faults=%d drain_s=%.1f sigterms=%d sigterm_p50_s=%.2f sigterm_max_s=%.2f%s%s\n",
+	fmt.Fprintf(w, "chaos: transport=%s accepted=%d delivered=%d lost=%d duplicates=%d explained=%d dead=%d faults=%d drain_s=%.1f sigterms=%d sigterm_p50_s=%.2f sigterm_max_s=%.2f%s%s%s\n",
 		r.transport, r.accepted, r.delivered, r.lost, r.duplicates, min(r.duplicates, r.window), r.dead, len(r.faults), r.drain.Seconds(),
-		len(r.terms), p50.Seconds(), longest.Seconds(), channels, nodes)
+		len(r.terms), p50.Seconds(), longest.Seconds(), channels, nodes, failover)
 }
