@@ -220,7 +220,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	}
 	stopSampler := func() (int64, error) { return 0, nil }
 	if sc.store == "postgres" {
-		if stopSampler, err = raw.SampleConns(ctx, cfg.DatabaseURL, sc.pgDatabase, 20*time.Millisecond); err != nil {
+		if stopSampler, err = raw.SampleConns(ctx, serverURL(cfg), sc.pgDatabase, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("herald bench: %w", err)
 		}
 	}
@@ -337,6 +337,16 @@ func (sc *scratch) describe() string {
 		where += " and scratch broker names " + sc.prefix + "*"
 	}
 	return where
+}
+
+// serverURL is the URL of the database server for counters that read
+// pg_stat_activity: HERALD_DATABASE_DIRECT_URL when set (the sampler
+// prepares its statement), else HERALD_DATABASE_URL.
+func serverURL(cfg Config) string {
+	if cfg.DatabaseDirectURL != "" {
+		return cfg.DatabaseDirectURL
+	}
+	return cfg.DatabaseURL
 }
 
 // rawURL is the scratch database's URL for the raw ceilings and the

@@ -636,9 +636,32 @@ func build(ctx context.Context, cfg Config, e env, h hooks, migrate bool) (*app,
 		a.Close()
 		return nil, fmt.Errorf("database %s: %w", where(cfg.DatabaseURL), err)
 	}
+	logPooler(ctx, st, cfg, log)
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return a, nil
+}
+
+// logPooler says, for a PostgreSQL store behind a pooler in transaction
+// mode, how the process's wake-ups and partition drops work through it
+// (docs/production.md, "PostgreSQL through a pooler").
+func logPooler(ctx context.Context, st store, cfg Config, log *slog.Logger) {
+	p, ok := st.(interface {
+		Pooled(context.Context) (bool, error)
+	})
+	if !ok {
+		return
+	}
+	if pooled, err := p.Pooled(ctx); err != nil || !pooled {
+		return
+	}
+	if cfg.DatabaseDirectURL != "" {
+		log.Info("database behind a pooler: LISTEN and the drop of old outbox partitions use HERALD_DATABASE_DIRECT_URL",
+			"direct", where(cfg.DatabaseDirectURL))
+		return
+	}
+	log.Info("database behind a pooler and no HERALD_DATABASE_DIRECT_URL: relays and table workers poll every HERALD_RELAY_INTERVAL, old outbox partitions are kept",
+		"HERALD_RELAY_INTERVAL", cfg.RelayInterval.String())
 }
 
 // Close releases what the app opened, newest first.

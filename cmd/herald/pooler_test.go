@@ -45,6 +45,7 @@ func TestPgBouncerServe(t *testing.T) {
 
 	serve := startHerald(t, dir, env, "serve")
 	waitHTTP(t, api.base+"/readyz")
+	serve.requireLog("database behind a pooler and no HERALD_DATABASE_DIRECT_URL")
 	deliver("a@example.com")
 	require.NoError(t, serve.Stop(30*time.Second))
 	require.NoError(t, serve.Err(), "serve stops cleanly:\n%s", serve.Log())
@@ -71,6 +72,7 @@ func TestPgBouncerProcesses(t *testing.T) {
 	s.startAPI(nil)
 	relay := s.startWith(direct, "relay")
 	s.startWith(direct, "worker")
+	relay.requireLog("database behind a pooler: LISTEN and the drop of old outbox partitions use HERALD_DATABASE_DIRECT_URL")
 	// The relay's first poll runs at start; a create after its listener
 	// connected is found only through the wake-up.
 	require.Eventually(t, func() bool {
