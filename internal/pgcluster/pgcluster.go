@@ -295,7 +295,10 @@ func (c *Cluster) Start(ctx context.Context) error {
 }
 
 // Kill9 kills the server's every process with SIGKILL at once, as the
-// death of its machine would, and waits for the postmaster's exit.
+// death of its machine would, and waits for the postmaster's exit. The
+// postmaster's children are each a process group of their own (they call
+// setsid), so they are found by their parent: the postmaster is stopped
+// first, so that it forks no other, then it and every child are killed.
 func (c *Cluster) Kill9() error {
 	return c.halt(syscall.SIGKILL)
 }
@@ -314,26 +317,56 @@ func (c *Cluster) halt(sig syscall.Signal) error {
 	if cmd == nil {
 		return nil
 	}
-	target := cmd.Process.Pid
+	pid := cmd.Process.Pid
 	if sig == syscall.SIGKILL {
-		target = -target // the process group: the postmaster and its children
-	}
-	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		kids := children(pid)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		for _, k := range kids {
+			_ = syscall.Kill(k, syscall.SIGKILL)
+		}
+	} else if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("pgcluster: signal %s: %w", c.name, err)
 	}
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 		<-done
 		return fmt.Errorf("pgcluster: %s did not stop within a minute; killed", c.name)
 	}
-	if sig == syscall.SIGKILL {
-		// The children got the same signal; make sure none is left
-		// holding the port or the data directory.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
 	return nil
+}
+
+// children lists the processes whose parent is pid (from /proc).
+func children(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		rest := string(b)
+		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) >= 2 {
+			if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == pid {
+				out = append(out, child)
+			}
+		}
+	}
+	return out
 }
 
 // Running reports whether the server's postmaster runs.

@@ -3,7 +3,9 @@ package pgcluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +38,35 @@ func setup(t *testing.T, sync bool) (primary, standby *pgcluster.Cluster) {
 	require.NoError(t, err)
 	t.Cleanup(standby.Close)
 	return primary, standby
+}
+
+// backendPIDs are the server's processes besides the postmaster (the
+// backends, the WAL sender, the background workers).
+func backendPIDs(t *testing.T, c *pgcluster.Cluster) []int {
+	t.Helper()
+	conn := connect(t, c.URL())
+	rows, err := conn.Query(context.Background(), "SELECT pid FROM pg_stat_activity")
+	require.NoError(t, err)
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	require.NoError(t, err)
+	require.NotEmpty(t, pids)
+	var out []int
+	for _, p := range pids {
+		out = append(out, int(p))
+	}
+	return out
+}
+
+// alive reports whether process pid runs (a zombie, killed and not yet
+// reaped, does not).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 func connect(t *testing.T, url string) *pgx.Conn {
@@ -94,8 +125,12 @@ func TestFailover(t *testing.T) {
 	require.NoError(t, m.QueryRow(ctx, "SELECT current_setting('port')::int").Scan(&port))
 	require.Equal(t, primary.Port(), port, "the multi-host URL reaches the primary")
 
+	backends := backendPIDs(t, primary)
 	require.NoError(t, primary.Kill9())
 	require.False(t, primary.Running())
+	for _, pid := range backends {
+		require.Eventually(t, func() bool { return !alive(pid) }, 2*time.Second, 10*time.Millisecond, "backend %d outlived the kill", pid)
+	}
 	_, err = pgx.Connect(ctx, primary.URL())
 	require.Error(t, err, "the killed primary takes no connection")
 
