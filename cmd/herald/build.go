@@ -749,6 +749,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 		TracerProvider:   a.tp,
 		AllowedHosts:     hosts,
 		Status:           status,
+		ScheduleHorizon:  a.cfg.ScheduleHorizon,
 	})
 	if err != nil {
 		return nil, err

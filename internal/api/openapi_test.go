@@ -418,6 +418,7 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 		"id": "1", "user_id": "u", "channel": "email", "to": "a@example.com", "subject": "s",
 		"status": "pending", "attempts": float64(0), "last_error": nil,
 		"created_at": "2026-05-01T12:00:00.123456Z", "updated_at": "2026-05-01T12:00:00Z", "sent_at": nil, "failed_at": nil,
+		"send_at": nil, "expires_at": nil, "canceled_at": nil, "expired_at": nil,
 	}
 	with := func(k string, v any) map[string]any {
 		m := map[string]any{}

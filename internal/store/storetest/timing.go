@@ -1,0 +1,157 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store"
+)
+
+// timingTests are the subtests of issue 34: send_at (scheduled), cancel and
+// expires_at.
+var timingTests = []subtest{
+	{"ScheduledNotBeforeSendAt", testScheduledNotBeforeSendAt},
+	{"ScheduledInThePastIsDue", testScheduledInThePastIsDue},
+	{"ScheduledIdempotency", testScheduledIdempotency},
+}
+
+// createTimed creates request(i) with send_at and expires_at.
+func createTimed(t *testing.T, ctx context.Context, s store.Store, i int, sendAt, expiresAt *time.Time) notify.Notification {
+	t.Helper()
+	r := request(i)
+	r.SendAt, r.ExpiresAt = sendAt, expiresAt
+	c, err := s.Create(ctx, notify.NewNotification{Request: r})
+	require.NoError(t, err)
+	require.False(t, c.Replayed)
+	return c.Notification
+}
+
+func ptr(t time.Time) *time.Time { return &t }
+
+// relayIDs relays what a relay of types may take now, confirming all of
+// it, and returns the notification ids.
+func relayIDs(t *testing.T, ctx context.Context, s store.Store, types []string) []int64 {
+	t.Helper()
+	var out []int64
+	_, err := s.RelayBatch(ctx, 1000, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		for _, e := range evs {
+			if e.Type == notify.EventRequested {
+				_, id, err := notify.Message{ID: e.ID, Type: e.Type, Payload: e.Payload}.Decode()
+				require.NoError(t, err)
+				out = append(out, id)
+			}
+		}
+		return ids(evs), nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// testScheduledNotBeforeSendAt: a notification with a send_at ahead is
+// kept pending with its send_at (shown scheduled), listed under
+// status=scheduled and not under pending; neither a relay (of every type,
+// or of the notifications) nor the table claim takes its event before
+// send_at, while they take the others; once send_at passes, each takes it.
+func testScheduledNotBeforeSendAt(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	sendAt := time.Now().Add(1500 * time.Millisecond).UTC()
+	sched := createTimed(t, ctx, s, 1, ptr(sendAt), nil)
+	now := create(t, ctx, s, 2)
+	require.NotNil(t, sched.SendAt)
+	require.WithinDuration(t, sendAt, *sched.SendAt, time.Millisecond)
+
+	got, err := s.Get(ctx, sched.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusPending, got.Status, "stored pending")
+	require.NotNil(t, got.SendAt)
+	require.WithinDuration(t, sendAt, *got.SendAt, time.Millisecond)
+	require.Nil(t, got.ExpiresAt)
+	require.Equal(t, notify.StatusScheduled, got.StatusAt(time.Now()))
+
+	list := func(st notify.Status) []int64 {
+		p, err := s.List(ctx, notify.ListFilter{Status: st, Limit: 10})
+		require.NoError(t, err)
+		var out []int64
+		for _, n := range p.Items {
+			out = append(out, n.ID)
+		}
+		return out
+	}
+	require.Equal(t, []int64{sched.ID}, list(notify.StatusScheduled))
+	require.Equal(t, []int64{now.ID}, list(notify.StatusPending))
+
+	// Before send_at: the relays and the claim see only the other one.
+	require.Equal(t, []int64{now.ID}, relayIDs(t, ctx, s, nil))
+	require.Empty(t, relayIDs(t, ctx, s, requestedOnly))
+	claimed, err := s.Claim(ctx, "w", 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, claimed, "the table claim took a row before its send_at")
+	require.True(t, time.Now().Before(sendAt), "the checks above ran too late to mean anything; the machine is too slow")
+
+	// Once due, the claim (here, as the table transport) takes it.
+	deadline := time.Now().Add(wait)
+	for {
+		claimed, err = s.Claim(ctx, "w", 10, time.Minute)
+		require.NoError(t, err)
+		if len(claimed) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Len(t, claimed, 1)
+	require.False(t, time.Now().Before(sendAt), "claimed before send_at")
+	require.ElementsMatch(t, []int64{sched.ID, now.ID}, list(notify.StatusPending))
+	require.Empty(t, list(notify.StatusScheduled))
+}
+
+// testScheduledInThePastIsDue: a send_at in the past is due at once, for
+// a relay and for the claim.
+func testScheduledInThePastIsDue(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	past := time.Now().Add(-time.Hour).UTC()
+	a := createTimed(t, ctx, s, 1, ptr(past), nil)
+	b := createTimed(t, ctx, s, 2, ptr(past), nil)
+	got, err := s.Get(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusPending, got.StatusAt(time.Now()))
+	claimed, err := s.Claim(ctx, "w", 10, time.Minute)
+	require.NoError(t, err)
+	var claimedIDs []int64
+	for _, m := range claimed {
+		_, id, err := m.Decode()
+		require.NoError(t, err)
+		claimedIDs = append(claimedIDs, id)
+	}
+	require.ElementsMatch(t, []int64{a.ID, b.ID}, claimedIDs, "due at once")
+	c := createTimed(t, ctx, s, 3, ptr(past), nil)
+	require.Equal(t, []int64{c.ID}, relayIDs(t, ctx, s, nil), "due at once")
+}
+
+// testScheduledIdempotency: a create repeated with its idempotency key
+// and the same send_at is a replay; with another send_at or expires_at it
+// is a conflict.
+func testScheduledIdempotency(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	sendAt := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	r := request(1)
+	r.SendAt = ptr(sendAt)
+	first, err := s.Create(ctx, notify.NewNotification{Request: r, IdempotencyKey: "k"})
+	require.NoError(t, err)
+	again, err := s.Create(ctx, notify.NewNotification{Request: r, IdempotencyKey: "k"})
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, first.Notification.ID, again.Notification.ID)
+	other := r
+	other.SendAt = ptr(sendAt.Add(time.Minute))
+	_, err = s.Create(ctx, notify.NewNotification{Request: other, IdempotencyKey: "k"})
+	require.ErrorIs(t, err, notify.ErrConflict)
+	other = r
+	other.ExpiresAt = ptr(sendAt.Add(time.Hour))
+	_, err = s.Create(ctx, notify.NewNotification{Request: other, IdempotencyKey: "k"})
+	require.ErrorIs(t, err, notify.ErrConflict)
+	require.Equal(t, 1, h.Count(t, "notifications"))
+}
