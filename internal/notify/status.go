@@ -83,3 +83,16 @@ func DecodeStatus(payload []byte) (StatusEvent, error) {
 	}
 	return s, nil
 }
+
+// StatusPayload encodes the payload of n's status event, settled (sent,
+// failed, canceled or expired) at at.
+func StatusPayload(n Notification, at time.Time) ([]byte, error) {
+	b, err := json.Marshal(StatusEvent{
+		NotificationID: FormatID(n.ID), UserID: n.UserID, Channel: n.Channel, Status: string(n.Status),
+		Attempts: n.Attempts, At: at.UTC(), LastError: n.LastError,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode status event: %w", err)
+	}
+	return b, nil
+}

@@ -60,3 +60,18 @@ func (q QuietHours) Defer(t time.Time) time.Time {
 	}
 	return end
 }
+
+// CancelAnswer is a cancel's answer for notification n, as read after the
+// cancel's compare-and-set changed nothing: n itself when it is canceled
+// already (a cancel is idempotent), ErrSendInProgress while it is pending
+// (the compare-and-set failed on a live claim), ErrNotCancelable once it
+// is settled otherwise.
+func CancelAnswer(n Notification) (Notification, error) {
+	switch n.Status {
+	case StatusCanceled:
+		return n, nil
+	case StatusPending:
+		return n, fmt.Errorf("cancel notification %d: %w", n.ID, ErrSendInProgress)
+	}
+	return n, fmt.Errorf("cancel notification %d: %w", n.ID, ErrNotCancelable)
+}

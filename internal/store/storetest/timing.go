@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,26 @@ var timingTests = []subtest{
 	{"ScheduledNotBeforeSendAt", testScheduledNotBeforeSendAt},
 	{"ScheduledInThePastIsDue", testScheduledInThePastIsDue},
 	{"ScheduledIdempotency", testScheduledIdempotency},
+	{"CancelScheduled", testCancelScheduled},
+	{"CancelThenClaim", testCancelThenClaim},
+	{"CancelRacesClaim", testCancelRacesClaim},
+}
+
+// statusEvents relays the status events and returns them.
+func statusEvents(t *testing.T, ctx context.Context, s store.Store) []notify.StatusEvent {
+	t.Helper()
+	var out []notify.StatusEvent
+	_, err := s.RelayBatch(ctx, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		for _, e := range evs {
+			st, err := notify.DecodeStatus(e.Payload)
+			require.NoError(t, err)
+			require.Equal(t, e.Type, "notification."+st.Status)
+			out = append(out, st)
+		}
+		return ids(evs), nil
+	})
+	require.NoError(t, err)
+	return out
 }
 
 // createTimed creates request(i) with send_at and expires_at.
@@ -154,4 +175,127 @@ func testScheduledIdempotency(t *testing.T, ctx context.Context, h Harness) {
 	_, err = s.Create(ctx, notify.NewNotification{Request: other, IdempotencyKey: "k"})
 	require.ErrorIs(t, err, notify.ErrConflict)
 	require.Equal(t, 1, h.Count(t, "notifications"))
+}
+
+// testCancelScheduled: a scheduled notification is canceled with its
+// status event, in one go; its notification.requested event is settled
+// with it (no relay or claim takes it, the backlog is only the status
+// event); a second cancel answers the same without a second event; an
+// unknown id is ErrNotFound.
+func testCancelScheduled(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	n := createTimed(t, ctx, s, 1, ptr(time.Now().Add(time.Hour)), nil)
+	c, err := s.Cancel(ctx, n.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusCanceled, c.Status)
+	require.NotNil(t, c.CanceledAt)
+	got, err := s.Get(ctx, n.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusCanceled, got.StatusAt(time.Now()))
+	require.NotNil(t, got.CanceledAt)
+	require.EqualValues(t, 1, unprocessed(t, ctx, s), "only the status event is left")
+	evs := statusEvents(t, ctx, s)
+	require.Len(t, evs, 1)
+	require.Equal(t, notify.FormatID(n.ID), evs[0].NotificationID)
+	require.Equal(t, "canceled", evs[0].Status)
+	require.Empty(t, relayIDs(t, ctx, s, nil))
+	claimed, err := s.Claim(ctx, "w", 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, claimed)
+
+	again, err := s.Cancel(ctx, n.ID)
+	require.NoError(t, err, "a cancel is idempotent")
+	require.Equal(t, notify.StatusCanceled, again.Status)
+	require.Empty(t, statusEvents(t, ctx, s), "no second status event")
+	_, err = s.Cancel(ctx, 1<<40)
+	require.ErrorIs(t, err, notify.ErrNotFound)
+}
+
+// testCancelThenClaim: a notification whose event is already out (in a
+// broker) is canceled; the worker's claim of that event then answers
+// duplicate: no attempt, no send.
+func testCancelThenClaim(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	n := create(t, ctx, s, 1)
+	var msg int64
+	_, err := s.RelayBatch(ctx, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		require.Len(t, evs, 1)
+		msg = evs[0].ID
+		return ids(evs), nil
+	})
+	require.NoError(t, err)
+	_, err = s.Cancel(ctx, n.ID)
+	require.NoError(t, err)
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	require.Equal(t, notify.ClaimDuplicate, cs[0].Status, "a canceled notification is never claimed")
+	require.Empty(t, h.Attempts(t, n.ID))
+}
+
+// testCancelRacesClaim: a cancel and a claim of the same notification,
+// concurrently, many times: either the cancel wins (200: the claim answers
+// duplicate and nothing is sent) or the claim does (the cancel answers
+// ErrSendInProgress, the send goes on and is recorded; a cancel after that
+// is ErrNotCancelable). Never both.
+func testCancelRacesClaim(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	// In order first: a claim taken holds off the cancel until its record;
+	// a deferral (the send did not happen) releases it, and the cancel
+	// then wins.
+	n := create(t, ctx, s, 100)
+	held := claim1(t, ctx, s, allEvents(t, ctx, s)[0].ID, n.ID, lease)
+	require.Equal(t, notify.ClaimTaken, held.Status)
+	_, err := s.Cancel(ctx, n.ID)
+	require.ErrorIs(t, err, notify.ErrSendInProgress)
+	_, err = s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: held, Outcome: notify.AttemptDeferred, Error: "provider down"}})
+	require.NoError(t, err)
+	c, err := s.Cancel(ctx, n.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusCanceled, c.Status)
+
+	var canceled, sent int
+	for i := range 20 {
+		n := create(t, ctx, s, i)
+		var msg int64
+		_, err := s.RelayBatch(ctx, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+			msg = evs[0].ID
+			return ids(evs), nil
+		})
+		require.NoError(t, err)
+		var (
+			wg        sync.WaitGroup
+			cs        []notify.Claim
+			claimErr  error
+			cancelErr error
+		)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			cs, claimErr = s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
+		}()
+		go func() {
+			defer wg.Done()
+			_, cancelErr = s.Cancel(ctx, n.ID)
+		}()
+		wg.Wait()
+		require.NoError(t, claimErr)
+		require.Len(t, cs, 1)
+		switch {
+		case cancelErr == nil:
+			canceled++
+			require.Equal(t, notify.ClaimDuplicate, cs[0].Status, "canceled, yet claimed for a send")
+		default:
+			require.ErrorIs(t, cancelErr, notify.ErrSendInProgress)
+			require.Equal(t, notify.ClaimTaken, cs[0].Status)
+			sent++
+			require.True(t, record1(t, ctx, s, cs[0], notify.AttemptSent, ""))
+			_, err := s.Cancel(ctx, n.ID)
+			require.ErrorIs(t, err, notify.ErrNotCancelable)
+		}
+		got, err := s.Get(ctx, n.ID)
+		require.NoError(t, err)
+		require.Contains(t, []notify.Status{notify.StatusCanceled, notify.StatusSent}, got.Status)
+	}
+	t.Logf("cancel won %d races, the claim %d", canceled, sent)
 }
