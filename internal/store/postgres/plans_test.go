@@ -30,7 +30,7 @@ var keyedStatements = []keyedStatement{
 	{"lock", lockNotifications, `'{1,2,3,4,5,6,7,8}'::bigint[]`},
 	{"record", recordDeliveries, `'{1,2}'::bigint[], '{1,2}'::bigint[], '{1,2}'::bigint[], '{sent,retry}'::text[],
 		'{"",x}'::text[], '{0,1000}'::bigint[], '{0,0}'::bigint[], true, '{"",""}'::text[]`},
-	{"claim", claimDeliveries, `'{1,2}'::bigint[], '{1,2}'::bigint[], 60000000, '{0,0}'::bigint[]`},
+	{"claim", claimDeliveries, `'{1,2}'::bigint[], '{1,2}'::bigint[], 60000000, '{0,0}'::bigint[], true`},
 }
 
 // keyIndexes are the only indexes a statement after keyedPlan may read a

@@ -21,6 +21,8 @@ var timingTests = []subtest{
 	{"CancelScheduled", testCancelScheduled},
 	{"CancelThenClaim", testCancelThenClaim},
 	{"CancelRacesClaim", testCancelRacesClaim},
+	{"ExpiredAtClaim", testExpiredAtClaim},
+	{"ExpiredRetryNotSent", testExpiredRetryNotSent},
 }
 
 // statusEvents relays the status events and returns them.
@@ -298,4 +300,56 @@ func testCancelRacesClaim(t *testing.T, ctx context.Context, h Harness) {
 		require.Contains(t, []notify.Status{notify.StatusCanceled, notify.StatusSent}, got.Status)
 	}
 	t.Logf("cancel won %d races, the claim %d", canceled, sent)
+}
+
+// testExpiredAtClaim: a claim of a notification past its expires_at takes
+// nothing: it answers duplicate, ends the notification expired with its
+// status event, and starts no attempt; a later copy is a duplicate too; an
+// expired notification cannot be canceled.
+func testExpiredAtClaim(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	n := createTimed(t, ctx, s, 1, nil, ptr(time.Now().Add(-time.Second)))
+	msg := allEvents(t, ctx, s)[0].ID
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
+	require.NoError(t, err)
+	require.Equal(t, notify.ClaimDuplicate, cs[0].Status)
+	got, err := s.Get(ctx, n.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusExpired, got.Status)
+	require.NotNil(t, got.ExpiredAt)
+	require.Empty(t, h.Attempts(t, n.ID), "no attempt started")
+	evs := statusEvents(t, ctx, s)
+	require.Len(t, evs, 1)
+	require.Equal(t, "expired", evs[0].Status)
+	require.Equal(t, notify.FormatID(n.ID), evs[0].NotificationID)
+	cs, err = s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: 1}}, lease)
+	require.NoError(t, err)
+	require.Equal(t, notify.ClaimDuplicate, cs[0].Status)
+	_, err = s.Cancel(ctx, n.ID)
+	require.ErrorIs(t, err, notify.ErrNotCancelable)
+	require.Empty(t, statusEvents(t, ctx, s), "one status event")
+}
+
+// testExpiredRetryNotSent: a delivery retried (or parked) across its
+// notification's expires_at is not sent late: the retry's claim ends it
+// expired.
+func testExpiredRetryNotSent(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	expires := time.Now().Add(300 * time.Millisecond)
+	n := createTimed(t, ctx, s, 1, nil, ptr(expires))
+	msg := allEvents(t, ctx, s)[0].ID
+	c := claim1(t, ctx, s, msg, n.ID, lease)
+	require.Equal(t, notify.ClaimTaken, c.Status)
+	require.True(t, record1(t, ctx, s, c, notify.AttemptRetry, "451 try later"))
+	for time.Now().Before(expires.Add(10 * time.Millisecond)) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: 1}}, lease)
+	require.NoError(t, err)
+	require.Equal(t, notify.ClaimDuplicate, cs[0].Status, "the retry started after expires_at")
+	got, err := s.Get(ctx, n.ID)
+	require.NoError(t, err)
+	require.Equal(t, notify.StatusExpired, got.Status)
+	require.Equal(t, 1, got.Attempts, "the one attempt before the expiry")
+	require.Len(t, h.Attempts(t, n.ID), 1)
 }
