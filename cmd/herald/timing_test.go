@@ -11,7 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -167,4 +169,45 @@ func TestExpiryDuringOutageNotSent(t *testing.T) {
 	require.Eventually(t, func() bool { return api.timed(t, n.ID).Status == "expired" }, 60*time.Second, 50*time.Millisecond)
 	require.Zero(t, sink.Count())
 	require.Zero(t, sink.Attempts())
+}
+
+// herald notifications cancel ID: cancels a pending notification in the
+// database and prints it canceled; a second time changes nothing; a
+// notification settled otherwise, or an unknown id, is an error that says
+// so; list and show print a scheduled one as scheduled.
+func TestNotificationsCancelCommand(t *testing.T) {
+	t.Parallel()
+	dbURL, ids := notificationsDB(t, 1)
+	id := notify.FormatID(ids[0])
+	out, _, err := cliRun(t, dbURL, "notifications", "cancel", id)
+	require.NoError(t, err)
+	require.Regexp(t, `status\s+canceled`, out)
+	require.Contains(t, out, "canceled_at")
+	out, _, err = cliRun(t, dbURL, "notifications", "cancel", "--json", id)
+	require.NoError(t, err, "a second cancel is the same")
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.Equal(t, "canceled", v["status"])
+	_, _, err = cliRun(t, dbURL, "notifications", "cancel", "999")
+	require.ErrorIs(t, err, notify.ErrNotFound)
+	_, _, err = cliRun(t, dbURL, "notifications", "cancel", "x")
+	require.Error(t, err)
+
+	path := strings.TrimPrefix(dbURL, "sqlite:")
+	st, err := sqlite.Open(t.Context(), path, sqlite.Config{})
+	require.NoError(t, err)
+	defer st.Close()
+	at := time.Now().Add(time.Hour)
+	c, err := st.Create(t.Context(), notify.NewNotification{Request: notify.CreateRequest{
+		UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b", SendAt: &at}})
+	require.NoError(t, err)
+	sid := notify.FormatID(c.Notification.ID)
+	out, _, err = cliRun(t, dbURL, "notifications", "show", sid)
+	require.NoError(t, err)
+	require.Regexp(t, `status\s+scheduled`, out)
+	require.Contains(t, out, "send_at")
+	out, _, err = cliRun(t, dbURL, "notifications", "list", "--status", "scheduled")
+	require.NoError(t, err)
+	require.Contains(t, out, "scheduled")
+	require.Contains(t, out, sid)
 }
