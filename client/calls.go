@@ -38,6 +38,18 @@ func (c *Client) Get(ctx context.Context, id string) (Notification, error) {
 	return n, err
 }
 
+// Cancel cancels a pending or scheduled notification (POST
+// /notifications/{id}/cancel) and returns it, canceled: no send of it
+// starts afterwards. Canceling twice answers the same, so it is retried
+// like a read. A sent, failed or expired notification is an *Error with
+// Code CodeNotCancelable (409); one a worker is sending right now,
+// CodeSendInProgress (409); an unknown id, CodeNotFound.
+func (c *Client) Cancel(ctx context.Context, id string) (Notification, error) {
+	var n Notification
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/notifications/" + url.PathEscape(id) + "/cancel", repeatable: true}, &n)
+	return n, err
+}
+
 // Attempts returns every delivery attempt of a notification, oldest first
 // (GET /notifications/{id}/attempts, page after page).
 func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {

@@ -18,6 +18,8 @@ const (
 	CodeUnauthorized         = "unauthorized"
 	CodeNotFound             = "not_found"
 	CodeIdempotencyConflict  = "idempotency_conflict"
+	CodeNotCancelable        = "not_cancelable"
+	CodeSendInProgress       = "send_in_progress"
 	CodeTooLarge             = "too_large"
 	CodeUnsupportedMediaType = "unsupported_media_type"
 	CodeTooManyRequests      = "too_many_requests"

@@ -15,6 +15,12 @@ const (
 	// StatusFailed is a dead letter: every attempt failed, or one failed
 	// for good.
 	StatusFailed Status = "failed"
+	// StatusScheduled is pending with a SendAt still ahead.
+	StatusScheduled Status = "scheduled"
+	// StatusCanceled: canceled (Client.Cancel) before a send started.
+	StatusCanceled Status = "canceled"
+	// StatusExpired: its ExpiresAt passed before a send started.
+	StatusExpired Status = "expired"
 )
 
 // Notification is a notification as the API shows it. A listing leaves
@@ -36,6 +42,14 @@ type Notification struct {
 	SentAt    *time.Time `json:"sent_at"`
 	// FailedAt is when it was dead-lettered; nil unless Status is failed.
 	FailedAt *time.Time `json:"failed_at"`
+	// SendAt is when it is due (the create's SendAt, or the end of its
+	// quiet hours); nil: at once.
+	SendAt *time.Time `json:"send_at"`
+	// ExpiresAt is the create's ExpiresAt, nil when none.
+	ExpiresAt *time.Time `json:"expires_at"`
+	// CanceledAt and ExpiredAt are when it was canceled or found expired.
+	CanceledAt *time.Time `json:"canceled_at"`
+	ExpiredAt  *time.Time `json:"expired_at"`
 	// Waiting is why a pending notification waits: its destination (or
 	// its channel's provider) is failing or disabled. Only Get fills it;
 	// nil when it waits on nothing.
@@ -71,6 +85,25 @@ type CreateRequest struct {
 	// one (NewIdempotencyKey) when it is empty, so that its own retries never
 	// create twice.
 	IdempotencyKey string
+	// SendAt, when set, is the earliest time to deliver; a time in the past
+	// sends now.
+	SendAt *time.Time
+	// ExpiresAt, when set, is the latest time a send may start; after it
+	// the notification ends expired.
+	ExpiresAt *time.Time
+	// TimeZone (an IANA name) and QuietHours defer the send out of the
+	// recipient's quiet window; Urgent bypasses it.
+	TimeZone   string
+	QuietHours *QuietHours
+	Urgent     bool
+}
+
+// QuietHours is a daily quiet window on the wall clock of
+// CreateRequest.TimeZone, "HH:MM" to "HH:MM" (over midnight when Start is
+// after End).
+type QuietHours struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
 }
 
 // MarshalJSON writes the API's request body (without the key, a header).
@@ -84,12 +117,17 @@ func (r CreateRequest) MarshalJSON() ([]byte, error) {
 		body = b
 	}
 	v := struct {
-		UserID  string          `json:"user_id"`
-		Channel string          `json:"channel"`
-		To      string          `json:"to"`
-		Subject string          `json:"subject,omitempty"`
-		Body    json.RawMessage `json:"body"`
-	}{r.UserID, r.Channel, r.To, r.Subject, body}
+		UserID     string          `json:"user_id"`
+		Channel    string          `json:"channel"`
+		To         string          `json:"to"`
+		Subject    string          `json:"subject,omitempty"`
+		Body       json.RawMessage `json:"body"`
+		SendAt     *time.Time      `json:"send_at,omitempty"`
+		ExpiresAt  *time.Time      `json:"expires_at,omitempty"`
+		TimeZone   string          `json:"time_zone,omitempty"`
+		QuietHours *QuietHours     `json:"quiet_hours,omitempty"`
+		Urgent     bool            `json:"urgent,omitempty"`
+	}{r.UserID, r.Channel, r.To, r.Subject, body, r.SendAt, r.ExpiresAt, r.TimeZone, r.QuietHours, r.Urgent}
 	return marshal(v)
 }
 

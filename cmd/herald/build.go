@@ -776,6 +776,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 		TracerProvider:   a.tp,
 		AllowedHosts:     hosts,
 		Status:           status,
+		ScheduleHorizon:  a.cfg.ScheduleHorizon,
 	})
 	if err != nil {
 		return nil, err

@@ -80,6 +80,8 @@ type Config struct {
 	LogFormat      string
 	LogLevel       string
 	ReconcileAfter time.Duration
+	// ScheduleHorizon is how far ahead a create's send_at may lie.
+	ScheduleHorizon time.Duration
 }
 
 // setting is one configuration variable: its environment name, its flag,
@@ -220,6 +222,8 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.DebugCrash }, cmds: "serve worker"},
 	{env: "HERALD_RECONCILE_AFTER", flag: "reconcile-after", def: "1h", usage: "a pending notification with no event in flight for this long gets a fresh event (the database is the record)",
 		field: func(c *Config) any { return &c.ReconcileAfter }, cmds: cmdsAPI},
+	{env: "HERALD_SCHEDULE_HORIZON", flag: "schedule-horizon", def: "8760h", usage: "how far ahead a create's send_at may lie (default a year); further is refused with 400 (field send_at)",
+		field: func(c *Config) any { return &c.ScheduleHorizon }, cmds: cmdsAPI},
 	{env: "HERALD_LOG_FORMAT", flag: "log-format", def: "text", usage: "log format: text or json (one object per line, for log shippers)",
 		field: func(c *Config) any { return &c.LogFormat }, cmds: cmdsLong, oneOf: "text json"},
 	{env: "HERALD_LOG_LEVEL", flag: "log-level", def: "info", usage: "lowest level logged: debug, info, warn or error",

@@ -20,8 +20,8 @@ import (
 )
 
 func cmdNotifications(ctx context.Context, args []string, e env) error {
-	return subcommands(ctx, args, e, "Usage: herald notifications list [--user-id ID] [--status S] [--channel C] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--attempts-limit N] [--attempts-cursor C] [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.",
-		map[string]func(context.Context, []string, env) error{"list": cmdNotificationsList, "show": cmdNotificationsShow})
+	return subcommands(ctx, args, e, "Usage: herald notifications list [--user-id ID] [--status S] [--channel C] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--attempts-limit N] [--attempts-cursor C] [--json]\n       herald notifications cancel ID [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.",
+		map[string]func(context.Context, []string, env) error{"list": cmdNotificationsList, "show": cmdNotificationsShow, "cancel": cmdNotificationsCancel})
 }
 
 func cmdNotificationsList(ctx context.Context, args []string, e env) error {
@@ -82,7 +82,7 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 		if subject == "" {
 			subject = "-" // a channel without one
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.ID, n.CreatedAt.UTC().Format(time.RFC3339), n.Status, n.Attempts,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.ID, n.CreatedAt.UTC().Format(time.RFC3339), n.StatusAt(time.Now()), n.Attempts,
 			oneLine(n.UserID, 40), n.Channel, oneLine(n.To, 40), subject)
 	}
 	if err := tw.Flush(); err != nil {
@@ -207,6 +207,82 @@ func showNotification(ctx context.Context, name, help string, args []string, e e
 	return nil
 }
 
+// canceler is what notifications cancel uses: the database, or (with
+// --api-url) the API through the Go client.
+type canceler interface {
+	Cancel(ctx context.Context, id int64) (notify.Notification, error)
+}
+
+// cmdNotificationsCancel cancels a pending or scheduled notification, as
+// POST /notifications/{id}/cancel does, and prints it.
+func cmdNotificationsCancel(ctx context.Context, args []string, e env) error {
+	const name = "notifications cancel"
+	var asJSON bool
+	cfg, rest, err := parseConfig(name, "Cancels a pending or scheduled notification: no send of it starts afterwards, even when its event is already in a broker; it ends canceled with the status event notification.canceled. Canceling a canceled one changes nothing. A sent, failed or expired one cannot be canceled, nor one a worker is sending right now: herald notifications cancel ID.", args, e,
+		func(fs *flag.FlagSet) {
+			fs.BoolVar(&asJSON, "json", false, "print the notification as the API shows it")
+		})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{fmt.Errorf("%s takes one notification id (run 'herald %s --help')", name, name)}
+	}
+	id, ok := notify.ParseID(rest[0])
+	if !ok {
+		return usageError{fmt.Errorf("%s: %q is not a notification id", name, rest[0])}
+	}
+	var c canceler
+	if cfg.APIURL != "" {
+		ac, err := newAPIClient(cfg)
+		if err != nil {
+			return err
+		}
+		c = ac
+	} else {
+		st, closeStore, err := openMigrated(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		c = st
+	}
+	n, err := c.Cancel(ctx, id)
+	switch {
+	case errors.Is(err, notify.ErrNotCancelable):
+		return fmt.Errorf("notification %d is %s: only a pending or scheduled notification can be canceled", id, n.Status)
+	case errors.Is(err, notify.ErrSendInProgress):
+		return fmt.Errorf("notification %d is being sent right now and may be delivered; show it again once it has settled", id)
+	case err != nil:
+		return err
+	}
+	if asJSON {
+		return printJSON(e.stdout, api.NewNotificationDetail(n))
+	}
+	return writeNotification(e.stdout, n)
+}
+
+// Cancel cancels through the API; its 409s are the store's errors.
+func (a apiClient) Cancel(ctx context.Context, id int64) (notify.Notification, error) {
+	n, err := a.c.Cancel(ctx, notify.FormatID(id))
+	if e, ok := errors.AsType[*apiclient.Error](err); ok {
+		switch e.Code {
+		case apiclient.CodeNotCancelable:
+			cur, gerr := a.Get(ctx, id)
+			if gerr != nil {
+				return notify.Notification{}, gerr
+			}
+			return cur, notify.ErrNotCancelable
+		case apiclient.CodeSendInProgress:
+			return notify.Notification{}, notify.ErrSendInProgress
+		}
+	}
+	if err != nil {
+		return notify.Notification{}, fromAPIError(err)
+	}
+	return fromClient(n)
+}
+
 // writeNotification prints a notification's fields, one per line, as
 // `notifications show` and `dlq show` do: the fields its channel has (a
 // subject only for a channel with one, email), and what its to is (an
@@ -219,7 +295,7 @@ func writeNotification(w io.Writer, n notify.Notification) error {
 	specs, _ := knownChannelSpecs(Config{})
 	spec, known := specs[n.Channel]
 	row("id", notify.FormatID(n.ID))
-	row("status", string(n.Status))
+	row("status", string(n.StatusAt(time.Now())))
 	row("user_id", n.UserID)
 	row("channel", n.Channel)
 	switch {
@@ -243,6 +319,14 @@ func writeNotification(w io.Writer, n notify.Notification) error {
 	}
 	if n.FailedAt != nil {
 		row("failed_at", n.FailedAt.UTC().Format(time.RFC3339Nano))
+	}
+	for _, t := range []struct {
+		k string
+		v *time.Time
+	}{{"send_at", n.SendAt}, {"expires_at", n.ExpiresAt}, {"canceled_at", n.CanceledAt}, {"expired_at", n.ExpiredAt}} {
+		if t.v != nil {
+			row(t.k, t.v.UTC().Format(time.RFC3339Nano))
+		}
 	}
 	return tw.Flush()
 }
@@ -373,6 +457,7 @@ func fromClient(n apiclient.Notification) (notify.Notification, error) {
 		ID: id, UserID: n.UserID, Channel: n.Channel, To: n.To, Subject: n.Subject, Body: n.Body,
 		Status: notify.Status(n.Status), Attempts: n.Attempts, LastError: n.LastError,
 		CreatedAt: n.CreatedAt, UpdatedAt: n.UpdatedAt, SentAt: n.SentAt, FailedAt: n.FailedAt,
+		SendAt: n.SendAt, ExpiresAt: n.ExpiresAt, CanceledAt: n.CanceledAt, ExpiredAt: n.ExpiredAt,
 		Waiting: fromClientWaiting(n.Waiting),
 	}, nil
 }

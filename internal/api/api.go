@@ -123,7 +123,16 @@ type Config struct {
 	// /metrics, /openapi.json) answer any Host, as orchestrators and
 	// scrapers address them by names herald cannot know. Default: none.
 	AllowedHosts []string
+	// ScheduleHorizon is how far ahead a create's send_at may lie
+	// (HERALD_SCHEDULE_HORIZON); a send_at further ahead is refused (400,
+	// field send_at). No scheduling horizon at all would refuse every
+	// send_at ahead, which send_at exists for, so zero means the default,
+	// DefaultScheduleHorizon (a year); it must not be negative.
+	ScheduleHorizon time.Duration
 }
+
+// DefaultScheduleHorizon is Config.ScheduleHorizon's default: a year.
+const DefaultScheduleHorizon = 365 * 24 * time.Hour
 
 func (c Config) withDefaults() Config {
 	if len(c.Channels) == 0 {
@@ -135,12 +144,18 @@ func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.ScheduleHorizon == 0 {
+		c.ScheduleHorizon = DefaultScheduleHorizon
+	}
 	return c
 }
 
 func (c Config) validate() error {
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("max body bytes must not be negative, got %d", c.MaxBodyBytes)
+	}
+	if c.ScheduleHorizon < 0 {
+		return fmt.Errorf("schedule horizon must not be negative, got %s", c.ScheduleHorizon)
 	}
 	seen := make(map[string]bool, len(c.Ready))
 	for i, ch := range c.Ready {

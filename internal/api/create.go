@@ -150,6 +150,9 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNoti
 		}
 		return nn, &apiError{Code: "invalid_field", Message: "the request is invalid"}, http.StatusBadRequest
 	}
+	if e := schedule(&req, time.Now(), a.cfg.ScheduleHorizon); e != nil {
+		return nn, e, http.StatusBadRequest
+	}
 	nn.Request = req
 	nn.Destination = a.cfg.Channels.DestinationOf(req)
 	return nn, nil, 0

@@ -16,7 +16,8 @@ import (
 // duplicates, which would let {"to":..,"TO":..} smuggle a second recipient
 // past a reviewing proxy; the body is therefore scanned for exact, unique
 // keys before it is decoded.
-var requestFields = map[string]bool{"user_id": true, "channel": true, "to": true, "subject": true, "body": true}
+var requestFields = map[string]bool{"user_id": true, "channel": true, "to": true, "subject": true, "body": true,
+	"send_at": true, "expires_at": true, "time_zone": true, "quiet_hours": true, "urgent": true}
 
 // maxEchoLen bounds how much of a client's unknown key is echoed back.
 const maxEchoLen = 64
@@ -46,6 +47,13 @@ type createBody struct {
 	To      string          `json:"to"`
 	Subject string          `json:"subject"`
 	Body    json.RawMessage `json:"body"`
+	// The timing fields (timingBody), spelled out so that a type error
+	// names the field itself.
+	SendAt     *string          `json:"send_at"`
+	ExpiresAt  *string          `json:"expires_at"`
+	TimeZone   *string          `json:"time_zone"`
+	QuietHours *quietHoursField `json:"quiet_hours"`
+	Urgent     *bool            `json:"urgent"`
 }
 
 // decodeCreate decodes a create body strictly: valid UTF-8 (encoding/json
@@ -82,6 +90,10 @@ func decodeCreate(raw []byte, channels notify.Channels) (notify.CreateRequest, *
 		return req, e
 	}
 	req.Body = body
+	tb := timingBody{SendAt: cb.SendAt, ExpiresAt: cb.ExpiresAt, TimeZone: cb.TimeZone, QuietHours: cb.QuietHours, Urgent: cb.Urgent}
+	if e := tb.decode(&req); e != nil {
+		return req, e
+	}
 	return req, nil
 }
 

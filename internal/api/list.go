@@ -45,10 +45,11 @@ func parseListQuery(q url.Values, channels notify.Channels) (notify.ListFilter, 
 	}
 	if v, ok := one(q, "status"); ok {
 		switch s := notify.Status(v); s {
-		case notify.StatusPending, notify.StatusSent, notify.StatusFailed:
+		case notify.StatusPending, notify.StatusScheduled, notify.StatusSent, notify.StatusFailed,
+			notify.StatusCanceled, notify.StatusExpired:
 			f.Status = s
 		default:
-			return f, invalidParam("status", "must be pending, sent or failed")
+			return f, invalidParam("status", "must be pending, scheduled, sent, failed, canceled or expired")
 		}
 	}
 	if v, ok := one(q, "channel"); ok {

@@ -300,8 +300,21 @@ func TestOpenAPIResponses(t *testing.T) {
 	require.Len(t, att.json["items"], 2)
 	require.Equal(t, 404, call("GET", "/notifications/999/attempts", nil, "").status)
 
+	// Cancel: a scheduled one, twice; unknown; a failed one (below) is
+	// not cancelable.
+	sched := call("POST", "/notifications", jsonHeaders(), body(t, map[string]any{"send_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}))
+	require.Equal(t, 201, sched.status)
+	require.Equal(t, "scheduled", sched.json["status"])
+	c := call("POST", "/notifications/"+sched.json["id"].(string)+"/cancel", nil, "")
+	require.Equal(t, 200, c.status)
+	require.Equal(t, "canceled", c.json["status"])
+	require.Equal(t, 200, call("POST", "/notifications/"+sched.json["id"].(string)+"/cancel", nil, "").status)
+	require.Equal(t, 404, call("POST", "/notifications/999/cancel", nil, "").status)
+	require.Equal(t, 400, call("POST", "/notifications/"+id+"/cancel?now=1", nil, "").status)
+
 	// Dead letters.
 	e.fail(t, nid, "550 no such user")
+	require.Equal(t, 409, call("POST", "/notifications/"+id+"/cancel", nil, "").status)
 	require.Equal(t, 200, call("GET", "/dead-letters", nil, "").status)
 	require.Equal(t, 400, call("GET", "/dead-letters?limit=0", nil, "").status)
 	rd := call("POST", "/dead-letters/redrive", jsonHeaders(), `{"ids":["`+id+`","999","2"],"dry_run":true}`)
@@ -418,6 +431,7 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 		"id": "1", "user_id": "u", "channel": "email", "to": "a@example.com", "subject": "s",
 		"status": "pending", "attempts": float64(0), "last_error": nil,
 		"created_at": "2026-05-01T12:00:00.123456Z", "updated_at": "2026-05-01T12:00:00Z", "sent_at": nil, "failed_at": nil,
+		"send_at": nil, "expires_at": nil, "canceled_at": nil, "expired_at": nil,
 	}
 	with := func(k string, v any) map[string]any {
 		m := map[string]any{}

@@ -88,6 +88,7 @@ func (a *API) register() error {
 		"createNotification": http.HandlerFunc(a.create),
 		"listNotifications":  http.HandlerFunc(a.list),
 		"getNotification":    http.HandlerFunc(a.get),
+		"cancelNotification": http.HandlerFunc(a.cancel),
 		"listAttempts":       http.HandlerFunc(a.attempts),
 		"healthz":            http.HandlerFunc(a.healthz),
 		"readyz":             http.HandlerFunc(a.readyz),

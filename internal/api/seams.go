@@ -24,6 +24,14 @@ type Store interface {
 	// AttemptPage returns the page of a notification's attempts f
 	// selects, or notify.ErrNotFound.
 	AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error)
+	// Cancel cancels a pending (or scheduled) notification that no send
+	// holds, in one transaction with its notification.canceled status
+	// event, and returns it; no send of it starts afterwards. A canceled
+	// one is returned as it is (idempotent). Errors: notify.ErrNotFound,
+	// notify.ErrSendInProgress (a worker holds its claim),
+	// notify.ErrNotCancelable (sent, failed or expired; the notification is
+	// returned too), or a store failure.
+	Cancel(ctx context.Context, id int64) (notify.Notification, error)
 }
 
 // Pinger is one dependency that readiness checks.

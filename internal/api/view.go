@@ -22,6 +22,12 @@ type notificationView struct {
 	UpdatedAt string  `json:"updated_at"`
 	SentAt    *string `json:"sent_at"`
 	FailedAt  *string `json:"failed_at"`
+	// SendAt, ExpiresAt: the create's timing (issue 34); CanceledAt,
+	// ExpiredAt: when it was canceled or found expired. Null when unset.
+	SendAt     *string `json:"send_at"`
+	ExpiresAt  *string `json:"expires_at"`
+	CanceledAt *string `json:"canceled_at"`
+	ExpiredAt  *string `json:"expired_at"`
 }
 
 func newNotificationView(n notify.Notification) notificationView {
@@ -31,7 +37,7 @@ func newNotificationView(n notify.Notification) notificationView {
 		Channel:   n.Channel,
 		To:        n.To,
 		Subject:   n.Subject,
-		Status:    string(n.Status),
+		Status:    string(n.StatusAt(time.Now())),
 		Attempts:  n.Attempts,
 		CreatedAt: formatTime(n.CreatedAt),
 		UpdatedAt: formatTime(n.UpdatedAt),
@@ -47,7 +53,18 @@ func newNotificationView(n notify.Notification) notificationView {
 		s := formatTime(*n.FailedAt)
 		v.FailedAt = &s
 	}
+	v.SendAt, v.ExpiresAt = formatTimePtr(n.SendAt), formatTimePtr(n.ExpiresAt)
+	v.CanceledAt, v.ExpiredAt = formatTimePtr(n.CanceledAt), formatTimePtr(n.ExpiredAt)
 	return v
+}
+
+// formatTimePtr is formatTime of an optional time, nil for nil.
+func formatTimePtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := formatTime(*t)
+	return &s
 }
 
 // formatTime renders RFC 3339 in UTC, with the fraction the store kept.

@@ -47,6 +47,9 @@ type Notifications interface {
 	// AttemptPage returns the page of a notification's attempts f
 	// selects, or notify.ErrNotFound.
 	AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error)
+	// Cancel cancels a pending or scheduled notification, as POST
+	// /notifications/{id}/cancel does (see api.Store).
+	Cancel(ctx context.Context, id int64) (notify.Notification, error)
 }
 
 // Stats answers the overview's counts. The stores implement it.
@@ -254,6 +257,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+Prefix+"/overview", c.authed(c.overviewFragment))
 	m.HandleFunc("GET "+Prefix+"/notifications", c.authed(c.notifications))
 	m.HandleFunc("GET "+Prefix+"/notifications/{id}", c.authed(c.detail))
+	m.HandleFunc("POST "+Prefix+"/notifications/{id}/cancel", c.authed(c.cancelNotification))
 	m.HandleFunc("GET "+Prefix+"/dead-letters", c.authed(c.deadLetters))
 	m.HandleFunc("POST "+Prefix+"/dead-letters/redrive", c.authed(c.redrive))
 	if c.cfg.Destinations != nil {

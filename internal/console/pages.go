@@ -118,6 +118,12 @@ var funcs = template.FuncMap{
 		return &stamp{ISO: t.Format(time.RFC3339Nano), UTC: t.Format("2006-01-02 15:04:05 UTC")}
 	},
 	"id": notify.FormatID,
+	// shown is a notification's status as shown now: scheduled while
+	// its send_at is ahead (notify.StatusAt).
+	"shown": func(n notify.Notification) notify.Status { return n.StatusAt(time.Now()) },
+	// cancelable is whether the Cancel button applies: pending or
+	// scheduled.
+	"cancelable": func(n notify.Notification) bool { return n.Status == notify.StatusPending },
 	// dateInput is a time filter as a datetime-local input shows it.
 	"dateInput": dateInput,
 }
@@ -768,6 +774,38 @@ func (c *Console) renderDestinations(w http.ResponseWriter, r *http.Request, sta
 		d.Next = Prefix + "/destinations?" + next.Encode()
 	}
 	c.render(w, r, status, "destinations", d)
+}
+
+// cancelNotification handles the Cancel button, as POST
+// /notifications/{id}/cancel does, then shows the notification again
+// (303 to its page); a notification that cannot be canceled is a 409 page
+// that says why.
+func (c *Console) cancelNotification(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
+		c.forbidden(w, r)
+		return
+	}
+	id, ok := notify.ParseID(r.PathValue("id"))
+	if !ok {
+		c.render(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Message: "There is no such notification."})
+		return
+	}
+	n, err := c.notes.Cancel(r.Context(), id)
+	switch {
+	case errors.Is(err, notify.ErrNotFound):
+		c.render(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Message: "There is no such notification."})
+	case errors.Is(err, notify.ErrNotCancelable):
+		c.render(w, r, http.StatusConflict, "error", errorPage{Title: "Not canceled",
+			Message: "Notification " + notify.FormatID(id) + " is " + string(n.Status) + ": only a pending or scheduled notification can be canceled."})
+	case errors.Is(err, notify.ErrSendInProgress):
+		c.render(w, r, http.StatusConflict, "error", errorPage{Title: "Not canceled",
+			Message: "Notification " + notify.FormatID(id) + " is being sent right now and may be delivered. Look again once it has settled."})
+	case err != nil:
+		c.unavailable(w, r, "cancel notification", err)
+	default:
+		http.Redirect(w, r, Prefix+"/notifications/"+notify.FormatID(id), http.StatusSeeOther)
+	}
 }
 
 // enableDestination handles the Enable button, as POST

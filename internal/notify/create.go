@@ -26,7 +26,28 @@ func (nn NewNotification) Pending(id int64, at time.Time) Notification {
 		RequestID:      nn.RequestID,
 		CreatedAt:      at,
 		UpdatedAt:      at,
+		SendAt:         utcPtr(r.SendAt),
+		ExpiresAt:      utcPtr(r.ExpiresAt),
 	}
+}
+
+// utcPtr returns a copy of *t in UTC, nil for nil.
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// sameTime reports whether a and b are both nil or the same instant to
+// the millisecond (every store keeps at least that: MongoDB keeps no
+// more).
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Truncate(time.Millisecond).Equal(b.Truncate(time.Millisecond))
 }
 
 // Replay answers nn when its idempotency key is taken already, by stored:
@@ -37,7 +58,8 @@ func (nn NewNotification) Pending(id int64, at time.Time) Notification {
 func (nn NewNotification) Replay(stored Notification) (Created, error) {
 	r := nn.Request
 	if stored.UserID != r.UserID || stored.Channel != r.Channel || stored.To != r.To ||
-		stored.Subject != r.Subject || stored.Body != r.Body {
+		stored.Subject != r.Subject || stored.Body != r.Body ||
+		!sameTime(stored.SendAt, r.SendAt) || !sameTime(stored.ExpiresAt, r.ExpiresAt) {
 		return Created{}, ErrConflict
 	}
 	return Created{Notification: stored, Replayed: true}, nil

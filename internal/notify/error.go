@@ -17,6 +17,13 @@ var (
 	ErrInjectedFault = errors.New("injected fault")
 	// ErrUnavailable: the store cannot be reached.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrNotCancelable: a cancel found the notification settled (sent,
+	// failed or expired): there is nothing left to cancel.
+	ErrNotCancelable = errors.New("the notification is settled and cannot be canceled")
+	// ErrSendInProgress: a cancel found a send of the notification in
+	// progress (a worker holds its claim): the send may complete, so the
+	// cancel does not pretend to have stopped it.
+	ErrSendInProgress = errors.New("a send of the notification is in progress")
 )
 
 // permanentError marks an error that retrying cannot cure.

@@ -9,12 +9,32 @@ import (
 type Status string
 
 // The statuses a notification moves through: pending until a worker sends it
-// (sent) or gives up on it (failed, i.e. dead-lettered).
+// (sent) or gives up on it (failed, i.e. dead-lettered); canceled when a
+// client canceled it before a send started, expired when its expires_at
+// passed before a send started.
+//
+// Scheduled is never stored: a store keeps a notification whose send_at
+// is still ahead as pending, and StatusAt shows it as scheduled until
+// then. The moment it turns pending is its send_at itself, whatever the
+// relay or the workers are doing, and nothing has to be written for it
+// (see StatusAt).
 const (
-	StatusPending Status = "pending"
-	StatusSent    Status = "sent"
-	StatusFailed  Status = "failed"
+	StatusPending   Status = "pending"
+	StatusScheduled Status = "scheduled"
+	StatusSent      Status = "sent"
+	StatusFailed    Status = "failed"
+	StatusCanceled  Status = "canceled"
+	StatusExpired   Status = "expired"
 )
+
+// StatusAt is n's status as shown at t: scheduled while it is pending and
+// its send_at is after t, its stored status otherwise.
+func (n Notification) StatusAt(t time.Time) Status {
+	if n.Status == StatusPending && n.SendAt != nil && n.SendAt.After(t) {
+		return StatusScheduled
+	}
+	return n.Status
+}
 
 // ChannelEmail is the only delivery channel so far.
 const ChannelEmail = "email"
@@ -34,6 +54,17 @@ type Notification struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	SentAt         *time.Time
+	// SendAt is when the notification is due, as the create asked
+	// (send_at, or the end of its quiet hours); nil: at once. It is not
+	// delivered before it.
+	SendAt *time.Time
+	// ExpiresAt, when set, is when the notification stops being worth
+	// sending: no send starts after it, and it ends expired.
+	ExpiresAt *time.Time
+	// CanceledAt and ExpiredAt are when it was canceled or found expired
+	// (nil otherwise).
+	CanceledAt *time.Time
+	ExpiredAt  *time.Time
 	// FailedAt is when the notification was dead-lettered (nil unless failed).
 	FailedAt *time.Time
 	// Waiting, read by Get only, is why a pending notification waits: its

@@ -3,6 +3,7 @@ package notify
 import (
 	"net/mail"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -26,7 +27,23 @@ type CreateRequest struct {
 	// (webhook), a body given as another JSON value is held as its compact
 	// JSON text.
 	Body string `json:"body"`
+	// SendAt, when set, is the earliest time to deliver (send_at; a time
+	// in the past means now). The API puts here the end of the quiet
+	// hours when they defer the send.
+	SendAt *time.Time `json:"send_at,omitempty"`
+	// ExpiresAt, when set, is the latest time a send may start
+	// (expires_at).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Quiet, when set, is the recipient's quiet window (time_zone and
+	// quiet_hours): the API defers SendAt to its end unless Urgent. It is
+	// not stored; SendAt says what it did.
+	Quiet *QuietHours `json:"-"`
+	// Urgent bypasses Quiet.
+	Urgent bool `json:"-"`
 }
+
+// Timed reports whether r has a send_at or an expires_at.
+func (r CreateRequest) Timed() bool { return r.SendAt != nil || r.ExpiresAt != nil }
 
 // Validate checks a request against the contract: the checks every
 // channel shares (user_id, a known channel), then the channel's own (to,

@@ -15,17 +15,27 @@ import (
 // notifications.status.sent / .failed, on Kafka to the topic
 // notifications.status keyed by user_id, on SQS to the queue PREFIX-status;
 // and to HERALD_STATUS_WEBHOOK_URL when it is set.
+//
+// A cancel writes notification.canceled in its own transaction, and a
+// claim that finds the notification past its expires_at writes
+// notification.expired in the claim's.
 const (
-	EventSent   = "notification.sent"
-	EventFailed = "notification.failed"
+	EventSent     = "notification.sent"
+	EventFailed   = "notification.failed"
+	EventCanceled = "notification.canceled"
+	EventExpired  = "notification.expired"
 )
 
 // StatusEventTypes lists the status event types, in a fixed order.
-var StatusEventTypes = []string{EventSent, EventFailed}
+var StatusEventTypes = []string{EventSent, EventFailed, EventCanceled, EventExpired}
 
 // IsStatusEvent reports whether typ is a status event type.
 func IsStatusEvent(typ string) bool {
-	return typ == EventSent || typ == EventFailed
+	switch typ {
+	case EventSent, EventFailed, EventCanceled, EventExpired:
+		return true
+	}
+	return false
 }
 
 // StatusEvent is the payload of a status event.
@@ -33,11 +43,13 @@ type StatusEvent struct {
 	NotificationID string `json:"notification_id"`
 	UserID         string `json:"user_id"`
 	Channel        string `json:"channel"`
-	// Status is the notification's status: "sent" or "failed".
+	// Status is the notification's status: "sent", "failed", "canceled"
+	// or "expired".
 	Status string `json:"status"`
 	// Attempts is the number of attempts spent, the settling one included.
 	Attempts int `json:"attempts"`
-	// At is when the notification was settled (sent_at or failed_at).
+	// At is when the notification was settled (sent_at, failed_at, or
+	// when it was canceled or found expired).
 	At time.Time `json:"at"`
 	// LastError is the reason of the last failure; empty when sent at the
 	// first attempt.
@@ -52,6 +64,10 @@ func StatusEventType(status Status) (string, error) {
 		return EventSent, nil
 	case StatusFailed:
 		return EventFailed, nil
+	case StatusCanceled:
+		return EventCanceled, nil
+	case StatusExpired:
+		return EventExpired, nil
 	}
 	return "", fmt.Errorf("no status event for status %q", status)
 }
@@ -66,4 +82,17 @@ func DecodeStatus(payload []byte) (StatusEvent, error) {
 		return StatusEvent{}, fmt.Errorf("decode status event: invalid notification_id %q", s.NotificationID)
 	}
 	return s, nil
+}
+
+// StatusPayload encodes the payload of n's status event, settled (sent,
+// failed, canceled or expired) at at.
+func StatusPayload(n Notification, at time.Time) ([]byte, error) {
+	b, err := json.Marshal(StatusEvent{
+		NotificationID: FormatID(n.ID), UserID: n.UserID, Channel: n.Channel, Status: string(n.Status),
+		Attempts: n.Attempts, At: at.UTC(), LastError: n.LastError,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode status event: %w", err)
+	}
+	return b, nil
 }

@@ -86,6 +86,17 @@ func (s *Store) claimOne(ctx context.Context, r notify.ClaimRequest, lease time.
 		case d.Claim != nil && d.Claim.Until.After(t):
 			c.Status = notify.ClaimBusy
 			return errNoChange
+		case d.ExpiresAt != nil && !d.ExpiresAt.After(t):
+			// Past its expires_at: no send starts. It ends expired, with
+			// its status event in the same write, and the message is
+			// answered (and recorded) as a duplicate: nothing sent.
+			c.Status = notify.ClaimDuplicate
+			d.Status, d.ExpiredAt, d.UpdatedAt, d.Claim, d.RetryDueAt = string(notify.StatusExpired), &t, t, nil, nil
+			d.markProcessed(r.MessageID, t)
+			if s.statusEvents {
+				return d.addStatusEvent(t)
+			}
+			return nil
 		}
 		c.Status = notify.ClaimTaken
 		if d.NextAttempt+1 >= attemptSpan {

@@ -70,6 +70,14 @@ type doc struct {
 	// (notify.NewNotification.Destination), absent when none: the
 	// destinations listing counts the pending ones of each key.
 	Destination string `bson:"destination,omitempty"`
+
+	// SendAt and ExpiresAt are the create's send_at and expires_at (issue
+	// 34), CanceledAt and ExpiredAt when it was canceled or found expired;
+	// each absent when unset.
+	SendAt     *time.Time `bson:"send_at,omitempty"`
+	ExpiresAt  *time.Time `bson:"expires_at,omitempty"`
+	CanceledAt *time.Time `bson:"canceled_at,omitempty"`
+	ExpiredAt  *time.Time `bson:"expired_at,omitempty"`
 }
 
 // claimDoc is the live claim on a notification.
@@ -222,6 +230,7 @@ func (d *doc) notification() notify.Notification {
 		Status: notify.Status(d.Status), Attempts: d.Attempts, LastError: d.LastError,
 		IdempotencyKey: d.IdempotencyKey, CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
 		SentAt: utcp(d.SentAt), FailedAt: utcp(d.FailedAt),
+		SendAt: utcp(d.SendAt), ExpiresAt: utcp(d.ExpiresAt), CanceledAt: utcp(d.CanceledAt), ExpiredAt: utcp(d.ExpiredAt),
 	}
 }
 

@@ -30,6 +30,8 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 }
 
 func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
+	// Times are kept to the millisecond: the answer says what a read will.
+	nn.Request.SendAt, nn.Request.ExpiresAt = msPtr(nn.Request.SendAt), msPtr(nn.Request.ExpiresAt)
 	r := nn.Request
 	for try := 0; ; try++ {
 		if nn.IdempotencyKey != "" {
@@ -46,13 +48,18 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 		d := doc{
 			Key: key(id), ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
 			Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
-			Destination: nn.Destination,
+			Destination: nn.Destination, SendAt: r.SendAt, ExpiresAt: r.ExpiresAt,
 		}
 		if nn.IdempotencyKey != "" {
 			d.IdemScope = idemScope(r.UserID, nn.IdempotencyKey)
 		}
 		if err := d.addEvent(n, t, nn.Traceparent); err != nil {
 			return notify.Created{}, err
+		}
+		// The event is due at send_at (one in the past: now), so that
+		// neither the relay nor the table claim takes it before.
+		if r.SendAt != nil && r.SendAt.After(t) {
+			d.Events[len(d.Events)-1].AvailableAt = *r.SendAt
 		}
 		d.derive()
 		if nn.Fault == notify.FaultAfterOutboxInsert {

@@ -310,7 +310,19 @@ func listFilter(f notify.ListFilter) bson.D {
 	if f.UserID != "" {
 		filter = append(filter, bson.E{Key: "user_id", Value: f.UserID})
 	}
-	if f.Status != "" {
+	switch f.Status {
+	case "":
+	case notify.StatusScheduled:
+		// Stored pending with a send_at ahead (see notify.StatusAt).
+		filter = append(filter, bson.E{Key: "status", Value: string(notify.StatusPending)},
+			bson.E{Key: "send_at", Value: bson.D{{Key: "$gt", Value: now()}}})
+	case notify.StatusPending:
+		filter = append(filter, bson.E{Key: "status", Value: string(notify.StatusPending)},
+			bson.E{Key: "$or", Value: bson.A{
+				bson.D{{Key: "send_at", Value: bson.D{{Key: "$exists", Value: false}}}},
+				bson.D{{Key: "send_at", Value: bson.D{{Key: "$lte", Value: now()}}}},
+			}})
+	default:
 		filter = append(filter, bson.E{Key: "status", Value: string(f.Status)})
 	}
 	if f.Channel != "" {

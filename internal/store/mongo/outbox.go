@@ -36,10 +36,10 @@ const relayLease = time.Minute
 type order int
 
 const (
-	// byID is the relay's order: the documents' ids, the order of their
+	// byID is the order of the documents' ids, the order of their
 	// creates.
 	byID order = iota
-	// byDue is the table claim's order: (due, _id), the earliest due
+	// byDue is the table claim's order, and the relay's: (due, _id), the earliest due
 	// first, from due_order_idx, which it walks from the start up to now
 	// alone: a document whose event is scheduled for later, or leased, is
 	// not read, and one whose event was handed back due at once is due at
@@ -216,8 +216,10 @@ func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit in
 	return out, nil
 }
 
-// RelayBatch leases up to limit unprocessed events of the given types
-// (nil: any), in id order (byID), to this batch; calls publish with them; then marks processed the events publish
+// RelayBatch leases up to limit due unprocessed events of the given types
+// (nil: any), the earliest due first (byDue: an event of a notification
+// with a send_at ahead is due then, and neither read nor published
+// before), to this batch; calls publish with them; then marks processed the events publish
 // confirmed, even when publish also failed, and ends the lease of the
 // others. It implements relay.Source.
 func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
@@ -229,7 +231,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 	}
 	want := func(typ string) bool { return types == nil || slices.Contains(types, typ) }
 	token := relayToken()
-	evs, err := s.lease(ctx, token, limit, byID, want, func(t time.Time) time.Time {
+	evs, err := s.lease(ctx, token, limit, byDue, want, func(t time.Time) time.Time {
 		if deadline, ok := ctx.Deadline(); ok {
 			return deadline.Add(markTimeout)
 		}

@@ -82,7 +82,8 @@ const (
 	// duplicate (message done, or notification no longer pending), stale
 	// (a copy whose retry count is below the message's next_retry_count:
 	// its attempt was spent, and the retry's copy carries the delivery on),
-	// busy (a live lease), else claimed. A claim inserts its attempt row,
+	// busy (a live lease), expired (past its expires_at: it ends expired,
+	// see the expired CTE, and is answered duplicate), else claimed. A claim inserts its attempt row,
 	// leases the notification and the message id, and releases the lease
 	// row of an expired claim on another message of the notification (its
 	// holder is presumed dead; its late record will fail the
@@ -91,7 +92,8 @@ const (
 	// stale one is answered duplicate and changes nothing, so that the
 	// message id stays open for its next copy.
 	// $1 message ids, $2 notification ids (no id twice), $3 lease in
-	// microseconds, $4 the requests' retry counts. The lease runs from the
+	// microseconds, $4 the requests' retry counts, $5 whether status events
+	// are written (Config.NoStatusEvents). The lease runs from the
 	// moment the attempt row is written; the answer returns the very value
 	// stored.
 	// Every table is read by key (see Plans): the request's notification
@@ -105,10 +107,10 @@ const (
 WITH req AS (
 	SELECT r.msg, r.nid, n.id IS NOT NULL AS found, n.status, n.claimed_until,
 		n.claim_attempt_id, COALESCE(pm.processed_at IS NOT NULL, false) AS done,
-		COALESCE(pm.next_retry_count, 0) > r.rc AS spent
+		COALESCE(pm.next_retry_count, 0) > r.rc AS spent, n.expires_at
 	FROM unnest($1::bigint[], $2::bigint[], $4::bigint[]) AS r(msg, nid, rc)
 	LEFT JOIN LATERAL (
-		SELECT n.id, n.status, n.claimed_until, n.claim_attempt_id
+		SELECT n.id, n.status, n.claimed_until, n.claim_attempt_id, n.expires_at
 		FROM notifications AS n WHERE n.id = r.nid OFFSET 0
 	) AS n ON true
 	LEFT JOIN LATERAL (
@@ -122,8 +124,34 @@ decided AS (
 			WHEN done OR status <> 'pending' THEN 'duplicate'
 			WHEN spent THEN 'stale'
 			WHEN claimed_until > clock_timestamp() THEN 'busy'
+			WHEN expires_at <= clock_timestamp() THEN 'expired'
 			ELSE 'claimed' END AS status
 	FROM req
+),
+-- A notification past its expires_at is not sent: the claim that finds it
+-- so (its first, a retry's, a parked delivery's turn, a reconciled copy's)
+-- ends it expired, records the message id done and answers duplicate
+-- (acknowledged, nothing sent), and writes its status event
+-- notification.expired in the same statement ($5: status events on).
+-- A live claim of another delivery (busy) is left to finish: its send
+-- started before the expiry was found.
+expired AS (
+	UPDATE notifications AS n
+	SET status = 'expired', expired_at = now(), updated_at = now(), claim_attempt_id = NULL,
+		claimed_until = NULL, retry_due_at = NULL
+	WHERE n.id = ANY(ARRAY(SELECT d.nid FROM decided AS d WHERE d.status = 'expired'))
+		AND (n.status || '') = 'pending'
+	RETURNING n.id, n.user_id, n.channel, n.status, n.attempts, n.expired_at AS at, COALESCE(n.last_error, '') AS last_error
+),
+expired_event AS (
+	INSERT INTO outbox (event_type, payload)
+	SELECT '` + notify.EventExpired + `',
+		jsonb_build_object('notification_id', ap.id::text, 'user_id', ap.user_id, 'channel', ap.channel,
+			'status', ap.status, 'attempts', ap.attempts,
+			'at', ` + statusAt + `,
+			'last_error', ap.last_error)
+	FROM expired AS ap
+	WHERE $5::boolean
 ),
 attempt AS (
 	INSERT INTO delivery_attempts (notification_id, message_id, attempt, started_at)
@@ -178,12 +206,12 @@ held AS (
 	INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_id)
 	SELECT a.message_id, NULL::timestamptz, a.until, a.id FROM attempt AS a
 	UNION ALL
-	SELECT d.msg, now(), NULL::timestamptz, NULL::bigint FROM decided AS d WHERE d.status IN ('duplicate', 'missing')
+	SELECT d.msg, now(), NULL::timestamptz, NULL::bigint FROM decided AS d WHERE d.status IN ('duplicate', 'missing', 'expired')
 	ON CONFLICT (message_id) DO UPDATE
 	SET processed_at = excluded.processed_at, lease_until = excluded.lease_until, attempt_id = excluded.attempt_id
 	WHERE processed_messages.processed_at IS NULL
 )
-SELECT d.msg, CASE d.status WHEN 'stale' THEN 'duplicate' ELSE d.status END, 0::bigint, 0, NULL::timestamptz
+SELECT d.msg, CASE WHEN d.status IN ('stale', 'expired') THEN 'duplicate' ELSE d.status END, 0::bigint, 0, NULL::timestamptz
 FROM decided AS d WHERE d.status <> 'claimed'
 UNION ALL
 SELECT a.message_id, 'claimed', a.id, a.attempt, a.until FROM attempt AS a`
@@ -412,7 +440,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		b.Queue(recordDeliveries, aids, rnids, rmsgs, outcomes, errs, retryIn, rcs, s.statusEvents, kinds)
 	}
 	if len(msgs) > 0 {
-		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds(), reqRCs)
+		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds(), reqRCs, s.statusEvents)
 	}
 	br := s.sendBatch(ctx, b)
 	fail := func(op string, err error) ([]notify.Claim, []bool, error) {

@@ -21,11 +21,17 @@ const (
 	// listColumns are notificationColumns without the body: a page of 500
 	// must not drag 500 bodies out of the table.
 	listColumns = `id, user_id, channel, recipient, subject, '', status, attempts,
-	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at`
+	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at,
+	send_at, expires_at, canceled_at, expired_at`
 
-	listSelect        = `SELECT ` + listColumns + ` FROM notifications`
-	listByUser        = `user_id = $%d`
-	listByStatus      = `status = $%d`
+	listSelect   = `SELECT ` + listColumns + ` FROM notifications`
+	listByUser   = `user_id = $%d`
+	listByStatus = `status = $%d`
+	// A scheduled notification is stored pending with a send_at ahead
+	// (see notify.StatusAt): both filters walk the pending rows of
+	// notifications_status_created_idx and tell them apart by send_at.
+	listScheduled     = `status = 'pending' AND send_at > now()`
+	listDuePending    = `status = 'pending' AND (send_at IS NULL OR send_at <= now())`
 	listByChannel     = `channel = $%d`
 	listCreatedAfter  = `created_at >= $%d`
 	listCreatedBefore = `created_at < $%d`
@@ -96,7 +102,13 @@ func listQuery(f notify.ListFilter) (string, []any) {
 	if f.UserID != "" {
 		add(listByUser, f.UserID)
 	}
-	if f.Status != "" {
+	switch f.Status {
+	case "":
+	case notify.StatusScheduled:
+		add(listScheduled)
+	case notify.StatusPending:
+		add(listDuePending)
+	default:
 		add(listByStatus, string(f.Status))
 	}
 	if f.Channel != "" {

@@ -22,8 +22,8 @@ const (
 	// columns take their defaults: pending, no attempt, and one now() for
 	// created_at and updated_at.
 	insertNotification = `
-INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, destination)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''))
+INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, destination, send_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id, created_at`
 
@@ -36,7 +36,11 @@ RETURNING id, created_at`
 UPDATE notifications SET idempotency_key = NULL
 WHERE user_id = $1 AND idempotency_key = $2 AND created_at <= now() - make_interval(secs => $3)`
 
-	insertOutbox = `INSERT INTO outbox (event_type, payload, traceparent) VALUES ($1, $2, NULLIF($3, ''))`
+	// insertOutbox writes the event, due at $4 (the notification's
+	// send_at) or at once: a send_at in the past is due now, in its turn
+	// behind the rows due before it, not ahead of every one of them.
+	insertOutbox = `INSERT INTO outbox (event_type, payload, traceparent, available_at)
+VALUES ($1, $2, NULLIF($3, ''), GREATEST(COALESCE($4::timestamptz, now()), now()))`
 
 	// insertCreates is the whole create of a group of notifications without
 	// an idempotency key, in one statement: one round trip and one commit
@@ -93,7 +97,8 @@ SELECT 1::bigint, id, created_at FROM n`
 	notifyOutbox = `SELECT pg_notify('` + outboxChannel + `', '')`
 
 	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
-	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at`
+	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at,
+	send_at, expires_at, canceled_at, expired_at`
 
 	// selectNotification reads a notification with, while it is pending,
 	// the record of its destination or else of its channel's one provider
@@ -118,7 +123,9 @@ WHERE n.id = $1`
 // different request it fails with notify.ErrConflict. The
 // request is not validated here: the API does that.
 func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
-	if nn.IdempotencyKey == "" && nn.Fault == "" {
+	// A timed create (send_at, expires_at) takes the transaction too: the
+	// group's statement writes neither column.
+	if nn.IdempotencyKey == "" && nn.Fault == "" && !nn.Request.Timed() {
 		return s.createOne(ctx, nn)
 	}
 	tx, err := s.begin(ctx)
@@ -242,7 +249,7 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 			return notify.Created{}, wrap("expire idempotency key", err)
 		}
 	}
-	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination).
+	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination, r.SendAt, r.ExpiresAt).
 		Scan(&id, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
@@ -261,7 +268,7 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 	if err != nil {
 		return notify.Created{}, err
 	}
-	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, nn.Traceparent); err != nil {
+	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, nn.Traceparent, r.SendAt); err != nil {
 		return notify.Created{}, wrap("insert outbox", err)
 	}
 	return notify.Created{Notification: n}, nil
@@ -313,12 +320,19 @@ func scanNotification(row pgx.Row) (notify.Notification, error) {
 		sentAt, failedAt *time.Time
 	)
 	err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
-		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt, &failedAt)
+		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt, &failedAt,
+		&n.SendAt, &n.ExpiresAt, &n.CanceledAt, &n.ExpiredAt)
 	if err != nil {
 		return notify.Notification{}, err
 	}
 	n.Status = notify.Status(status)
 	n.SentAt = sentAt
 	n.FailedAt = failedAt
+	for _, t := range []**time.Time{&n.SendAt, &n.ExpiresAt, &n.CanceledAt, &n.ExpiredAt} {
+		if *t != nil {
+			u := (*t).UTC()
+			*t = &u
+		}
+	}
 	return n, nil
 }

@@ -123,7 +123,7 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("redrive notification %d: %w", id, err)
 	}
-	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, ""); err != nil {
+	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, "", nil); err != nil {
 		return false, wrap(fmt.Sprintf("redrive notification %d: insert outbox", id), err)
 	}
 	if err := tx.Commit(ctx); err != nil {

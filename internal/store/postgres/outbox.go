@@ -18,45 +18,101 @@ import (
 
 const (
 	// claimRelayBatch picks the rows a relay may take: unprocessed, of the
-	// relay's types (%[1]s, see relayTypes), with no live lease, in id
-	// order, skipping rows another relay is claiming at this instant. It
-	// walks a partial index in id order (outbox_unprocessed_idx, or the
-	// index of the relay's types, which the planner can pick because the
-	// types are written as literals) and stops after limit rows it could
-	// lock (rows of other types are passed over; the other relay keeps
-	// them few). On the partitioned outbox the walk is a Merge Append of
-	// each partition's index (claimPlan).
+	// relay's types (%[1]s, see relayTypes), due (%[2]s), with no live
+	// lease, in the relay's order (%[3]s), skipping rows another relay is
+	// claiming at this instant. It walks a partial index in that order and
+	// stops after limit rows it could lock (rows of other types are passed
+	// over; the other relay keeps them few). On the partitioned outbox the
+	// walk is a Merge Append of each partition's index (claimPlan).
+	//
+	// A relay of the notifications takes due rows in due order,
+	// (available_at, id), from outbox_work_due_idx (migration 0019): a row's
+	// available_at is its notification's send_at, so a row scheduled for
+	// later is neither read nor published before it is due, and a year
+	// ahead it waits in the outbox, never in a broker. The walk starts at
+	// the earliest due time and stops at now. The lease moves available_at
+	// to its end, as the table transport's claim does (claimDue,
+	// queue.go), so a leased row is not due and is not read again, and one
+	// whose lease ran out is due again. A relay of status events only
+	// (always due: nothing schedules them) walks
+	// outbox_status_unprocessed_idx in id order, as before. A relay of
+	// every type (the default with a broker) does both in one statement
+	// (leaseEveryType).
 	// Leases are judged and started on clock_timestamp(), the statement's
-	// time, not the transaction's start (see deliver.go, "Clocks").
+	// time, not the transaction's start (see deliver.go, "Clocks"); the
+	// bound of the due walk is read once, in a subquery, a value an index
+	// scan can start from.
 	claimRelayBatch = `
 SELECT id, occurred_at FROM outbox
-WHERE processed_at IS NULL%[1]s
+WHERE processed_at IS NULL%[1]s%[2]s
+  AND (locked_until IS NULL OR locked_until < clock_timestamp())
+ORDER BY %[3]s
+LIMIT $1
+FOR UPDATE SKIP LOCKED`
+
+	// leaseEveryType is leaseRelayBatch for a relay of every type: the
+	// status events first, in id order from outbox_status_unprocessed_idx,
+	// then due work rows in due order from outbox_work_due_idx up to the
+	// batch's size, each walk on its own partial index (one index of every
+	// unprocessed row in due order would also serve, but the table claim's
+	// plan could then take it and read the status events). Status events
+	// go first: there is at most one per settled delivery, and behind a
+	// backlog of work they would otherwise wait for it to drain.
+	leaseEveryType = `
+WITH status AS MATERIALIZED (
+SELECT id, occurred_at FROM outbox
+WHERE processed_at IS NULL
+  AND event_type IN (` + statusTypeList + `)
   AND (locked_until IS NULL OR locked_until < clock_timestamp())
 ORDER BY id
 LIMIT $1
-FOR UPDATE SKIP LOCKED`
+FOR UPDATE SKIP LOCKED
+), work AS MATERIALIZED (
+SELECT id, occurred_at FROM outbox
+WHERE processed_at IS NULL
+  AND event_type NOT IN (` + statusTypeList + `)` + relayDue + `
+  AND (locked_until IS NULL OR locked_until < clock_timestamp())
+ORDER BY ` + relayDueOrder + `
+LIMIT (SELECT $1::bigint - count(*) FROM status)
+FOR UPDATE SKIP LOCKED
+), claimed AS MATERIALIZED (
+SELECT id, occurred_at FROM status UNION ALL SELECT id, occurred_at FROM work
+)
+UPDATE outbox
+SET locked_by = $2, (locked_until, available_at) = (SELECT l.until, l.until FROM (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond' AS until) AS l)
+WHERE ` + claimedRows + `
+RETURNING id, event_type, payload, occurred_at, COALESCE(traceparent, '')`
+
+	// relayDue and relayDueOrder are claimRelayBatch's due condition and
+	// order for a relay of the notifications; a relay of status events
+	// has neither (relayIDOrder).
+	relayDue      = "\n  AND available_at <= (SELECT clock_timestamp())"
+	relayDueOrder = "available_at, id"
+	relayIDOrder  = "id"
 
 	// leaseRelayBatch leases the claimed rows to one batch, in one
 	// autocommitted statement: the row locks last only as long as it runs,
 	// the lease keeps other relays off while the batch publishes. The CTE is
 	// materialized so the locking subquery runs exactly once. The claimed
-	// rows are found again as claimedRows says.
+	// rows are found again as claimedRows says. The lease's end is read
+	// once, so locked_until and available_at get the same value.
 	leaseRelayBatch = `
 WITH claimed AS MATERIALIZED (` + claimRelayBatch + `
 )
 UPDATE outbox
-SET locked_by = $2, locked_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
+SET locked_by = $2, (locked_until, available_at) = (SELECT l.until, l.until FROM (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond' AS until) AS l)
 WHERE ` + claimedRows + `
 RETURNING id, event_type, payload, occurred_at, COALESCE(traceparent, '')`
 
 	// markRelayed records the confirmed rows; any relay's confirm counts,
 	// so it does not check the lease: the broker has the event either way.
 	// releaseRelayed ends the lease of the rows this batch could not
-	// publish, so that they are due again at once. Both bound occurred_at
+	// publish, so that they are due again at once (available_at, which the
+	// lease moved to its end, back to now). Both bound occurred_at
 	// by the batch's own (occurredSpan, queue.go) so that, planned with the
 	// values, they touch only the partitions of those days.
 	markRelayed    = `UPDATE outbox SET processed_at = now(), locked_until = NULL WHERE id = ANY($1) AND occurred_at BETWEEN $2 AND $3 AND processed_at IS NULL`
-	releaseRelayed = `UPDATE outbox SET locked_by = NULL, locked_until = NULL WHERE id = ANY($1) AND occurred_at BETWEEN $3 AND $4 AND locked_by = $2 AND processed_at IS NULL`
+	releaseRelayed = `UPDATE outbox SET locked_by = NULL, locked_until = NULL, available_at = clock_timestamp() WHERE id = ANY($1) AND occurred_at BETWEEN $3 AND $4 AND locked_by = $2 AND processed_at IS NULL`
 
 	// selectOutboxStats reads the backlog from outbox_unprocessed_idx and
 	// counts the dead letters from notifications_failed_idx, in one round
@@ -226,10 +282,30 @@ func plainType(t string) bool {
 }
 
 // leaseStatement returns leaseRelayBatch for a relay of types, and its
-// arguments after $3.
+// arguments after $3: in due order, except for a relay of status events
+// alone (see claimRelayBatch).
 func leaseStatement(types []string) (string, []any) {
+	if types == nil {
+		return leaseEveryType, nil
+	}
 	cond, args := relayTypes(types)
-	return fmt.Sprintf(leaseRelayBatch, cond), args
+	if statusOnly(types) {
+		return fmt.Sprintf(leaseRelayBatch, cond, "", relayIDOrder), args
+	}
+	return fmt.Sprintf(leaseRelayBatch, cond, relayDue, relayDueOrder), args
+}
+
+// statusOnly reports whether types names status events only.
+func statusOnly(types []string) bool {
+	if len(types) == 0 {
+		return false
+	}
+	for _, t := range types {
+		if !notify.IsStatusEvent(t) {
+			return false
+		}
+	}
+	return true
 }
 
 // leaseRelayEvents leases up to limit rows to token, in id order, in one

@@ -137,7 +137,9 @@ func TestUpgradeToPartitionedOutbox(t *testing.T) {
 	// the key is new (id, occurred_at).
 	newIndexes := indexFiles(t, s, "outbox_legacy")
 	for name, file := range oldIndexes {
-		if name == "outbox_pkey" {
+		// Migration 0019 builds the work and status indexes again
+		// (their predicates name the new status events).
+		if name == "outbox_pkey" || name == "outbox_work_unprocessed_idx" || name == "outbox_status_unprocessed_idx" {
 			continue
 		}
 		legacy := "outbox_legacy" + name[len("outbox"):]

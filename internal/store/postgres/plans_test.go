@@ -30,7 +30,7 @@ var keyedStatements = []keyedStatement{
 	{"lock", lockNotifications, `'{1,2,3,4,5,6,7,8}'::bigint[]`},
 	{"record", recordDeliveries, `'{1,2}'::bigint[], '{1,2}'::bigint[], '{1,2}'::bigint[], '{sent,retry}'::text[],
 		'{"",x}'::text[], '{0,1000}'::bigint[], '{0,0}'::bigint[], true, '{"",""}'::text[]`},
-	{"claim", claimDeliveries, `'{1,2}'::bigint[], '{1,2}'::bigint[], 60000000, '{0,0}'::bigint[]`},
+	{"claim", claimDeliveries, `'{1,2}'::bigint[], '{1,2}'::bigint[], 60000000, '{0,0}'::bigint[], true`},
 }
 
 // keyIndexes are the only indexes a statement after keyedPlan may read a
@@ -194,7 +194,10 @@ func assertGenericPlans(t *testing.T, ctx context.Context, s *Store) {
 
 // claimStatement is a claim that runs after claimPlan, with arguments to
 // explain it with (literals) and the suffix of the partial index its walk
-// must take in every partition (<partition><suffix>).
+// must take in every partition (<partition><suffix>); several suffixes,
+// separated by spaces, for a claim of several walks, each a Merge Append
+// of its own (the relay of every type: the status events, then the due
+// work).
 type claimStatement struct {
 	name, sql, args, walk string
 }
@@ -207,8 +210,8 @@ func claimStatements() []claimStatement {
 		return sql
 	}
 	return []claimStatement{
-		{"relay lease", lease(nil), `100, 'relay-t', 60000000`, "_unprocessed_idx"},
-		{"notifications relay lease", lease([]string{notify.EventRequested}), `100, 'relay-t', 60000000`, "_work_unprocessed_idx"},
+		{"relay lease", lease(nil), `100, 'relay-t', 60000000`, "_status_unprocessed_idx _work_due_idx"},
+		{"notifications relay lease", lease([]string{notify.EventRequested}), `100, 'relay-t', 60000000`, "_work_due_idx"},
 		{"status relay lease", lease(notify.StatusEventTypes), `100, 'relay-t', 60000000`, "_status_unprocessed_idx"},
 		{"table claim", claimDue, `'worker-t', 100, 60000000`, "_work_due_idx"},
 	}
@@ -250,6 +253,7 @@ func outboxLeaves(t *testing.T, ctx context.Context, conn *pgx.Conn) []string {
 // sequential or bitmap scan.
 func claimPlanProblems(plan map[string]any, leaves []string, walk string) []string {
 	var problems []string
+	walks := strings.Fields(walk)
 	walked := map[string]bool{}
 	merges := 0
 	var visit func(n map[string]any, underMerge bool)
@@ -270,8 +274,8 @@ func claimPlanProblems(plan map[string]any, leaves []string, walk string) []stri
 			switch {
 			case node != "Index Scan":
 				problems = append(problems, fmt.Sprintf("%s on %s", node, rel))
-			case underMerge && index == rel+walk:
-				walked[rel] = true
+			case underMerge && slices.ContainsFunc(walks, func(w string) bool { return index == rel+w }):
+				walked[index] = true
 			case underMerge:
 				problems = append(problems, fmt.Sprintf("claim walks %s on %s, want %s", index, rel, rel+walk))
 			case index != rel+"_pkey" || !strings.Contains(cond, "id = ANY") || !strings.Contains(cond, "occurred_at >= ") ||
@@ -287,12 +291,14 @@ func claimPlanProblems(plan map[string]any, leaves []string, walk string) []stri
 		}
 	}
 	visit(plan, false)
-	if merges != 1 {
-		problems = append(problems, fmt.Sprintf("%d Merge Appends, want 1", merges))
+	if merges != len(walks) {
+		problems = append(problems, fmt.Sprintf("%d Merge Appends, want %d", merges, len(walks)))
 	}
 	for _, leaf := range leaves {
-		if !walked[leaf] {
-			problems = append(problems, "claim does not walk "+leaf+walk)
+		for _, w := range walks {
+			if !walked[leaf+w] {
+				problems = append(problems, "claim does not walk "+leaf+w)
+			}
 		}
 	}
 	return problems

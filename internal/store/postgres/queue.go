@@ -13,6 +13,12 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
+// statusTypeList is the status event types as a list of SQL literals, as
+// the predicates of the outbox's work and status indexes write them
+// (migration 0019): a claim's type condition must be written the same way
+// for the planner to take them.
+const statusTypeList = `'` + notify.EventSent + `', '` + notify.EventFailed + `', '` + notify.EventCanceled + `', '` + notify.EventExpired + `'`
+
 const (
 	// claimDue leases due rows of every type but the status events, which
 	// are for the relay, never for a worker (it would take one for poison):
@@ -46,7 +52,7 @@ const (
 WITH claimed AS MATERIALIZED (
 	SELECT id, occurred_at FROM outbox
 	WHERE processed_at IS NULL
-	  AND event_type NOT IN ('` + notify.EventSent + `', '` + notify.EventFailed + `')
+	  AND event_type NOT IN (` + statusTypeList + `)
 	  AND available_at <= (SELECT clock_timestamp())
 	  AND (locked_until IS NULL OR locked_until < clock_timestamp())
 	ORDER BY available_at, id

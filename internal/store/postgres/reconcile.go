@@ -100,7 +100,7 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, ""); err != nil {
+		if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, "", nil); err != nil {
 			return nil, wrap("reconcile: insert outbox", err)
 		}
 		if _, err := tx.Exec(ctx, touchReconciled, n.ID); err != nil {

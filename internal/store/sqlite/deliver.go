@@ -22,9 +22,18 @@ import (
 // must carry at least (next_retry_count, 0 without a row: no mark).
 const selectClaimState = `
 SELECT n.status, n.claimed_until, n.claim_attempt_id,
-	COALESCE(pm.processed_at IS NOT NULL, 0), COALESCE(pm.next_retry_count, 0)
+	COALESCE(pm.processed_at IS NOT NULL, 0), COALESCE(pm.next_retry_count, 0), n.expires_at
 FROM notifications AS n LEFT JOIN processed_messages AS pm ON pm.message_id = ?2
 WHERE n.id = ?1`
+
+// expireNotification ends a pending notification found past its
+// expires_at by a claim (?2 now): no send starts after it (issue 34). It
+// returns what its status event says.
+const expireNotification = `
+UPDATE notifications SET status = 'expired', expired_at = ?2, updated_at = ?2,
+	claim_attempt_id = NULL, claimed_until = NULL, retry_due_at = NULL
+WHERE id = ?1 AND status = 'pending'
+RETURNING user_id, channel, status, attempts, COALESCE(last_error, '')`
 
 // markProcessed records a message id as done, unless it is done already.
 const markProcessed = `
@@ -100,7 +109,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		if err := recordTx(ctx, q, results, t, s.statusEvents, recorded); err != nil {
 			return fmt.Errorf("record deliveries: %w", err)
 		}
-		if err := claimTx(ctx, q, reqs, t, lease, claims); err != nil {
+		if err := claimTx(ctx, q, reqs, t, lease, s.statusEvents, claims); err != nil {
 			return fmt.Errorf("claim deliveries: %w", err)
 		}
 		return nil
@@ -117,7 +126,7 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	return claims, recorded, nil
 }
 
-func claimTx(ctx context.Context, tx txStmts, reqs []notify.ClaimRequest, t time.Time, lease time.Duration, out []notify.Claim) error {
+func claimTx(ctx context.Context, tx txStmts, reqs []notify.ClaimRequest, t time.Time, lease time.Duration, statusEvents bool, out []notify.Claim) error {
 	ts := formatTime(t)
 	until := t.Add(lease).Truncate(time.Microsecond)
 	seenM := make(map[int64]bool, len(reqs))
@@ -127,7 +136,7 @@ func claimTx(ctx context.Context, tx txStmts, reqs []notify.ClaimRequest, t time
 		if !seenM[r.MessageID] && !seenN[r.NotificationID] {
 			seenM[r.MessageID], seenN[r.NotificationID] = true, true
 			var err error
-			if c, err = claimOne(ctx, tx, r, ts, until); err != nil {
+			if c, err = claimOne(ctx, tx, r, ts, until, statusEvents); err != nil {
 				return err
 			}
 		}
@@ -136,7 +145,7 @@ func claimTx(ctx context.Context, tx txStmts, reqs []notify.ClaimRequest, t time
 	return nil
 }
 
-func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string, until time.Time) (notify.Claim, error) {
+func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string, until time.Time, statusEvents bool) (notify.Claim, error) {
 	c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID}
 	c.RetryCount = r.RetryCount
 	var (
@@ -145,8 +154,9 @@ func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string,
 		stale        sql.NullInt64
 		done         bool
 		next         int64 // the least retry count a copy may carry
+		expiresAt    sql.NullString
 	)
-	err := tx.QueryRowContext(ctx, selectClaimState, r.NotificationID, r.MessageID).Scan(&status, &claimedUntil, &stale, &done, &next)
+	err := tx.QueryRowContext(ctx, selectClaimState, r.NotificationID, r.MessageID).Scan(&status, &claimedUntil, &stale, &done, &next, &expiresAt)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		c.Status = notify.ClaimMissing
@@ -162,6 +172,14 @@ func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string,
 	case claimedUntil.Valid && claimedUntil.String > ts:
 		c.Status = notify.ClaimBusy
 		return c, nil
+	case expiresAt.Valid && expiresAt.String <= ts:
+		// Past its expires_at: no send starts. It ends expired with its
+		// status event, and the message is answered (and recorded) as a
+		// duplicate: acknowledged, nothing sent.
+		if err := expire(ctx, tx, r.NotificationID, ts, statusEvents); err != nil {
+			return c, err
+		}
+		c.Status = notify.ClaimDuplicate
 	default:
 		c.Status = notify.ClaimTaken
 	}
@@ -191,6 +209,28 @@ func claimOne(ctx context.Context, tx txStmts, r notify.ClaimRequest, ts string,
 	}
 	c.Until = until
 	return c, nil
+}
+
+// expire ends notification id expired at ts, with its status event when
+// statusEvents.
+func expire(ctx context.Context, tx txStmts, id int64, ts string, statusEvents bool) error {
+	ev := notify.StatusEvent{NotificationID: notify.FormatID(id)}
+	err := tx.QueryRowContext(ctx, expireNotification, id, ts).Scan(&ev.UserID, &ev.Channel, &ev.Status, &ev.Attempts, &ev.LastError)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("expire notification %d: %w", id, classify(err))
+	}
+	if !statusEvents {
+		return nil
+	}
+	at, err := parseTime(ts)
+	if err != nil {
+		return err
+	}
+	ev.At = at
+	return insertStatusEvent(ctx, tx, ev, ts)
 }
 
 // applyResult is the compare-and-set of a record: only the claim that still
@@ -346,7 +386,7 @@ func insertStatusEvent(ctx context.Context, tx txStmts, ev notify.StatusEvent, t
 }
 
 // deliveryStatements are the statements ClaimAndRecord runs, prepared once.
-var deliveryStatements = []string{selectClaimState, markProcessed, insertAttempt, leaseNotification,
+var deliveryStatements = []string{selectClaimState, expireNotification, markProcessed, insertAttempt, leaseNotification,
 	dropStaleLease, releaseStaleMarked, leaseMessage, applyResult, finishAttempt, releaseMessage, releaseMarked,
 	insertOutbox, previousDeferral, foldInto, dropAttempt}
 

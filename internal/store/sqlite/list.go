@@ -19,11 +19,16 @@ const (
 	// listColumns are notificationColumns without the body: a page of 500
 	// must not drag 500 bodies out of the file.
 	listColumns = `id, user_id, channel, recipient, subject, '', status, attempts,
-	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at`
+	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at,
+	send_at, expires_at, canceled_at, expired_at`
 
-	listSelect        = `SELECT ` + listColumns + ` FROM notifications`
-	listByUser        = `user_id = ?`
-	listByStatus      = `status = ?`
+	listSelect   = `SELECT ` + listColumns + ` FROM notifications`
+	listByUser   = `user_id = ?`
+	listByStatus = `status = ?`
+	// A scheduled notification is stored pending with a send_at ahead
+	// (see notify.StatusAt); ? is now.
+	listScheduled     = `status = 'pending' AND send_at > ?`
+	listDuePending    = `status = 'pending' AND (send_at IS NULL OR send_at <= ?)`
 	listByChannel     = `channel = ?`
 	listCreatedAfter  = `created_at >= ?`
 	listCreatedBefore = `created_at < ?`
@@ -67,7 +72,13 @@ func listQuery(f notify.ListFilter) (string, []any) {
 	if f.UserID != "" {
 		where, args = append(where, listByUser), append(args, f.UserID)
 	}
-	if f.Status != "" {
+	switch f.Status {
+	case "":
+	case notify.StatusScheduled:
+		where, args = append(where, listScheduled), append(args, formatTime(now()))
+	case notify.StatusPending:
+		where, args = append(where, listDuePending), append(args, formatTime(now()))
+	default:
 		where, args = append(where, listByStatus), append(args, string(f.Status))
 	}
 	if f.Channel != "" {

@@ -11,14 +11,15 @@ import (
 )
 
 const notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
-	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at`
+	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at,
+	send_at, expires_at, canceled_at, expired_at`
 
 // The user's idempotency key is the conflict target: a second create with
 // the same user and key inserts nothing and returns no row, and Create then compares the
 // request with the stored one.
 const insertNotification = `
-INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at, destination)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at, destination, send_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id`
 
@@ -60,7 +61,7 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 	var id int64
 	err := tx.QueryRowContext(ctx, insertNotification,
 		r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
-		formatTime(t), formatTime(t), nullString(nn.Destination)).Scan(&id)
+		formatTime(t), formatTime(t), nullString(nn.Destination), nullTime(r.SendAt), nullTime(r.ExpiresAt)).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
 		if err != nil {
@@ -76,8 +77,14 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 	if err != nil {
 		return notify.Created{}, err
 	}
+	// The event is due at the notification's send_at, or at once: a
+	// send_at in the past is due now, behind the rows due before it.
+	due := t
+	if r.SendAt != nil && r.SendAt.After(t) {
+		due = *r.SendAt
+	}
 	if _, err := tx.ExecContext(ctx, insertOutbox,
-		notify.EventRequested, string(payload), formatTime(t), formatTime(t), nullString(nn.Traceparent)); err != nil {
+		notify.EventRequested, string(payload), formatTime(t), formatTime(due), nullString(nn.Traceparent)); err != nil {
 		return notify.Created{}, fmt.Errorf("insert outbox event: %w", classify(err))
 	}
 	if nn.Fault == notify.FaultAfterOutboxInsert {
@@ -138,10 +145,13 @@ func scanNotification(row interface{ Scan(...any) error }) (notify.Notification,
 		n                              notify.Notification
 		status                         string
 		lastErr, key, sentAt, failedAt sql.NullString
+		sendAt, expiresAt              sql.NullString
+		canceledAt, expiredAt          sql.NullString
 		createdAt, updatedAt           string
 	)
 	if err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
-		&lastErr, &key, &createdAt, &updatedAt, &sentAt, &failedAt); err != nil {
+		&lastErr, &key, &createdAt, &updatedAt, &sentAt, &failedAt,
+		&sendAt, &expiresAt, &canceledAt, &expiredAt); err != nil {
 		return notify.Notification{}, err
 	}
 	n.Status = notify.Status(status)
@@ -168,7 +178,27 @@ func scanNotification(row interface{ Scan(...any) error }) (notify.Notification,
 		}
 		n.FailedAt = &t
 	}
+	for _, c := range []struct {
+		v   sql.NullString
+		dst **time.Time
+	}{{sendAt, &n.SendAt}, {expiresAt, &n.ExpiresAt}, {canceledAt, &n.CanceledAt}, {expiredAt, &n.ExpiredAt}} {
+		if c.v.Valid {
+			t, err := parseTime(c.v.String)
+			if err != nil {
+				return notify.Notification{}, err
+			}
+			*c.dst = &t
+		}
+	}
 	return n, nil
+}
+
+// nullTime stores a nil time as NULL, others as the store's text.
+func nullTime(t *time.Time) sql.NullString {
+	if t == nil {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: formatTime(*t), Valid: true}
 }
 
 // Subscribe returns a channel that receives a value (coalesced: at most one

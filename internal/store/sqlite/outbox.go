@@ -17,32 +17,39 @@ import (
 )
 
 // leaseRelayBatch leases the rows a relay may take (unprocessed, of one of
-// the types in the JSON list ?5, or any type when ?5 is NULL, no live lease)
-// in id order to one batch, in one statement: SQLite's single writer
+// the types in the JSON list ?5, or any type when ?5 is NULL, due at ?3,
+// no live lease) in due order, (available_at, id), from outbox_due_idx
+// (migration 0017; named, since the planner could take outbox_work_due_idx
+// for a relay of the notifications and then read every status event),
+// to one batch, in one statement: SQLite's single writer
 // serializes it against every other claim, so two relays never lease the
-// same row.
+// same row. A row's available_at is its notification's send_at, so one
+// scheduled for later is neither read nor published before it is due. The
+// lease moves available_at to its end, as the table claim does, so a
+// leased row is not due and one whose lease ran out is due again.
 const leaseRelayBatch = `
-UPDATE outbox SET locked_by = ?1, locked_until = ?2
+UPDATE outbox SET locked_by = ?1, locked_until = ?2, available_at = ?2
 WHERE id IN (
-    SELECT id FROM outbox
+    SELECT id FROM outbox INDEXED BY outbox_due_idx
     WHERE processed_at IS NULL
       AND (?5 IS NULL OR event_type IN (SELECT value FROM json_each(?5)))
+      AND available_at <= ?3
       AND (locked_until IS NULL OR locked_until < ?3)
-    ORDER BY id
+    ORDER BY available_at, id
     LIMIT ?4)
 RETURNING id, event_type, payload, occurred_at, coalesce(traceparent, '')`
 
 // markRelayed records the confirmed rows; any relay's confirm counts, so it
 // does not check the lease: the broker has the event either way.
 // releaseRelayed ends the lease of the rows a batch could not publish, so
-// that they are due again at once.
+// that they are due again at once (available_at back to now, ?3).
 const (
 	markRelayed = `
 UPDATE outbox SET processed_at = ?, locked_until = NULL
 WHERE id IN (SELECT value FROM json_each(?)) AND processed_at IS NULL`
 	releaseRelayed = `
-UPDATE outbox SET locked_by = NULL, locked_until = NULL
-WHERE id IN (SELECT value FROM json_each(?)) AND locked_by = ? AND processed_at IS NULL`
+UPDATE outbox SET locked_by = NULL, locked_until = NULL, available_at = ?3
+WHERE id IN (SELECT value FROM json_each(?1)) AND locked_by = ?2 AND processed_at IS NULL`
 )
 
 // relayLease is how long rows stay leased to a batch whose context has no
@@ -135,7 +142,7 @@ func (s *Store) settleRelayed(ctx context.Context, mark, release []int64, token 
 			}
 		}
 		if len(release) > 0 {
-			if _, err := tx.ExecContext(ctx, releaseRelayed, string(releaseList), token); err != nil {
+			if _, err := tx.ExecContext(ctx, releaseRelayed, string(releaseList), token, formatTime(now())); err != nil {
 				return fmt.Errorf("release %d unconfirmed outbox rows: %w", len(release), classify(err))
 			}
 		}
@@ -179,6 +186,12 @@ func relayToken() string {
 	_, _ = rand.Read(b)
 	return "relay-" + hex.EncodeToString(b)
 }
+
+// statusTypeList is the status event types as a list of SQL literals, as
+// the predicates of the outbox's work indexes write them (migration 0017):
+// a claim's type condition must be written the same way for the planner to
+// take them.
+const statusTypeList = `'` + notify.EventSent + `', '` + notify.EventFailed + `', '` + notify.EventCanceled + `', '` + notify.EventExpired + `'`
 
 // selectOutboxStats reads the backlog from outbox_unprocessed_idx and counts
 // the dead letters from notifications_failed_idx, in one statement and so
@@ -228,13 +241,15 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 // (Reschedule) is due at that moment, behind every row due before it, not
 // ahead of them as its id would put it. The test of locked_until is a
 // guard for a lease that left available_at alone (one taken before
-// migration 0013): it reads nothing more.
+// migration 0013): it reads nothing more. The index is named (INDEXED BY):
+// outbox_due_idx (migration 0017), the relay's, gives the same order with
+// the status events in it, and the planner may otherwise take it.
 const claimOutbox = `
 UPDATE outbox SET locked_by = ?1, locked_until = ?2, available_at = ?2
 WHERE id IN (
-    SELECT id FROM outbox
+    SELECT id FROM outbox INDEXED BY outbox_work_due_idx
     WHERE processed_at IS NULL
-      AND event_type NOT IN ('` + notify.EventSent + `', '` + notify.EventFailed + `')
+      AND event_type NOT IN (` + statusTypeList + `)
       AND available_at <= ?3
       AND (locked_until IS NULL OR locked_until < ?3)
     ORDER BY available_at, id

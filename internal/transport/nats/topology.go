@@ -80,9 +80,10 @@ type Topology struct {
 	// services, as many as like, each with a consumer of its own, and never
 	// by herald (see doc.go).
 	StatusStream string
-	// StatusSent and StatusFailed are the subjects of the status events
-	// notification.sent and notification.failed.
-	StatusSent, StatusFailed string
+	// StatusSent, StatusFailed, StatusCanceled and StatusExpired are the
+	// subjects of the status events notification.sent, .failed, .canceled
+	// and .expired.
+	StatusSent, StatusFailed, StatusCanceled, StatusExpired string
 }
 
 // NewTopology returns the contract's names with prefix prepended to each
@@ -100,6 +101,8 @@ func NewTopology(prefix string) Topology {
 		StatusStream:   name + "NOTIFICATIONS_STATUS",
 		StatusSent:     prefix + "notifications.status.sent",
 		StatusFailed:   prefix + "notifications.status.failed",
+		StatusCanceled: prefix + "notifications.status.canceled",
+		StatusExpired:  prefix + "notifications.status.expired",
 	}
 }
 
@@ -125,6 +128,10 @@ func (t Topology) subject(typ string) (subject, stream string, ok bool) {
 		return t.StatusSent, t.StatusStream, true
 	case notify.EventFailed:
 		return t.StatusFailed, t.StatusStream, true
+	case notify.EventCanceled:
+		return t.StatusCanceled, t.StatusStream, true
+	case notify.EventExpired:
+		return t.StatusExpired, t.StatusStream, true
 	}
 	return "", "", false
 }
@@ -136,8 +143,8 @@ func (t Topology) subject(typ string) (subject, stream string, ok bool) {
 func (t Topology) statusStreamConfig(cfg Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        t.StatusStream,
-		Description: "herald status events: notification.sent and notification.failed, for other services",
-		Subjects:    []string{t.StatusSent, t.StatusFailed},
+		Description: "herald status events: notification.sent, .failed, .canceled and .expired, for other services",
+		Subjects:    []string{t.StatusSent, t.StatusFailed, t.StatusCanceled, t.StatusExpired},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
