@@ -41,7 +41,7 @@ WHERE payload->>'notification_id' = $1::text AND event_type = '` + notify.EventR
 // with its notification.canceled status event, in one transaction. See
 // api.Store.
 func (s *Store) Cancel(ctx context.Context, id int64) (notify.Notification, error) {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return notify.Notification{}, wrap("cancel notification: begin", err)
 	}
