@@ -183,3 +183,28 @@ func TestPgBouncerPartitionDrop(t *testing.T) {
 	require.EqualValues(t, 4, n)
 }
 
+// Behind the pooler the store prepares nothing per connection
+// (cache_describe), unless the URL chose a mode; on the direct path it
+// prepares each statement once per connection, as before.
+func TestPgBouncerExecMode(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	direct := testenv.PostgresURL(t)
+	pooled := testenv.PgBouncerURL(t, direct)
+	for _, tc := range []struct {
+		url  string
+		want pgx.QueryExecMode
+	}{
+		{direct, pgx.QueryExecModeCacheStatement},
+		{pooled, pgx.QueryExecModeCacheDescribe},
+		{pooled + "&default_query_exec_mode=exec", pgx.QueryExecModeExec},
+	} {
+		s := open(t, tc.url)
+		conn, err := s.pool.Acquire(ctx)
+		require.NoError(t, err)
+		got := conn.Conn().Config().DefaultQueryExecMode
+		conn.Release()
+		require.Equal(t, tc.want, got, "%s", tc.url)
+	}
+}

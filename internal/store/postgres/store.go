@@ -246,9 +246,10 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 	}
 	s.listenConfig.Tracer = nil
 	s.listenConfig.RuntimeParams["application_name"] = listenerApplicationName
-	// The mode the URL asked for, if any (default_query_exec_mode): kept
-	// behind a pooler too.
-	urlMode := pcfg.ConnConfig.DefaultQueryExecMode
+	// A mode the URL asks for (default_query_exec_mode) is kept behind a
+	// pooler too: cache_statement for a PgBouncer 1.21+ that tracks
+	// prepared statements (max_prepared_statements), for one.
+	urlMode := strings.Contains(url, "default_query_exec_mode")
 	pcfg.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
 		pooled, err := s.detectPooler(ctx)
 		if err != nil {
@@ -262,7 +263,7 @@ func Open(ctx context.Context, url string, cfg Config) (*Store, error) {
 			// trip per statement: pgx remembers each statement's
 			// parameter and result types per client connection, and
 			// sends the statement text with every execution.
-			if urlMode == pgx.QueryExecModeCacheStatement {
+			if !urlMode {
 				cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 			}
 			return nil
