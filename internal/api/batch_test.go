@@ -333,4 +333,3 @@ func mustCounter(t testing.TB, reg *prometheus.Registry, status string) promethe
 	t.Fatalf("no herald_batch_items_total{status=%q}", status)
 	return nil
 }
-
