@@ -3,7 +3,9 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +19,8 @@ var batchTests = []subtest{
 	{"BatchKeyTwice", testBatchKeyTwice},
 	{"BatchInjectedFault", testBatchInjectedFault},
 	{"BatchFull", testBatchFull},
+	{"BatchKeyRace", testBatchKeyRace},
+	{"BatchKeyExpired", testBatchKeyExpired},
 }
 
 // batchOf returns n distinct create requests, from request(first) on.
@@ -165,4 +169,52 @@ func testBatchFull(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, notify.MaxBatch, h.Count(t, "notifications"))
 	require.Equal(t, notify.MaxBatch, h.Count(t, "outbox"))
 	require.EqualValues(t, notify.MaxBatch, unprocessed(t, ctx, s))
+}
+
+// Batches sent at once with the same keys (a client's retry racing its
+// first try) make one notification per key, and every batch answers it.
+func testBatchKeyRace(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	const racers = 4
+	nns := batchOf(1, 100)
+	for i := range nns {
+		nns[i].IdempotencyKey = "race-" + notify.FormatID(int64(i))
+	}
+	outs := make([][]notify.BatchResult, racers)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for r := range racers {
+		wg.Go(func() { outs[r], errs[r] = s.CreateBatch(ctx, nns) })
+	}
+	wg.Wait()
+	created := 0
+	for r := range racers {
+		require.NoError(t, errs[r], "batch %d", r)
+		for i, res := range outs[r] {
+			require.NoError(t, res.Err)
+			require.Equal(t, outs[0][i].Created.Notification.ID, res.Created.Notification.ID, "batch %d, request %d", r, i)
+			if !res.Created.Replayed {
+				created++
+			}
+		}
+	}
+	require.Equal(t, len(nns), created, "each key created once")
+	require.Equal(t, len(nns), h.Count(t, "notifications"))
+	require.Equal(t, len(nns), h.Count(t, "outbox"))
+}
+
+// A key whose notification is older than the window is free: the batch
+// makes a new notification with it, as a single create does.
+func testBatchKeyExpired(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	old, err := s.Create(ctx, notify.NewNotification{Request: request(1), IdempotencyKey: "daily"})
+	require.NoError(t, err)
+	h.Backdate(t, old.Notification.ID, notify.IdempotencyWindow+time.Hour)
+	out, err := s.CreateBatch(ctx, []notify.NewNotification{{Request: request(1), IdempotencyKey: "daily"}, {Request: request(1), IdempotencyKey: "daily"}})
+	require.NoError(t, err)
+	require.False(t, out[0].Created.Replayed)
+	require.NotEqual(t, old.Notification.ID, out[0].Created.Notification.ID)
+	require.True(t, out[1].Created.Replayed)
+	require.Equal(t, out[0].Created.Notification.ID, out[1].Created.Notification.ID)
+	require.Equal(t, 2, h.Count(t, "notifications"))
 }
