@@ -77,6 +77,14 @@ type Config struct {
 	// A limit of zero would refuse every create, so zero means the default,
 	// DefaultMaxBodyBytes (1 MiB); it must not be negative.
 	MaxBodyBytes int64
+	// MaxBatch is the most items a batch create (POST
+	// /notifications/batch) may hold; a larger batch gets 413. Zero means
+	// the default, notify.MaxBatch (1,000).
+	MaxBatch int
+	// MaxBatchBytes limits the size of a batch create's request body (each
+	// of its items is held to MaxBodyBytes too); larger bodies get 413.
+	// Zero means the default, DefaultMaxBatchBytes (16 MiB).
+	MaxBatchBytes int64
 	// Admission, when set, is asked before every create is written. An
 	// error wrapping a *RetryAfterError makes the create answer 429 with
 	// Retry-After; any other error answers 503. Default: nil (always admit).
@@ -147,6 +155,12 @@ func (c Config) withDefaults() Config {
 	if c.ScheduleHorizon == 0 {
 		c.ScheduleHorizon = DefaultScheduleHorizon
 	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = notify.MaxBatch
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
 	return c
 }
 
@@ -156,6 +170,9 @@ func (c Config) validate() error {
 	}
 	if c.ScheduleHorizon < 0 {
 		return fmt.Errorf("schedule horizon must not be negative, got %s", c.ScheduleHorizon)
+	}
+	if c.MaxBatch < 0 || c.MaxBatchBytes < 0 {
+		return fmt.Errorf("max batch and max batch bytes must not be negative, got %d and %d", c.MaxBatch, c.MaxBatchBytes)
 	}
 	seen := make(map[string]bool, len(c.Ready))
 	for i, ch := range c.Ready {

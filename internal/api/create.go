@@ -39,16 +39,8 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	}
 	// Admission comes after validation: a client with a bad request must
 	// fix it whatever the load, and a 429 must mean "retry as is".
-	if a.cfg.Admission != nil {
-		if err := a.cfg.Admission(r.Context()); err != nil {
-			if ra, ok := errors.AsType[*RetryAfterError](err); ok {
-				w.Header().Set("Retry-After", retryAfterSeconds(ra.After))
-				writeError(w, http.StatusTooManyRequests, apiError{Code: "too_many_requests", Message: "too many pending notifications; retry later"})
-				return
-			}
-			a.unavailable(w, r, "admit notification", err)
-			return
-		}
+	if !a.admit(w, r) {
+		return
 	}
 	created, err := a.createTraced(r.Context(), nn)
 	switch {
@@ -70,6 +62,25 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(headerReplayed, "true")
 	}
 	writeJSON(w, http.StatusCreated, newNotificationView(n))
+}
+
+// admit asks Config.Admission whether a create may be written now; when
+// not, it answers 429 (with Retry-After) or 503 itself and reports false.
+func (a *API) admit(w http.ResponseWriter, r *http.Request) bool {
+	if a.cfg.Admission == nil {
+		return true
+	}
+	err := a.cfg.Admission(r.Context())
+	if err == nil {
+		return true
+	}
+	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
+		w.Header().Set("Retry-After", retryAfterSeconds(ra.After))
+		writeError(w, http.StatusTooManyRequests, apiError{Code: "too_many_requests", Message: "too many pending notifications; retry later"})
+		return false
+	}
+	a.unavailable(w, r, "admit notification", err)
+	return false
 }
 
 // createTraced runs the create transaction in a span of its own, whose
@@ -118,13 +129,8 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNoti
 	}
 	nn.IdempotencyKey = key
 	nn.RequestID = notify.RequestIDFrom(r.Context())
-	if a.cfg.DebugFaults {
-		if vs, ok := r.Header[headerFault]; ok {
-			if len(vs) != 1 || vs[0] != notify.FaultAfterOutboxInsert {
-				return nn, &apiError{Code: "invalid_header", Message: "must be " + strconv.Quote(notify.FaultAfterOutboxInsert), Field: headerFault}, http.StatusBadRequest
-			}
-			nn.Fault = notify.FaultAfterOutboxInsert
-		}
+	if nn.Fault, e = a.fault(r.Header); e != nil {
+		return nn, e, http.StatusBadRequest
 	}
 	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(a.cfg.MaxBodyBytes, 10) + " bytes"}
 	if r.ContentLength > a.cfg.MaxBodyBytes {
@@ -141,21 +147,47 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNoti
 	if e != nil {
 		return nn, e, http.StatusBadRequest
 	}
-	if e := a.disabledChannel(req.Channel); e != nil {
+	if e := a.checkCreate(&nn, req); e != nil {
 		return nn, e, http.StatusBadRequest
+	}
+	return nn, nil, 0
+}
+
+// checkCreate validates a decoded create request and, when it is valid,
+// puts it in nn with what follows from it. A single create and each item
+// of a batch go through it: a check of a create belongs here.
+func (a *API) checkCreate(nn *notify.NewNotification, req notify.CreateRequest) *apiError {
+	if e := a.disabledChannel(req.Channel); e != nil {
+		return e
 	}
 	if err := req.Validate(a.cfg.Channels); err != nil {
 		if fe, ok := errors.AsType[*notify.FieldError](err); ok {
-			return nn, &apiError{Code: "invalid_field", Message: fe.Field + " " + fe.Message, Field: fe.Field}, http.StatusBadRequest
+			return &apiError{Code: "invalid_field", Message: fe.Field + " " + fe.Message, Field: fe.Field}
 		}
-		return nn, &apiError{Code: "invalid_field", Message: "the request is invalid"}, http.StatusBadRequest
+		return &apiError{Code: "invalid_field", Message: "the request is invalid"}
 	}
 	if e := schedule(&req, time.Now(), a.cfg.ScheduleHorizon); e != nil {
-		return nn, e, http.StatusBadRequest
+		return e
 	}
 	nn.Request = req
 	nn.Destination = a.cfg.Channels.DestinationOf(req)
-	return nn, nil, 0
+	return nil
+}
+
+// fault reads the X-Herald-Fault header, honoured only with
+// Config.DebugFaults.
+func (a *API) fault(h http.Header) (string, *apiError) {
+	if !a.cfg.DebugFaults {
+		return "", nil
+	}
+	vs, ok := h[headerFault]
+	if !ok {
+		return "", nil
+	}
+	if len(vs) != 1 || vs[0] != notify.FaultAfterOutboxInsert {
+		return "", &apiError{Code: "invalid_header", Message: "must be " + strconv.Quote(notify.FaultAfterOutboxInsert), Field: headerFault}
+	}
+	return notify.FaultAfterOutboxInsert, nil
 }
 
 // disabledChannel is the error for a create on a channel herald knows
@@ -200,14 +232,22 @@ func idempotencyKey(h http.Header) (string, *apiError) {
 	if !ok {
 		return "", nil
 	}
-	e := &apiError{Code: "invalid_header", Message: "must be 1 to 255 printable ASCII characters, given once", Field: headerIdempotencyKey}
-	if len(vs) != 1 || vs[0] == "" || len(vs[0]) > maxIdempotencyKeyLen {
-		return "", e
-	}
-	for i := 0; i < len(vs[0]); i++ {
-		if c := vs[0][i]; c < 0x20 || c > 0x7e {
-			return "", e
-		}
+	if len(vs) != 1 || !validKey(vs[0]) {
+		return "", &apiError{Code: "invalid_header", Message: "must be 1 to 255 printable ASCII characters, given once", Field: headerIdempotencyKey}
 	}
 	return vs[0], nil
+}
+
+// validKey reports whether k is a valid idempotency key: 1 to 255
+// printable ASCII characters.
+func validKey(k string) bool {
+	if k == "" || len(k) > maxIdempotencyKeyLen {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -65,17 +65,25 @@ type createBody struct {
 // accepted, and one that is not a string is held as its compact JSON text.
 // It does not validate the values (CreateRequest.Validate does).
 func decodeCreate(raw []byte, channels notify.Channels) (notify.CreateRequest, *apiError) {
+	var cb createBody
+	return decodeInto(raw, channels, requestFields, &cb, &cb)
+}
+
+// decodeInto is decodeCreate for a body that may hold the keys of fields:
+// it decodes into target, which is cb itself or a struct that embeds it
+// beside fields of its own (a batch item's idempotency_key), and reads the
+// request from cb.
+func decodeInto(raw []byte, channels notify.Channels, fields map[string]bool, target any, cb *createBody) (notify.CreateRequest, *apiError) {
 	var req notify.CreateRequest
 	if !utf8.Valid(raw) {
 		return req, &apiError{Code: "invalid_utf8", Message: "the request body is not valid UTF-8"}
 	}
-	if e := scanKeys(raw, requestFields); e != nil {
+	if e := scanKeys(raw, fields); e != nil {
 		return req, e
 	}
-	var cb createBody
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cb); err != nil {
+	if err := dec.Decode(target); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
 			return req, &apiError{Code: "invalid_field", Message: te.Field + " must be a " + te.Type.String(), Field: te.Field}
 		}

@@ -16,6 +16,11 @@ type httpMetrics struct {
 	// create times the create transaction (the store's Create) of the
 	// creates that committed or were replayed, with trace exemplars.
 	create prometheus.Histogram
+	// batch times the transaction of each batch (POST
+	// /notifications/batch) that committed, whatever its size.
+	batch prometheus.Histogram
+	// batchItems counts the items of batches by the status of each.
+	batchItems *prometheus.CounterVec
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
@@ -34,8 +39,17 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Help:    "Time of the create transaction (the notification and its outbox event) of the creates that succeeded.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "herald_create_batch_seconds",
+			Help:    "Time of the transaction of a batch create (POST /notifications/batch) that succeeded, whatever its size.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		batchItems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herald_batch_items_total",
+			Help: "Items of batch creates (POST /notifications/batch) answered, by the status of each item.",
+		}, []string{"status"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.create} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.create, m.batch, m.batchItems} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register http metrics: %w", err)
 		}
@@ -49,4 +63,14 @@ func (m *httpMetrics) observe(route string, code int, d time.Duration) {
 	}
 	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// countBatch counts a batch's items by their status.
+func (m *httpMetrics) countBatch(results []batchResult) {
+	if m == nil {
+		return
+	}
+	for _, r := range results {
+		m.batchItems.WithLabelValues(strconv.Itoa(r.Status)).Inc()
+	}
 }

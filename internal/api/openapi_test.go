@@ -271,6 +271,23 @@ func TestOpenAPIResponses(t *testing.T) {
 		require.Equal(t, 201, call("POST", "/notifications", jsonHeaders(), body(t, map[string]any{"user_id": "u-" + strconv.Itoa(i)})).status)
 	}
 
+	// Batches: 207 with created, replayed, conflicting and invalid items;
+	// 400, 413, 415 and 429 for the whole request.
+	batch := call("POST", "/notifications/batch", jsonHeaders(), `{"notifications":[`+body(t, nil)+`,`+body(t, map[string]any{"to": "nobody"})+
+		`,{"user_id":"u-9","channel":"email","to":"a@example.com","subject":"s","body":"b","idempotency_key":"b1"},{"user_id":"u-9","channel":"email","to":"a@example.com","subject":"s","body":"b","idempotency_key":"b1"},{"user_id":"u-9","channel":"email","to":"a@example.com","subject":"x","body":"b","idempotency_key":"b1"}]}`)
+	require.Equal(t, 207, batch.status)
+	require.Len(t, batch.json["results"], 5)
+	require.Equal(t, 400, call("POST", "/notifications/batch", jsonHeaders(), `{"notifications":[]}`).status)
+	require.Equal(t, 413, call("POST", "/notifications/batch", jsonHeaders(), `{"notifications":[`+strings.Repeat(`{},`, notify.MaxBatch)+`{}]}`).status)
+	require.Equal(t, 415, call("POST", "/notifications/batch", nil, `{"notifications":[{}]}`).status)
+	shedMu.Lock()
+	shed = true
+	shedMu.Unlock()
+	require.Equal(t, 429, call("POST", "/notifications/batch", jsonHeaders(), `{"notifications":[`+body(t, nil)+`]}`).status)
+	shedMu.Lock()
+	shed = false
+	shedMu.Unlock()
+
 	// Another channel: its create, detail and listing answer the same
 	// shapes; an unknown channel is a 400.
 	hook := call("POST", "/notifications", jsonHeaders(), `{"user_id":"u","channel":"webhook","to":"https://example.com/hook","body":{"event":"paid"}}`)

@@ -86,6 +86,7 @@ var optionalOperations = map[string]bool{"metrics": true, "listDeadLetters": tru
 func (a *API) register() error {
 	handlers := map[string]http.Handler{
 		"createNotification": http.HandlerFunc(a.create),
+		"createBatch":        http.HandlerFunc(a.createBatch),
 		"listNotifications":  http.HandlerFunc(a.list),
 		"getNotification":    http.HandlerFunc(a.get),
 		"cancelNotification": http.HandlerFunc(a.cancel),

@@ -13,6 +13,14 @@ type Store interface {
 	// idempotency key and the debug fault). Errors: notify.ErrConflict,
 	// notify.ErrInjectedFault, or a store failure.
 	Create(ctx context.Context, n notify.NewNotification) (notify.Created, error)
+	// CreateBatch writes each of nns as Create would, in their order, and
+	// answers one result per request in the same order: created, replayed
+	// or notify.ErrConflict. The batch is one transaction where the store
+	// has transactions (PostgreSQL, SQLite): any other failure, the debug
+	// fault of any request included, writes none of them and fails the
+	// whole call. A store without (MongoDB) writes each create atomically
+	// and says what a failure leaves.
+	CreateBatch(ctx context.Context, nns []notify.NewNotification) ([]notify.BatchResult, error)
 	// Get returns one notification or notify.ErrNotFound.
 	Get(ctx context.Context, id int64) (notify.Notification, error)
 	// List returns a page of the notifications f selects, newest first,

@@ -32,7 +32,6 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
 	// Times are kept to the millisecond: the answer says what a read will.
 	nn.Request.SendAt, nn.Request.ExpiresAt = msPtr(nn.Request.SendAt), msPtr(nn.Request.ExpiresAt)
-	r := nn.Request
 	for try := 0; ; try++ {
 		if nn.IdempotencyKey != "" {
 			if c, ok, err := s.replay(ctx, nn); err != nil || ok {
@@ -43,25 +42,10 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 		if err != nil {
 			return notify.Created{}, err
 		}
-		t := now()
-		n := nn.Pending(id, t)
-		d := doc{
-			Key: key(id), ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
-			Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
-			Destination: nn.Destination, SendAt: r.SendAt, ExpiresAt: r.ExpiresAt,
-		}
-		if nn.IdempotencyKey != "" {
-			d.IdemScope = idemScope(r.UserID, nn.IdempotencyKey)
-		}
-		if err := d.addEvent(n, t, nn.Traceparent); err != nil {
+		d, n, err := newDoc(nn, id, now())
+		if err != nil {
 			return notify.Created{}, err
 		}
-		// The event is due at send_at (one in the past: now), so that
-		// neither the relay nor the table claim takes it before.
-		if r.SendAt != nil && r.SendAt.After(t) {
-			d.Events[len(d.Events)-1].AvailableAt = *r.SendAt
-		}
-		d.derive()
 		if nn.Fault == notify.FaultAfterOutboxInsert {
 			// The document is built with its event and not written: the
 			// single insert is all or nothing.
@@ -81,6 +65,33 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 			return notify.Created{}, fmt.Errorf("insert notification: %d ids taken in a row", try)
 		}
 	}
+}
+
+// newDoc builds the document a create inserts: the notification nn makes
+// under id at t, with its notification.requested event inside.
+func newDoc(nn notify.NewNotification, id int64, t time.Time) (doc, notify.Notification, error) {
+	// Times are kept to the millisecond: the answer says what a read will.
+	nn.Request.SendAt, nn.Request.ExpiresAt = msPtr(nn.Request.SendAt), msPtr(nn.Request.ExpiresAt)
+	r := nn.Request
+	n := nn.Pending(id, t)
+	d := doc{
+		Key: key(id), ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
+		Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
+		Destination: nn.Destination, SendAt: r.SendAt, ExpiresAt: r.ExpiresAt,
+	}
+	if nn.IdempotencyKey != "" {
+		d.IdemScope = idemScope(r.UserID, nn.IdempotencyKey)
+	}
+	if err := d.addEvent(n, t, nn.Traceparent); err != nil {
+		return doc{}, notify.Notification{}, err
+	}
+	// The event is due at send_at (one in the past: now), so that
+	// neither the relay nor the table claim takes it before.
+	if r.SendAt != nil && r.SendAt.After(t) {
+		d.Events[len(d.Events)-1].AvailableAt = *r.SendAt
+	}
+	d.derive()
+	return d, n, nil
 }
 
 // replay answers a create whose idempotency key the user holds within

@@ -54,16 +54,17 @@ VALUES ($1, $2, NULLIF($3, ''), GREATEST(COALESCE($4::timestamptz, now()), now()
 	// table.
 	// $1-$5 user ids, channels, recipients, subjects, bodies; $6 event
 	// types; $7 payloads; $8 traceparents ('' for none); $9 destinations
-	// ('' for none).
+	// ('' for none); $10 idempotency keys ('' for none; a batch's keys
+	// that no notification holds, see CreateBatch).
 	insertCreates = `
 WITH r AS MATERIALIZED (
 	SELECT nextval(pg_get_serial_sequence('notifications', 'id')) AS id, r.*
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::text[], $9::text[])
-		WITH ORDINALITY AS r(user_id, channel, recipient, subject, body, event_type, payload, traceparent, destination, ord)
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::text[], $9::text[], $10::text[])
+		WITH ORDINALITY AS r(user_id, channel, recipient, subject, body, event_type, payload, traceparent, destination, idempotency_key, ord)
 	ORDER BY r.ord
 ), n AS (
-	INSERT INTO notifications (id, user_id, channel, recipient, subject, body, destination) OVERRIDING SYSTEM VALUE
-	SELECT id, user_id, channel, recipient, subject, body, NULLIF(destination, '') FROM r ORDER BY ord
+	INSERT INTO notifications (id, user_id, channel, recipient, subject, body, destination, idempotency_key) OVERRIDING SYSTEM VALUE
+	SELECT id, user_id, channel, recipient, subject, body, NULLIF(destination, ''), NULLIF(idempotency_key, '') FROM r ORDER BY ord
 	RETURNING id, created_at
 ), e AS (
 	INSERT INTO outbox (event_type, payload, traceparent)
@@ -79,8 +80,8 @@ SELECT r.ord, n.id, n.created_at FROM r JOIN n ON n.id = r.id`
 	// unsynced: 8,540 against 7,330 statements a second).
 	insertCreate = `
 WITH n AS (
-	INSERT INTO notifications (user_id, channel, recipient, subject, body, destination)
-	VALUES ($1, $2, $3, $4, $5, NULLIF($9, ''))
+	INSERT INTO notifications (user_id, channel, recipient, subject, body, destination, idempotency_key)
+	VALUES ($1, $2, $3, $4, $5, NULLIF($9, ''), NULLIF($10, ''))
 	RETURNING id, created_at
 ), e AS (
 	INSERT INTO outbox (event_type, payload, traceparent)
@@ -168,37 +169,36 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// CreateGroup writes what Create writes for each request of nns (none may
-// have an idempotency key) in one statement on q, insertCreates (or
-// insertCreate for a group of one), and wakes
-// no one: every notification with its event, or none. It answers in the
+// CreateGroup writes what Create writes for each request of nns in one
+// statement on q, insertCreates (or insertCreate for a group of one), and
+// wakes no one: every notification with its event, or none. A request's
+// idempotency key is written with it but not looked up: it must be one no
+// notification holds (CreateBatch checks), else the statement fails with
+// a unique violation. It answers in the
 // order of nns. The store's groups run it; it is exported for herald
 // bench's raw ceiling, which measures the database's create with the
 // store's own statement, on connections of its own.
 func CreateGroup(ctx context.Context, q Querier, nns []notify.NewNotification) ([]notify.Created, error) {
 	n := len(nns)
 	users, channels, tos, subjects, bodies := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	types, payloads, traces, dests := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	types, payloads, traces, dests, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, nn := range nns {
-		if nn.IdempotencyKey != "" {
-			return nil, errors.New("create in one statement: a request has an idempotency key")
-		}
 		payload, err := notify.RequestedPayload(nn.Pending(0, time.Time{}))
 		if err != nil {
 			return nil, err
 		}
 		r := nn.Request
 		users[i], channels[i], tos[i], subjects[i], bodies[i] = r.UserID, r.Channel, r.To, r.Subject, r.Body
-		types[i], payloads[i], traces[i], dests[i] = notify.EventRequested, string(payload), nn.Traceparent, nn.Destination
+		types[i], payloads[i], traces[i], dests[i], keys[i] = notify.EventRequested, string(payload), nn.Traceparent, nn.Destination, nn.IdempotencyKey
 	}
 	var (
 		rows pgx.Rows
 		err  error
 	)
 	if n == 1 {
-		rows, err = q.Query(ctx, insertCreate, users[0], channels[0], tos[0], subjects[0], bodies[0], types[0], payloads[0], traces[0], dests[0])
+		rows, err = q.Query(ctx, insertCreate, users[0], channels[0], tos[0], subjects[0], bodies[0], types[0], payloads[0], traces[0], dests[0], keys[0])
 	} else {
-		rows, err = q.Query(ctx, insertCreates, users, channels, tos, subjects, bodies, types, payloads, traces, dests)
+		rows, err = q.Query(ctx, insertCreates, users, channels, tos, subjects, bodies, types, payloads, traces, dests, keys)
 	}
 	if err != nil {
 		return nil, wrap("insert", err)

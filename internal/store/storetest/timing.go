@@ -23,6 +23,7 @@ var timingTests = []subtest{
 	{"CancelRacesClaim", testCancelRacesClaim},
 	{"ExpiredAtClaim", testExpiredAtClaim},
 	{"ExpiredRetryNotSent", testExpiredRetryNotSent},
+	{"BatchKeepsTiming", testBatchKeepsTiming},
 }
 
 // statusEvents relays the status events and returns them.
@@ -352,4 +353,31 @@ func testExpiredRetryNotSent(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, notify.StatusExpired, got.Status)
 	require.Equal(t, 1, got.Attempts, "the one attempt before the expiry")
 	require.Len(t, h.Attempts(t, n.ID), 1)
+}
+
+// testBatchKeepsTiming: a batch's timed request (send_at, expires_at),
+// amid untimed ones that may be written together, keeps both times, and
+// its event is not relayed before its send_at.
+func testBatchKeepsTiming(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	sendAt := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	expiresAt := sendAt.Add(time.Hour)
+	nns := batchOf(1, 3)
+	nns[1].Request.SendAt, nns[1].Request.ExpiresAt = ptr(sendAt), ptr(expiresAt)
+	out, err := s.CreateBatch(ctx, nns)
+	require.NoError(t, err)
+	require.Len(t, out, 3)
+	for i, r := range out {
+		require.NoError(t, r.Err, "request %d", i)
+	}
+	timed := out[1].Created.Notification
+	got, err := s.Get(ctx, timed.ID)
+	require.NoError(t, err)
+	require.NotNil(t, got.SendAt, "the batch dropped send_at")
+	require.WithinDuration(t, sendAt, *got.SendAt, time.Millisecond)
+	require.NotNil(t, got.ExpiresAt, "the batch dropped expires_at")
+	require.WithinDuration(t, expiresAt, *got.ExpiresAt, time.Millisecond)
+	require.Equal(t, notify.StatusScheduled, got.StatusAt(time.Now()))
+	require.ElementsMatch(t, []int64{out[0].Created.Notification.ID, out[2].Created.Notification.ID}, relayIDs(t, ctx, s, nil),
+		"a relay took the scheduled request's event before its send_at")
 }

@@ -1,0 +1,277 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/tracing"
+)
+
+// DefaultMaxBatchBytes is the default limit on a batch's request body:
+// 16 MiB, a thousand creates of some 16 KiB each. A batch of a thousand
+// items of the single create's 1 MiB would be a gigabyte held in memory
+// at once; a larger broadcast is sent as more batches.
+const DefaultMaxBatchBytes = 16 << 20
+
+// batchFields are the keys a batch body may hold.
+var batchFields = map[string]bool{"notifications": true}
+
+// itemFields are the keys a batch item may hold: a create body's, and the
+// item's own idempotency key (a header is the request's, not an item's).
+var itemFields = func() map[string]bool {
+	m := maps.Clone(requestFields)
+	m[fieldIdempotencyKey] = true
+	return m
+}()
+
+const fieldIdempotencyKey = "idempotency_key"
+
+// itemBody is a batch item as decoded: a create body and its key.
+type itemBody struct {
+	*createBody
+	IdempotencyKey *string `json:"idempotency_key"`
+}
+
+// batchResult is one item's answer: status 201 with the id (replayed when
+// an earlier create with the item's key is answered again), or an error
+// status with the error, its field a path into the batch
+// ("notifications[3].to").
+type batchResult struct {
+	Status   int       `json:"status"`
+	ID       string    `json:"id,omitempty"`
+	Replayed bool      `json:"replayed,omitempty"`
+	Error    *apiError `json:"error,omitempty"`
+}
+
+type batchReply struct {
+	Results []batchResult `json:"results"`
+}
+
+// createBatch handles POST /notifications/batch: every item is decoded and
+// checked as a single create is (decodeInto, checkCreate), the valid ones
+// are written in one store call (Store.CreateBatch: one transaction), and
+// the answer, 207, holds one result per item in the request's order. What
+// is wrong with the request as a whole (its headers, its size, its shape,
+// more items than the limit) answers the one error, and so does a store
+// failure or the debug fault: then nothing was written.
+func (a *API) createBatch(w http.ResponseWriter, r *http.Request) {
+	nns, results, aerr, status := a.readBatch(w, r)
+	if aerr != nil {
+		writeError(w, status, *aerr)
+		return
+	}
+	var valid []int
+	for i := range results {
+		if results[i].Status == 0 {
+			valid = append(valid, i)
+		}
+	}
+	if len(valid) > 0 {
+		// As for a single create: validation first, then admission.
+		if !a.admit(w, r) {
+			return
+		}
+		todo := make([]notify.NewNotification, len(valid))
+		for k, i := range valid {
+			todo[k] = nns[i]
+		}
+		out, err := a.createBatchTraced(r.Context(), todo)
+		switch {
+		case err == nil:
+		case errors.Is(err, notify.ErrInjectedFault):
+			a.log.InfoContext(r.Context(), "batch create failed on purpose", "fault", notify.FaultAfterOutboxInsert)
+			writeError(w, http.StatusInternalServerError, apiError{Code: "injected_fault", Message: "the batch failed on purpose (" + headerFault + "); nothing was written"})
+			return
+		default:
+			a.unavailable(w, r, "create notification batch", err)
+			return
+		}
+		for k, i := range valid {
+			res := out[k]
+			if errors.Is(res.Err, notify.ErrConflict) {
+				results[i] = itemError(i, http.StatusConflict, apiError{Code: "idempotency_conflict", Message: "the idempotency key was already used with a different request", Field: fieldIdempotencyKey})
+				continue
+			}
+			results[i] = batchResult{Status: http.StatusCreated, ID: notify.FormatID(res.Created.Notification.ID), Replayed: res.Created.Replayed}
+		}
+	}
+	a.metrics.countBatch(results)
+	writeJSON(w, http.StatusMultiStatus, batchReply{Results: results})
+}
+
+// readBatch checks a batch request's headers and body, and every item.
+// It returns the items' creates and a result for each: zero (Status 0)
+// for a valid item, its error for another. On a failure of the whole
+// request it returns the error to answer and its status.
+func (a *API) readBatch(w http.ResponseWriter, r *http.Request) ([]notify.NewNotification, []batchResult, *apiError, int) {
+	if e := checkContentType(r.Header.Values("Content-Type")); e != nil {
+		return nil, nil, e, http.StatusUnsupportedMediaType
+	}
+	if _, ok := r.Header[headerIdempotencyKey]; ok {
+		return nil, nil, &apiError{Code: "invalid_header", Message: "a batch takes no Idempotency-Key header: give each item its " + fieldIdempotencyKey, Field: headerIdempotencyKey}, http.StatusBadRequest
+	}
+	fault, e := a.fault(r.Header)
+	if e != nil {
+		return nil, nil, e, http.StatusBadRequest
+	}
+	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(a.cfg.MaxBatchBytes, 10) + " bytes: send the notifications in more batches"}
+	if r.ContentLength > a.cfg.MaxBatchBytes {
+		return nil, nil, tooLarge, http.StatusRequestEntityTooLarge
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBatchBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, nil, tooLarge, http.StatusRequestEntityTooLarge
+		}
+		return nil, nil, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
+	}
+	items, e, status := a.decodeBatch(raw)
+	if e != nil {
+		return nil, nil, e, status
+	}
+	nns := make([]notify.NewNotification, len(items))
+	results := make([]batchResult, len(items))
+	requestID := notify.RequestIDFrom(r.Context())
+	for i, item := range items {
+		nns[i] = notify.NewNotification{RequestID: requestID, Fault: fault}
+		if int64(len(item)) > a.cfg.MaxBodyBytes {
+			results[i] = itemError(i, http.StatusRequestEntityTooLarge, apiError{Code: "too_large",
+				Message: "the notification is larger than " + strconv.FormatInt(a.cfg.MaxBodyBytes, 10) + " bytes"})
+			continue
+		}
+		if e := a.readItem(&nns[i], item); e != nil {
+			results[i] = itemError(i, http.StatusBadRequest, *e)
+		}
+	}
+	return nns, results, nil, 0
+}
+
+// decodeBatch reads the batch body's shape: one object with exactly the
+// key notifications (spelled so, given once), a list of 1 to MaxBatch
+// items, each kept as its JSON text for readItem. An item's own faults (an
+// unknown key, an unpaired surrogate escape) are its own, not the batch's.
+func (a *API) decodeBatch(raw []byte) ([]json.RawMessage, *apiError, int) {
+	bad := func(msg string) ([]json.RawMessage, *apiError, int) {
+		return nil, &apiError{Code: "invalid_json", Message: msg}, http.StatusBadRequest
+	}
+	if !utf8.Valid(raw) {
+		return nil, &apiError{Code: "invalid_utf8", Message: "the request body is not valid UTF-8"}, http.StatusBadRequest
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return bad("the request body is empty")
+	}
+	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
+		return bad("the request body must be a JSON object")
+	}
+	var list json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return bad("the request body is not valid JSON")
+		}
+		key, _ := tok.(string)
+		if !batchFields[key] {
+			key = clip(key, maxEchoLen)
+			return nil, &apiError{Code: "unknown_field", Message: "unknown field " + strconv.Quote(key), Field: key}, http.StatusBadRequest
+		}
+		if list != nil {
+			return nil, &apiError{Code: "invalid_field", Message: key + " is given more than once", Field: key}, http.StatusBadRequest
+		}
+		if err := dec.Decode(&list); err != nil {
+			return bad("the request body is not valid JSON")
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return bad("the request body is not valid JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return bad("the request body must hold one JSON object and nothing after it")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(list, &items); err != nil && list != nil {
+		return nil, &apiError{Code: "invalid_field", Message: "notifications must be a list of notifications", Field: "notifications"}, http.StatusBadRequest
+	}
+	n := len(items)
+	switch {
+	case n == 0:
+		return nil, &apiError{Code: "invalid_field", Message: "notifications must hold at least one notification", Field: "notifications"}, http.StatusBadRequest
+	case n > a.cfg.MaxBatch:
+		return nil, &apiError{Code: "too_large", Message: "a batch holds at most " + strconv.Itoa(a.cfg.MaxBatch) + " notifications; this one holds " + strconv.Itoa(n) + ": send them in more batches", Field: "notifications"}, http.StatusRequestEntityTooLarge
+	}
+	return items, nil, 0
+}
+
+// readItem decodes and checks one item as a single create's body is
+// (decodeInto, checkCreate), with its idempotency key, into nn.
+func (a *API) readItem(nn *notify.NewNotification, raw []byte) *apiError {
+	var cb createBody
+	ib := itemBody{createBody: &cb}
+	req, e := decodeInto(raw, a.cfg.Channels, itemFields, &ib, &cb)
+	if e != nil {
+		return e
+	}
+	if ib.IdempotencyKey != nil {
+		if !validKey(*ib.IdempotencyKey) {
+			return &apiError{Code: "invalid_field", Message: fieldIdempotencyKey + " must be 1 to 255 printable ASCII characters", Field: fieldIdempotencyKey}
+		}
+		nn.IdempotencyKey = *ib.IdempotencyKey
+	}
+	return a.checkCreate(nn, req)
+}
+
+// itemError is the result of item i that failed with e: its field and
+// message name the item.
+func itemError(i int, status int, e apiError) batchResult {
+	at := "notifications[" + strconv.Itoa(i) + "]"
+	if e.Field != "" {
+		e.Field = at + "." + e.Field
+	} else {
+		e.Field = at
+	}
+	e.Message = at + ": " + e.Message
+	return batchResult{Status: status, Error: &e}
+}
+
+// createBatchTraced runs the batch's transaction in a span of its own,
+// whose context every item's outbox event stores (see createTraced).
+func (a *API) createBatchTraced(ctx context.Context, nns []notify.NewNotification) ([]notify.BatchResult, error) {
+	ctx, span := a.tracer.Start(ctx, "create notification batch", traceBatch(len(nns)))
+	defer span.End()
+	tp := tracing.Traceparent(ctx)
+	for i := range nns {
+		nns[i].Traceparent = tp
+	}
+	start := time.Now()
+	out, err := a.store.CreateBatch(ctx, nns)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "create batch failed")
+		return nil, err
+	}
+	if len(out) != len(nns) {
+		return nil, errors.New("create batch: the store answered " + strconv.Itoa(len(out)) + " results to " + strconv.Itoa(len(nns)) + " requests")
+	}
+	if a.metrics != nil {
+		tracing.Observe(ctx, a.metrics.batch, time.Since(start).Seconds())
+	}
+	return out, nil
+}
+
+func traceBatch(n int) trace.SpanStartOption {
+	return trace.WithAttributes(attribute.Int("herald.batch_size", n))
+}

@@ -1,0 +1,62 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// CreateBatch writes the creates of nns in one transaction on the write
+// connection, each with a single create's statements (createIn), in their
+// order, and one synced commit for all (see beginDurable). A known
+// idempotency key replays or conflicts, within the batch too (a key given
+// twice answers the first create again, or notify.ErrConflict); any other
+// failure, and a debug fault on any request, rolls the whole batch back.
+// See api.Store.
+func (s *Store) CreateBatch(ctx context.Context, nns []notify.NewNotification) ([]notify.BatchResult, error) {
+	out, err := s.createBatch(ctx, nns)
+	if err != nil {
+		return nil, fmt.Errorf("create batch: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) createBatch(ctx context.Context, nns []notify.NewNotification) ([]notify.BatchResult, error) {
+	select {
+	case <-s.closing:
+		return nil, errClosed
+	default:
+	}
+	ctx, cancel := context.WithTimeout(ctx, groupTimeout)
+	defer cancel()
+	tx, release, err := s.beginDurable(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", classify(err))
+	}
+	defer release()
+	defer func() { _ = tx.Rollback() }() // after the commit: nothing to undo
+	t := now()
+	out := make([]notify.BatchResult, len(nns))
+	written := false
+	for i, nn := range nns {
+		c, err := createIn(ctx, tx, nn, t)
+		switch {
+		case errors.Is(err, notify.ErrConflict):
+			out[i].Err = notify.ErrConflict
+		case err != nil:
+			return nil, err
+		default:
+			out[i].Created = c
+			written = written || !c.Replayed
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", classify(err))
+	}
+	if written {
+		s.hub.Wake()
+	}
+	return out, nil
+}
