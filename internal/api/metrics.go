@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -48,6 +49,11 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Name: "herald_batch_items_total",
 			Help: "Items of batch creates (POST /notifications/batch) answered, by the status of each item.",
 		}, []string{"status"}),
+	}
+	// Each status an item can answer is served from the start (at 0), so
+	// that a rate over it needs no first batch.
+	for _, st := range []int{http.StatusCreated, http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge} {
+		m.batchItems.WithLabelValues(strconv.Itoa(st))
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.create, m.batch, m.batchItems} {
 		if err := reg.Register(c); err != nil {
