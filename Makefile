@@ -29,15 +29,12 @@ services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS, the tests'
 
 # -parallel 4: most end-to-end tests of cmd/herald wait on timers (an
 # outage's length, a retry delay) rather than burn CPU; two at a time (the
-# default on two cores) left the package at over four minutes. -p 4 for
-# the same reason: the long packages (cmd/herald, the transports, the
-# PostgreSQL store) mostly wait on outages and delays, and two packages at
-# a time (the default on two cores) left test-go at about ten minutes.
+# default on two cores) left the package at over four minutes.
 # The Go client is a module of its own (client/go.mod), which ./... stops
 # at: its tests run apart, with go -C. Its tests against the real API run
 # in internal/clientcheck, within ./...
 test-go: ## unit and integration tests (services required), the client module's included
-	$(GO) test -count=1 -timeout 8m -p 4 -parallel 4 -skip '^TestGeneratorsAcceptDocument$$' $(PKGS)
+	$(GO) test -count=1 -timeout 8m -parallel 4 -skip '^TestGeneratorsAcceptDocument$$' $(PKGS)
 	$(GO) -C client test -count=1 ./...
 
 # Its own timeout: a cold build cache compiles both generators and the
