@@ -620,3 +620,47 @@ func TestReadmeDocsMap(t *testing.T) {
 		t.Errorf("README.md, %q: docs/%s does not exist; remove its item", heading, name)
 	}
 }
+
+// The field table of docs/api.md's "When to deliver" section names every
+// field that all channels' create bodies share beyond user_id, channel, to,
+// subject and body (send_at, expires_at, the quiet hours, urgent), as the OpenAPI
+// document declares them, and nothing else.
+func TestTimingFieldsTable(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					Const string `json:"const"`
+				} `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(readRepoFile(t, "internal/api/openapi.json")), &doc))
+	common := map[string]int{}
+	channels := 0
+	for _, s := range doc.Components.Schemas {
+		if s.Properties["channel"].Const == "" {
+			continue // not a channel's create body
+		}
+		channels++
+		for p := range s.Properties {
+			common[p]++
+		}
+	}
+	require.GreaterOrEqual(t, channels, 3, "the OpenAPI document's channel create bodies (a channel property with a const)")
+	var want []string
+	for p, n := range common {
+		switch p {
+		case "user_id", "channel", "to", "subject", "body":
+			continue
+		}
+		if n == channels {
+			want = append(want, p)
+		}
+	}
+	var got []string
+	for _, row := range mdTable(t, "docs/api.md", "#### When to deliver: `send_at`, `expires_at`, quiet hours, cancel", "field") {
+		got = append(got, codeSpans(row[0])...)
+	}
+	require.ElementsMatch(t, want, got, "docs/api.md's timing field table against the fields every channel's create body has (internal/api/openapi.json)")
+}
