@@ -118,12 +118,9 @@ func showNotification(ctx context.Context, name, help string, args []string, e e
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 {
-		return usageError{fmt.Errorf("%s takes one notification id (run 'herald %s --help')", name, name)}
-	}
-	id, ok := notify.ParseID(rest[0])
-	if !ok {
-		return usageError{fmt.Errorf("%s: %q is not a notification id", name, rest[0])}
+	id, err := oneID(name, rest)
+	if err != nil {
+		return err
 	}
 	q := url.Values{"limit": {strconv.Itoa(attemptsLimit)}}
 	if attemptsFrom != "" {
@@ -225,12 +222,9 @@ func cmdNotificationsCancel(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 {
-		return usageError{fmt.Errorf("%s takes one notification id (run 'herald %s --help')", name, name)}
-	}
-	id, ok := notify.ParseID(rest[0])
-	if !ok {
-		return usageError{fmt.Errorf("%s: %q is not a notification id", name, rest[0])}
+	id, err := oneID(name, rest)
+	if err != nil {
+		return err
 	}
 	var c canceler
 	if cfg.APIURL != "" {
@@ -475,4 +469,17 @@ func printJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// oneID is the one notification id the command name takes as its argument,
+// or a usage error.
+func oneID(name string, rest []string) (int64, error) {
+	if len(rest) != 1 {
+		return 0, usageError{fmt.Errorf("%s takes one notification id (run 'herald %s --help')", name, name)}
+	}
+	id, ok := notify.ParseID(rest[0])
+	if !ok {
+		return 0, usageError{fmt.Errorf("%s: %q is not a notification id", name, rest[0])}
+	}
+	return id, nil
 }
