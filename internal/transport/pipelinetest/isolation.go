@@ -68,8 +68,18 @@ const (
 	// isoSends/hookLatency (80/s) go, so a batch takes 4 s or more.
 	batch = 320
 	// minRatio is the criterion: the others' delivered/s during a
-	// fault at least this share of theirs without it.
+	// fault at least this share of theirs without it. It is required at
+	// the size (FaultEnv set: make test-isolation, make
+	// test-long), on a machine given to the run.
 	minRatio = 0.9
+	// stallRatio is what make test requires: there the package shares two
+	// cores with the rest of the suite, whose bursts move a 5-second rate
+	// by 10-15% (0.87x seen with nothing wrong). It still catches the
+	// fault the test is for, one stream for all (the others wait behind
+	// the faulty destination: a fraction of their rate); that the faulty
+	// destination is paused, holding no send slot, each subtest checks
+	// apart, by the attempts it spent. The rate is logged either way.
+	stallRatio = 0.5
 	// isoBackoffMax caps the pause between probes of a down provider, so
 	// that the mail server is found back within it after any outage.
 	isoBackoffMax = 10 * time.Second
@@ -332,16 +342,21 @@ func (e *env) checkFlows(t *testing.T, h *hub, flows ...flow) {
 }
 
 // compare logs the healthy traffic's rates and requires the one during
-// the fault to be at least minRatio of the one without it.
+// the fault to be at least minRatio of the one without it at the issue's
+// size, stallRatio under make test.
 func compare(t *testing.T, fault string, without, during flow) {
 	t.Helper()
 	ratio := during.rate() / without.rate()
 	t.Logf("isolation %s: others' delivered/s without the fault %.1f (%d in %s), during it %.1f (%d in %s): %.2fx",
 		fault, without.rate(), without.count, without.span.Round(time.Millisecond),
 		during.rate(), during.count, during.span.Round(time.Millisecond), ratio)
-	require.GreaterOrEqual(t, ratio, minRatio,
+	floor := stallRatio
+	if os.Getenv(FaultEnv) != "" {
+		floor = minRatio
+	}
+	require.GreaterOrEqual(t, ratio, floor,
 		"%s: the others' delivered/s during the fault (%.1f) is below %.1fx of theirs without it (%.1f)",
-		fault, during.rate(), minRatio, without.rate())
+		fault, during.rate(), floor, without.rate())
 }
 
 // endpoints starts n healthy endpoints of h.
