@@ -182,7 +182,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 	// meanwhile, or they would be published again.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
-	if err := s.settleRelayed(mctx, mark, release, token); err != nil {
+	if err := s.settleRelayedRetrying(mctx, mark, release, token); err != nil {
 		return len(events), errors.Join(err, pubErr)
 	}
 	if pubErr != nil {
@@ -364,6 +364,32 @@ func (s *Store) settleRelayed(ctx context.Context, mark, release []notify.Outbox
 		return wrap("relay batch: mark processed and release unconfirmed", err)
 	}
 	return nil
+}
+
+// settleRelayedRetrying settles a batch as settleRelayed does, and tries
+// again while the store is out of reach, until ctx ends (markTimeout,
+// which the rows' lease covers). The broker already has the confirmed
+// events: a connection dropped or a failover between the publish and the
+// mark would otherwise leave those rows leased for the rest of the lease
+// (a minute) and then have them published again. Both statements can run
+// twice: the mark names rows by key and only sets processed_at, the
+// release touches only rows still under this batch's token.
+func (s *Store) settleRelayedRetrying(ctx context.Context, mark, release []notify.OutboxKey, token string) error {
+	wait := 50 * time.Millisecond
+	for {
+		err := s.settleRelayed(ctx, mark, release, token)
+		if err == nil || !errors.Is(err, notify.ErrUnavailable) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // relayToken names one relay batch in locked_by.

@@ -1,0 +1,74 @@
+package postgres
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/faultproxy"
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testenv"
+)
+
+// A relay batch whose connections drop between the publish and the mark
+// (a failover, a pooler restart) still marks what the broker confirmed:
+// the rows are processed when RelayBatch returns, not left leased for the
+// rest of the lease (a minute) and then published again.
+func TestRelayBatchMarksAfterConnectionsDrop(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	direct := testenv.PostgresURL(t)
+	u, err := url.Parse(direct)
+	require.NoError(t, err)
+	p, err := faultproxy.New(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	u.Host = p.Addr()
+
+	s, err := Open(ctx, u.String(), Config{MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	require.NoError(t, s.Migrate(ctx))
+	createN(t, ctx, s, 5)
+
+	var published []int64
+	cut := make(chan int, 1)
+	n, err := s.RelayBatch(ctx, 10, nil, func(ctx context.Context, events []notify.Event) ([]int64, error) {
+		for _, e := range events {
+			published = append(published, e.ID)
+		}
+		// The broker confirmed them; then the connection drops while the
+		// mark is on its way: the proxy holds each chunk for a second,
+		// and cuts every connection a third of a second into that (a
+		// server killed mid-statement: the client reads EOF). Only the
+		// fault's place in time depends on the clock, not the outcome:
+		// a mark that got through before the cut leaves nothing to test
+		// and is caught below.
+		p.Latency(time.Second)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			cut <- p.Reset()
+			p.Pass()
+		}()
+		return published, nil
+	})
+	require.Positive(t, <-cut, "a connection was cut while the mark was on its way")
+	require.NoError(t, err, "the mark is tried again on a new connection")
+	require.Equal(t, 5, n)
+	require.Len(t, published, 5)
+
+	st, err := s.OutboxStats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Unprocessed, "every confirmed row marked processed")
+	// Nothing left to publish again.
+	n, err = s.RelayBatch(ctx, 10, nil, func(ctx context.Context, events []notify.Event) ([]int64, error) {
+		t.Errorf("published again: %d events", len(events))
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
