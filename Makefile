@@ -22,7 +22,7 @@ export HERALD_TEST_AMQP_URL ?= $(AMQP)
 # scripts/services.sh's PgBouncer (transaction mode) in front of POSTGRES.
 export HERALD_TEST_PGBOUNCER_URL ?= $(PGBOUNCER)
 
-.PHONY: help build test services test-go test-go-chaos chaos-short gencheck test-long test-isolation test-outage fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster outbox-study
+.PHONY: help build test services test-go test-go-chaos beside-test-go chaos-short gencheck test-long test-isolation test-outage fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster outbox-study
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -30,7 +30,7 @@ help: ## list the targets
 build: ## build bin/herald
 	$(GO) build -o bin/herald ./cmd/herald
 
-test: services lint check-deploy check-prometheus test-go-chaos gencheck fuzz-short test-outage ## everything CI runs: services, lint, deploy files, all tests
+test: services lint check-deploy test-go-chaos gencheck test-outage ## everything CI runs: services, lint, deploy files, all tests
 	@echo "make test: all passed"
 
 services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS, the tests' PgBouncer; install chromium
@@ -69,11 +69,29 @@ test-isolation: ## the isolation subtests at the issue's size on every transport
 # allows (FATAL: sorry, too many clients already): scripts/services.sh
 # raises max_connections to 300. --output-sync keeps each one's output in
 # one piece.
-test-go-chaos: ## test-go and chaos-short at once
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-go chaos-short
+#
+# CI shows the start and the end of a long output: a failure of the short
+# chaos run (printed first, when it ends) would fall in the middle. Its
+# output is kept in CHAOS_LOG too, and its verdicts are printed again last.
+CHAOS_LOG ?= $(or $(TMPDIR),/tmp)/herald-chaos-short.log
+test-go-chaos: ## test-go, and beside it chaos-short, check-prometheus and fuzz-short
+	@rm -f $(CHAOS_LOG); $(MAKE) --no-print-directory -j2 --output-sync=target test-go beside-test-go; rc=$$?; \
+	if [ $$rc -ne 0 ] && grep -q -- '--- FAIL' $(CHAOS_LOG) 2>/dev/null; then \
+		echo "== the short chaos run failed; its verdicts again (all of it: $(CHAOS_LOG)):"; \
+		grep -E -- '--- FAIL|Error:|Messages:|^ *FAIL |FAILED: |NOT drained|^ *chaos: ' $(CHAOS_LOG) | cut -c1-600 | tail -60; \
+	fi; exit $$rc
+
+# What runs beside test-go, one after another: the short chaos run, then
+# the real Prometheus check and the short fuzz runs (one fuzz worker each,
+# so that test-go keeps a core). Each mostly waits (on timers, on
+# Prometheus's evaluation), and test-go takes longer than all of them.
+beside-test-go:
+	@$(MAKE) --no-print-directory chaos-short
+	@$(MAKE) --no-print-directory check-prometheus
+	@$(MAKE) --no-print-directory fuzz-short FUZZFLAGS=-parallel=1
 
 chaos-short: ## the short chaos run (300 notifications, every fault once, table and RabbitMQ; pg-failover alone beside it, 120 notifications): about 2.5 minutes
-	$(GO) test -count=1 -timeout 10m -p 1 -tags outage ./cmd/herald-chaos/
+	@rc=$(CHAOS_LOG).rc; { $(GO) test -count=1 -timeout 10m -p 1 -tags outage ./cmd/herald-chaos/ 2>&1; echo $$? > $$rc; } | tee $(CHAOS_LOG); exit $$(cat $$rc)
 
 test-outage: ## the test that stops the shared RabbitMQ: alone, never beside the others
 	$(GO) test -count=1 -timeout 5m -p 1 -tags outage -run Outage ./cmd/herald/
@@ -87,13 +105,13 @@ test-outage: ## the test that stops the shared RabbitMQ: alone, never beside the
 # only looks for crashes; make fuzz is the long search.
 FUZZSHORT ?= 5000x
 fuzz-short: ## a short fuzz run of the request decoder, the list query parser, the cursor decoder, the validators (email, webhook, Telegram) and the event decoder
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x ./internal/api/
-	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x ./internal/api/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x ./internal/notify/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x ./internal/sender/mail/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x ./internal/notify/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x ./internal/sender/webhook/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x ./internal/sender/telegram/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x $(FUZZFLAGS) ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x $(FUZZFLAGS) ./internal/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCursor$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x $(FUZZFLAGS) ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x $(FUZZFLAGS) ./internal/sender/mail/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x $(FUZZFLAGS) ./internal/notify/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x $(FUZZFLAGS) ./internal/sender/webhook/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZSHORT) -fuzzminimizetime 1x $(FUZZFLAGS) ./internal/sender/telegram/
 
 FUZZTIME ?= 2m
 fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
