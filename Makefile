@@ -52,9 +52,10 @@ test-go: ## unit and integration tests (services required), the client module's 
 gencheck: ## on the served /openapi.json (tools pinned in internal/gencheck): oapi-codegen and ogen clients compile, Spectral (spectral:oas) finds no fault, docs/api.md's TypeScript example compiles against openapi-typescript's types (tsc --strict)
 	$(GO) test -count=1 -timeout 20m -run '^TestGeneratorsAcceptDocument$$' ./internal/api/
 
-test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min), and the isolation subtests over every broker: ~12 minutes
+test-long: ## provider outages at full length (535 for 1 min, down for 3 min, 451 greylisting for 2 min), the isolation subtests over every broker, the whole store suite through PgBouncer and the table growth study at full size: ~15 minutes
 	$(GO) test -count=1 -timeout 15m -tags long -run '^TestLong' ./cmd/herald/
 	HERALD_TEST_BROKER_ISOLATION=1 $(GO) test -count=1 -p 1 -timeout 15m -run '^TestPipelineIsolation$$' ./internal/transport/rabbitmq/ ./internal/transport/nats/ ./internal/transport/kafka/ ./internal/transport/sqs/
+	HERALD_TEST_LONG=1 $(GO) test -count=1 -timeout 15m -run '^(TestConformancePgBouncer|TestDeliveryCostStaysWithBatchAsTablesGrow)$$' ./internal/store/postgres/
 
 ISOLATION_OUTAGE ?= 2m
 test-isolation: ## the isolation subtests at the issue's size on every transport, one package at a time: each fault ISOLATION_OUTAGE long (default 2m), 10,000 webhooks to the busy endpoint: ~1 hour

@@ -28,7 +28,14 @@ const (
 	// PostgresVar's server (scripts/services.sh starts one).
 	PgBouncerVar = "HERALD_TEST_PGBOUNCER_URL" // e.g. postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable
 	RequireVar   = "HERALD_REQUIRE_SERVICES"
+	// LongVar, set to 1 (make test-long), runs the suites that make test
+	// runs in part, whole.
+	LongVar = "HERALD_TEST_LONG"
 )
+
+// Long reports whether LongVar asks for the whole of the suites that make
+// test runs in part.
+func Long() bool { return os.Getenv(LongVar) == "1" }
 
 // Require returns the value of the variable, or skips the test (fails it
 // when services are required).

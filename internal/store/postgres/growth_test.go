@@ -278,12 +278,19 @@ FROM outbox AS o WHERE o.id > $1 AND o.processed_at IS NOT NULL`, []any{lastEven
 func TestDeliveryCostStaysWithBatchAsTablesGrow(t *testing.T) {
 	t.Parallel()
 	const (
-		sent        = 150_000
-		backlog     = 50_000
 		group       = 32
 		relayLimit  = 128
 		measureRuns = 640
 	)
+	// The history and the backlog the tables grow by: a third of the
+	// issue's size under make test, which still puts a table scan far
+	// above the bound on rows read (20 per delivery: 12,800 for the
+	// measured run, against 60,000 rows in the tables); the issue's
+	// size under make test-long (testenv.LongVar).
+	sent, backlog := 50_000, 17_000
+	if testenv.Long() {
+		sent, backlog = 150_000, 50_000
+	}
 	for _, stats := range []string{"young", "before-backlog", "grown"} {
 		t.Run("statistics="+stats, func(t *testing.T) {
 			t.Parallel()

@@ -2,10 +2,13 @@ package postgres
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/store/storetest"
@@ -17,9 +20,51 @@ import (
 // statement tracking (Debian 12's 1.18 has none). The store is told the
 // direct URL, as docs/production.md says to: the listener and the
 // partition drop use it.
+//
+// make test runs the subtests of pooledSubset: each of the store's
+// statement families once (transactions with their SET LOCAL limits,
+// batches, locks, claims, relay leases, the listener on the direct URL,
+// advisory locks) and the races between them. The whole suite (over a
+// hundred subtests of some 3 s each on two busy cores, mostly a database
+// made and migrated for each) runs under make test-long (testenv.LongVar).
 func TestConformancePgBouncer(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T) storetest.Harness { return pooledHarness(t, Config{}) })
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	// A subset name the suite no longer has would drop its family
+	// unnoticed: every one must have run (the check runs once the
+	// parallel subtests are over).
+	t.Cleanup(func() {
+		for name := range pooledSubset {
+			assert.True(t, seen[name], "pooledSubset names %s, which the conformance suite does not have", name)
+		}
+	})
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		name := t.Name()[strings.LastIndex(t.Name(), "/")+1:]
+		mu.Lock()
+		seen[name] = true
+		mu.Unlock()
+		if !testenv.Long() && !pooledSubset[name] {
+			t.Skipf("%s through PgBouncer runs under make test-long (%s=1); make test runs a subtest of each statement family", name, testenv.LongVar)
+		}
+		return pooledHarness(t, Config{})
+	})
+}
+
+// pooledSubset names the conformance subtests make test runs through
+// PgBouncer.
+var pooledSubset = map[string]bool{}
+
+func init() {
+	for _, name := range strings.Fields(`Ping CreateGet IdempotentReplay IdempotencyRacers InjectedFault MigrateTwice
+		BatchCreate BatchKeyRace BatchInjectedFault RelayBatchEvents RelayBatchConcurrent RelayBatchPublishError RelayBatchTypes
+		Subscribe DeliverOnce DeliverConcurrent ClaimTwiceConcurrently ClaimLease ClaimDueOrder ClaimAndRecordGroups
+		LockOrderNoDeadlock RecordRetryReleasesClaim DeferralFolds PendingStats ProcessReports DestinationFailing
+		DestinationDisableRace StaleCopyConcurrent StatusEventOnSent NoStatusEvents Reschedule FinishMany OutboxStats
+		DeadLettersPaging RedriveFailed Prune Reconcile List ListConcurrentInserts Attempts Traceparent
+		ScheduledNotBeforeSendAt CancelRacesClaim ExpiredAtClaim`) {
+		pooledSubset[name] = true
+	}
 }
 
 // pooledHarness is harness through PgBouncer, with the direct URL.
