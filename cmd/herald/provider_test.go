@@ -513,21 +513,23 @@ func logHasError(log, s string) bool {
 }
 
 // Shortened outages for the normal run (the lengths: make
-// test-long). They run in parallel with the rest of the package.
+// test-long): long enough for the worker to find the fault, pause and
+// probe more than once (its probes start 1 s apart and double). They run
+// in parallel with the rest of the package.
 
 func TestProviderAuthRefusedThenFixed(t *testing.T) {
 	t.Parallel()
-	authRefused(t, 15*time.Second, 20)
+	authRefused(t, 6*time.Second, 20)
 }
 
 func TestProviderDownThenBack(t *testing.T) {
 	t.Parallel()
-	serverDown(t, 15*time.Second, 20)
+	serverDown(t, 6*time.Second, 20)
 }
 
 func TestProviderGreylisting(t *testing.T) {
 	t.Parallel()
-	greylisted(t, 20*time.Second, 20)
+	greylisted(t, 8*time.Second, 20)
 }
 
 // A retry list: the i-th retry waits the i-th delay, on both transports.
