@@ -57,6 +57,16 @@ func (p Priority) Valid() bool {
 	return p == "" || p == PriorityHigh || p == PriorityNormal || p == PriorityBulk
 }
 
+// KnownPriority returns the priority a transport's header or attribute
+// names, "" (normal) for anything else: a header is never trusted to be
+// one of the three.
+func KnownPriority(s string) Priority {
+	if p := Priority(s); p == PriorityHigh || p == PriorityBulk {
+		return p
+	}
+	return ""
+}
+
 // OrDefault returns p, or normal for "".
 func (p Priority) OrDefault() Priority {
 	if p == "" {
