@@ -111,7 +111,7 @@ type setting struct {
 
 // Command groups, as the cmds of a setting name them.
 const (
-	cmdsStore = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive destinations-list destinations-enable notifications-list notifications-show bench"
+	cmdsStore = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive destinations-list destinations-enable notifications-list notifications-show notifications-create bench"
 	cmdsAPI   = "serve api"
 	// cmdsDirect listen for outbox rows or drop old partitions.
 	cmdsDirect = "serve api relay worker outbox-prune bench"
@@ -124,7 +124,7 @@ const (
 	cmdsProcess  = "relay worker"
 	cmdsLong     = "serve api relay worker"
 	// cmdsClient can talk to the API instead of the database.
-	cmdsClient = "notifications-list notifications-show dlq-list dlq-show dlq-redrive destinations-list destinations-enable"
+	cmdsClient = "notifications-list notifications-show notifications-create dlq-list dlq-show dlq-redrive destinations-list destinations-enable"
 )
 
 var settings = []setting{
