@@ -311,7 +311,7 @@ func cmdOutbox(ctx context.Context, args []string, e env) error {
 
 func cmdOutboxStats(ctx context.Context, args []string, e env) error {
 	var asJSON bool
-	cfg, err := parseFlags("outbox stats", "Prints the backlog (the due unprocessed outbox rows), how long the one due the longest has been due, and the rows scheduled for later (counted up to 100000).",
+	cfg, err := parseFlags("outbox stats", "Prints the backlog (the due unprocessed outbox rows), how long the one due the longest has been due, and the rows scheduled for later (counted up to 10000).",
 		args, e, func(fs *flag.FlagSet) {
 			fs.BoolVar(&asJSON, "json", false, "print one JSON object {unprocessed, oldest_seconds, scheduled, scheduled_capped}")
 		})

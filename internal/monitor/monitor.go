@@ -134,7 +134,7 @@ func New(stats Stats, cfg Config) (*Monitor, error) {
 			}),
 			scheduled: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "herald_outbox_scheduled",
-				Help: "Unprocessed outbox rows not due yet (scheduled sends, retries waiting out their backoff, rows leased to a batch), at the last sample, counted up to 100000.",
+				Help: "Unprocessed outbox rows not due yet (scheduled sends, retries waiting out their backoff, rows leased to a batch), at the last sample, counted up to 10000.",
 			}),
 			deadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "herald_dead_letters",

@@ -141,6 +141,9 @@ const (
 	OutcomeDuplicate Outcome = "duplicate"
 )
 
+// ScheduledCap bounds the count of scheduled rows OutboxStats makes.
+const ScheduledCap = 10_000
+
 // OutboxStats describes the backlog: outbox rows not yet handed on.
 //
 // The backlog is the rows that are due (available_at passed) and not yet
@@ -160,8 +163,9 @@ type OutboxStats struct {
 	// its available_at; 0 when there is none).
 	OldestAge time.Duration
 	// Scheduled is the number of unprocessed notification rows not due
-	// yet, counted up to PendingCap (ScheduledCapped past it): a read of
-	// the stats must not walk a million scheduled rows.
+	// yet, counted up to ScheduledCap (ScheduledCapped past it): the
+	// stats are read often (HERALD_MAX_BACKLOG's check, every 250 ms), and
+	// must not walk a million scheduled rows.
 	Scheduled       int64
 	ScheduledCapped bool
 	// DeadLetters is the number of notifications in status failed.

@@ -335,7 +335,7 @@ func relayToken() string {
 // OutboxStats counts the backlog, the unprocessed events of the documents
 // with something due now (see notify.OutboxStats), and how long the one
 // due the longest has been due; the documents with events scheduled for
-// later (up to notify.PendingCap); and the dead letters. It reads
+// later (up to notify.ScheduledCap); and the dead letters. It reads
 // due_rank_idx's ranges, one per rank: up to now for the backlog (their
 // counts only), past now for the scheduled ones (counted, up to the cap).
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
@@ -363,9 +363,9 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 				oldest = *d.Due
 			}
 		}
-		if st.Scheduled <= notify.PendingCap {
+		if st.Scheduled <= notify.ScheduledCap {
 			n, err := s.n.CountDocuments(ctx, bson.D{{Key: "rank", Value: rank}, {Key: "due", Value: bson.D{{Key: "$gt", Value: t}}}},
-				options.Count().SetLimit(notify.PendingCap+1-st.Scheduled))
+				options.Count().SetLimit(notify.ScheduledCap+1-st.Scheduled))
 			if err != nil {
 				return st, fmt.Errorf("outbox stats: %w", classify(err))
 			}
@@ -375,8 +375,8 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	if !oldest.IsZero() {
 		st.OldestAge = max(t.Sub(oldest), 0)
 	}
-	if st.Scheduled > notify.PendingCap {
-		st.Scheduled, st.ScheduledCapped = notify.PendingCap, true
+	if st.Scheduled > notify.ScheduledCap {
+		st.Scheduled, st.ScheduledCapped = notify.ScheduledCap, true
 	}
 	n, err := s.n.CountDocuments(ctx, bson.D{{Key: "status", Value: string(notify.StatusFailed)}})
 	if err != nil {

@@ -422,20 +422,20 @@ func relayToken() string {
 
 // OutboxStats reports the backlog (the due unprocessed rows and how long
 // the one due longest has been due, on the database's clock), the
-// scheduled rows (up to notify.PendingCap) and the number of dead letters.
+// scheduled rows (up to notify.ScheduledCap) and the number of dead letters.
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var (
 		st  notify.OutboxStats
 		age float64
 	)
-	if err := s.pool.QueryRow(ctx, selectOutboxStats, notify.PendingCap+1).Scan(&st.Unprocessed, &age, &st.DeadLetters, &st.UnprocessedStatus, &st.Scheduled); err != nil {
+	if err := s.pool.QueryRow(ctx, selectOutboxStats, notify.ScheduledCap+1).Scan(&st.Unprocessed, &age, &st.DeadLetters, &st.UnprocessedStatus, &st.Scheduled); err != nil {
 		return notify.OutboxStats{}, wrap("outbox stats", err)
 	}
 	if age > 0 {
 		st.OldestAge = time.Duration(age * float64(time.Second))
 	}
-	if st.Scheduled > notify.PendingCap {
-		st.Scheduled, st.ScheduledCapped = notify.PendingCap, true
+	if st.Scheduled > notify.ScheduledCap {
+		st.Scheduled, st.ScheduledCapped = notify.ScheduledCap, true
 	}
 	return st, nil
 }

@@ -71,14 +71,14 @@ FROM generate_series(1, $1::int) AS i`, n)
 	}
 
 	if testing.Verbose() {
-		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+selectOutboxStats, notify.PendingCap+1)
+		rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+selectOutboxStats, notify.ScheduledCap+1)
 		require.NoError(t, err)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		t.Logf("outbox stats:\n%s", strings.Join(lines, "\n"))
 	}
 	var raw []byte
-	require.NoError(t, conn.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+selectOutboxStats, notify.PendingCap+1).Scan(&raw))
+	require.NoError(t, conn.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+selectOutboxStats, notify.ScheduledCap+1).Scan(&raw))
 	plan := firstPlan(t, raw)
 	hit, _ := plan["Shared Hit Blocks"].(float64)
 	read, _ := plan["Shared Read Blocks"].(float64)
@@ -94,14 +94,14 @@ FROM generate_series(1, $1::int) AS i`, n)
 			}
 		}
 	})
-	t.Logf("outbox stats behind %d scheduled rows: %.0f+%.0f buffers (hit+read), %.3f ms (the scheduled count stops at %d)", n, hit, read, ms, notify.PendingCap+1)
+	t.Logf("outbox stats behind %d scheduled rows: %.0f+%.0f buffers (hit+read), %.3f ms (the scheduled count stops at %d)", n, hit, read, ms, notify.ScheduledCap+1)
 	assert.Empty(t, seq, "the stats scan no outbox table")
 
 	st, err := s.OutboxStats(ctx)
 	require.NoError(t, err)
 	assert.EqualValues(t, 15, st.Unprocessed, "the backlog is the due rows")
-	assert.EqualValues(t, min(n, notify.PendingCap), st.Scheduled)
-	assert.Equal(t, n > notify.PendingCap, st.ScheduledCapped)
+	assert.EqualValues(t, min(n, notify.ScheduledCap), st.Scheduled)
+	assert.Equal(t, n > notify.ScheduledCap, st.ScheduledCapped)
 
 	// Through the store: the high rows first, then the normal ones.
 	ms7, err := s.Claim(ctx, "worker-t", 7, time.Minute)

@@ -228,14 +228,14 @@ SELECT
 
 // OutboxStats counts the due unprocessed outbox rows and how long the one
 // due the longest has been due, the scheduled rows (up to
-// notify.PendingCap), and the dead letters.
+// notify.ScheduledCap), and the dead letters.
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var (
 		st     notify.OutboxStats
 		oldest sql.NullString
 	)
 	t := now()
-	err := s.read.QueryRowContext(ctx, selectOutboxStats, formatTime(t), notify.PendingCap+1).
+	err := s.read.QueryRowContext(ctx, selectOutboxStats, formatTime(t), notify.ScheduledCap+1).
 		Scan(&st.Unprocessed, &oldest, &st.DeadLetters, &st.UnprocessedStatus, &st.Scheduled)
 	if err != nil {
 		return notify.OutboxStats{}, fmt.Errorf("outbox stats: %w", classify(err))
@@ -247,8 +247,8 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 		}
 		st.OldestAge = max(t.Sub(at), 0)
 	}
-	if st.Scheduled > notify.PendingCap {
-		st.Scheduled, st.ScheduledCapped = notify.PendingCap, true
+	if st.Scheduled > notify.ScheduledCap {
+		st.Scheduled, st.ScheduledCapped = notify.ScheduledCap, true
 	}
 	return st, nil
 }
