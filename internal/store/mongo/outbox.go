@@ -71,8 +71,8 @@ func (s *Store) candidates(ctx context.Context, t time.Time, c cursor, limit int
 	sort := bson.D{{Key: "_id", Value: 1}}
 	switch {
 	case ord == byDue:
-		filter = bson.D{{Key: "rank", Value: rank}, filter[0]}
-		sort = bson.D{{Key: "rank", Value: 1}, {Key: "due", Value: 1}, {Key: "_id", Value: 1}}
+		filter = bson.D{{Key: "rank", Value: rankFilter(rank)}, filter[0]}
+		sort = bson.D{{Key: "due", Value: 1}, {Key: "_id", Value: 1}}
 		if c.set {
 			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
 				bson.D{{Key: "due", Value: bson.D{{Key: "$gt", Value: c.due}}}},
@@ -93,6 +93,17 @@ func (s *Store) candidates(ctx context.Context, t time.Time, c cursor, limit int
 		return nil, classify(err)
 	}
 	return ds, nil
+}
+
+// rankFilter matches the documents of rank: for the normal rank, also
+// those with no rank, which a process of an older version (before
+// migration 8) writes during a rolling upgrade; the index holds them
+// under null, a range of their own, merged in due order with rank 1's.
+func rankFilter(rank int) any {
+	if rank == notify.RankNormal {
+		return bson.D{{Key: "$in", Value: bson.A{nil, rank}}}
+	}
+	return rank
 }
 
 // candidateBatch is how many candidates one search reads. FerretDB v1
@@ -343,7 +354,7 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	t := now()
 	var oldest time.Time
 	for rank := range notify.RankCount {
-		cur, err := s.n.Find(ctx, bson.D{{Key: "rank", Value: rank}, {Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}},
+		cur, err := s.n.Find(ctx, bson.D{{Key: "rank", Value: rankFilter(rank)}, {Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}},
 			options.Find().SetProjection(bson.D{{Key: "open", Value: 1}, {Key: "open_status", Value: 1}, {Key: "due", Value: 1}}))
 		if err != nil {
 			return st, fmt.Errorf("outbox stats: %w", classify(err))
@@ -364,7 +375,7 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 			}
 		}
 		if st.Scheduled <= notify.ScheduledCap {
-			n, err := s.n.CountDocuments(ctx, bson.D{{Key: "rank", Value: rank}, {Key: "due", Value: bson.D{{Key: "$gt", Value: t}}}},
+			n, err := s.n.CountDocuments(ctx, bson.D{{Key: "rank", Value: rankFilter(rank)}, {Key: "due", Value: bson.D{{Key: "$gt", Value: t}}}},
 				options.Count().SetLimit(notify.ScheduledCap+1-st.Scheduled))
 			if err != nil {
 				return st, fmt.Errorf("outbox stats: %w", classify(err))
