@@ -162,8 +162,9 @@ type OutboxStats struct {
 	// OldestAge is how long the one due the longest has been due (since
 	// its available_at; 0 when there is none).
 	OldestAge time.Duration
-	// Scheduled is the number of unprocessed notification rows not due
-	// yet, counted up to ScheduledCap (ScheduledCapped past it): the
+	// Scheduled is the number of unprocessed rows not due yet (scheduled
+	// sends, retries waiting out their backoff, rows leased to a batch in
+	// flight), counted up to ScheduledCap (ScheduledCapped past it): the
 	// stats are read often (HERALD_MAX_BACKLOG's check, every 250 ms), and
 	// must not walk a million scheduled rows.
 	Scheduled       int64

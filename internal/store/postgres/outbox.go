@@ -139,8 +139,8 @@ const (
 	// notify.OutboxStats), counted rank by rank on outbox_work_due_idx's
 	// ranges up to now (the work) and from outbox_status_unprocessed_idx
 	// (the status events), the oldest due time as the first entry of each
-	// range, the scheduled work rows (the ranges past now, counted up to
-	// $1), and the dead letters from notifications_failed_idx, in one round
+	// range, the rows not due (the work ranges past now, and the status
+	// events a relay holds leased; counted up to $1), and the dead letters from notifications_failed_idx, in one round
 	// trip and one snapshot. Scheduled rows are not read as backlog: the
 	// due ranges stop at now.
 	selectOutboxStats = `
@@ -164,6 +164,7 @@ SELECT
 		SELECT 1 FROM outbox WHERE processed_at IS NULL` + workTypes + ` AND priority = 0 AND available_at > (SELECT now FROM t)
 		UNION ALL SELECT 1 FROM outbox WHERE processed_at IS NULL` + workTypes + ` AND priority = 1 AND available_at > (SELECT now FROM t)
 		UNION ALL SELECT 1 FROM outbox WHERE processed_at IS NULL` + workTypes + ` AND priority = 2 AND available_at > (SELECT now FROM t)
+		UNION ALL SELECT 1 FROM outbox WHERE processed_at IS NULL AND event_type IN (` + statusTypeList + `) AND available_at > (SELECT now FROM t)
 		LIMIT $1) AS s)`
 )
 

@@ -50,7 +50,7 @@ SELECT 'notification.requested', '{}', ?, ? FROM g`, due, past, past)
 		plan = queryPlan(t, s, selectOutboxStats, t0, 100)
 		t.Logf("outbox stats, %s:\n%s", stage, plan)
 		assert.Contains(t, plan, "USING INDEX outbox_due_idx (priority=? AND available_at<?)", stage)
-		assert.Contains(t, plan, "USING INDEX outbox_work_due_idx (priority=? AND available_at>?)", stage)
+		assert.Contains(t, plan, "USING INDEX outbox_due_idx (priority=? AND available_at>?)", stage)
 		assert.NotContains(t, plan, "SCAN outbox", stage)
 	}
 	assertPlan("no statistics")

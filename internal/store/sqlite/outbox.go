@@ -207,9 +207,9 @@ const statusTypeList = `'` + notify.EventSent + `', '` + notify.EventFailed + `'
 // selectOutboxStats reads the backlog, the rows due at ?1 (see
 // notify.OutboxStats), from outbox_due_idx's ranges up to ?1, one per
 // priority rank, with the oldest due time; the status events among them;
-// the scheduled work rows (outbox_work_due_idx's ranges past ?1), counted
-// up to ?2; and the dead letters from notifications_failed_idx, in one
-// statement and so one snapshot. Scheduled rows are not read as backlog:
+// the rows not due (outbox_due_idx's ranges past ?1), counted up to ?2;
+// and the dead letters from notifications_failed_idx, in one statement and
+// so one snapshot. Scheduled rows are not read as backlog:
 // the due ranges stop at ?1.
 const selectOutboxStats = `
 SELECT
@@ -221,9 +221,8 @@ SELECT
     (SELECT count(*) FROM outbox INDEXED BY outbox_due_idx
         WHERE processed_at IS NULL AND priority IN (0, 1, 2) AND available_at <= ?1
           AND event_type IN (` + statusTypeList + `)),
-    (SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_work_due_idx
-        WHERE processed_at IS NULL AND event_type NOT IN (` + statusTypeList + `)
-          AND priority IN (0, 1, 2) AND available_at > ?1
+    (SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_due_idx
+        WHERE processed_at IS NULL AND priority IN (0, 1, 2) AND available_at > ?1
         LIMIT ?2))`
 
 // OutboxStats counts the due unprocessed outbox rows and how long the one
