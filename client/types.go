@@ -23,6 +23,18 @@ const (
 	StatusExpired Status = "expired"
 )
 
+// Priority ranks a notification against the others due at the same time:
+// every due high one is delivered before any normal one, every due normal
+// one before any bulk one.
+type Priority string
+
+// The priorities; a create without one is normal.
+const (
+	PriorityHigh   Priority = "high"
+	PriorityNormal Priority = "normal"
+	PriorityBulk   Priority = "bulk"
+)
+
 // Notification is a notification as the API shows it. A listing leaves
 // Body empty; Get fills it.
 type Notification struct {
@@ -50,6 +62,8 @@ type Notification struct {
 	// CanceledAt and ExpiredAt are when it was canceled or found expired.
 	CanceledAt *time.Time `json:"canceled_at"`
 	ExpiredAt  *time.Time `json:"expired_at"`
+	// Priority is the create's priority (normal when it gave none).
+	Priority Priority `json:"priority"`
 	// Waiting is why a pending notification waits: its destination (or
 	// its channel's provider) is failing or disabled. Only Get fills it;
 	// nil when it waits on nothing.
@@ -96,6 +110,8 @@ type CreateRequest struct {
 	TimeZone   string
 	QuietHours *QuietHours
 	Urgent     bool
+	// Priority is high, normal or bulk; empty is normal.
+	Priority Priority
 }
 
 // QuietHours is a daily quiet window on the wall clock of
@@ -127,7 +143,8 @@ func (r CreateRequest) MarshalJSON() ([]byte, error) {
 		TimeZone   string          `json:"time_zone,omitempty"`
 		QuietHours *QuietHours     `json:"quiet_hours,omitempty"`
 		Urgent     bool            `json:"urgent,omitempty"`
-	}{r.UserID, r.Channel, r.To, r.Subject, body, r.SendAt, r.ExpiresAt, r.TimeZone, r.QuietHours, r.Urgent}
+		Priority   Priority        `json:"priority,omitempty"`
+	}{r.UserID, r.Channel, r.To, r.Subject, body, r.SendAt, r.ExpiresAt, r.TimeZone, r.QuietHours, r.Urgent, r.Priority}
 	return marshal(v)
 }
 

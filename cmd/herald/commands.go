@@ -311,9 +311,9 @@ func cmdOutbox(ctx context.Context, args []string, e env) error {
 
 func cmdOutboxStats(ctx context.Context, args []string, e env) error {
 	var asJSON bool
-	cfg, err := parseFlags("outbox stats", "Prints the unprocessed outbox count and the age of the oldest unprocessed event.",
+	cfg, err := parseFlags("outbox stats", "Prints the backlog (the due unprocessed outbox rows), how long the one due the longest has been due, and the rows scheduled for later (counted up to 10000).",
 		args, e, func(fs *flag.FlagSet) {
-			fs.BoolVar(&asJSON, "json", false, "print one JSON object {unprocessed, oldest_seconds}")
+			fs.BoolVar(&asJSON, "json", false, "print one JSON object {unprocessed, oldest_seconds, scheduled, scheduled_capped}")
 		})
 	if err != nil {
 		return err
@@ -329,11 +329,17 @@ func cmdOutboxStats(ctx context.Context, args []string, e env) error {
 	}
 	if asJSON {
 		return json.NewEncoder(e.stdout).Encode(map[string]any{
-			"unprocessed":    s.Unprocessed,
-			"oldest_seconds": s.OldestAge.Seconds(),
+			"unprocessed":      s.Unprocessed,
+			"oldest_seconds":   s.OldestAge.Seconds(),
+			"scheduled":        s.Scheduled,
+			"scheduled_capped": s.ScheduledCapped,
 		})
 	}
-	fmt.Fprintf(e.stdout, "unprocessed     %d\noldest_seconds  %.3f\n", s.Unprocessed, s.OldestAge.Seconds())
+	scheduled := fmt.Sprint(s.Scheduled)
+	if s.ScheduledCapped {
+		scheduled += "+"
+	}
+	fmt.Fprintf(e.stdout, "unprocessed     %d\noldest_seconds  %.3f\nscheduled       %s\n", s.Unprocessed, s.OldestAge.Seconds(), scheduled)
 	return nil
 }
 

@@ -111,7 +111,7 @@ type setting struct {
 
 // Command groups, as the cmds of a setting name them.
 const (
-	cmdsStore = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive destinations-list destinations-enable notifications-list notifications-show bench"
+	cmdsStore = "serve api relay worker migrate migrate-status outbox-stats outbox-prune dlq-list dlq-show dlq-redrive destinations-list destinations-enable notifications-list notifications-show notifications-create bench"
 	cmdsAPI   = "serve api"
 	// cmdsDirect listen for outbox rows or drop old partitions.
 	cmdsDirect = "serve api relay worker outbox-prune bench"
@@ -124,7 +124,7 @@ const (
 	cmdsProcess  = "relay worker"
 	cmdsLong     = "serve api relay worker"
 	// cmdsClient can talk to the API instead of the database.
-	cmdsClient = "notifications-list notifications-show dlq-list dlq-show dlq-redrive destinations-list destinations-enable"
+	cmdsClient = "notifications-list notifications-show notifications-create dlq-list dlq-show dlq-redrive destinations-list destinations-enable"
 )
 
 var settings = []setting{
@@ -214,7 +214,7 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.MetricsAddr }, cmds: cmdsProcess, check: checkMetricsAddr},
 	{env: "HERALD_RETENTION", flag: "retention", def: "168h", usage: "age after which processed outbox and dedup rows are pruned",
 		field: func(c *Config) any { return &c.Retention }, cmds: cmdsAPI + " outbox-prune"},
-	{env: "HERALD_MAX_BACKLOG", flag: "max-backlog", def: "0", usage: "above this many unprocessed rows, creates answer 429 (0: off)",
+	{env: "HERALD_MAX_BACKLOG", flag: "max-backlog", def: "0", usage: "above this many due unprocessed rows (rows scheduled for later do not count), creates answer 429 (0: off)",
 		field: func(c *Config) any { return &c.MaxBacklog }, cmds: cmdsAPI, min: 0},
 	{env: "HERALD_DEBUG_FAULTS", flag: "debug-faults", def: "false", usage: "enables fault injection: the X-Herald-Fault header and HERALD_DEBUG_CRASH",
 		field: func(c *Config) any { return &c.DebugFaults }, cmds: cmdsAPI + " worker"},

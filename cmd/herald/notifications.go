@@ -20,8 +20,8 @@ import (
 )
 
 func cmdNotifications(ctx context.Context, args []string, e env) error {
-	return subcommands(ctx, args, e, "Usage: herald notifications list [--user-id ID] [--status S] [--channel C] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--attempts-limit N] [--attempts-cursor C] [--json]\n       herald notifications cancel ID [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.",
-		map[string]func(context.Context, []string, env) error{"list": cmdNotificationsList, "show": cmdNotificationsShow, "cancel": cmdNotificationsCancel})
+	return subcommands(ctx, args, e, "Usage: herald notifications list [--user-id ID] [--status S] [--channel C] [--created-after T] [--created-before T] [--limit N] [--cursor C] [--json]\n       herald notifications show ID [--attempts-limit N] [--attempts-cursor C] [--json]\n       herald notifications cancel ID [--json]\n       herald notifications create --user-id U --channel C --to T [--subject S] --body B [--send-at T] [--priority P] [--json]\n\nRun 'herald notifications SUBCOMMAND --help' for its flags.",
+		map[string]func(context.Context, []string, env) error{"list": cmdNotificationsList, "show": cmdNotificationsShow, "cancel": cmdNotificationsCancel, "create": cmdNotificationsCreate})
 }
 
 func cmdNotificationsList(ctx context.Context, args []string, e env) error {
@@ -301,6 +301,7 @@ func writeNotification(w io.Writer, n notify.Notification) error {
 	if spec.Subject || n.Subject != "" {
 		row("subject", n.Subject)
 	}
+	row("priority", string(n.Priority.OrDefault()))
 	row("attempts", strconv.Itoa(n.Attempts))
 	row("last_error", n.LastError)
 	if w := n.Waiting; w != nil {
@@ -452,7 +453,8 @@ func fromClient(n apiclient.Notification) (notify.Notification, error) {
 		Status: notify.Status(n.Status), Attempts: n.Attempts, LastError: n.LastError,
 		CreatedAt: n.CreatedAt, UpdatedAt: n.UpdatedAt, SentAt: n.SentAt, FailedAt: n.FailedAt,
 		SendAt: n.SendAt, ExpiresAt: n.ExpiresAt, CanceledAt: n.CanceledAt, ExpiredAt: n.ExpiredAt,
-		Waiting: fromClientWaiting(n.Waiting),
+		Priority: notify.Priority(n.Priority).OrDefault(),
+		Waiting:  fromClientWaiting(n.Waiting),
 	}, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -102,6 +103,37 @@ func TestBackpressureAnswers429(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return s.api.create(t, "z@example.com", nil).Status == 201
 	}, 30*time.Second, 50*time.Millisecond, "creates are accepted again below the threshold")
+}
+
+// Backpressure counts the due backlog only (issue 34): notifications
+// scheduled for later, however many, never turn creates away; due ones
+// above HERALD_MAX_BACKLOG still do.
+func TestBackpressureLeavesScheduledOut(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, nil)
+	s.startAPI(map[string]string{"HERALD_MAX_BACKLOG": "5"})
+	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	scheduled := func(i int) int {
+		resp := s.api.raw(t, http.MethodPost, "/notifications",
+			fmt.Sprintf(`{"user_id":"u","channel":"email","to":"s%d@example.com","subject":"s","body":"b","send_at":%q}`, i, later))
+		return resp.StatusCode
+	}
+	// Scheduled creates, well past the threshold and for longer than the
+	// gate keeps a figure (250 ms), are all accepted.
+	start := time.Now()
+	for i := 0; i < 10 || time.Since(start) < time.Second; i++ {
+		require.Equal(t, 201, scheduled(i), "scheduled create %d", i)
+	}
+	// Due creates are accepted up to the threshold, then refused.
+	accepted := 0
+	require.Eventually(t, func() bool {
+		r := s.api.create(t, "due@example.com", nil)
+		if r.Status == 201 {
+			accepted++
+		}
+		return r.Status == 429
+	}, 10*time.Second, 50*time.Millisecond)
+	require.GreaterOrEqual(t, accepted, 5, "the five due rows the threshold allows")
 }
 
 // Dead letters as an operator sees them: a permanent SMTP failure

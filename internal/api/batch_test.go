@@ -84,7 +84,7 @@ func (e *batchEnv) stored(t *testing.T) (notifications, events int) {
 	}
 	st, err := e.store.OutboxStats(t.Context())
 	require.NoError(t, err)
-	return notifications, int(st.Unprocessed)
+	return notifications, int(st.Unprocessed + st.Scheduled) // due or not
 }
 
 // batchBody renders {"notifications": items}.

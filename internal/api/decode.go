@@ -17,7 +17,7 @@ import (
 // past a reviewing proxy; the body is therefore scanned for exact, unique
 // keys before it is decoded.
 var requestFields = map[string]bool{"user_id": true, "channel": true, "to": true, "subject": true, "body": true,
-	"send_at": true, "expires_at": true, "time_zone": true, "quiet_hours": true, "urgent": true}
+	"send_at": true, "expires_at": true, "time_zone": true, "quiet_hours": true, "urgent": true, "priority": true}
 
 // maxEchoLen bounds how much of a client's unknown key is echoed back.
 const maxEchoLen = 64
@@ -54,6 +54,9 @@ type createBody struct {
 	TimeZone   *string          `json:"time_zone"`
 	QuietHours *quietHoursField `json:"quiet_hours"`
 	Urgent     *bool            `json:"urgent"`
+	// Priority is high, normal or bulk (issue 34, point 5); absent or
+	// null: normal.
+	Priority *string `json:"priority"`
 }
 
 // decodeCreate decodes a create body strictly: valid UTF-8 (encoding/json
@@ -98,6 +101,12 @@ func decodeInto(raw []byte, channels notify.Channels, fields map[string]bool, ta
 		return req, e
 	}
 	req.Body = body
+	if cb.Priority != nil {
+		req.Priority = notify.Priority(*cb.Priority)
+		if !req.Priority.Valid() || req.Priority == "" {
+			return req, &apiError{Code: "invalid_field", Message: "priority must be one of high, normal, bulk", Field: "priority"}
+		}
+	}
 	tb := timingBody{SendAt: cb.SendAt, ExpiresAt: cb.ExpiresAt, TimeZone: cb.TimeZone, QuietHours: cb.QuietHours, Urgent: cb.Urgent}
 	if e := tb.decode(&req); e != nil {
 		return req, e

@@ -448,7 +448,7 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 		"id": "1", "user_id": "u", "channel": "email", "to": "a@example.com", "subject": "s",
 		"status": "pending", "attempts": float64(0), "last_error": nil,
 		"created_at": "2026-05-01T12:00:00.123456Z", "updated_at": "2026-05-01T12:00:00Z", "sent_at": nil, "failed_at": nil,
-		"send_at": nil, "expires_at": nil, "canceled_at": nil, "expired_at": nil,
+		"send_at": nil, "expires_at": nil, "canceled_at": nil, "expired_at": nil, "priority": "normal",
 	}
 	with := func(k string, v any) map[string]any {
 		m := map[string]any{}
@@ -467,6 +467,7 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 	require.Error(t, n.Validate(with("body", "b")), "a listing item has no body")
 	require.Error(t, n.Validate(with("created_at", "yesterday")))
 	require.Error(t, n.Validate(with("status", "lost")))
+	require.Error(t, n.Validate(with("priority", "urgent")), "an unknown priority")
 	require.Error(t, n.Validate(with("id", float64(1))), "ids are strings")
 	require.Error(t, n.Validate(with("subject", nil)), "every field is present")
 	d := s.schema(t, "/components/schemas/NotificationDetail")

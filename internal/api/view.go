@@ -28,6 +28,8 @@ type notificationView struct {
 	ExpiresAt  *string `json:"expires_at"`
 	CanceledAt *string `json:"canceled_at"`
 	ExpiredAt  *string `json:"expired_at"`
+	// Priority is high, normal or bulk (issue 34, point 5).
+	Priority string `json:"priority"`
 }
 
 func newNotificationView(n notify.Notification) notificationView {
@@ -41,6 +43,7 @@ func newNotificationView(n notify.Notification) notificationView {
 		Attempts:  n.Attempts,
 		CreatedAt: formatTime(n.CreatedAt),
 		UpdatedAt: formatTime(n.UpdatedAt),
+		Priority:  string(n.Priority.OrDefault()),
 	}
 	if n.LastError != "" {
 		v.LastError = &n.LastError

@@ -105,6 +105,7 @@ type Monitor struct {
 type metrics struct {
 	unprocessed prometheus.Gauge
 	oldest      prometheus.Gauge
+	scheduled   prometheus.Gauge
 	deadLetters prometheus.Gauge
 }
 
@@ -125,11 +126,15 @@ func New(stats Stats, cfg Config) (*Monitor, error) {
 		metrics: metrics{
 			unprocessed: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "herald_outbox_unprocessed",
-				Help: "Outbox rows not yet handed on (processed_at NULL), at the last sample.",
+				Help: "Outbox rows due and not yet handed on (processed_at NULL, available_at passed), at the last sample; rows scheduled for later are not counted.",
 			}),
 			oldest: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "herald_outbox_oldest_unprocessed_seconds",
-				Help: "Age in seconds of the oldest unprocessed outbox row at the last sample (0 when there is none).",
+				Help: "Seconds the due unprocessed outbox row due the longest has been due, at the last sample (0 when there is none).",
+			}),
+			scheduled: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "herald_outbox_scheduled",
+				Help: "Unprocessed outbox rows not due yet (scheduled sends, retries waiting out their backoff, rows leased to a batch), at the last sample, counted up to 10000.",
 			}),
 			deadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "herald_dead_letters",
@@ -141,7 +146,7 @@ func New(stats Stats, cfg Config) (*Monitor, error) {
 		m.telegram = newTelegram(*cfg.Telegram)
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.metrics.unprocessed, m.metrics.oldest, m.metrics.deadLetters} {
+		for _, c := range []prometheus.Collector{m.metrics.unprocessed, m.metrics.oldest, m.metrics.scheduled, m.metrics.deadLetters} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register monitor metrics: %w", err)
 			}
@@ -189,6 +194,7 @@ func (m *Monitor) sample(ctx context.Context) error {
 	}
 	m.metrics.unprocessed.Set(float64(st.Unprocessed))
 	m.metrics.oldest.Set(st.OldestAge.Seconds())
+	m.metrics.scheduled.Set(float64(st.Scheduled))
 	m.metrics.deadLetters.Set(float64(st.DeadLetters))
 
 	switch m.rule.observe(m.cfg.Now(), st.Unprocessed) {

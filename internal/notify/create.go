@@ -28,6 +28,7 @@ func (nn NewNotification) Pending(id int64, at time.Time) Notification {
 		UpdatedAt:      at,
 		SendAt:         utcPtr(r.SendAt),
 		ExpiresAt:      utcPtr(r.ExpiresAt),
+		Priority:       r.Priority.OrDefault(),
 	}
 }
 
@@ -59,7 +60,8 @@ func (nn NewNotification) Replay(stored Notification) (Created, error) {
 	r := nn.Request
 	if stored.UserID != r.UserID || stored.Channel != r.Channel || stored.To != r.To ||
 		stored.Subject != r.Subject || stored.Body != r.Body ||
-		!sameTime(stored.SendAt, r.SendAt) || !sameTime(stored.ExpiresAt, r.ExpiresAt) {
+		!sameTime(stored.SendAt, r.SendAt) || !sameTime(stored.ExpiresAt, r.ExpiresAt) ||
+		stored.Priority.OrDefault() != r.Priority.OrDefault() {
 		return Created{}, ErrConflict
 	}
 	return Created{Notification: stored, Replayed: true}, nil

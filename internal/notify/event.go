@@ -22,6 +22,10 @@ type Event struct {
 	// replaces it with its publish span's before it hands the event on,
 	// and a transport carries it as the traceparent header.
 	Traceparent string
+	// Priority is the row's priority ("" is normal): a claim returns its
+	// rows highest first, and a transport carries it as far as its
+	// broker can.
+	Priority Priority
 }
 
 // Requested is the payload of a notification.requested event.
@@ -76,6 +80,9 @@ type Message struct {
 	// traceparent header, or the outbox row's column), "" when none.
 	// Retry copies keep it, so every attempt joins the create's trace.
 	Traceparent string
+	// Priority is the message's priority ("", normal, when the transport
+	// cannot tell): the worker queues what it admits highest first.
+	Priority Priority
 }
 
 // OutboxKey names one outbox row to a store: its id, and when it was
@@ -134,16 +141,34 @@ const (
 	OutcomeDuplicate Outcome = "duplicate"
 )
 
+// ScheduledCap bounds the count of scheduled rows OutboxStats makes.
+const ScheduledCap = 10_000
+
 // OutboxStats describes the backlog: outbox rows not yet handed on.
+//
+// The backlog is the rows that are due (available_at passed) and not yet
+// processed: a row whose available_at is ahead (a notification scheduled
+// for later, a retry waiting out its backoff, a row leased to a batch in
+// flight) is not waiting for anyone, and is counted in Scheduled instead,
+// so that sends scheduled for next month neither look like a stuck relay
+// nor make the API refuse creates (HERALD_MAX_BACKLOG).
 type OutboxStats struct {
-	// Unprocessed is the number of rows with processed_at NULL.
+	// Unprocessed is the number of due rows with processed_at NULL.
 	Unprocessed int64
 	// UnprocessedStatus is how many of them are status events
 	// (notification.sent, notification.failed): waiting for their own
 	// relay, not for a delivery.
 	UnprocessedStatus int64
-	// OldestAge is the age of the oldest of them (0 when there is none).
+	// OldestAge is how long the one due the longest has been due (since
+	// its available_at; 0 when there is none).
 	OldestAge time.Duration
+	// Scheduled is the number of unprocessed rows not due yet (scheduled
+	// sends, retries waiting out their backoff, rows leased to a batch in
+	// flight), counted up to ScheduledCap (ScheduledCapped past it): the
+	// stats are read often (HERALD_MAX_BACKLOG's check, every 250 ms), and
+	// must not walk a million scheduled rows.
+	Scheduled       int64
+	ScheduledCapped bool
 	// DeadLetters is the number of notifications in status failed.
 	DeadLetters int64
 }

@@ -65,6 +65,9 @@ type Notification struct {
 	// (nil otherwise).
 	CanceledAt *time.Time
 	ExpiredAt  *time.Time
+	// Priority is high, normal or bulk (never "": a store reads the
+	// stored rank back).
+	Priority Priority
 	// FailedAt is when the notification was dead-lettered (nil unless failed).
 	FailedAt *time.Time
 	// Waiting, read by Get only, is why a pending notification waits: its

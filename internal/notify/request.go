@@ -40,6 +40,9 @@ type CreateRequest struct {
 	Quiet *QuietHours `json:"-"`
 	// Urgent bypasses Quiet.
 	Urgent bool `json:"-"`
+	// Priority ranks the notification against the others due at the
+	// same time (high, normal, bulk); "" is normal.
+	Priority Priority `json:"priority,omitempty"`
 }
 
 // Timed reports whether r has a send_at or an expires_at.
@@ -59,6 +62,9 @@ func (r CreateRequest) Validate(channels Channels) error {
 	ch, ok := channels[r.Channel]
 	if !ok || ch.Validate == nil {
 		return &FieldError{Field: "channel", Message: channels.mustBe()}
+	}
+	if !r.Priority.Valid() {
+		return &FieldError{Field: "priority", Message: "must be one of high, normal, bulk"}
 	}
 	if !ch.Subject && r.Subject != "" {
 		return &FieldError{Field: "subject", Message: "must be absent: the " + r.Channel + " channel has no subject"}

@@ -122,7 +122,7 @@ func TestSlowBrokerDoesNotSlowCreatesOnSQLite(t *testing.T) {
 	// Nothing lost: every row reaches the broker once it answers.
 	require.Eventually(t, func() bool {
 		st, err := s.OutboxStats(t.Context())
-		return err == nil && st.Unprocessed == 0
+		return err == nil && st.Unprocessed+st.Scheduled == 0
 	}, 30*time.Second, 20*time.Millisecond)
 	broker.mu.Lock()
 	got := slices.Clone(broker.confirmed)

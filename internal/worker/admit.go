@@ -147,7 +147,7 @@ func (w *Worker) admit(ctx context.Context, l *lane, msg notify.Message, dest st
 		a.holds = a.holds[1:]
 		a.places = append(a.places, p)
 	}
-	if !w.takeSend(ctx, until) {
+	if !w.takeSend(ctx, msg.Priority.Rank(), until) {
 		if ctx.Err() != nil {
 			a.abandon()
 			return nil, nil, ctx.Err()
@@ -207,7 +207,7 @@ func (a *admission) free() {
 	}
 	a.holds, a.places = nil, nil
 	if a.sendSlot {
-		<-a.w.sends
+		a.w.sends.release()
 		a.sendSlot = false
 	}
 }
@@ -363,24 +363,11 @@ func (l *lane) turn(ctx context.Context, id int64, until time.Time) (*parking, e
 	}
 }
 
-// takeSend waits until until at most for one of the worker's send slots.
-func (w *Worker) takeSend(ctx context.Context, until time.Time) bool {
+// takeSend waits until until at most for one of the worker's send slots,
+// in the turn of its priority's rank (sendSlots).
+func (w *Worker) takeSend(ctx context.Context, rank int, until time.Time) bool {
 	if w.sends == nil {
 		return true
 	}
-	select {
-	case w.sends <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(time.Until(until))
-	defer t.Stop()
-	select {
-	case w.sends <- struct{}{}:
-		return true
-	case <-t.C:
-		return false
-	case <-ctx.Done():
-		return false
-	}
+	return w.sends.take(ctx, rank, until)
 }

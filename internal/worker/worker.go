@@ -306,7 +306,7 @@ type Worker struct {
 	books   *batcher[bookOp, bookResult]
 	lanes   map[string]*lane
 	names   []string // the channels, sorted
-	sends   chan struct{}
+	sends   *sendSlots
 	book    *destBook // nil without Config.Destinations // the send slots; nil without Config.Sends
 
 	// handedBack counts the deliveries that ended unsettled after shutdown
@@ -423,7 +423,7 @@ func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Wor
 		}
 	}
 	if cfg.Sends > 0 {
-		w.sends = make(chan struct{}, cfg.Sends)
+		w.sends = newSendSlots(cfg.Sends)
 	}
 	w.books = &batcher[bookOp, bookResult]{run: bookkeeping(store, cfg.Lease), max: maxGroup, timeout: storeTimeout}
 	return w, nil

@@ -78,6 +78,14 @@ type doc struct {
 	ExpiresAt  *time.Time `bson:"expires_at,omitempty"`
 	CanceledAt *time.Time `bson:"canceled_at,omitempty"`
 	ExpiredAt  *time.Time `bson:"expired_at,omitempty"`
+
+	// Priority is the create's priority (issue 34, point 5), absent for
+	// normal. Rank, derived, is its rank (notify.Rank*) while the document
+	// has an open event (Due set), absent otherwise: the claims search
+	// due_rank_idx, (rank, due, _id), one rank at a time, and the index,
+	// sparse, holds only the documents with something to take.
+	Priority string `bson:"priority,omitempty"`
+	Rank     *int   `bson:"rank,omitempty"`
 }
 
 // claimDoc is the live claim on a notification.
@@ -102,6 +110,8 @@ type eventDoc struct {
 	// Traceparent is the W3C trace context of the create (issue 22),
 	// absent when the event was written untraced.
 	Traceparent string `bson:"traceparent,omitempty"`
+	// Priority is its document's, set by a lease (not stored).
+	Priority notify.Priority `bson:"-"`
 }
 
 // procDoc is a message id applied (ProcessedAt set), leased to a claim, or
@@ -185,7 +195,7 @@ func (d *doc) appendEvent(typ string, payload []byte, at time.Time, traceparent 
 
 // derive recomputes the derived fields.
 func (d *doc) derive() {
-	d.Due, d.Oldest, d.Settled, d.Open, d.OpenStatus = nil, nil, nil, 0, 0
+	d.Due, d.Oldest, d.Settled, d.Open, d.OpenStatus, d.Rank = nil, nil, nil, 0, 0, nil
 	minT := func(p **time.Time, t time.Time) {
 		if *p == nil || t.Before(**p) {
 			t := t
@@ -213,6 +223,10 @@ func (d *doc) derive() {
 			minT(&d.Settled, *p.ProcessedAt)
 		}
 	}
+	if d.Due != nil {
+		r := notify.Priority(d.Priority).Rank()
+		d.Rank = &r
+	}
 	if d.Events == nil {
 		d.Events = []eventDoc{}
 	}
@@ -231,6 +245,7 @@ func (d *doc) notification() notify.Notification {
 		IdempotencyKey: d.IdempotencyKey, CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
 		SentAt: utcp(d.SentAt), FailedAt: utcp(d.FailedAt),
 		SendAt: utcp(d.SendAt), ExpiresAt: utcp(d.ExpiresAt), CanceledAt: utcp(d.CanceledAt), ExpiredAt: utcp(d.ExpiredAt),
+		Priority: notify.Priority(d.Priority).OrDefault(),
 	}
 }
 

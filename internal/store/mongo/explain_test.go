@@ -13,7 +13,7 @@ import (
 // number is filtered after reading every document), which is why _id is
 // the id as 19 digits. The listing's and the due events' filters are not
 // pushed down by FerretDB v1 at all (it reads the collection); on MongoDB
-// the migrations' indexes (list_idx, list_channel_idx, due_order_idx, ...)
+// the migrations' indexes (list_idx, list_channel_idx, due_rank_idx, ...)
 // serve them. Run with -v to see the plans.
 func TestExplain(t *testing.T) {
 	t.Parallel()
@@ -35,8 +35,8 @@ func TestExplain(t *testing.T) {
 		require.Equal(t, true, byKey["filterPushdown"], "a string _id filter is served by the primary key")
 		require.Equal(t, false, byNumber["filterPushdown"], "FerretDB still scans for a numeric _id (if this fails, it no longer does)")
 	}
-	explain(bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: int64(0)}}}}, bson.D{{Key: "_id", Value: 1}})
-	explain(bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: int64(0)}}}}, bson.D{{Key: "due", Value: 1}, {Key: "_id", Value: 1}})
+	explain(bson.D{{Key: "rank", Value: 0}, {Key: "due", Value: bson.D{{Key: "$lte", Value: int64(0)}}}},
+		bson.D{{Key: "rank", Value: 1}, {Key: "due", Value: 1}, {Key: "_id", Value: 1}})
 	explain(bson.D{{Key: "user_id", Value: "u"}}, bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}})
 	explain(bson.D{{Key: "channel", Value: "webhook"}}, bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}})
 	explain(bson.D{{Key: "status", Value: "sent"}, {Key: "created_at", Value: bson.D{{Key: "$gte", Value: int64(0)}}}}, nil)

@@ -10,6 +10,8 @@ import (
 	mgo "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/heraldhq/herald/internal/notify"
+
 	"github.com/heraldhq/herald/internal/store/migrate"
 )
 
@@ -126,6 +128,29 @@ var migrations = []migration{
 			{Keys: bson.D{{Key: "seen_at", Value: 1}}, Options: options.Index().SetName("seen_at_idx")},
 		},
 	}},
+	// Issue 34, point 5: the claims take the documents with something
+	// due rank by rank (high, normal, bulk), each rank in due order, from
+	// (rank, due, _id); rank is derived while a document has an open
+	// event, so the index stays as sparse as due_order_idx, which goes.
+	// The documents open before this version get rank 1 (normal).
+	{version: 8, name: "due_rank_idx", drop: map[string][]string{collNotifications: {"due_order_idx"}},
+		indexes: map[string][]mgo.IndexModel{
+			collNotifications: {
+				{Keys: bson.D{{Key: "rank", Value: 1}, {Key: "due", Value: 1}, {Key: "_id", Value: 1}},
+					Options: options.Index().SetName("due_rank_idx").SetSparse(true)},
+			},
+		}, backfill: backfillRank},
+}
+
+// backfillRank gives every document with an open event (due set) and no
+// rank the normal rank. Like backfillIdemScope it leaves the revision
+// alone: run by herald migrate before the processes of this version
+// start, nothing else writes the field.
+func backfillRank(ctx context.Context, db *mgo.Database) error {
+	_, err := db.Collection(collNotifications).UpdateMany(ctx,
+		bson.D{{Key: "due", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "rank", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "rank", Value: notify.RankNormal}}}})
+	return classify(err)
 }
 
 // backfillDestinations gives every pending notification of a channel with

@@ -2,6 +2,7 @@ package mongo
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -49,4 +50,48 @@ func TestMigrateIdempotencyScopeBackfill(t *testing.T) {
 
 	// Migrating again changes nothing.
 	require.NoError(t, s.Migrate(ctx))
+}
+
+// Migration 8 (issue 34, priority) on a database at version 7: an open
+// document gets the normal rank; and one an older process writes after
+// the migration, without a rank, is still claimed (as normal), as are the
+// ranked ones, high first.
+func TestMigrateRankBackfill(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, mongotest.URL(t), Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	require.Equal(t, "due_rank_idx", migrations[7].name)
+	require.NoError(t, s.migrate(ctx, migrations[:7]))
+
+	req := notify.CreateRequest{UserID: "u1", Channel: notify.ChannelEmail, To: "a@example.com", Subject: "s", Body: "b"}
+	unranked := func() int64 {
+		c, err := s.Create(ctx, notify.NewNotification{Request: req})
+		require.NoError(t, err)
+		_, err = s.n.UpdateOne(ctx, bson.D{{Key: "_id", Value: key(c.Notification.ID)}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: "rank", Value: ""}}}})
+		require.NoError(t, err)
+		return c.Notification.ID
+	}
+	before := unranked()
+	require.NoError(t, s.Migrate(ctx))
+	d, ok, err := s.load(ctx, before)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NotNil(t, d.Rank, "backfilled")
+	require.Equal(t, notify.RankNormal, *d.Rank)
+
+	after := unranked() // an older process's write
+	high := req
+	high.Priority = notify.PriorityHigh
+	h, err := s.Create(ctx, notify.NewNotification{Request: high})
+	require.NoError(t, err)
+	ms, err := s.Claim(ctx, "w", 10, time.Minute)
+	require.NoError(t, err)
+	var got []int64
+	for _, m := range ms {
+		got = append(got, m.ID/eventSpan)
+	}
+	require.Equal(t, []int64{h.Notification.ID, before, after}, got)
 }

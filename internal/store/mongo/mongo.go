@@ -94,7 +94,7 @@ type Store struct {
 	// cands and dueCands hold the candidates of the last search of each
 	// order (see candidateCache): the relay's and the table claim's.
 	cands    candidateCache
-	dueCands candidateCache
+	dueCands [notify.RankCount]candidateCache
 	// nextID is this process's guess of the next free notification id;
 	// a duplicate _id moves it past the largest id stored.
 	nextID atomic.Int64

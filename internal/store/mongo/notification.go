@@ -79,6 +79,9 @@ func newDoc(nn notify.NewNotification, id int64, t time.Time) (doc, notify.Notif
 		Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
 		Destination: nn.Destination, SendAt: r.SendAt, ExpiresAt: r.ExpiresAt,
 	}
+	if p := r.Priority.OrDefault(); p != notify.PriorityNormal {
+		d.Priority = string(p)
+	}
 	if nn.IdempotencyKey != "" {
 		d.IdemScope = idemScope(r.UserID, nn.IdempotencyKey)
 	}

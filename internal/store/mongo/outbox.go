@@ -18,7 +18,7 @@ import (
 )
 
 // The outbox is the events array of each notification document. A document
-// with an event that can be taken now has due <= now (index due_order_idx;
+// with an event that can be taken now has due <= now (index due_rank_idx;
 // due is the earliest of its open events' available time or, while one is
 // leased, its lease's end); the relay and the table transport find
 // candidates by it, and lease events with one change of each document,
@@ -39,11 +39,14 @@ const (
 	// byID is the order of the documents' ids, the order of their
 	// creates.
 	byID order = iota
-	// byDue is the table claim's order, and the relay's: (due, _id), the earliest due
-	// first, from due_order_idx, which it walks from the start up to now
-	// alone: a document whose event is scheduled for later, or leased, is
-	// not read, and one whose event was handed back due at once is due at
-	// that moment, behind every document due before it (issue 32).
+	// byDue is the table claim's order, and the relay's: rank by rank
+	// (the high documents first, the bulk ones last: issue 34, point 5),
+	// each rank in (due, _id) order, the earliest due first, from
+	// due_rank_idx, (rank, due, _id), whose range for the rank it walks
+	// from the start up to now alone: a document whose event is scheduled
+	// for later, or leased, is not read, and one whose event was handed
+	// back due at once is due at that moment, behind every document of
+	// its rank due before it (issue 32).
 	byDue
 )
 
@@ -61,13 +64,14 @@ type candidate struct {
 	Due time.Time `bson:"due"`
 }
 
-// candidates are the documents with an event due at t, in order ord, after
-// c.
-func (s *Store) candidates(ctx context.Context, t time.Time, c cursor, limit int, ord order) ([]candidate, error) {
+// candidates are the documents with an event due at t, in order ord (of
+// rank rank, for byDue), after c.
+func (s *Store) candidates(ctx context.Context, t time.Time, c cursor, limit int, ord order, rank int) ([]candidate, error) {
 	filter := bson.D{{Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}}
 	sort := bson.D{{Key: "_id", Value: 1}}
 	switch {
 	case ord == byDue:
+		filter = bson.D{{Key: "rank", Value: rankFilter(rank)}, filter[0]}
 		sort = bson.D{{Key: "due", Value: 1}, {Key: "_id", Value: 1}}
 		if c.set {
 			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
@@ -89,6 +93,17 @@ func (s *Store) candidates(ctx context.Context, t time.Time, c cursor, limit int
 		return nil, classify(err)
 	}
 	return ds, nil
+}
+
+// rankFilter matches the documents of rank: for the normal rank, also
+// those with no rank, which a process of an older version (before
+// migration 8) writes during a rolling upgrade; the index holds them
+// under null, a range of their own, merged in due order with rank 1's.
+func rankFilter(rank int) any {
+	if rank == notify.RankNormal {
+		return bson.D{{Key: "$in", Value: bson.A{nil, rank}}}
+	}
+	return rank
 }
 
 // candidateBatch is how many candidates one search reads. FerretDB v1
@@ -132,12 +147,31 @@ func (c *candidateCache) take(n int) []int64 {
 // events are all of other types gives nothing, and the search reads on
 // past it.
 func (s *Store) lease(ctx context.Context, token string, limit int, ord order, want func(typ string) bool, until func(t time.Time) time.Time) ([]eventDoc, error) {
-	t := now()
-	cache := &s.cands
-	if ord == byDue {
-		cache = &s.dueCands
+	if ord != byDue {
+		out, err := s.leaseRank(ctx, token, limit, ord, 0, &s.cands, want, until, nil)
+		slices.SortFunc(out, func(a, b eventDoc) int { return cmp.Compare(a.ID, b.ID) })
+		return out, err
 	}
 	var out []eventDoc
+	for rank := range notify.RankCount {
+		if len(out) >= limit {
+			break
+		}
+		var err error
+		if out, err = s.leaseRank(ctx, token, limit, ord, rank, &s.dueCands[rank], want, until, out); err != nil {
+			return out, err
+		}
+	}
+	slices.SortFunc(out, func(a, b eventDoc) int {
+		return cmp.Or(cmp.Compare(a.Priority.Rank(), b.Priority.Rank()), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// leaseRank is lease for the documents of one rank (byDue; any, byID),
+// appending to out up to limit events in all.
+func (s *Store) leaseRank(ctx context.Context, token string, limit int, ord order, rank int, cache *candidateCache, want func(typ string) bool, until func(t time.Time) time.Time, out []eventDoc) ([]eventDoc, error) {
+	t := now()
 	// Candidates read recently come first (see candidateCache); each
 	// change sees the document as it is, so a stale one gives nothing.
 	if ids := cache.take(limit); len(ids) > 0 {
@@ -150,7 +184,7 @@ func (s *Store) lease(ctx context.Context, token string, limit int, ord order, w
 	// past the last candidate until the batch is full or none is left.
 	var last cursor
 	for len(out) < limit {
-		found, err := s.candidates(ctx, t, last, candidateBatch, ord)
+		found, err := s.candidates(ctx, t, last, candidateBatch, ord, rank)
 		if err != nil {
 			return out, fmt.Errorf("find due events: %w", err)
 		}
@@ -176,7 +210,6 @@ func (s *Store) lease(ctx context.Context, token string, limit int, ord order, w
 			break
 		}
 	}
-	slices.SortFunc(out, func(a, b eventDoc) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -202,6 +235,7 @@ func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit in
 				}
 				e.LockedBy, e.LockedUntil = token, &u
 				got = append(got, *e)
+				got[len(got)-1].Priority = notify.Priority(d.Priority).OrDefault()
 			}
 			if len(got) == 0 {
 				return errNoChange
@@ -247,7 +281,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 	}
 	events := make([]notify.Event, len(evs))
 	for i, e := range evs {
-		events[i] = notify.Event{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), OccurredAt: e.OccurredAt.UTC(), Traceparent: e.Traceparent}
+		events[i] = notify.Event{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), OccurredAt: e.OccurredAt.UTC(), Traceparent: e.Traceparent, Priority: e.Priority}
 	}
 	confirmed, pubErr := publish(ctx, events)
 	ok := make(map[int64]bool, len(confirmed))
@@ -309,34 +343,51 @@ func relayToken() string {
 	return "relay-" + hex.EncodeToString(b)
 }
 
-// OutboxStats counts the unprocessed events, the age of the oldest, and the
-// dead letters. It reads the documents with open events (index
-// open_idx), their counts only.
+// OutboxStats counts the backlog, the unprocessed events of the documents
+// with something due now (see notify.OutboxStats), and how long the one
+// due the longest has been due; the documents with events scheduled for
+// later (up to notify.ScheduledCap); and the dead letters. It reads
+// due_rank_idx's ranges, one per rank: up to now for the backlog (their
+// counts only), past now for the scheduled ones (counted, up to the cap).
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var st notify.OutboxStats
-	cur, err := s.n.Find(ctx, bson.D{{Key: "open", Value: bson.D{{Key: "$gt", Value: 0}}}},
-		options.Find().SetProjection(bson.D{{Key: "open", Value: 1}, {Key: "open_status", Value: 1}, {Key: "oldest", Value: 1}}))
-	if err != nil {
-		return st, fmt.Errorf("outbox stats: %w", classify(err))
-	}
-	var ds []struct {
-		Open       int64      `bson:"open"`
-		OpenStatus int64      `bson:"open_status"`
-		Oldest     *time.Time `bson:"oldest"`
-	}
-	if err := cur.All(ctx, &ds); err != nil {
-		return st, fmt.Errorf("outbox stats: %w", classify(err))
-	}
+	t := now()
 	var oldest time.Time
-	for _, d := range ds {
-		st.Unprocessed += d.Open
-		st.UnprocessedStatus += d.OpenStatus
-		if d.Oldest != nil && (oldest.IsZero() || d.Oldest.Before(oldest)) {
-			oldest = *d.Oldest
+	for rank := range notify.RankCount {
+		cur, err := s.n.Find(ctx, bson.D{{Key: "rank", Value: rankFilter(rank)}, {Key: "due", Value: bson.D{{Key: "$lte", Value: t}}}},
+			options.Find().SetProjection(bson.D{{Key: "open", Value: 1}, {Key: "open_status", Value: 1}, {Key: "due", Value: 1}}))
+		if err != nil {
+			return st, fmt.Errorf("outbox stats: %w", classify(err))
+		}
+		var ds []struct {
+			Open       int64      `bson:"open"`
+			OpenStatus int64      `bson:"open_status"`
+			Due        *time.Time `bson:"due"`
+		}
+		if err := cur.All(ctx, &ds); err != nil {
+			return st, fmt.Errorf("outbox stats: %w", classify(err))
+		}
+		for _, d := range ds {
+			st.Unprocessed += d.Open
+			st.UnprocessedStatus += d.OpenStatus
+			if d.Due != nil && (oldest.IsZero() || d.Due.Before(oldest)) {
+				oldest = *d.Due
+			}
+		}
+		if st.Scheduled <= notify.ScheduledCap {
+			n, err := s.n.CountDocuments(ctx, bson.D{{Key: "rank", Value: rankFilter(rank)}, {Key: "due", Value: bson.D{{Key: "$gt", Value: t}}}},
+				options.Count().SetLimit(notify.ScheduledCap+1-st.Scheduled))
+			if err != nil {
+				return st, fmt.Errorf("outbox stats: %w", classify(err))
+			}
+			st.Scheduled += n
 		}
 	}
 	if !oldest.IsZero() {
-		st.OldestAge = max(time.Since(oldest), 0)
+		st.OldestAge = max(t.Sub(oldest), 0)
+	}
+	if st.Scheduled > notify.ScheduledCap {
+		st.Scheduled, st.ScheduledCapped = notify.ScheduledCap, true
 	}
 	n, err := s.n.CountDocuments(ctx, bson.D{{Key: "status", Value: string(notify.StatusFailed)}})
 	if err != nil {
@@ -367,7 +418,7 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	}
 	msgs := make([]notify.Message, len(evs))
 	for i, e := range evs {
-		msgs[i] = notify.Message{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), RetryCount: e.Retries, OccurredAt: e.OccurredAt.UTC(), Traceparent: e.Traceparent}
+		msgs[i] = notify.Message{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), RetryCount: e.Retries, OccurredAt: e.OccurredAt.UTC(), Traceparent: e.Traceparent, Priority: e.Priority}
 	}
 	return msgs, nil
 }

@@ -53,7 +53,7 @@ func (s *Store) Cancel(ctx context.Context, id int64) (notify.Notification, erro
 			if err != nil {
 				return notify.Notification{}, err
 			}
-			if _, err := tx.Exec(ctx, insertOutbox, notify.EventCanceled, payload, "", nil); err != nil {
+			if _, err := tx.Exec(ctx, insertOutbox, notify.EventCanceled, payload, "", nil, int16(notify.RankNormal)); err != nil {
 				return notify.Notification{}, wrap("cancel notification: insert status event", err)
 			}
 		}

@@ -95,7 +95,7 @@ FROM generate_series(1, $1::int)`, scheduledRetries)
 	ms, _ := plan["Actual Total Time"].(float64)
 	t.Logf("claim with %d scheduled retries and %d due rows: walk returned %.0f rows, removed %.0f by filter (%.0f elsewhere), %.0f+%.0f index-scan buffers, %.3f ms",
 		scheduledRetries, due, returned, removed, elsewhere, hit, read, ms)
-	assert.Empty(t, claimPlanProblems(plan, outboxLeaves(t, ctx, conn), "_work_due_idx"))
+	assert.Empty(t, claimPlanProblems(plan, outboxLeaves(t, ctx, conn), dueWalks))
 	assert.EqualValues(t, due, returned, "the walk returns the due rows")
 	assert.Zero(t, removed, "the walk reads no row that is not due")
 	assert.Zero(t, elsewhere)

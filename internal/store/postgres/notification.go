@@ -22,8 +22,8 @@ const (
 	// columns take their defaults: pending, no attempt, and one now() for
 	// created_at and updated_at.
 	insertNotification = `
-INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, destination, send_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9)
+INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, destination, send_at, expires_at, priority)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id, created_at`
 
@@ -38,9 +38,10 @@ WHERE user_id = $1 AND idempotency_key = $2 AND created_at <= now() - make_inter
 
 	// insertOutbox writes the event, due at $4 (the notification's
 	// send_at) or at once: a send_at in the past is due now, in its turn
-	// behind the rows due before it, not ahead of every one of them.
-	insertOutbox = `INSERT INTO outbox (event_type, payload, traceparent, available_at)
-VALUES ($1, $2, NULLIF($3, ''), GREATEST(COALESCE($4::timestamptz, now()), now()))`
+	// behind the rows due before it, not ahead of every one of them. $5
+	// is the priority's rank (notify.Rank*).
+	insertOutbox = `INSERT INTO outbox (event_type, payload, traceparent, available_at, priority)
+VALUES ($1, $2, NULLIF($3, ''), GREATEST(COALESCE($4::timestamptz, now()), now()), $5)`
 
 	// insertCreates is the whole create of a group of notifications without
 	// an idempotency key, in one statement: one round trip and one commit
@@ -55,20 +56,20 @@ VALUES ($1, $2, NULLIF($3, ''), GREATEST(COALESCE($4::timestamptz, now()), now()
 	// $1-$5 user ids, channels, recipients, subjects, bodies; $6 event
 	// types; $7 payloads; $8 traceparents ('' for none); $9 destinations
 	// ('' for none); $10 idempotency keys ('' for none; a batch's keys
-	// that no notification holds, see CreateBatch).
+	// that no notification holds, see CreateBatch); $11 priority ranks.
 	insertCreates = `
 WITH r AS MATERIALIZED (
 	SELECT nextval(pg_get_serial_sequence('notifications', 'id')) AS id, r.*
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::text[], $9::text[], $10::text[])
-		WITH ORDINALITY AS r(user_id, channel, recipient, subject, body, event_type, payload, traceparent, destination, idempotency_key, ord)
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::text[], $9::text[], $10::text[], $11::smallint[])
+		WITH ORDINALITY AS r(user_id, channel, recipient, subject, body, event_type, payload, traceparent, destination, idempotency_key, priority, ord)
 	ORDER BY r.ord
 ), n AS (
-	INSERT INTO notifications (id, user_id, channel, recipient, subject, body, destination, idempotency_key) OVERRIDING SYSTEM VALUE
-	SELECT id, user_id, channel, recipient, subject, body, NULLIF(destination, ''), NULLIF(idempotency_key, '') FROM r ORDER BY ord
+	INSERT INTO notifications (id, user_id, channel, recipient, subject, body, destination, idempotency_key, priority) OVERRIDING SYSTEM VALUE
+	SELECT id, user_id, channel, recipient, subject, body, NULLIF(destination, ''), NULLIF(idempotency_key, ''), priority FROM r ORDER BY ord
 	RETURNING id, created_at
 ), e AS (
-	INSERT INTO outbox (event_type, payload, traceparent)
-	SELECT event_type, jsonb_set(payload, '{notification_id}', to_jsonb(id::text)), NULLIF(traceparent, '')
+	INSERT INTO outbox (event_type, payload, traceparent, priority)
+	SELECT event_type, jsonb_set(payload, '{notification_id}', to_jsonb(id::text)), NULLIF(traceparent, ''), priority
 	FROM r ORDER BY ord
 )
 SELECT r.ord, n.id, n.created_at FROM r JOIN n ON n.id = r.id`
@@ -80,12 +81,12 @@ SELECT r.ord, n.id, n.created_at FROM r JOIN n ON n.id = r.id`
 	// unsynced: 8,540 against 7,330 statements a second).
 	insertCreate = `
 WITH n AS (
-	INSERT INTO notifications (user_id, channel, recipient, subject, body, destination, idempotency_key)
-	VALUES ($1, $2, $3, $4, $5, NULLIF($9, ''), NULLIF($10, ''))
+	INSERT INTO notifications (user_id, channel, recipient, subject, body, destination, idempotency_key, priority)
+	VALUES ($1, $2, $3, $4, $5, NULLIF($9, ''), NULLIF($10, ''), $11)
 	RETURNING id, created_at
 ), e AS (
-	INSERT INTO outbox (event_type, payload, traceparent)
-	SELECT $6, jsonb_set($7::jsonb, '{notification_id}', to_jsonb(n.id::text)), NULLIF($8, '')
+	INSERT INTO outbox (event_type, payload, traceparent, priority)
+	SELECT $6, jsonb_set($7::jsonb, '{notification_id}', to_jsonb(n.id::text)), NULLIF($8, ''), $11
 	FROM n
 )
 SELECT 1::bigint, id, created_at FROM n`
@@ -99,7 +100,7 @@ SELECT 1::bigint, id, created_at FROM n`
 
 	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at`
+	send_at, expires_at, canceled_at, expired_at, priority`
 
 	// selectNotification reads a notification with, while it is pending,
 	// the record of its destination or else of its channel's one provider
@@ -182,6 +183,7 @@ func CreateGroup(ctx context.Context, q Querier, nns []notify.NewNotification) (
 	n := len(nns)
 	users, channels, tos, subjects, bodies := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	types, payloads, traces, dests, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ranks := make([]int16, n)
 	for i, nn := range nns {
 		payload, err := notify.RequestedPayload(nn.Pending(0, time.Time{}))
 		if err != nil {
@@ -190,15 +192,16 @@ func CreateGroup(ctx context.Context, q Querier, nns []notify.NewNotification) (
 		r := nn.Request
 		users[i], channels[i], tos[i], subjects[i], bodies[i] = r.UserID, r.Channel, r.To, r.Subject, r.Body
 		types[i], payloads[i], traces[i], dests[i], keys[i] = notify.EventRequested, string(payload), nn.Traceparent, nn.Destination, nn.IdempotencyKey
+		ranks[i] = int16(r.Priority.Rank())
 	}
 	var (
 		rows pgx.Rows
 		err  error
 	)
 	if n == 1 {
-		rows, err = q.Query(ctx, insertCreate, users[0], channels[0], tos[0], subjects[0], bodies[0], types[0], payloads[0], traces[0], dests[0], keys[0])
+		rows, err = q.Query(ctx, insertCreate, users[0], channels[0], tos[0], subjects[0], bodies[0], types[0], payloads[0], traces[0], dests[0], keys[0], ranks[0])
 	} else {
-		rows, err = q.Query(ctx, insertCreates, users, channels, tos, subjects, bodies, types, payloads, traces, dests, keys)
+		rows, err = q.Query(ctx, insertCreates, users, channels, tos, subjects, bodies, types, payloads, traces, dests, keys, ranks)
 	}
 	if err != nil {
 		return nil, wrap("insert", err)
@@ -249,7 +252,7 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 			return notify.Created{}, wrap("expire idempotency key", err)
 		}
 	}
-	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination, r.SendAt, r.ExpiresAt).
+	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination, r.SendAt, r.ExpiresAt, int16(r.Priority.Rank())).
 		Scan(&id, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
@@ -268,7 +271,7 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 	if err != nil {
 		return notify.Created{}, err
 	}
-	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, nn.Traceparent, r.SendAt); err != nil {
+	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, nn.Traceparent, r.SendAt, int16(r.Priority.Rank())); err != nil {
 		return notify.Created{}, wrap("insert outbox", err)
 	}
 	return notify.Created{Notification: n}, nil
@@ -318,13 +321,15 @@ func scanNotification(row pgx.Row) (notify.Notification, error) {
 		n                notify.Notification
 		status           string
 		sentAt, failedAt *time.Time
+		rank             int16
 	)
 	err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
 		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt, &failedAt,
-		&n.SendAt, &n.ExpiresAt, &n.CanceledAt, &n.ExpiredAt)
+		&n.SendAt, &n.ExpiresAt, &n.CanceledAt, &n.ExpiredAt, &rank)
 	if err != nil {
 		return notify.Notification{}, err
 	}
+	n.Priority = notify.PriorityOfRank(int(rank))
 	n.Status = notify.Status(status)
 	n.SentAt = sentAt
 	n.FailedAt = failedAt

@@ -85,7 +85,7 @@ const (
 UPDATE notifications
 SET status = 'pending', failed_at = NULL, last_error = NULL, updated_at = now()
 WHERE id = $1 AND status = 'failed'
-RETURNING id, user_id, channel, recipient, subject, body`
+RETURNING id, user_id, channel, recipient, subject, body, priority`
 
 	notificationExists = `SELECT EXISTS (SELECT 1 FROM notifications WHERE id = $1)`
 )
@@ -104,8 +104,11 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 	}
 	defer rollback(tx)
 
-	var n notify.Notification
-	err = tx.QueryRow(ctx, redriveNotification, id).Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body)
+	var (
+		n    notify.Notification
+		rank int16
+	)
+	err = tx.QueryRow(ctx, redriveNotification, id).Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &rank)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var exists bool
 		if err := tx.QueryRow(ctx, notificationExists, id).Scan(&exists); err != nil {
@@ -123,7 +126,7 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("redrive notification %d: %w", id, err)
 	}
-	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, "", nil); err != nil {
+	if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, "", nil, rank); err != nil {
 		return false, wrap(fmt.Sprintf("redrive notification %d: insert outbox", id), err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -16,49 +16,93 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-const (
-	// claimRelayBatch picks the rows a relay may take: unprocessed, of the
-	// relay's types (%[1]s, see relayTypes), due (%[2]s), with no live
-	// lease, in the relay's order (%[3]s), skipping rows another relay is
-	// claiming at this instant. It walks a partial index in that order and
-	// stops after limit rows it could lock (rows of other types are passed
-	// over; the other relay keeps them few). On the partitioned outbox the
-	// walk is a Merge Append of each partition's index (claimPlan).
-	//
-	// A relay of the notifications takes due rows in due order,
-	// (available_at, id), from outbox_work_due_idx (migration 0019): a row's
-	// available_at is its notification's send_at, so a row scheduled for
-	// later is neither read nor published before it is due, and a year
-	// ahead it waits in the outbox, never in a broker. The walk starts at
-	// the earliest due time and stops at now. The lease moves available_at
-	// to its end, as the table transport's claim does (claimDue,
-	// queue.go), so a leased row is not due and is not read again, and one
-	// whose lease ran out is due again. A relay of status events only
-	// (always due: nothing schedules them) walks
-	// outbox_status_unprocessed_idx in id order, as before. A relay of
-	// every type (the default with a broker) does both in one statement
-	// (leaseEveryType).
-	// Leases are judged and started on clock_timestamp(), the statement's
-	// time, not the transaction's start (see deliver.go, "Clocks"); the
-	// bound of the due walk is read once, in a subquery, a value an index
-	// scan can start from.
-	claimRelayBatch = `
+// rankedDue returns the common table expressions that pick the due rows
+// of a claim rank by rank (issue 34, point 5), and name them together
+// claimed (id, occurred_at): up to limit rows (an SQL expression), of the
+// claim's types (cond, a condition on event_type that implies the
+// predicate of outbox_work_due_idx), due (available_at passed), with no
+// live lease, skipping rows another claim is locking at this instant;
+// first the high rows in due order, (available_at, id), then, up to the
+// rest of the limit, the normal ones, then the bulk ones. before names
+// CTEs (already written) whose rows count against the limit.
+//
+// Each rank is a range of outbox_work_due_idx, (priority, available_at,
+// id) (migration 0020), walked from the earliest due time up to now and
+// no further: a row scheduled for later is never read, whatever its rank,
+// and a high row due now is taken before every due bulk row, however many
+// there are. A rank whose share of the limit is used up is not walked at
+// all (its LIMIT is 0). On the partitioned outbox each range is a Merge
+// Append of each partition's index (claimPlan). The bound of the walk,
+// clock_timestamp() (see deliver.go, "Clocks"), is read in a subquery: a
+// value an index scan can start from.
+func rankedDue(cond, limit string, before ...string) string {
+	var b strings.Builder
+	taken := ""
+	for _, name := range before {
+		taken += " - (SELECT count(*) FROM " + name + ")"
+	}
+	names := make([]string, notify.RankCount)
+	for k := range notify.RankCount {
+		names[k] = fmt.Sprintf("rank%d", k)
+		fmt.Fprintf(&b, `%s AS MATERIALIZED (
 SELECT id, occurred_at FROM outbox
-WHERE processed_at IS NULL%[1]s%[2]s
+WHERE processed_at IS NULL%s
+  AND priority = %d
+  AND available_at <= (SELECT clock_timestamp())
   AND (locked_until IS NULL OR locked_until < clock_timestamp())
-ORDER BY %[3]s
-LIMIT $1
-FOR UPDATE SKIP LOCKED`
+ORDER BY available_at, id
+LIMIT (SELECT %s%s)
+FOR UPDATE SKIP LOCKED
+), `, names[k], cond, k, limit, taken)
+		taken += " - (SELECT count(*) FROM " + names[k] + ")"
+	}
+	b.WriteString("claimed AS MATERIALIZED (\nSELECT id, occurred_at FROM ")
+	b.WriteString(strings.Join(names, " UNION ALL SELECT id, occurred_at FROM "))
+	b.WriteString("\n)")
+	return b.String()
+}
 
-	// leaseEveryType is leaseRelayBatch for a relay of every type: the
-	// status events first, in id order from outbox_status_unprocessed_idx,
-	// then due work rows in due order from outbox_work_due_idx up to the
-	// batch's size, each walk on its own partial index (one index of every
-	// unprocessed row in due order would also serve, but the table claim's
-	// plan could then take it and read the status events). Status events
-	// go first: there is at most one per settled delivery, and behind a
-	// backlog of work they would otherwise wait for it to drain.
-	leaseEveryType = `
+// workTypes is the type condition of a claim of every work row: every
+// type but the status events, as outbox_work_due_idx's predicate writes
+// it.
+const workTypes = "\n  AND event_type NOT IN (" + statusTypeList + ")"
+
+// leaseSet and leaseReturning end every lease: the claimed rows, found
+// again as claimedRows says, are leased to $2 until the lease's end, read
+// once, so that locked_until and available_at get the same value. The
+// lease moves available_at to its end, as the table transport's claim
+// does (claimDue, queue.go), so a leased row is not due and is not read
+// again, and one whose lease ran out is due again.
+const leaseSet = `
+UPDATE outbox
+SET locked_by = $2, (locked_until, available_at) = (SELECT l.until, l.until FROM (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond' AS until) AS l)
+WHERE ` + claimedRows + `
+RETURNING id, event_type, payload, occurred_at, COALESCE(traceparent, ''), priority`
+
+const (
+	// claimStatusBatch picks the rows a relay of status events only
+	// may take: unprocessed, of its types (%[1]s, see relayTypes), with no
+	// live lease, in id order, skipping rows another relay is claiming at
+	// this instant, from outbox_status_unprocessed_idx. Nothing schedules
+	// a status event and nothing ranks it: they are always due, and id
+	// order is their order.
+	claimStatusBatch = `
+WITH claimed AS MATERIALIZED (
+SELECT id, occurred_at FROM outbox
+WHERE processed_at IS NULL%[1]s
+  AND (locked_until IS NULL OR locked_until < clock_timestamp())
+ORDER BY id
+LIMIT $1
+FOR UPDATE SKIP LOCKED
+)`
+
+	// leaseEveryType is the lease of a relay of every type (the default
+	// with a broker): the status events first, in id order from
+	// outbox_status_unprocessed_idx, then due work rows rank by rank
+	// (rankedDue) up to the batch's size. Status events go first: there
+	// is at most one per settled delivery, and behind a backlog of work
+	// they would otherwise wait for it to drain.
+	leaseEveryTypeHead = `
 WITH status AS MATERIALIZED (
 SELECT id, occurred_at FROM outbox
 WHERE processed_at IS NULL
@@ -67,65 +111,61 @@ WHERE processed_at IS NULL
 ORDER BY id
 LIMIT $1
 FOR UPDATE SKIP LOCKED
-), work AS MATERIALIZED (
-SELECT id, occurred_at FROM outbox
-WHERE processed_at IS NULL
-  AND event_type NOT IN (` + statusTypeList + `)` + relayDue + `
-  AND (locked_until IS NULL OR locked_until < clock_timestamp())
-ORDER BY ` + relayDueOrder + `
-LIMIT (SELECT $1::bigint - count(*) FROM status)
-FOR UPDATE SKIP LOCKED
-), claimed AS MATERIALIZED (
-SELECT id, occurred_at FROM status UNION ALL SELECT id, occurred_at FROM work
+), `
 )
-UPDATE outbox
-SET locked_by = $2, (locked_until, available_at) = (SELECT l.until, l.until FROM (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond' AS until) AS l)
-WHERE ` + claimedRows + `
-RETURNING id, event_type, payload, occurred_at, COALESCE(traceparent, '')`
 
-	// relayDue and relayDueOrder are claimRelayBatch's due condition and
-	// order for a relay of the notifications; a relay of status events
-	// has neither (relayIDOrder).
-	relayDue      = "\n  AND available_at <= (SELECT clock_timestamp())"
-	relayDueOrder = "available_at, id"
-	relayIDOrder  = "id"
+// leaseEveryType is leaseEveryTypeHead with its work rows and the lease.
+var leaseEveryType = leaseEveryTypeHead + strings.Replace(rankedDue(workTypes, "$1::bigint", "status"),
+	"claimed AS MATERIALIZED (\nSELECT id, occurred_at FROM ",
+	"claimed AS MATERIALIZED (\nSELECT id, occurred_at FROM status UNION ALL SELECT id, occurred_at FROM ", 1) + leaseSet
 
-	// leaseRelayBatch leases the claimed rows to one batch, in one
-	// autocommitted statement: the row locks last only as long as it runs,
-	// the lease keeps other relays off while the batch publishes. The CTE is
-	// materialized so the locking subquery runs exactly once. The claimed
-	// rows are found again as claimedRows says. The lease's end is read
-	// once, so locked_until and available_at get the same value.
-	leaseRelayBatch = `
-WITH claimed AS MATERIALIZED (` + claimRelayBatch + `
-)
-UPDATE outbox
-SET locked_by = $2, (locked_until, available_at) = (SELECT l.until, l.until FROM (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond' AS until) AS l)
-WHERE ` + claimedRows + `
-RETURNING id, event_type, payload, occurred_at, COALESCE(traceparent, '')`
-
+const (
 	// markRelayed records the confirmed rows; any relay's confirm counts,
 	// so it does not check the lease: the broker has the event either way.
 	// releaseRelayed ends the lease of the rows this batch could not
-	// publish, so that they are due again at once (available_at, which the
-	// lease moved to its end, back to now). Both bound occurred_at
+	// publish, so that they are due again at once: available_at, which the
+	// lease moved to its end, goes back to occurred_at, when a row that
+	// was never scheduled became due. The row keeps its place in due
+	// order, and the backlog's age (OutboxStats, from available_at) keeps
+	// counting through a broker outage that fails every publish instead of
+	// starting again at each one. (A scheduled row released so counts from
+	// its create, not its send_at: an outage is on anyway.) Both bound occurred_at
 	// by the batch's own (occurredSpan, queue.go) so that, planned with the
 	// values, they touch only the partitions of those days.
 	markRelayed    = `UPDATE outbox SET processed_at = now(), locked_until = NULL WHERE id = ANY($1) AND occurred_at BETWEEN $2 AND $3 AND processed_at IS NULL`
-	releaseRelayed = `UPDATE outbox SET locked_by = NULL, locked_until = NULL, available_at = clock_timestamp() WHERE id = ANY($1) AND occurred_at BETWEEN $3 AND $4 AND locked_by = $2 AND processed_at IS NULL`
+	releaseRelayed = `UPDATE outbox SET locked_by = NULL, locked_until = NULL, available_at = LEAST(occurred_at, clock_timestamp()) WHERE id = ANY($1) AND occurred_at BETWEEN $3 AND $4 AND locked_by = $2 AND processed_at IS NULL`
 
-	// selectOutboxStats reads the backlog from outbox_unprocessed_idx and
-	// counts the dead letters from notifications_failed_idx, in one round
-	// trip and one snapshot.
+	// selectOutboxStats reads the backlog: the due rows (see
+	// notify.OutboxStats), counted rank by rank on outbox_work_due_idx's
+	// ranges up to now (the work) and from outbox_status_unprocessed_idx
+	// (the status events), the oldest due time as the first entry of each
+	// range, the rows not due (the work ranges past now, and the status
+	// events a relay holds leased; counted up to $1), and the dead letters from notifications_failed_idx, in one round
+	// trip and one snapshot. Scheduled rows are not read as backlog: the
+	// due ranges stop at now.
 	selectOutboxStats = `
-SELECT backlog.n, backlog.age,
-	(SELECT count(*) FROM notifications WHERE status = 'failed'), backlog.status
-FROM (
-	SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM now() - min(occurred_at)), 0)::float8 AS age,
-		count(*) FILTER (WHERE event_type <> '` + notify.EventRequested + `') AS status
-	FROM outbox
-	WHERE processed_at IS NULL
-) AS backlog`
+WITH t AS MATERIALIZED (SELECT now() AS now),
+work AS (
+	SELECT
+		(SELECT count(*) FROM outbox WHERE processed_at IS NULL` + workTypes + ` AND priority = r.k AND available_at <= (SELECT now FROM t)) AS n,
+		(SELECT min(available_at) FROM outbox WHERE processed_at IS NULL` + workTypes + ` AND priority = r.k AND available_at <= (SELECT now FROM t)) AS oldest
+	FROM (VALUES (0), (1), (2)) AS r(k)
+),
+status AS (
+	SELECT count(*) AS n, min(available_at) AS oldest FROM outbox
+	WHERE processed_at IS NULL AND event_type IN (` + statusTypeList + `) AND available_at <= (SELECT now FROM t)
+)
+SELECT
+	(SELECT sum(n) FROM work)::bigint + (SELECT n FROM status),
+	COALESCE(EXTRACT(EPOCH FROM (SELECT now FROM t) - LEAST((SELECT min(oldest) FROM work), (SELECT oldest FROM status))), 0)::float8,
+	(SELECT count(*) FROM notifications WHERE status = 'failed'),
+	(SELECT n FROM status),
+	(SELECT count(*) FROM (
+		SELECT 1 FROM outbox WHERE processed_at IS NULL` + workTypes + ` AND priority = 0 AND available_at > (SELECT now FROM t)
+		UNION ALL SELECT 1 FROM outbox WHERE processed_at IS NULL` + workTypes + ` AND priority = 1 AND available_at > (SELECT now FROM t)
+		UNION ALL SELECT 1 FROM outbox WHERE processed_at IS NULL` + workTypes + ` AND priority = 2 AND available_at > (SELECT now FROM t)
+		UNION ALL SELECT 1 FROM outbox WHERE processed_at IS NULL AND event_type IN (` + statusTypeList + `) AND available_at > (SELECT now FROM t)
+		LIMIT $1) AS s)`
 )
 
 // markTimeout bounds recording an effect that already happened (events the
@@ -245,7 +285,7 @@ const claimPlan = `SELECT set_config('plan_cache_mode', 'force_generic_plan', tr
 	set_config('enable_mergejoin', 'off', true),
 	set_config('enable_material', 'off', true)`
 
-// relayTypes returns the type condition of claimRelayBatch for a relay of
+// relayTypes returns the type condition of a relay lease for a relay of
 // types (nil: every type) and the statement's arguments after $3. Types
 // are written into the statement as literals, so that each relay's plan,
 // made once (claimPlan), can walk the partial index of its types
@@ -281,18 +321,19 @@ func plainType(t string) bool {
 	return true
 }
 
-// leaseStatement returns leaseRelayBatch for a relay of types, and its
-// arguments after $3: in due order, except for a relay of status events
-// alone (see claimRelayBatch).
+// leaseStatement returns the lease of a relay of types, and its arguments
+// after $3: status events only in id order (claimStatusBatch), any other
+// set of types rank by rank in due order (rankedDue), every type both
+// (leaseEveryType).
 func leaseStatement(types []string) (string, []any) {
 	if types == nil {
 		return leaseEveryType, nil
 	}
 	cond, args := relayTypes(types)
 	if statusOnly(types) {
-		return fmt.Sprintf(leaseRelayBatch, cond, "", relayIDOrder), args
+		return fmt.Sprintf(claimStatusBatch, cond) + leaseSet, args
 	}
-	return fmt.Sprintf(leaseRelayBatch, cond, relayDue, relayDueOrder), args
+	return "WITH " + rankedDue(cond, "$1::bigint") + leaseSet, args
 }
 
 // statusOnly reports whether types names status events only.
@@ -332,8 +373,12 @@ func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string,
 		return nil, err
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (notify.Event, error) {
-		var e notify.Event
-		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.OccurredAt, &e.Traceparent)
+		var (
+			e    notify.Event
+			rank int16
+		)
+		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.OccurredAt, &e.Traceparent, &rank)
+		e.Priority = notify.PriorityOfRank(int(rank))
 		return e, err
 	})
 	if err != nil {
@@ -342,8 +387,11 @@ func (s *Store) leaseRelayEvents(ctx context.Context, limit int, types []string,
 	if err := br.Close(); err != nil {
 		return nil, err
 	}
-	// RETURNING gives no order guarantee.
-	slices.SortFunc(events, func(a, b notify.Event) int { return cmp.Compare(a.ID, b.ID) })
+	// RETURNING gives no order guarantee: highest priority first, then
+	// id order, so that the batch publishes its high rows first.
+	slices.SortFunc(events, func(a, b notify.Event) int {
+		return cmp.Or(cmp.Compare(a.Priority.Rank(), b.Priority.Rank()), cmp.Compare(a.ID, b.ID))
+	})
 	return events, nil
 }
 
@@ -399,18 +447,22 @@ func relayToken() string {
 	return "relay-" + hex.EncodeToString(b)
 }
 
-// OutboxStats reports the backlog (the unprocessed rows and the age of the
-// oldest of them, on the database's clock) and the number of dead letters.
+// OutboxStats reports the backlog (the due unprocessed rows and how long
+// the one due longest has been due, on the database's clock), the
+// scheduled rows (up to notify.ScheduledCap) and the number of dead letters.
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var (
 		st  notify.OutboxStats
 		age float64
 	)
-	if err := s.pool.QueryRow(ctx, selectOutboxStats).Scan(&st.Unprocessed, &age, &st.DeadLetters, &st.UnprocessedStatus); err != nil {
+	if err := s.pool.QueryRow(ctx, selectOutboxStats, notify.ScheduledCap+1).Scan(&st.Unprocessed, &age, &st.DeadLetters, &st.UnprocessedStatus, &st.Scheduled); err != nil {
 		return notify.OutboxStats{}, wrap("outbox stats", err)
 	}
 	if age > 0 {
 		st.OldestAge = time.Duration(age * float64(time.Second))
+	}
+	if st.Scheduled > notify.ScheduledCap {
+		st.Scheduled, st.ScheduledCapped = notify.ScheduledCap, true
 	}
 	return st, nil
 }

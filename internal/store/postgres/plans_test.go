@@ -210,12 +210,17 @@ func claimStatements() []claimStatement {
 		return sql
 	}
 	return []claimStatement{
-		{"relay lease", lease(nil), `100, 'relay-t', 60000000`, "_status_unprocessed_idx _work_due_idx"},
-		{"notifications relay lease", lease([]string{notify.EventRequested}), `100, 'relay-t', 60000000`, "_work_due_idx"},
+		{"relay lease", lease(nil), `100, 'relay-t', 60000000`, "_status_unprocessed_idx " + dueWalks},
+		{"notifications relay lease", lease([]string{notify.EventRequested}), `100, 'relay-t', 60000000`, dueWalks},
 		{"status relay lease", lease(notify.StatusEventTypes), `100, 'relay-t', 60000000`, "_status_unprocessed_idx"},
-		{"table claim", claimDue, `'worker-t', 100, 60000000`, "_work_due_idx"},
+		{"table claim", claimDue, `'worker-t', 100, 60000000`, dueWalks},
 	}
 }
+
+// dueWalks is the walk of a claim of due work rows: one range of
+// outbox_work_due_idx per priority rank, each a Merge Append of its own
+// (rankedDue).
+var dueWalks = strings.TrimSpace(strings.Repeat("_work_due_idx ", notify.RankCount))
 
 // explainPrepared explains sql as a prepared statement executed with args
 // after setup (claimPlan) in one transaction that is rolled back, as a

@@ -284,9 +284,9 @@ func TestClaimUsesPartialIndex(t *testing.T) {
 			assert.Empty(t, claimPlanProblems(plan, leaves, st.walk), st.name)
 		}
 	}()
-	plan := explain(t, s, selectOutboxStats)
+	plan := explain(t, s, selectOutboxStats, notify.PendingCap+1)
 	t.Logf("outbox stats:\n%s", plan)
-	require.Contains(t, plan, "outbox_legacy_unprocessed_idx", plan)
+	require.Contains(t, plan, "outbox_legacy_status_unprocessed_idx", plan)
 	require.Contains(t, plan, "notifications_failed_idx", plan)
 	require.NotContains(t, plan, "Seq Scan on outbox_legacy", plan)
 

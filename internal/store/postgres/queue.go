@@ -19,51 +19,38 @@ import (
 // for the planner to take them.
 const statusTypeList = `'` + notify.EventSent + `', '` + notify.EventFailed + `', '` + notify.EventCanceled + `', '` + notify.EventExpired + `'`
 
-const (
-	// claimDue leases due rows of every type but the status events, which
-	// are for the relay, never for a worker (it would take one for poison):
-	// the notifications, and a row of a type herald does not know, which
-	// the worker dead-letters as poison. The type condition is the
-	// predicate of outbox_work_due_idx (migration 0015), written the same
-	// way.
-	//
-	// Due rows are taken in due order, (available_at, id), from that
-	// index: the walk starts at the earliest due time and stops at now or
-	// after $2 rows, and reads no row that is not due (a retry scheduled
-	// for later, a leased row). The lease moves available_at to its end,
-	// as locked_until, so a leased row is not due and one whose lease ran
-	// out is due again; a row handed back due at once (Reschedule) is due
-	// at that moment, behind every row due before it, where its id kept it
-	// ahead of them. The test of locked_until is a guard for a lease that
-	// left available_at alone (one taken before migration 0015, by a
-	// process of an older herald): it reads nothing more.
-	//
-	// The bound of the walk is the statement's time, clock_timestamp()
-	// (see deliver.go, "Clocks"), read once in a subquery: a value the
-	// index scan can start from, which the volatile function itself is
-	// not. The lease's end is read once too, so locked_until and
-	// available_at get the same value. The CTE is materialized so the
-	// locking subquery runs exactly once; rows another worker is claiming
-	// right now are skipped, not waited for. It runs on a plan made once
-	// (claimPlan, outbox.go): the walk is a Merge Append of each
-	// partition's outbox_work_due_idx, and the due rows are found again by
-	// their key in their days' partitions (claimedRows).
-	claimDue = `
-WITH claimed AS MATERIALIZED (
-	SELECT id, occurred_at FROM outbox
-	WHERE processed_at IS NULL
-	  AND event_type NOT IN (` + statusTypeList + `)
-	  AND available_at <= (SELECT clock_timestamp())
-	  AND (locked_until IS NULL OR locked_until < clock_timestamp())
-	ORDER BY available_at, id
-	LIMIT $2
-	FOR UPDATE SKIP LOCKED
-)
+// claimDue leases due rows of every type but the status events, which
+// are for the relay, never for a worker (it would take one for poison):
+// the notifications, and a row of a type herald does not know, which the
+// worker dead-letters as poison. The type condition is the predicate of
+// outbox_work_due_idx (migrations 0015, 0020), written the same way.
+//
+// Due rows are taken rank by rank, each rank in due order, (available_at,
+// id), from that index (rankedDue, outbox.go): every due high row before
+// any normal one, every due normal one before any bulk one, and no row
+// that is not due is read (a retry scheduled for later, a leased row, a
+// notification whose send_at is ahead). The lease moves available_at to
+// its end, as locked_until, so a leased row is not due and one whose
+// lease ran out is due again; a row handed back due at once (Reschedule)
+// is due at that moment, behind every row of its rank due before it. The
+// test of locked_until is a guard for a lease that left available_at alone
+// (one taken before migration 0015, by a process of an older herald): it
+// reads nothing more.
+//
+// The lease's end is read once, so locked_until and available_at get the
+// same value. The CTEs are materialized so the locking subqueries run
+// exactly once; rows another worker is claiming right now are skipped,
+// not waited for. It runs on a plan made once (claimPlan, outbox.go): each
+// rank's walk is a Merge Append of each partition's outbox_work_due_idx,
+// and the due rows are found again by their key in their days' partitions
+// (claimedRows). $1 is the lease's token, $2 the limit, $3 the lease.
+var claimDue = "WITH " + rankedDue(workTypes, "$2::bigint") + `
 UPDATE outbox
 SET locked_by = $1, (locked_until, available_at) = (SELECT l.until, l.until FROM (SELECT clock_timestamp() + $3::bigint * interval '1 microsecond' AS until) AS l)
 WHERE ` + claimedRows + `
-RETURNING id, event_type, payload, attempts, occurred_at, COALESCE(traceparent, '')`
+RETURNING id, event_type, payload, attempts, occurred_at, COALESCE(traceparent, ''), priority`
 
+const (
 	// finishLeased and rescheduleLeased name their rows by id and bound
 	// occurred_at by the rows' own ($4 and $5, $6 and $7; see
 	// occurredSpan): planned with the values (the pool's custom plans),
@@ -84,8 +71,9 @@ WHERE id = $1 AND occurred_at BETWEEN $6 AND $7 AND locked_by = $2 AND processed
 )
 
 // Claim leases up to limit due outbox rows that are not status events
-// (unprocessed, available_at passed), the earliest due first, to token
-// until now + lease, and returns them in id order as messages whose
+// (unprocessed, available_at passed), the highest priority first and
+// then the earliest due, to token until now + lease, and returns them
+// highest priority first, then in id order, as messages whose
 // RetryCount is the row's attempts.
 func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
 	if limit < 1 {
@@ -111,10 +99,14 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	defer rows.Close()
 	var ms []notify.Message
 	for rows.Next() {
-		var m notify.Message
-		if err := rows.Scan(&m.ID, &m.Type, &m.Payload, &m.RetryCount, &m.OccurredAt, &m.Traceparent); err != nil {
+		var (
+			m    notify.Message
+			rank int16
+		)
+		if err := rows.Scan(&m.ID, &m.Type, &m.Payload, &m.RetryCount, &m.OccurredAt, &m.Traceparent, &rank); err != nil {
 			return nil, wrap("claim outbox rows", err)
 		}
+		m.Priority = notify.PriorityOfRank(int(rank))
 		ms = append(ms, m)
 	}
 	if err := rows.Err(); err != nil {
@@ -124,8 +116,10 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	if err := br.Close(); err != nil {
 		return nil, wrap("claim outbox rows", err)
 	}
-	// RETURNING follows no order.
-	slices.SortFunc(ms, func(a, b notify.Message) int { return cmp.Compare(a.ID, b.ID) })
+	// RETURNING follows no order: highest priority first, then id order.
+	slices.SortFunc(ms, func(a, b notify.Message) int {
+		return cmp.Or(cmp.Compare(a.Priority.Rank(), b.Priority.Rank()), cmp.Compare(a.ID, b.ID))
+	})
 	return ms, nil
 }
 

@@ -43,7 +43,7 @@ const (
 	// start from, which clock_timestamp() itself, volatile, is not.
 	selectStale = `
 WITH cut AS MATERIALIZED (SELECT clock_timestamp() - $1::bigint * interval '1 microsecond' AS t)
-SELECT n.id, n.user_id, n.channel, n.recipient, n.subject, n.body
+SELECT n.id, n.user_id, n.channel, n.recipient, n.subject, n.body, n.priority
 FROM notifications n
 WHERE n.status = 'pending'
   AND n.updated_at < (SELECT t FROM cut)
@@ -87,8 +87,12 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 		return nil, wrap("reconcile: select", err)
 	}
 	stale, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (notify.Notification, error) {
-		var n notify.Notification
-		err := r.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body)
+		var (
+			n    notify.Notification
+			rank int16
+		)
+		err := r.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &rank)
+		n.Priority = notify.PriorityOfRank(int(rank))
 		return n, err
 	})
 	if err != nil {
@@ -100,7 +104,7 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, "", nil); err != nil {
+		if _, err := tx.Exec(ctx, insertOutbox, notify.EventRequested, payload, "", nil, int16(n.Priority.Rank())); err != nil {
 			return nil, wrap("reconcile: insert outbox", err)
 		}
 		if _, err := tx.Exec(ctx, touchReconciled, n.ID); err != nil {

@@ -56,7 +56,7 @@ func (s *Store) Cancel(ctx context.Context, id int64) (notify.Notification, erro
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventCanceled, string(payload), t, t, nil); err != nil {
+			if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventCanceled, string(payload), t, t, nil, notify.RankNormal); err != nil {
 				return fmt.Errorf("insert status event: %w", classify(err))
 			}
 		}

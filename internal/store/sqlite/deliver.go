@@ -379,7 +379,7 @@ func insertStatusEvent(ctx context.Context, tx txStmts, ev notify.StatusEvent, t
 	if err != nil {
 		return fmt.Errorf("encode %s payload: %w", typ, err)
 	}
-	if _, err := tx.ExecContext(ctx, insertOutbox, typ, string(payload), ts, ts, nil); err != nil {
+	if _, err := tx.ExecContext(ctx, insertOutbox, typ, string(payload), ts, ts, nil, notify.RankNormal); err != nil {
 		return fmt.Errorf("insert %s event of notification %s: %w", typ, ev.NotificationID, classify(err))
 	}
 	return nil

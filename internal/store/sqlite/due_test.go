@@ -10,7 +10,7 @@ import (
 )
 
 // The table transport's claim searches the due index (outbox_work_due_idx)
-// up to now, in due order, without a sort: with 50,000 retries scheduled an
+// up to now, one range per priority, in due order, without a sort: with 50,000 retries scheduled an
 // hour ahead, older (lower ids) than five due rows, it reads the due rows
 // alone, and a claim costs what it costs on an outbox of five rows (issue
 // 32, point 8). The claim's time is logged (median of 30 claims, each
@@ -37,8 +37,21 @@ SELECT 'notification.requested', '{}', ?, ? FROM g`, due, past, past)
 		t0 := formatTime(now())
 		plan := queryPlan(t, s, claimOutbox, "worker-t", t0, t0, 32)
 		t.Logf("claim, %s:\n%s", stage, plan)
-		assert.Contains(t, plan, "USING INDEX outbox_work_due_idx (available_at<?)", "%s: the claim searches the due index up to now", stage)
+		assert.Contains(t, plan, "USING INDEX outbox_work_due_idx (priority=? AND available_at<?)", "%s: the claim searches the due index up to now, one range per priority", stage)
 		assert.NotContains(t, plan, "TEMP B-TREE", "%s: no sort", stage)
+
+		plan = queryPlan(t, s, leaseRelayBatch, "relay-t", t0, t0, 32, nil)
+		t.Logf("relay lease, %s:\n%s", stage, plan)
+		assert.Contains(t, plan, "USING INDEX outbox_due_idx (priority=? AND available_at<?)", "%s: the relay searches its due index up to now", stage)
+		assert.NotContains(t, plan, "TEMP B-TREE", "%s: no sort", stage)
+
+		// The backlog figures read the due ranges, and count the
+		// scheduled rows in the ranges past now up to a cap.
+		plan = queryPlan(t, s, selectOutboxStats, t0, 100)
+		t.Logf("outbox stats, %s:\n%s", stage, plan)
+		assert.Contains(t, plan, "USING INDEX outbox_due_idx (priority=? AND available_at<?)", stage)
+		assert.Contains(t, plan, "USING INDEX outbox_due_idx (priority=? AND available_at>?)", stage)
+		assert.NotContains(t, plan, "SCAN outbox", stage)
 	}
 	assertPlan("no statistics")
 	_, err = s.write.ExecContext(ctx, `ANALYZE`)

@@ -12,14 +12,14 @@ import (
 
 const notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at`
+	send_at, expires_at, canceled_at, expired_at, priority`
 
 // The user's idempotency key is the conflict target: a second create with
 // the same user and key inserts nothing and returns no row, and Create then compares the
 // request with the stored one.
 const insertNotification = `
-INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at, destination, send_at, expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at, destination, send_at, expires_at, priority)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id`
 
@@ -33,9 +33,10 @@ const expireKey = `
 UPDATE notifications SET idempotency_key = NULL
 WHERE user_id = ? AND idempotency_key = ? AND created_at <= ?`
 
+// insertOutbox's last argument is the priority's rank (notify.Rank*).
 const insertOutbox = `
-INSERT INTO outbox (event_type, payload, occurred_at, available_at, traceparent)
-VALUES (?, ?, ?, ?, ?)`
+INSERT INTO outbox (event_type, payload, occurred_at, available_at, traceparent, priority)
+VALUES (?, ?, ?, ?, ?, ?)`
 
 // Create writes the notification and its notification.requested outbox event
 // in one transaction, then wakes the subscribers. See api.Store. Concurrent
@@ -61,7 +62,7 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 	var id int64
 	err := tx.QueryRowContext(ctx, insertNotification,
 		r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
-		formatTime(t), formatTime(t), nullString(nn.Destination), nullTime(r.SendAt), nullTime(r.ExpiresAt)).Scan(&id)
+		formatTime(t), formatTime(t), nullString(nn.Destination), nullTime(r.SendAt), nullTime(r.ExpiresAt), r.Priority.Rank()).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
 		if err != nil {
@@ -84,7 +85,7 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 		due = *r.SendAt
 	}
 	if _, err := tx.ExecContext(ctx, insertOutbox,
-		notify.EventRequested, string(payload), formatTime(t), formatTime(due), nullString(nn.Traceparent)); err != nil {
+		notify.EventRequested, string(payload), formatTime(t), formatTime(due), nullString(nn.Traceparent), r.Priority.Rank()); err != nil {
 		return notify.Created{}, fmt.Errorf("insert outbox event: %w", classify(err))
 	}
 	if nn.Fault == notify.FaultAfterOutboxInsert {
@@ -148,12 +149,14 @@ func scanNotification(row interface{ Scan(...any) error }) (notify.Notification,
 		sendAt, expiresAt              sql.NullString
 		canceledAt, expiredAt          sql.NullString
 		createdAt, updatedAt           string
+		rank                           int
 	)
 	if err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
 		&lastErr, &key, &createdAt, &updatedAt, &sentAt, &failedAt,
-		&sendAt, &expiresAt, &canceledAt, &expiredAt); err != nil {
+		&sendAt, &expiresAt, &canceledAt, &expiredAt, &rank); err != nil {
 		return notify.Notification{}, err
 	}
+	n.Priority = notify.PriorityOfRank(rank)
 	n.Status = notify.Status(status)
 	n.LastError = lastErr.String
 	n.IdempotencyKey = key.String

@@ -82,7 +82,7 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 const redriveNotification = `
 UPDATE notifications SET status = 'pending', failed_at = NULL, last_error = NULL, updated_at = ?1
 WHERE id = ?2 AND status = 'failed'
-RETURNING id, user_id, channel, recipient, subject, body`
+RETURNING id, user_id, channel, recipient, subject, body, priority`
 
 // Redrive puts a dead-lettered notification back to pending and writes a
 // fresh notification.requested event for it, in one transaction, then wakes
@@ -94,9 +94,12 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 	redriven := false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		t := formatTime(now())
-		var n notify.Notification
+		var (
+			n    notify.Notification
+			rank int
+		)
 		err := tx.QueryRowContext(ctx, redriveNotification, t, id).
-			Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body)
+			Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &rank)
 		if errors.Is(err, sql.ErrNoRows) {
 			var exists bool
 			if err := tx.QueryRowContext(ctx,
@@ -115,7 +118,7 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t, nil); err != nil {
+		if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t, nil, rank); err != nil {
 			return fmt.Errorf("insert outbox event: %w", classify(err))
 		}
 		redriven = true

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
@@ -18,9 +17,12 @@ import (
 
 // leaseRelayBatch leases the rows a relay may take (unprocessed, of one of
 // the types in the JSON list ?5, or any type when ?5 is NULL, due at ?3,
-// no live lease) in due order, (available_at, id), from outbox_due_idx
-// (migration 0017; named, since the planner could take outbox_work_due_idx
-// for a relay of the notifications and then read every status event),
+// no live lease) rank by rank, the high rows first and the bulk ones last
+// (issue 34, point 5), each rank in due order, (available_at, id), from
+// outbox_due_idx, (priority, available_at, id) (migrations 0017, 0018;
+// named, since the planner could take outbox_work_due_idx for a relay of
+// the notifications and then read every status event): priority IN (0, 1,
+// 2) searches one range per rank, in rank order, without a sort,
 // to one batch, in one statement: SQLite's single writer
 // serializes it against every other claim, so two relays never lease the
 // same row. A row's available_at is its notification's send_at, so one
@@ -33,22 +35,26 @@ WHERE id IN (
     SELECT id FROM outbox INDEXED BY outbox_due_idx
     WHERE processed_at IS NULL
       AND (?5 IS NULL OR event_type IN (SELECT value FROM json_each(?5)))
+      AND priority IN (0, 1, 2)
       AND available_at <= ?3
       AND (locked_until IS NULL OR locked_until < ?3)
-    ORDER BY available_at, id
+    ORDER BY priority, available_at, id
     LIMIT ?4)
-RETURNING id, event_type, payload, occurred_at, coalesce(traceparent, '')`
+RETURNING id, event_type, payload, occurred_at, coalesce(traceparent, ''), priority`
 
 // markRelayed records the confirmed rows; any relay's confirm counts, so it
 // does not check the lease: the broker has the event either way.
 // releaseRelayed ends the lease of the rows a batch could not publish, so
-// that they are due again at once (available_at back to now, ?3).
+// that they are due again at once: available_at back to occurred_at, when
+// a row never scheduled became due, so that it keeps its place in due
+// order and the backlog's age (OutboxStats) keeps counting through a
+// broker outage (see the PostgreSQL store's releaseRelayed).
 const (
 	markRelayed = `
 UPDATE outbox SET processed_at = ?, locked_until = NULL
 WHERE id IN (SELECT value FROM json_each(?)) AND processed_at IS NULL`
 	releaseRelayed = `
-UPDATE outbox SET locked_by = NULL, locked_until = NULL, available_at = ?3
+UPDATE outbox SET locked_by = NULL, locked_until = NULL, available_at = min(occurred_at, ?3)
 WHERE id IN (SELECT value FROM json_each(?1)) AND locked_by = ?2 AND processed_at IS NULL`
 )
 
@@ -162,10 +168,12 @@ func leaseRelayEvents(ctx context.Context, tx *sql.Tx, token string, until, at t
 			e          notify.Event
 			payload    string
 			occurredAt string
+			rank       int
 		)
-		if err := rows.Scan(&e.ID, &e.Type, &payload, &occurredAt, &e.Traceparent); err != nil {
+		if err := rows.Scan(&e.ID, &e.Type, &payload, &occurredAt, &e.Traceparent, &rank); err != nil {
 			return nil, fmt.Errorf("scan outbox row: %w", err)
 		}
+		e.Priority = notify.PriorityOfRank(rank)
 		e.Payload = []byte(payload)
 		if e.OccurredAt, err = parseTime(occurredAt); err != nil {
 			return nil, err
@@ -175,8 +183,11 @@ func leaseRelayEvents(ctx context.Context, tx *sql.Tx, token string, until, at t
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("lease outbox rows: %w", classify(err))
 	}
-	// RETURNING gives no order guarantee.
-	slices.SortFunc(events, func(a, b notify.Event) int { return cmp.Compare(a.ID, b.ID) })
+	// RETURNING gives no order guarantee: highest priority first, then id
+	// order.
+	slices.SortFunc(events, func(a, b notify.Event) int {
+		return cmp.Or(cmp.Compare(a.Priority.Rank(), b.Priority.Rank()), cmp.Compare(a.ID, b.ID))
+	})
 	return events, nil
 }
 
@@ -193,33 +204,50 @@ func relayToken() string {
 // take them.
 const statusTypeList = `'` + notify.EventSent + `', '` + notify.EventFailed + `', '` + notify.EventCanceled + `', '` + notify.EventExpired + `'`
 
-// selectOutboxStats reads the backlog from outbox_unprocessed_idx and counts
-// the dead letters from notifications_failed_idx, in one statement and so
-// one snapshot.
+// selectOutboxStats reads the backlog, the rows due at ?1 (see
+// notify.OutboxStats), from outbox_due_idx's ranges up to ?1, one per
+// priority rank, with the oldest due time; the status events among them;
+// the rows not due (outbox_due_idx's ranges past ?1), counted up to ?2;
+// and the dead letters from notifications_failed_idx, in one statement and
+// so one snapshot. Scheduled rows are not read as backlog:
+// the due ranges stop at ?1.
 const selectOutboxStats = `
-SELECT count(*), min(occurred_at),
+SELECT
+    (SELECT count(*) FROM outbox INDEXED BY outbox_due_idx
+        WHERE processed_at IS NULL AND priority IN (0, 1, 2) AND available_at <= ?1),
+    (SELECT min(available_at) FROM outbox INDEXED BY outbox_due_idx
+        WHERE processed_at IS NULL AND priority IN (0, 1, 2) AND available_at <= ?1),
     (SELECT count(*) FROM notifications WHERE status = 'failed'),
-    COALESCE(sum(event_type <> '` + notify.EventRequested + `'), 0)
-FROM outbox
-WHERE processed_at IS NULL`
+    (SELECT count(*) FROM outbox INDEXED BY outbox_due_idx
+        WHERE processed_at IS NULL AND priority IN (0, 1, 2) AND available_at <= ?1
+          AND event_type IN (` + statusTypeList + `)),
+    (SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_due_idx
+        WHERE processed_at IS NULL AND priority IN (0, 1, 2) AND available_at > ?1
+        LIMIT ?2))`
 
-// OutboxStats counts the unprocessed outbox rows, the age of the oldest, and
-// the dead letters.
+// OutboxStats counts the due unprocessed outbox rows and how long the one
+// due the longest has been due, the scheduled rows (up to
+// notify.ScheduledCap), and the dead letters.
 func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 	var (
 		st     notify.OutboxStats
 		oldest sql.NullString
 	)
-	err := s.read.QueryRowContext(ctx, selectOutboxStats).Scan(&st.Unprocessed, &oldest, &st.DeadLetters, &st.UnprocessedStatus)
+	t := now()
+	err := s.read.QueryRowContext(ctx, selectOutboxStats, formatTime(t), notify.ScheduledCap+1).
+		Scan(&st.Unprocessed, &oldest, &st.DeadLetters, &st.UnprocessedStatus, &st.Scheduled)
 	if err != nil {
 		return notify.OutboxStats{}, fmt.Errorf("outbox stats: %w", classify(err))
 	}
 	if oldest.Valid {
-		t, err := parseTime(oldest.String)
+		at, err := parseTime(oldest.String)
 		if err != nil {
 			return notify.OutboxStats{}, fmt.Errorf("outbox stats: %w", err)
 		}
-		st.OldestAge = max(time.Since(t), 0)
+		st.OldestAge = max(t.Sub(at), 0)
+	}
+	if st.Scheduled > notify.ScheduledCap {
+		st.Scheduled, st.ScheduledCapped = notify.ScheduledCap, true
 	}
 	return st, nil
 }
@@ -231,10 +259,13 @@ func (s *Store) OutboxStats(ctx context.Context) (notify.OutboxStats, error) {
 // a row of a type herald does not know, which the worker dead-letters as
 // poison.
 //
-// Due rows are taken in due order, (available_at, id), from
-// outbox_work_due_idx (migration 0013, whose predicate the type condition
-// repeats): the search starts at the earliest due time and stops at now
-// (?3) or after ?4 rows, and reads no row that is not due. The lease moves
+// Due rows are taken rank by rank (the high rows first, the bulk ones
+// last: issue 34, point 5), each rank in due order, (available_at, id),
+// from outbox_work_due_idx, (priority, available_at, id) (migrations 0013,
+// 0018, whose predicate the type condition repeats): priority IN (0, 1, 2)
+// searches one range per rank, in rank order and without a sort; each
+// search starts at the earliest due time and stops at now (?3), the whole
+// after ?4 rows, and reads no row that is not due. The lease moves
 // the row's available_at to its end (?2, as locked_until), so a leased row
 // is not due, and one whose lease has passed is due again: its worker died
 // or stalled, and the row must not be lost. A row handed back due at once
@@ -250,14 +281,16 @@ WHERE id IN (
     SELECT id FROM outbox INDEXED BY outbox_work_due_idx
     WHERE processed_at IS NULL
       AND event_type NOT IN (` + statusTypeList + `)
+      AND priority IN (0, 1, 2)
       AND available_at <= ?3
       AND (locked_until IS NULL OR locked_until < ?3)
-    ORDER BY available_at, id
+    ORDER BY priority, available_at, id
     LIMIT ?4)
-RETURNING id, event_type, payload, attempts, occurred_at, coalesce(traceparent, '')`
+RETURNING id, event_type, payload, attempts, occurred_at, coalesce(traceparent, ''), priority`
 
-// Claim leases up to limit due outbox rows, the earliest due first, to
-// token until now + lease, and returns them in id order. It implements
+// Claim leases up to limit due outbox rows, the highest priority first
+// and then the earliest due, to token until now + lease, and returns them
+// highest priority first, then in id order. It implements
 // table.Queue.
 func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.Duration) ([]notify.Message, error) {
 	switch {
@@ -281,10 +314,12 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 				m          notify.Message
 				payload    string
 				occurredAt string
+				rank       int
 			)
-			if err := rows.Scan(&m.ID, &m.Type, &payload, &m.RetryCount, &occurredAt, &m.Traceparent); err != nil {
+			if err := rows.Scan(&m.ID, &m.Type, &payload, &m.RetryCount, &occurredAt, &m.Traceparent, &rank); err != nil {
 				return fmt.Errorf("scan: %w", err)
 			}
+			m.Priority = notify.PriorityOfRank(rank)
 			m.Payload = []byte(payload)
 			if m.OccurredAt, err = parseTime(occurredAt); err != nil {
 				return err
@@ -296,8 +331,11 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	// RETURNING gives no order guarantee.
-	sort.Slice(msgs, func(i, j int) bool { return msgs[i].ID < msgs[j].ID })
+	// RETURNING gives no order guarantee: highest priority first, then id
+	// order.
+	slices.SortFunc(msgs, func(a, b notify.Message) int {
+		return cmp.Or(cmp.Compare(a.Priority.Rank(), b.Priority.Rank()), cmp.Compare(a.ID, b.ID))
+	})
 	return msgs, nil
 }
 

@@ -14,7 +14,7 @@ const (
 	// rows count; a failing or disabled destination's are left alone). SQLite's single writer keeps
 	// reconcile passes apart without a lock of their own.
 	selectStale = `
-SELECT n.id, n.user_id, n.channel, n.recipient, n.subject, n.body
+SELECT n.id, n.user_id, n.channel, n.recipient, n.subject, n.body, n.priority
 FROM notifications n
 WHERE n.status = 'pending'
   AND n.updated_at < ?1
@@ -46,11 +46,15 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 		}
 		var stale []notify.Notification
 		for rows.Next() {
-			var n notify.Notification
-			if err := rows.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body); err != nil {
+			var (
+				n    notify.Notification
+				rank int
+			)
+			if err := rows.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &rank); err != nil {
 				_ = rows.Close()
 				return classify(err)
 			}
+			n.Priority = notify.PriorityOfRank(rank)
 			stale = append(stale, n)
 		}
 		if err := rows.Close(); err != nil {
@@ -65,7 +69,7 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t, nil); err != nil {
+			if _, err := tx.ExecContext(ctx, insertOutbox, notify.EventRequested, string(payload), t, t, nil, n.Priority.Rank()); err != nil {
 				return fmt.Errorf("insert outbox event: %w", classify(err))
 			}
 			if _, err := tx.ExecContext(ctx, touchReconciled, t, n.ID); err != nil {

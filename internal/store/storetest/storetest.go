@@ -128,7 +128,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"Activity", testActivity},
 		{"OtherChannels", testOtherChannels},
 		{"Traceparent", testTraceparent},
-	}, append(append(append(append(append(append(append(deliverTests, staleCopyTests...), statusTests...), destinationTests...), deploymentTests...), deferralTests...), batchTests...), timingTests...)...) {
+	}, append(append(append(append(append(append(append(append(deliverTests, staleCopyTests...), statusTests...), destinationTests...), deploymentTests...), deferralTests...), batchTests...), timingTests...), priorityTests...)...) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)
 			tc.fn(t, ctx, h)
@@ -163,11 +163,13 @@ func create(t *testing.T, ctx context.Context, s store.Store, i int) notify.Noti
 	return c.Notification
 }
 
+// unprocessed counts the unprocessed rows: the backlog (due) and the
+// rows not due (scheduled, waiting out a retry, or leased).
 func unprocessed(t *testing.T, ctx context.Context, s store.Store) int64 {
 	t.Helper()
 	st, err := s.OutboxStats(ctx)
 	require.NoError(t, err)
-	return st.Unprocessed
+	return st.Unprocessed + st.Scheduled
 }
 
 // requestedOnly selects the notification.requested events, the ones a

@@ -61,6 +61,12 @@ const (
 	// HeaderTraceparent holds the W3C trace context of the event's publish
 	// span; retry and dead-letter copies keep it.
 	HeaderTraceparent = "traceparent"
+	// HeaderPriority holds the notification's priority (issue 34, point
+	// 5) when it is not normal, high or bulk; copies keep it. A partition
+	// is read in order: the relay's claim puts high events first in each
+	// batch, and the worker reads the header, but a backlog in a
+	// partition is not reordered.
+	HeaderPriority = "x-priority"
 	// HeaderRetryDelay holds how long a retry copy waits before it goes
 	// back to the requested topic, in milliseconds. It is a duration, not
 	// a time: the Consumer that reads the copy holds it that long from the

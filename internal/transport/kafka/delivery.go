@@ -133,6 +133,7 @@ func message(r *kgo.Record) (m notify.Message, bad string) {
 		RetryCount:  retryCount(header(r, HeaderRetryCount)),
 		OccurredAt:  r.Timestamp,
 		Traceparent: header(r, HeaderTraceparent),
+		Priority:    notify.KnownPriority(header(r, HeaderPriority)),
 	}
 	if v, err := strconv.ParseInt(header(r, HeaderOccurredAt), 10, 64); err == nil && v > 0 {
 		m.OccurredAt = time.UnixMicro(v)

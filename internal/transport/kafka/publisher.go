@@ -140,6 +140,9 @@ func eventRecord(topic string, ev notify.Event) *kgo.Record {
 	if ev.Traceparent != "" {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderTraceparent, Value: []byte(ev.Traceparent)})
 	}
+	if p := ev.Priority.OrDefault(); p != notify.PriorityNormal {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderPriority, Value: []byte(p)})
+	}
 	return r
 }
 

@@ -292,6 +292,7 @@ func (s *session) dispatch(ctx context.Context, m jetstream.Msg, handle notify.H
 		OccurredAt:  occurredAt(m),
 		PublishedAt: storedAt(m),
 		Traceparent: h.Get(HeaderTraceparent),
+		Priority:    notify.KnownPriority(h.Get(HeaderPriority)),
 	}}
 	if !ok {
 		reason := fmt.Sprintf("not a herald message: invalid %s %q", HeaderMessageID, consume.Truncate(raw, 64))

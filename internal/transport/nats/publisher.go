@@ -89,6 +89,9 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		if ev.Traceparent != "" {
 			m.Header.Set(HeaderTraceparent, ev.Traceparent)
 		}
+		if p := ev.Priority.OrDefault(); p != notify.PriorityNormal {
+			m.Header.Set(HeaderPriority, string(p))
+		}
 		m.Data = ev.Payload
 		f, err := p.js.PublishMsgAsync(m, jetstream.WithMsgID(id), jetstream.WithExpectStream(stream),
 			jetstream.WithStallWait(p.cfg.ConfirmTimeout))

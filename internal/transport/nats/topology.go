@@ -38,6 +38,12 @@ const (
 	// HeaderTraceparent holds the W3C trace context of the event's publish
 	// span; retry and dead-letter copies keep it.
 	HeaderTraceparent = "traceparent"
+	// HeaderPriority holds the notification's priority (issue 34, point
+	// 5) when it is not normal, high or bulk; copies keep it. JetStream
+	// delivers in stream order: the relay's claim puts high events first
+	// in each batch, and the worker reads the header, but a backlog in
+	// the stream is not reordered.
+	HeaderPriority = "x-priority"
 	// HeaderRetryDelay holds how long a retry copy waits before it goes
 	// back to notifications.requested, in milliseconds. It is a duration:
 	// the server counts it (a negative acknowledgement with that delay), so

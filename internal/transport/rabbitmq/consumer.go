@@ -98,33 +98,52 @@ func (c *Consumer) session(ctx, hctx context.Context, fwd *Publisher, handle not
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return false, fmt.Errorf("set prefetch: %w", err)
 	}
-	tag := "herald-" + randomHex()
-	deliveries, err := ch.Consume(c.topo.SendQueue, tag, false, false, false, false, nil)
-	if err != nil {
-		return false, fmt.Errorf("consume queue %q: %w", c.topo.SendQueue, err)
+	// The send queue and, beside it, the high lane (HighQueue), each
+	// with a consumer of its own: the prefetch is per consumer, so each
+	// lane has a window of Prefetch deliveries and handlers of its own,
+	// and a high delivery never waits for a place behind the send
+	// queue's.
+	queues := []string{c.topo.SendQueue}
+	if c.topo.HighQueue != "" {
+		queues = append(queues, c.topo.HighQueue)
+	}
+	type lane struct {
+		tag        string
+		deliveries <-chan amqp.Delivery
+	}
+	var lanes []lane
+	for _, q := range queues {
+		tag := "herald-" + randomHex()
+		deliveries, err := ch.Consume(q, tag, false, false, false, false, nil)
+		if err != nil {
+			return false, fmt.Errorf("consume queue %q: %w", q, err)
+		}
+		lanes = append(lanes, lane{tag, deliveries})
 	}
 
 	s := &session{cfg: c.cfg, topo: c.topo, log: c.log, fwd: fwd, ch: ch}
 	var wg sync.WaitGroup
-	for range c.cfg.Prefetch {
-		wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case d, ok := <-deliveries:
-					if !ok {
+	for _, l := range lanes {
+		for range c.cfg.Prefetch {
+			wg.Go(func() {
+				for {
+					select {
+					case <-ctx.Done():
 						return
+					case d, ok := <-l.deliveries:
+						if !ok {
+							return
+						}
+						if ctx.Err() != nil {
+							// Shutting down: not handled, handed back below.
+							s.hold(s.delivery(d))
+							return
+						}
+						s.dispatch(hctx, d, handle)
 					}
-					if ctx.Err() != nil {
-						// Shutting down: not handled, handed back below.
-						s.hold(s.delivery(d))
-						return
-					}
-					s.dispatch(hctx, d, handle)
 				}
-			}
-		})
+			})
+		}
 	}
 
 	handlersDone := make(chan struct{})
@@ -140,9 +159,13 @@ func (c *Consumer) session(ctx, hctx context.Context, fwd *Publisher, handle not
 		// channel. Once the broker confirmed the cancel the library closes
 		// deliveries after handing out what it had buffered: those
 		// prefetched deliveries no handler took are collected too.
-		_ = ch.Cancel(tag, false)
-		for d := range deliveries {
-			s.hold(s.delivery(d))
+		for _, l := range lanes {
+			_ = ch.Cancel(l.tag, false)
+		}
+		for _, l := range lanes {
+			for d := range l.deliveries {
+				s.hold(s.delivery(d))
+			}
 		}
 		<-handlersDone
 		// Hand back every delivery left unsettled as a fresh copy rather
@@ -264,7 +287,18 @@ func (s *session) delivery(d amqp.Delivery) *delivery {
 		OccurredAt:  occurredAt(d),
 		PublishedAt: microsHeader(d.Headers, HeaderPublishedAt),
 		Traceparent: stringHeader(d.Headers, HeaderTraceparent),
+		Priority:    deliveryPriority(d),
 	}}
+}
+
+// deliveryPriority is a delivery's priority as far as the broker tells:
+// high when it came through the high lane or carries the high AMQP
+// priority (a retry copy of a high message), normal otherwise.
+func deliveryPriority(d amqp.Delivery) notify.Priority {
+	if d.RoutingKey == RoutingKeyHigh || d.Priority >= highPriority {
+		return notify.PriorityHigh
+	}
+	return ""
 }
 
 // dispatch hands one delivery to handle, unless its message id is
@@ -499,11 +533,16 @@ func (d *delivery) requeueCopy(ctx context.Context) (copied bool, err error) {
 }
 
 // handBackCopy is the unchanged copy of the message that a hand-back
-// publishes: straight to the send queue (the default exchange, so that no
-// other binding of the notifications exchange gets a second copy), with the
-// same body, properties and headers, x-retry-count included.
+// publishes: straight to the send queue, or the high lane for a high
+// message (the default exchange, so that no other binding of the
+// notifications exchange gets a second copy), with the same body,
+// properties and headers, x-retry-count included.
 func (d *delivery) handBackCopy() outgoing {
-	return outgoing{exchange: "", key: d.s.topo.SendQueue, msg: d.publishing(copyHeaders(d.d.Headers))}
+	queue := d.s.topo.SendQueue
+	if d.msg.Priority == notify.PriorityHigh && d.s.topo.HighQueue != "" {
+		queue = d.s.topo.HighQueue
+	}
+	return outgoing{exchange: "", key: queue, msg: d.publishing(copyHeaders(d.d.Headers))}
 }
 
 // Retry publishes a copy with the retry count incremented to the retry

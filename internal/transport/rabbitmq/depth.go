@@ -42,6 +42,9 @@ func (d Depth) QueueDepths(ctx context.Context) ([]notify.QueueDepth, error) {
 	t := cfg.Topology()
 	type q struct{ name, role string }
 	qs := []q{{t.SendQueue, notify.QueueSend}}
+	if t.HighQueue != "" {
+		qs = append(qs, q{t.HighQueue, notify.QueueSend})
+	}
 	for _, r := range t.RetryQueues() {
 		qs = append(qs, q{r.Name, notify.QueueRetry})
 	}

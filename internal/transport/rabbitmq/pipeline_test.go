@@ -141,3 +141,11 @@ WHERE payload->>'notification_id' = $1 AND processed_at IS NOT NULL`,
 		notify.FormatID(notificationID)).Scan(&ev.ID, &ev.Type, &ev.Payload, &ev.OccurredAt))
 	return ev
 }
+
+// Issue 34, point 5, on PostgreSQL and RabbitMQ: high notifications wait
+// behind no bulk backlog, in the outbox (the relay's claim) or in the
+// broker (the high lane).
+func TestPipelinePriority(t *testing.T) {
+	t.Parallel()
+	pipelinetest.RunPriority(t, pipelineHarness)
+}

@@ -78,9 +78,16 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		if ev.Traceparent != "" {
 			headers[HeaderTraceparent] = ev.Traceparent
 		}
+		key, prio := ev.Type, uint8(0)
+		if ev.Priority == notify.PriorityHigh && ev.Type == notify.EventRequested {
+			prio = highPriority
+			if p.topo.HighQueue != "" {
+				key = RoutingKeyHigh
+			}
+		}
 		msgs[i] = outgoing{
 			exchange: p.topo.Exchange,
-			key:      ev.Type,
+			key:      key,
 			// A status event is for whoever binds a queue of their own
 			// to its routing key; with nobody bound it is dropped, by
 			// design, rather than held up in the outbox for ever.
@@ -88,6 +95,7 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 			msg: amqp.Publishing{
 				ContentType:  "application/json",
 				DeliveryMode: amqp.Persistent,
+				Priority:     prio,
 				Type:         ev.Type,
 				MessageId:    notify.FormatID(ev.ID),
 				Timestamp:    ev.OccurredAt,

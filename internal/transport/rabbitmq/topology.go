@@ -18,6 +18,18 @@ import (
 // never prefixed.
 const RoutingKey = notify.EventRequested
 
+// RoutingKeyHigh routes the notification.requested events of high
+// priority notifications to the high send queue (issue 34, point 5). It
+// is never prefixed.
+const RoutingKeyHigh = notify.EventRequested + ".high"
+
+// highPriority is the AMQP priority a high notification's messages carry:
+// a queue that honours priorities (a RabbitMQ 4 quorum queue, where above
+// 4 is high; a classic queue declared with x-max-priority) delivers them
+// first wherever they are, retry copies in the send queue included. The
+// others carry none (normal).
+const highPriority = 9
+
 // Headers herald sets on its messages.
 const (
 	// HeaderRetryCount holds the number of retries before this delivery.
@@ -75,6 +87,12 @@ type Topology struct {
 	Exchange string
 	// SendQueue is what workers consume, bound to Exchange with RoutingKey.
 	SendQueue string
+	// HighQueue is what workers consume beside SendQueue, each with a
+	// prefetch window of its own, bound to Exchange with RoutingKeyHigh:
+	// the first delivery of a high priority notification waits behind no
+	// other priority's backlog in the broker (issue 34, point 5). Empty:
+	// no high lane, every event goes to SendQueue.
+	HighQueue string
 	// RetryQueue holds retry copies for RetryDelay, then dead-letters them
 	// back to Exchange. It is the retry queue of the first delay of the
 	// schedule.
@@ -101,6 +119,7 @@ func NewTopology(prefix string, retryDelay time.Duration) Topology {
 	return Topology{
 		Exchange:           prefix + "notifications",
 		SendQueue:          prefix + "notifications.send",
+		HighQueue:          prefix + "notifications.send.high",
 		RetryQueue:         prefix + "notifications.retry",
 		DeadLetterExchange: prefix + "notifications.dlx",
 		DeadLetterQueue:    prefix + "notifications.send.dlq",
@@ -212,10 +231,13 @@ type DelayQueue struct {
 	Delay time.Duration
 }
 
-// Queues lists every queue of the topology: the send queue, the retry
-// queues, the park queues and the dead-letter queue.
+// Queues lists every queue of the topology: the send queue, the high
+// lane, the retry queues, the park queues and the dead-letter queue.
 func (t Topology) Queues() []string {
 	out := []string{t.SendQueue}
+	if t.HighQueue != "" {
+		out = append(out, t.HighQueue)
+	}
 	for _, q := range t.RetryQueues() {
 		out = append(out, q.Name)
 	}
@@ -293,19 +315,29 @@ func (t Topology) DeclareRoute(ch *amqp.Channel) error {
 			return t.declareError("exchange", x, err)
 		}
 	}
-	for _, q := range []struct {
+	type queue struct {
 		name string
 		args amqp.Table
-	}{
+	}
+	queues := []queue{
 		{t.SendQueue, t.queueArgs(deadLetterTo{on: true, exchange: t.DeadLetterExchange}, 0)},
 		{t.DeadLetterQueue, t.queueArgs(deadLetterTo{}, 0)},
-	} {
+	}
+	if t.HighQueue != "" {
+		queues = append(queues, queue{t.HighQueue, t.queueArgs(deadLetterTo{on: true, exchange: t.DeadLetterExchange}, 0)})
+	}
+	for _, q := range queues {
 		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
 			return t.declareError("queue", q.name, err)
 		}
 	}
 	if err := ch.QueueBind(t.SendQueue, RoutingKey, t.Exchange, false, nil); err != nil {
 		return fmt.Errorf("bind queue %q to exchange %q: %w", t.SendQueue, t.Exchange, err)
+	}
+	if t.HighQueue != "" {
+		if err := ch.QueueBind(t.HighQueue, RoutingKeyHigh, t.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind queue %q to exchange %q: %w", t.HighQueue, t.Exchange, err)
+		}
 	}
 	if err := ch.QueueBind(t.DeadLetterQueue, "#", t.DeadLetterExchange, false, nil); err != nil {
 		return fmt.Errorf("bind queue %q to exchange %q: %w", t.DeadLetterQueue, t.DeadLetterExchange, err)

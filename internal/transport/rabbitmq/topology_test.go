@@ -20,6 +20,7 @@ func TestNewTopologyNames(t *testing.T) {
 	require.Equal(t, rabbitmq.Topology{
 		Exchange:           "p.notifications",
 		SendQueue:          "p.notifications.send",
+		HighQueue:          "p.notifications.send.high",
 		RetryQueue:         "p.notifications.retry",
 		DeadLetterExchange: "p.notifications.dlx",
 		DeadLetterQueue:    "p.notifications.send.dlq",
@@ -55,7 +56,7 @@ func TestRetryScheduleQueues(t *testing.T) {
 	}
 	require.Equal(t, 5*m, top.RetryDelayFor(2))
 	require.Equal(t, []string{
-		"p.notifications.send", "p.notifications.retry", "p.notifications.retry.5m", "p.notifications.retry.1h30m",
+		"p.notifications.send", "p.notifications.send.high", "p.notifications.retry", "p.notifications.retry.5m", "p.notifications.retry.1h30m",
 		"p.notifications.retry.2h", "p.notifications.retry.1.5s",
 		"p.notifications.park.1s", "p.notifications.park.2s", "p.notifications.park.5s", "p.notifications.park.10s",
 		"p.notifications.park.30s", "p.notifications.park.1m",
@@ -159,6 +160,7 @@ func TestDeclareIdempotentWithContractArguments(t *testing.T) {
 
 	require.Equal(t, withParkQueues(top, map[string]map[string]any{
 		top.SendQueue: {"x-dead-letter-exchange": top.DeadLetterExchange},
+		top.HighQueue: {"x-dead-letter-exchange": top.DeadLetterExchange},
 		top.RetryQueue: {
 			"x-message-ttl":             float64(60000),
 			"x-dead-letter-exchange":    top.Exchange,
@@ -210,6 +212,12 @@ func TestDeclareQuorumWithAtLeastOnceDeadLettering(t *testing.T) {
 	}
 	require.Equal(t, withParkQueues(top, map[string]map[string]any{
 		top.SendQueue: {
+			"x-queue-type":           "quorum",
+			"x-dead-letter-exchange": top.DeadLetterExchange,
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		},
+		top.HighQueue: {
 			"x-queue-type":           "quorum",
 			"x-dead-letter-exchange": top.DeadLetterExchange,
 			"x-dead-letter-strategy": "at-least-once",
@@ -370,7 +378,7 @@ func TestDeclareRouteOwnsNoRetryQueue(t *testing.T) {
 	relayCfg.RetryDelay = 7 * time.Second
 	require.NoError(t, rabbitmq.DeclareRouteTopology(t.Context(), relayCfg))
 	got := queueArguments(t, top.Queues()...)
-	require.ElementsMatch(t, []string{top.SendQueue, top.DeadLetterQueue}, slices.Collect(maps.Keys(got)))
+	require.ElementsMatch(t, []string{top.SendQueue, top.HighQueue, top.DeadLetterQueue}, slices.Collect(maps.Keys(got)))
 
 	p := newPublisher(t, relayCfg)
 	confirmed, err := p.Publish(t.Context(), events(1, 1))

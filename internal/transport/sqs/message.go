@@ -55,6 +55,9 @@ func newMessage(ev notify.Event, fifo bool) message {
 	if ev.Traceparent != "" {
 		m.attrs[AttrTraceparent] = stringAttr(ev.Traceparent)
 	}
+	if p := ev.Priority.OrDefault(); p != notify.PriorityNormal {
+		m.attrs[AttrPriority] = stringAttr(string(p))
+	}
 	if fifo {
 		m.group = groupOf(ev.Payload)
 		m.dedup = id
@@ -95,7 +98,7 @@ func printableASCII(s string) bool {
 // FIFO deduplication id of the copy.
 func copyOf(m types.Message, retries int, reason string, hold time.Duration, fifo bool, dedupSuffix string) message {
 	out := message{body: aws.ToString(m.Body), attrs: map[string]types.MessageAttributeValue{}}
-	for _, k := range []string{AttrMessageID, AttrType, AttrOccurredAt, AttrTraceparent} {
+	for _, k := range []string{AttrMessageID, AttrType, AttrOccurredAt, AttrTraceparent, AttrPriority} {
 		if v, ok := m.MessageAttributes[k]; ok {
 			out.attrs[k] = types.MessageAttributeValue{DataType: v.DataType, StringValue: v.StringValue}
 		}
@@ -181,6 +184,9 @@ func decode(m types.Message) (decoded, error) {
 	}
 	if v, ok := m.MessageAttributes[AttrTraceparent]; ok {
 		d.msg.Traceparent = aws.ToString(v.StringValue)
+	}
+	if v, ok := m.MessageAttributes[AttrPriority]; ok {
+		d.msg.Priority = notify.KnownPriority(aws.ToString(v.StringValue))
 	}
 	if v, ok := m.MessageAttributes[AttrPublishedAt]; ok {
 		if us, err := strconv.ParseInt(aws.ToString(v.StringValue), 10, 64); err == nil && us > 0 {

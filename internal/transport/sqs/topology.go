@@ -43,6 +43,11 @@ const (
 	// AttrTraceparent holds the W3C trace context of the event's publish
 	// span; retry and dead-letter copies keep it.
 	AttrTraceparent = "traceparent"
+	// AttrPriority holds the notification's priority (issue 34, point
+	// 5) when it is not normal, high or bulk; copies keep it. SQS gives
+	// no order to rely on: the relay's claim sends high events first, and
+	// the worker reads the attribute.
+	AttrPriority = "herald-priority"
 	// AttrHold holds, on a retry copy, how much of its delay (in
 	// milliseconds) is still to wait when it arrives: SQS delays a message
 	// at most 15 minutes, so a longer delay hops (the copy is sent again,

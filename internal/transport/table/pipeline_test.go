@@ -140,3 +140,16 @@ WHERE json_extract(payload, '$.notification_id') = ? AND event_type = 'notificat
 		return res.RowsAffected()
 	})
 }
+
+// Issue 34, point 5, on the embedded default (SQLite and the table
+// transport) and on PostgreSQL: high notifications wait behind no bulk
+// backlog.
+func TestPipelinePrioritySQLite(t *testing.T) {
+	t.Parallel()
+	pipelinetest.RunPriority(t, sqliteHarness)
+}
+
+func TestPipelinePriorityPostgres(t *testing.T) {
+	t.Parallel()
+	pipelinetest.RunPriority(t, postgresHarness)
+}
