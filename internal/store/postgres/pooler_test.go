@@ -62,7 +62,7 @@ func init() {
 		LockOrderNoDeadlock RecordRetryReleasesClaim DeferralFolds PendingStats ProcessReports DestinationFailing
 		DestinationDisableRace StaleCopyConcurrent StatusEventOnSent NoStatusEvents Reschedule FinishMany OutboxStats
 		DeadLettersPaging RedriveFailed Prune Reconcile List ListConcurrentInserts Attempts Traceparent
-		ScheduledNotBeforeSendAt CancelRacesClaim ExpiredAtClaim`) {
+		ScheduledNotBeforeSendAt CancelRacesClaim ExpiredAtClaim PriorityClaimOrder PriorityRelayOrder BacklogLeavesScheduledOut`) {
 		pooledSubset[name] = true
 	}
 }
