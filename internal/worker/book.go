@@ -33,6 +33,11 @@ type destBook struct {
 	wake    chan struct{}
 	dropped int
 
+	// confirmed holds the keys this process has seen take a send, each
+	// reported up once (see sent). Cleared when it reaches maxConfirmed.
+	confirmed  sync.Map
+	nConfirmed atomic.Int64
+
 	disabled atomic.Pointer[map[string]bool]
 }
 
@@ -56,6 +61,33 @@ func (b *destBook) failing(channel, key, reason string) {
 // up notes that key takes sends again.
 func (b *destBook) up(key string) { b.put(key, bookReport{up: true, at: time.Now()}) }
 
+// maxConfirmed bounds the keys sent remembers; past it they are forgotten
+// and each reports up once more at its next success (a DELETE that
+// usually finds no row).
+const maxConfirmed = 100_000
+
+// sent notes that key took a send. The first time this process sees that
+// for a key, it reports key up, even though its gate never saw it fail: a
+// failing record may be left by another process (one killed before it saw
+// the destination come back) or by an up report that could not be
+// written. Left there, it would keep the reconciler away from the
+// destination's notifications for good (reconcile skips a failing
+// destination's: their events are parked in the broker), so one whose
+// event a purge took would stay pending.
+func (b *destBook) sent(key string) {
+	if b == nil || key == "" {
+		return
+	}
+	if _, seen := b.confirmed.LoadOrStore(key, struct{}{}); seen {
+		return
+	}
+	if b.nConfirmed.Add(1) > maxConfirmed {
+		b.confirmed.Clear()
+		b.nConfirmed.Store(0)
+	}
+	b.up(key)
+}
+
 func (b *destBook) put(key string, r bookReport) {
 	if b == nil || key == "" {
 		return
@@ -71,6 +103,15 @@ func (b *destBook) put(key string, r bookReport) {
 	select {
 	case b.wake <- struct{}{}:
 	default:
+	}
+}
+
+// requeue puts r back for key unless a newer report of key is queued.
+func (b *destBook) requeue(key string, r bookReport) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, newer := b.queue[key]; !newer {
+		b.queue[key] = r
 	}
 }
 
@@ -113,7 +154,11 @@ func (b *destBook) flush(ctx context.Context) {
 	for key, r := range queue {
 		cctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		if err := b.write(cctx, key, r, &disabledAny); err != nil && ctx.Err() == nil {
-			b.log.Warn("destination record not written", "destination", key, "err", err)
+			// Kept for the next flush (the next report or bookRefresh),
+			// unless a newer report of key came meanwhile: a lost up
+			// would leave the record failing.
+			b.log.Warn("destination record not written; trying again", "destination", key, "err", err)
+			b.requeue(key, r)
 		}
 		cancel()
 	}

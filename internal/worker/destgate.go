@@ -140,6 +140,9 @@ func (d *destGates) report(key string, trial bool, err error, now time.Time) {
 	}
 	b := d.get(key)
 	if b == nil {
+		if err == nil {
+			d.book.sent(key) // a record another process left failing goes
+		}
 		return
 	}
 	if err != nil {

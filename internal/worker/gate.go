@@ -394,13 +394,17 @@ func (g *gate) report(trial bool, err error) {
 
 // tell writes the gate's news to the destination record: up once it
 // opened, failing (with the reason) after each failure that keeps it
-// closed. g.mu is held; the book only queues.
+// closed, and up at this process's first send the provider took (a record
+// another process left failing goes; see destBook.sent). g.mu is held;
+// the book only queues.
 func (g *gate) tell(ev gateEvent, failed bool) {
 	switch {
 	case ev == eventOpened:
 		g.book.up(g.key)
 	case failed && g.b.state != gateOpen:
 		g.book.failing(g.key, g.key, g.provider+" "+g.b.class+": "+g.b.reason)
+	case !failed && g.b.state == gateOpen:
+		g.book.sent(g.key) // a record another process left failing goes
 	}
 }
 
