@@ -78,7 +78,7 @@ func (b amqpBroker) publish(ctx context.Context, msgs []rawMsg) error {
 
 func (b amqpBroker) waiting(ctx context.Context) (int, string, error) {
 	total, where := 0, ""
-	for _, q := range []string{"notifications.send", "notifications.retry"} {
+	for _, q := range []string{"notifications.send", "notifications.send.high", "notifications.retry"} {
 		// A failed passive declare closes its channel: one each.
 		ch, closeCh, err := b.channel()
 		if err != nil {
