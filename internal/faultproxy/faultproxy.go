@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -68,6 +69,9 @@ type Proxy struct {
 	conns   map[*link]struct{}
 	closed  bool
 	total   int
+
+	// fromClients counts the chunks read from clients (see FromClients).
+	fromClients atomic.Int64
 
 	wg sync.WaitGroup
 }
@@ -144,6 +148,12 @@ func (p *Proxy) Accepted() int {
 	defer p.mu.Unlock()
 	return p.total
 }
+
+// FromClients returns how many chunks the proxy has read from its clients
+// so far, whatever it did with them: a test waits for it to grow to know
+// that a request is in the proxy's hands (held by a blackhole, say) before
+// it injects the next fault.
+func (p *Proxy) FromClients() int64 { return p.fromClients.Load() }
 
 // Close stops accepting, closes every connection and waits for the proxy's
 // goroutines to end. Calling it again does nothing.
@@ -320,6 +330,9 @@ func (l *link) read(src net.Conn, out chan<- chunk) {
 		buf := make([]byte, chunkSize)
 		n, err := src.Read(buf)
 		if n > 0 {
+			if src == l.client {
+				l.p.fromClients.Add(1)
+			}
 			select {
 			case out <- chunk{data: buf[:n], read: time.Now()}:
 			case <-l.done:

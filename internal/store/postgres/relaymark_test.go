@@ -42,21 +42,29 @@ func TestRelayBatchMarksAfterConnectionsDrop(t *testing.T) {
 			published = append(published, e.ID)
 		}
 		// The broker confirmed them; then the connection drops while the
-		// mark is on its way: the proxy holds each chunk for a second,
-		// and cuts every connection a third of a second into that (a
-		// server killed mid-statement: the client reads EOF). Only the
-		// fault's place in time depends on the clock, not the outcome:
-		// a mark that got through before the cut leaves nothing to test
-		// and is caught below.
-		p.Latency(time.Second)
+		// mark is on its way: the proxy holds every byte from now on, and
+		// once the mark's first bytes are in its hands (or a new
+		// connection's, if the pool dials for it) it cuts every
+		// connection and lets new ones through (a server killed
+		// mid-statement: the client reads EOF).
+		before := p.FromClients()
+		p.Blackhole()
 		go func() {
-			time.Sleep(300 * time.Millisecond)
-			cut <- p.Reset()
+			deadline := time.Now().Add(20 * time.Second)
+			for p.FromClients() == before && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond) // polling the proxy's count
+			}
+			held := p.FromClients() > before
+			n := p.Reset()
 			p.Pass()
+			if !held {
+				n = 0 // the mark never reached the proxy: nothing tested
+			}
+			cut <- n
 		}()
 		return published, nil
 	})
-	require.Positive(t, <-cut, "a connection was cut while the mark was on its way")
+	require.Positive(t, <-cut, "a connection was cut while the mark was in the proxy")
 	require.NoError(t, err, "the mark is tried again on a new connection")
 	require.Equal(t, 5, n)
 	require.Len(t, published, 5)
