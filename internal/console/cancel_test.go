@@ -2,17 +2,13 @@ package console
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store/sqlite"
 )
 
 // A scheduled notification's page shows it scheduled, with its send time,
@@ -20,14 +16,7 @@ import (
 // page then shows it canceled, without the button.
 func TestCancelButton(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "herald.db"), sqlite.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	require.NoError(t, st.Migrate(t.Context()))
-	c, err := New(st, st, deadletter.New(st, nil), Config{SessionTTL: time.Hour, RefreshEvery: time.Second})
-	require.NoError(t, err)
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
+	srv, st := openConsole(t, "")
 	at := time.Now().Add(time.Hour).UTC()
 	created, err := st.Create(t.Context(), notify.NewNotification{Request: notify.CreateRequest{
 		UserID: "u", Channel: "email", To: "a@example.com", Subject: "s", Body: "b", SendAt: &at}})
