@@ -134,6 +134,7 @@ lint: ## gofmt and go vet (the client module's too, and its go.mod tidy)
 	$(GO) vet -tags long ./cmd/herald/
 	$(GO) vet -tags deploycheck ./cmd/herald/
 	$(GO) vet -tags study ./internal/store/postgres/
+	$(GO) vet -tags bulkbench ./internal/api/
 
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON
 	@scripts/check-deploy.sh

@@ -48,6 +48,9 @@ type benchOptions struct {
 	statsSettle    time.Duration
 	findRate       bool
 	find           bench.FindRateConfig
+	broadcast      bool
+	batchSize      int
+	highRate       float64
 }
 
 func cmdBench(ctx context.Context, args []string, e env) (err error) {
@@ -74,6 +77,11 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			fs.DurationVar(&o.find.Window, "find-window", time.Minute, "--find-rate: how long each probe sends at its rate")
 			fs.Float64Var(&o.find.Start, "find-start", 100, "--find-rate: the first rate probed, per second")
 			fs.DurationVar(&o.find.Budget, "find-timeout", 20*time.Minute, "--find-rate: bound on the whole search; when it runs out the search reports the bracket it has")
+			fs.BoolVar(&o.broadcast, "broadcast", false, "a broadcast instead: --n bulk notifications (priority bulk) through POST /notifications/batch, --batch-size to a request, from --concurrency clients,\n"+
+				"while high-priority notifications are created one at a time at --high-rate until the bulk is delivered; reports the acceptance against the raw insert ceiling\n"+
+				"(the store's multi-row insert of as many rows, no HTTP), the drain, and the high ones' latency while bulk waited. --rate does not apply; no other raw ceilings are measured")
+			fs.IntVar(&o.batchSize, "batch-size", bench.MaxBroadcastBatch, "--broadcast: creates per batch request (1 to 1000)")
+			fs.Float64Var(&o.highRate, "high-rate", 10, "--broadcast: high-priority creates per second during the broadcast")
 		})
 	if err != nil {
 		return err
@@ -105,6 +113,14 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		return usageError{fmt.Errorf("herald bench: --stats-settle: want 0 or more, got %s", o.statsSettle)}
 	case o.findRate && (o.find.Window <= 0 || o.find.Budget <= 0 || o.find.Start <= 0):
 		return usageError{fmt.Errorf("herald bench: --find-window, --find-timeout and --find-start: want them positive")}
+	case o.broadcast && o.findRate:
+		return usageError{fmt.Errorf("herald bench: --broadcast and --find-rate: choose one")}
+	case o.broadcast && o.rate > 0:
+		return usageError{fmt.Errorf("herald bench: --rate does not apply to --broadcast (its batches go as fast as the clients can; see --high-rate)")}
+	case o.batchSize < 1 || o.batchSize > bench.MaxBroadcastBatch:
+		return usageError{fmt.Errorf("herald bench: --batch-size: want 1 to %d, got %d", bench.MaxBroadcastBatch, o.batchSize)}
+	case o.highRate < 0:
+		return usageError{fmt.Errorf("herald bench: --high-rate: want 0 or more, got %g", o.highRate)}
 	}
 
 	var cleanups []func() error
@@ -127,10 +143,15 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	target.configure(&sc.cfg)
 
 	var (
-		ceilings bench.Ceilings
-		notes    []string
+		ceilings  bench.Ceilings
+		notes     []string
+		rawInsert float64
 	)
-	if !o.findRate {
+	if o.broadcast {
+		if rawInsert, notes, err = measureInsertCeiling(ctx, sc, o); err != nil {
+			return err
+		}
+	} else if !o.findRate {
 		if ceilings, notes, err = measureCeilings(ctx, sc, target, o); err != nil {
 			return err
 		}
@@ -203,6 +224,9 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	}
 	if o.findRate {
 		return findRate(ctx, sc, st, target, bcfg, o, e)
+	}
+	if o.broadcast {
+		return broadcast(ctx, sc, st, target, bcfg, o, e, rawInsert, notes)
 	}
 	// The database's activity is counted from after the warm-up to after
 	// the stack stopped (see raw.WatchActivity).
@@ -522,6 +546,61 @@ func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, e
 		return 0, fmt.Errorf("migrate: %w", err)
 	}
 	return raw.Pipeline(ctx, s, raw.PipelineOptions{N: o.n, Clients: o.concurrency, Relay: sc.tr.publisher != nil})
+}
+
+// measureInsertCeiling measures the raw insert ceiling of --broadcast
+// before the stack starts.
+func measureInsertCeiling(ctx context.Context, sc *scratch, o benchOptions) (float64, []string, error) {
+	io := raw.InsertOptions{N: o.n, Batch: o.batchSize, Clients: o.concurrency}
+	var (
+		r   float64
+		err error
+	)
+	switch sc.store {
+	case "postgres":
+		r, err = raw.PostgresInsert(ctx, sc.rawURL(), io)
+	case "mongodb":
+		return 0, []string{"MongoDB: no raw insert ceiling (raw_insert_per_s 0)"}, nil
+	default:
+		r, err = raw.SQLiteInsert(ctx, sc.sqlitePath, io)
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("herald bench: raw insert ceiling: %w", err)
+	}
+	return r, []string{fmt.Sprintf("raw_insert_per_s: %d notifications written by the store's own multi-row insert (each with its outbox event), %d to a statement, from %d clients, in scratch tables beside the run's; no HTTP, no JSON, no validation",
+		o.n, o.batchSize, o.concurrency)}, nil
+}
+
+// broadcast runs herald bench --broadcast on the started, warmed-up stack.
+func broadcast(ctx context.Context, sc *scratch, st *benchStack, target *benchTarget, bcfg bench.Config, o benchOptions, e env, rawInsert float64, notes []string) error {
+	cfg := bench.BroadcastConfig{
+		URL: bcfg.URL, N: o.n, BatchSize: o.batchSize, Concurrency: o.concurrency,
+		Channel: bcfg.Channel, To: bcfg.To, HighRate: o.highRate,
+		Stall: bcfg.Stall, Sink: bcfg.Sink, Progress: bcfg.Progress,
+	}
+	if o.highRate == 0 {
+		cfg.HighRate = -1 // none; 0 would be the default rate
+	}
+	res, err := bench.Broadcast(ctx, st.rec, cfg)
+	if target.check != nil && ctx.Err() == nil {
+		if cerr := target.check(bench.Result{Accepted: res.Accepted + res.HighCreated}); cerr != nil {
+			return errors.Join(cerr, err)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := st.stop(); err != nil {
+		return fmt.Errorf("herald bench: stop the stack: %w", err)
+	}
+	report := bench.NewBroadcastReport(sc.store, sc.tr.name, cfg, res, rawInsert)
+	report.Notes = append(report.Notes, notes...)
+	report.Notes = append(report.Notes, target.notes...)
+	report.Notes = append(report.Notes, st.notes...)
+	if o.json {
+		return report.WriteJSON(e.stdout)
+	}
+	return report.WriteText(e.stdout)
 }
 
 // findRate runs herald bench --find-rate on the started, warmed-up stack.

@@ -239,6 +239,46 @@ func TestBenchPreload(t *testing.T) {
 	requireDatabaseGone(t, admin, m[1])
 }
 
+// A broadcast accepts its bulk notifications in batches, delivers each of
+// them and every high-priority one made beside them once, measures the raw
+// insert ceiling and reports both phases of the high ones.
+func TestBenchBroadcast(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, transport string
+		env             func(t *testing.T) map[string]string
+	}{
+		{"sqlite+table", "table", func(t *testing.T) map[string]string {
+			return map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "user.db")}
+		}},
+		{"postgres+rabbitmq", "rabbitmq", func(t *testing.T) map[string]string {
+			return map[string]string{"HERALD_DATABASE_URL": testenv.Require(t, testenv.PostgresVar), "HERALD_BROKER_URL": testenv.Require(t, testenv.AMQPVar)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			err := cmdBench(ctx, []string{"--broadcast", "--n", "3000", "--batch-size", "500", "--concurrency", "2", "--high-rate", "50", "--warmup", "20", "--json"},
+				env2(tc.env(t), &stdout, &stderr))
+			require.NoError(t, err, "stderr:\n%s", stderr.String())
+			var r map[string]any
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &r), "stdout: %s", stdout.String())
+			require.Equal(t, tc.transport, r["transport"])
+			require.EqualValues(t, 3000, r["accepted"])
+			require.EqualValues(t, 3000, r["delivered"])
+			require.EqualValues(t, 0, r["rejected"])
+			require.EqualValues(t, 0, r["repeats"])
+			require.EqualValues(t, 500, r["batch_size"])
+			positive(t, r, "accept_s", "accept_per_s", "raw_insert_per_s", "accept_vs_raw_insert", "delivered_per_s")
+			// High notifications were made while bulk ones waited, and
+			// each was delivered (Broadcast fails on a missing one).
+			require.Positive(t, r["high_accept_n"].(float64)+r["high_drain_n"].(float64), "stdout: %s", stdout.String())
+		})
+	}
+}
+
 // requireDatabaseGone checks that the bench dropped its scratch database.
 func requireDatabaseGone(t *testing.T, admin, name string) {
 	t.Helper()
@@ -274,7 +314,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 	// --preload is PostgreSQL's only: the URL below is SQLite.
 	for _, args := range [][]string{{"--n", "0"}, {"--concurrency", "0"}, {"--rate", "-1"}, {"--smtp-latency", "-1s"}, {"--preload", "-1"}, {"--preload", "10"},
 		{"--stats-settle", "-1s"}, {"--find-rate", "--find-window", "0s"}, {"--find-rate", "--find-start", "0"},
-		{"--channel", "sms"}, {"--channel", "webhook", "--smtp-latency", "1s"}, {"--receiver-latency", "1s"}, {"--channel", "webhook", "--receiver-latency", "-1s"}} {
+		{"--channel", "sms"}, {"--channel", "webhook", "--smtp-latency", "1s"}, {"--receiver-latency", "1s"}, {"--channel", "webhook", "--receiver-latency", "-1s"},
+		{"--broadcast", "--find-rate"}, {"--broadcast", "--rate", "10"}, {"--broadcast", "--batch-size", "0"}, {"--broadcast", "--batch-size", "1001"}, {"--broadcast", "--high-rate", "-1"}} {
 		var stdout, stderr bytes.Buffer
 		err := cmdBench(t.Context(), args, env2(map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, &stdout, &stderr))
 		require.Error(t, err, "%v", args)

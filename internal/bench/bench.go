@@ -182,7 +182,7 @@ func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
 	defer stopProgress()
 
 	url := cfg.URL + "/notifications"
-	request := requestFunc(cfg.Channel, cfg.To)
+	request := requestFunc(cfg.Channel, cfg.To, "")
 	start := time.Now()
 	var interval time.Duration
 	if cfg.Rate > 0 {

@@ -15,9 +15,9 @@ const (
 var Channels = []string{ChannelEmail, ChannelWebhook, ChannelTelegram}
 
 // requestFunc returns the builder of the i-th create request of a run on
-// channel to destination to: each the size of a typical notification of
-// its channel.
-func requestFunc(channel, to string) func(i int) []byte {
+// channel to destination to, with priority when not "": each the size of a
+// typical notification of its channel.
+func requestFunc(channel, to, priority string) func(i int) []byte {
 	quoted := strconv.Quote(to)
 	return func(i int) []byte {
 		b := make([]byte, 0, 320)
@@ -39,6 +39,11 @@ func requestFunc(channel, to string) func(i int) []byte {
 			b = append(b, `,"subject":"herald bench `...)
 			b = strconv.AppendInt(b, int64(i), 10)
 			b = append(b, `","body":"Hello,\nthis is a notification sent by herald bench to measure the stack.\n"`...)
+		}
+		if priority != "" {
+			b = append(b, `,"priority":"`...)
+			b = append(b, priority...)
+			b = append(b, '"')
 		}
 		return append(b, '}')
 	}

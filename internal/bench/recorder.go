@@ -179,6 +179,19 @@ func (r *Recorder) sentTime(id string) (time.Time, bool) {
 	return t, ok
 }
 
+// undelivered returns the ids of ids not delivered yet, in their order.
+func (r *Recorder) undelivered(ids []string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var left []string
+	for _, id := range ids {
+		if _, ok := r.sent[id]; !ok {
+			left = append(left, id)
+		}
+	}
+	return left
+}
+
 // snapshot is what Run reads at the end.
 type snapshot struct {
 	sent, repeats       int

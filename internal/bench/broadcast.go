@@ -1,0 +1,531 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxBroadcastBatch is the most creates one POST /notifications/batch
+// takes (the API's limit).
+const MaxBroadcastBatch = 1000
+
+// BroadcastConfig tunes a Broadcast: a bulk send through the batch
+// endpoint, with high-priority notifications created one at a time
+// alongside it.
+type BroadcastConfig struct {
+	// URL is the base URL of herald's API. Required.
+	URL string
+	// N is the number of bulk notifications. Required.
+	N int
+	// BatchSize is the creates per batch request, at most
+	// MaxBroadcastBatch. Default MaxBroadcastBatch.
+	BatchSize int
+	// Concurrency is the number of clients sending batches at once.
+	// Default 4.
+	Concurrency int
+	// Channel and To are every notification's channel and destination, as
+	// in Config.
+	Channel, To string
+	// HighRate is the rate, per second, of the high-priority creates sent
+	// one at a time from the first batch until the last bulk notification
+	// is delivered. Default 10.
+	HighRate float64
+	// Stall bounds how long the drain may go without a single delivery.
+	// Default 60s.
+	Stall time.Duration
+	// Sink, when set, is checked at the end as Config's is.
+	Sink func() map[string]int
+	// Progress, when set, receives a progress line (a terminal only).
+	Progress io.Writer
+	// Client sends the requests. Default: a client keeping Concurrency+1
+	// connections alive.
+	Client *http.Client
+}
+
+func (c BroadcastConfig) withDefaults() BroadcastConfig {
+	if c.BatchSize == 0 {
+		c.BatchSize = MaxBroadcastBatch
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.Channel == "" {
+		c.Channel = ChannelEmail
+	}
+	if c.To == "" && c.Channel == ChannelEmail {
+		c.To = "bench@example.com"
+	}
+	if c.HighRate == 0 {
+		c.HighRate = 10
+	}
+	if c.Stall == 0 {
+		c.Stall = 60 * time.Second
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{Transport: &http.Transport{
+			MaxIdleConns:        c.Concurrency + 1,
+			MaxIdleConnsPerHost: c.Concurrency + 1,
+			DisableCompression:  true,
+		}}
+	}
+	return c
+}
+
+func (c BroadcastConfig) validate() error {
+	switch {
+	case c.URL == "":
+		return errors.New("bench: API URL is required")
+	case c.N < 1:
+		return fmt.Errorf("bench: n must be at least 1, got %d", c.N)
+	case c.BatchSize < 1 || c.BatchSize > MaxBroadcastBatch:
+		return fmt.Errorf("bench: batch size must be 1 to %d, got %d", MaxBroadcastBatch, c.BatchSize)
+	case c.Concurrency < 1:
+		return fmt.Errorf("bench: concurrency must be at least 1, got %d", c.Concurrency)
+	case c.HighRate < 0:
+		return fmt.Errorf("bench: high rate must not be negative, got %g", c.HighRate)
+	case c.Stall <= 0:
+		return fmt.Errorf("bench: stall timeout must be positive, got %s", c.Stall)
+	case !slices.Contains(Channels, c.Channel):
+		return fmt.Errorf("bench: channel must be one of %v, got %q", Channels, c.Channel)
+	case c.To == "":
+		return fmt.Errorf("bench: the %s channel needs a destination (To)", c.Channel)
+	}
+	return nil
+}
+
+// BroadcastResult is what one Broadcast measured.
+type BroadcastResult struct {
+	// Accepted is the bulk notifications answered 201 inside their
+	// batches; Rejected the others, by item status (0: the batch got no
+	// 207 at all).
+	Accepted int
+	Rejected map[int]int
+	// Accept runs from the first batch request to the last batch's 207.
+	Accept time.Duration
+	// Delivered is the bulk notifications the provider accepted; Repeats
+	// counts notifications (bulk or high) sent more than once.
+	Delivered, Repeats int
+	// Drain runs from the last batch's 207 to the last bulk delivery;
+	// Elapsed from the first batch request to it.
+	Drain, Elapsed time.Duration
+	// HighCreated counts every high-priority create answered 201.
+	HighCreated int
+	// WhileAccepting and WhileDraining are the high-priority creates
+	// answered 201 while bulk notifications waited: before the last
+	// batch's answer, and after it.
+	WhileAccepting, WhileDraining HighPhase
+}
+
+// HighPhase is what the high-priority creates of one phase of a
+// broadcast saw.
+type HighPhase struct {
+	// Created counts the creates answered 201 in the phase while bulk
+	// notifications waited, Delivered those of them delivered.
+	Created, Delivered int
+	// P50, P99 and Max are their latency from the 201 to the provider.
+	P50, P99, Max time.Duration
+	// BacklogMedian is the median, over them, of the notifications
+	// accepted and not yet delivered at each one's 201: the queue each
+	// was created behind.
+	BacklogMedian int
+}
+
+// highPhase sums up the high creates of a phase.
+func highPhase(rec *Recorder, highs []highSample) HighPhase {
+	var (
+		p        HighPhase
+		e2e      []time.Duration
+		backlogs []int
+	)
+	for _, h := range highs {
+		p.Created++
+		backlogs = append(backlogs, h.backlog)
+		if t, ok := rec.sentTime(h.id); ok {
+			p.Delivered++
+			e2e = append(e2e, max(t.Sub(h.at), 0))
+		}
+	}
+	sortDurations(e2e)
+	p.P50, p.P99, p.Max = Percentile(e2e, 50), Percentile(e2e, 99), Percentile(e2e, 100)
+	if len(backlogs) > 0 {
+		slices.Sort(backlogs)
+		p.BacklogMedian = backlogs[(len(backlogs)-1)/2]
+	}
+	return p
+}
+
+// highSample is one high-priority create: its id, when its 201 came, and
+// how many bulk notifications were waiting then.
+type highSample struct {
+	id      string
+	at      time.Time
+	backlog int
+}
+
+// Broadcast sends cfg.N bulk notifications ("priority":"bulk") through
+// POST /notifications/batch in requests of cfg.BatchSize from
+// cfg.Concurrency clients, and from the first request until the last of
+// them is delivered creates high-priority notifications one at a time at
+// cfg.HighRate. It waits until every accepted notification is delivered
+// through rec's sender and returns the measurements: how fast the batches
+// were accepted, how long the bulk took to drain, and how long a high
+// notification waited while the bulk ones were queued.
+func Broadcast(ctx context.Context, rec *Recorder, cfg BroadcastConfig) (BroadcastResult, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return BroadcastResult{}, err
+	}
+	var (
+		next      atomic.Int64 // index of the next bulk create
+		accepted  atomic.Int64
+		highSent  atomic.Int64 // high creates accepted
+		mu        sync.Mutex
+		bulkIDs   = make([]string, 0, cfg.N)
+		statuses  = map[int]int{}
+		firstErr  error
+		lastBatch time.Time
+	)
+	stopProgress := progress(cfg.Progress, cfg.N, &accepted, &atomic.Int64{}, rec)
+	defer stopProgress()
+	bulk := requestFunc(cfg.Channel, cfg.To, "bulk")
+	high := requestFunc(cfg.Channel, cfg.To, "high")
+	start := time.Now()
+
+	// The high-priority creates run until the bulk ones are delivered.
+	hctx, stopHigh := context.WithCancel(ctx)
+	defer stopHigh()
+	var (
+		highs  []highSample
+		highWG sync.WaitGroup
+	)
+	if cfg.HighRate > 0 {
+		interval := time.Duration(float64(time.Second) / cfg.HighRate)
+		highWG.Go(func() {
+			url := cfg.URL + "/notifications"
+			for i := 0; hctx.Err() == nil; i++ {
+				if err := sleepUntil(hctx, start.Add(time.Duration(i)*interval)); err != nil {
+					return
+				}
+				id, status, err := create(hctx, cfg.Client, url, high(cfg.N+i))
+				if status != http.StatusCreated {
+					if hctx.Err() == nil {
+						mu.Lock()
+						statuses[status]++
+						if firstErr == nil {
+							firstErr = fmt.Errorf("high-priority create: %w", err)
+						}
+						mu.Unlock()
+					}
+					continue
+				}
+				highSent.Add(1)
+				backlog := int(accepted.Load()) + int(highSent.Load()) - rec.Sent()
+				highs = append(highs, highSample{id: id, at: time.Now(), backlog: max(backlog, 0)})
+			}
+		})
+	}
+
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			url := cfg.URL + "/notifications/batch"
+			for ctx.Err() == nil {
+				first := int(next.Add(int64(cfg.BatchSize))) - cfg.BatchSize
+				if first >= cfg.N {
+					return
+				}
+				k := min(cfg.BatchSize, cfg.N-first)
+				ids, st, err := createBatch(ctx, cfg.Client, url, bulk, first, k)
+				now := time.Now()
+				mu.Lock()
+				bulkIDs = append(bulkIDs, ids...)
+				for s, n := range st {
+					statuses[s] += n
+				}
+				if err != nil && firstErr == nil && ctx.Err() == nil {
+					firstErr = err
+				}
+				if now.After(lastBatch) {
+					lastBatch = now
+				}
+				mu.Unlock()
+				accepted.Add(int64(len(ids)))
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return BroadcastResult{}, fmt.Errorf("bench: interrupted: %w", err)
+	}
+	res := BroadcastResult{Accepted: len(bulkIDs), Rejected: statuses, Accept: lastBatch.Sub(start)}
+	if len(bulkIDs) == 0 {
+		return res, fmt.Errorf("bench: no bulk notification was accepted (answers by status: %v): %w", statuses, firstErr)
+	}
+
+	// The drain: until every bulk notification is delivered; then the
+	// high creates stop, and the last of them are waited for too.
+	samples := make([]sample, len(bulkIDs))
+	for i, id := range bulkIDs {
+		samples[i] = sample{id: id}
+	}
+	if err := drainIDs(ctx, rec, bulkIDs, cfg.Stall); err != nil {
+		return res, err
+	}
+	stopHigh()
+	highWG.Wait()
+	res.HighCreated = len(highs)
+	highIDs := make([]string, len(highs))
+	for i, h := range highs {
+		highIDs[i] = h.id
+		samples = append(samples, sample{id: h.id})
+	}
+	if err := drainIDs(ctx, rec, highIDs, cfg.Stall); err != nil {
+		return res, err
+	}
+	stopProgress()
+
+	var lastBulk time.Time
+	for _, id := range bulkIDs {
+		if t, ok := rec.sentTime(id); ok {
+			res.Delivered++
+			if t.After(lastBulk) {
+				lastBulk = t
+			}
+		}
+	}
+	res.Elapsed = lastBulk.Sub(start)
+	res.Drain = max(lastBulk.Sub(lastBatch), 0)
+	res.Repeats = rec.snapshot().repeats
+
+	// Only the high creates made while bulk notifications waited count:
+	// the last few, after the bulk drained, measure an idle stack.
+	var accepting, draining []highSample
+	for _, h := range highs {
+		switch {
+		case h.backlog == 0 || h.at.After(lastBulk):
+		case h.at.After(lastBatch):
+			draining = append(draining, h)
+		default:
+			accepting = append(accepting, h)
+		}
+	}
+	res.WhileAccepting, res.WhileDraining = highPhase(rec, accepting), highPhase(rec, draining)
+	if firstErr != nil {
+		return res, firstErr
+	}
+	if cfg.Sink != nil {
+		if err := checkSink(cfg.Sink(), samples); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// createBatch posts the k creates from index first in one batch request
+// and returns the ids of those answered 201, with the other items'
+// statuses counted.
+func createBatch(ctx context.Context, c *http.Client, url string, request func(int) []byte, first, k int) ([]string, map[int]int, error) {
+	var body bytes.Buffer
+	body.WriteString(`{"notifications":[`)
+	for j := range k {
+		if j > 0 {
+			body.WriteByte(',')
+		}
+		body.Write(request(first + j))
+	}
+	body.WriteString(`]}`)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, &body)
+	if err != nil {
+		return nil, map[int]int{0: k}, fmt.Errorf("build batch request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, map[int]int{0: k}, fmt.Errorf("post batch: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, map[int]int{0: k}, fmt.Errorf("read batch reply: %w", err)
+	}
+	if resp.StatusCode != http.StatusMultiStatus {
+		return nil, map[int]int{resp.StatusCode: k}, fmt.Errorf("post batch: %s: %s", resp.Status, bytes.TrimSpace(raw))
+	}
+	var reply struct {
+		Results []struct {
+			Status int    `json:"status"`
+			ID     string `json:"id"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(raw, &reply); err != nil || len(reply.Results) != k {
+		return nil, map[int]int{0: k}, fmt.Errorf("post batch: want %d results, got %.200q", k, raw)
+	}
+	ids := make([]string, 0, k)
+	other := map[int]int{}
+	var firstBad string
+	for _, r := range reply.Results {
+		if r.Status == http.StatusCreated && r.ID != "" {
+			ids = append(ids, r.ID)
+			continue
+		}
+		other[r.Status]++
+		if firstBad == "" {
+			firstBad = fmt.Sprintf("status %d", r.Status)
+		}
+	}
+	if firstBad != "" {
+		return ids, other, fmt.Errorf("post batch: %d of %d items refused, the first with %s: %.300s", k-len(ids), k, firstBad, raw)
+	}
+	return ids, other, nil
+}
+
+// drainIDs waits until every notification of ids has been delivered; it
+// fails when the recorder sees no delivery at all for stall. It looks ids
+// up only when the recorder has counted enough new deliveries for the ones
+// still missing to be among them: a million ids are not scanned per tick.
+func drainIDs(ctx context.Context, rec *Recorder, ids []string, stall time.Duration) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	pending := ids
+	sent, lastChange := -len(ids), time.Now() // scan at once
+	lastSeen := rec.Sent()
+	for {
+		now := rec.Sent()
+		if now != lastSeen {
+			lastSeen, lastChange = now, time.Now()
+		}
+		if now-sent >= len(pending) {
+			pending, sent = rec.undelivered(pending), now
+			if len(pending) == 0 {
+				return nil
+			}
+		}
+		if time.Since(lastChange) > stall {
+			return fmt.Errorf("bench: delivery stalled: %d of %d accepted notifications delivered, none in the last %s", len(ids)-len(pending), len(ids), stall)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: interrupted while draining (%d of %d delivered): %w", len(ids)-len(pending), len(ids), ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// BroadcastReport is the outcome of herald bench --broadcast; its JSON
+// field names are what --json prints.
+type BroadcastReport struct {
+	Store       string `json:"store"`
+	Transport   string `json:"transport"`
+	Channel     string `json:"channel"`
+	N           int    `json:"n"`
+	BatchSize   int    `json:"batch_size"`
+	Concurrency int    `json:"concurrency"`
+	Accepted    int    `json:"accepted"`
+	Rejected    int    `json:"rejected"`
+	Delivered   int    `json:"delivered"`
+	Repeats     int    `json:"repeats"`
+	// AcceptS and AcceptPerSec: the bulk notifications' acceptance;
+	// RawInsertPerSec the store's own multi-row insert of as many rows in
+	// groups of BatchSize, no HTTP (0: not measured, see the notes), and
+	// AcceptVsRawInsert the ratio.
+	AcceptS           float64 `json:"accept_s"`
+	AcceptPerSec      float64 `json:"accept_per_s"`
+	RawInsertPerSec   float64 `json:"raw_insert_per_s"`
+	AcceptVsRawInsert float64 `json:"accept_vs_raw_insert"`
+	// DrainS runs from the last batch's answer to the last bulk delivery;
+	// DeliveredPerSec is the bulk delivered per second from the first
+	// request to it.
+	DrainS          float64 `json:"drain_s"`
+	DeliveredPerSec float64 `json:"delivered_per_s"`
+	// HighRate is the high-priority creates' rate; the high_accept_*
+	// fields describe those made while the batches were accepted and bulk
+	// notifications waited, the high_drain_* ones those made after the
+	// last batch's answer while bulk notifications waited: how many, their
+	// latency from the 201 to the provider, and the median number of
+	// notifications waiting at each one's 201.
+	HighRate                float64  `json:"high_rate_per_s"`
+	HighAcceptN             int      `json:"high_accept_n"`
+	HighAcceptP50ms         float64  `json:"high_accept_p50_ms"`
+	HighAcceptP99ms         float64  `json:"high_accept_p99_ms"`
+	HighAcceptMaxms         float64  `json:"high_accept_max_ms"`
+	HighAcceptBacklogMedian int      `json:"high_accept_backlog_median"`
+	HighDrainN              int      `json:"high_drain_n"`
+	HighDrainP50ms          float64  `json:"high_drain_p50_ms"`
+	HighDrainP99ms          float64  `json:"high_drain_p99_ms"`
+	HighDrainMaxms          float64  `json:"high_drain_max_ms"`
+	HighDrainBacklogMedian  int      `json:"high_drain_backlog_median"`
+	Notes                   []string `json:"notes,omitempty"`
+}
+
+// NewBroadcastReport builds the report of a Broadcast; rawInsert is the
+// raw insert ceiling (0: not measured).
+func NewBroadcastReport(store, transport string, cfg BroadcastConfig, res BroadcastResult, rawInsert float64) BroadcastReport {
+	cfg = cfg.withDefaults()
+	a, d := res.WhileAccepting, res.WhileDraining
+	r := BroadcastReport{
+		Store: store, Transport: transport, Channel: cfg.Channel, N: cfg.N, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
+		Accepted: res.Accepted, Delivered: res.Delivered, Repeats: res.Repeats,
+		AcceptS:         round(res.Accept.Seconds(), 3),
+		AcceptPerSec:    round(PerSecond(res.Accepted, res.Accept), 1),
+		RawInsertPerSec: round(rawInsert, 1),
+		DrainS:          round(res.Drain.Seconds(), 3),
+		DeliveredPerSec: round(PerSecond(res.Delivered, res.Elapsed), 1),
+		HighRate:        max(cfg.HighRate, 0),
+		HighAcceptN:     a.Created, HighAcceptP50ms: ms(a.P50), HighAcceptP99ms: ms(a.P99), HighAcceptMaxms: ms(a.Max), HighAcceptBacklogMedian: a.BacklogMedian,
+		HighDrainN: d.Created, HighDrainP50ms: ms(d.P50), HighDrainP99ms: ms(d.P99), HighDrainMaxms: ms(d.Max), HighDrainBacklogMedian: d.BacklogMedian,
+	}
+	for _, n := range res.Rejected {
+		r.Rejected += n
+	}
+	if rawInsert > 0 {
+		r.AcceptVsRawInsert = round(r.AcceptPerSec/rawInsert, 3)
+	}
+	if a.Delivered < a.Created || d.Delivered < d.Created {
+		r.Notes = append(r.Notes, "some high-priority notifications were not delivered (see the error)")
+	}
+	if d.Created == 0 && cfg.HighRate > 0 {
+		r.Notes = append(r.Notes, "no high-priority create was made during the drain while bulk notifications waited: raise --high-rate or --n")
+	}
+	return r
+}
+
+// WriteJSON writes the report as one JSON object on one line.
+func (r BroadcastReport) WriteJSON(w io.Writer) error {
+	if err := json.NewEncoder(w).Encode(r); err != nil {
+		return fmt.Errorf("write broadcast report: %w", err)
+	}
+	return nil
+}
+
+// WriteText writes the report for people.
+func (r BroadcastReport) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "herald bench --broadcast: %s + %s, channel %s, %d bulk notifications in batches of %d from %d clients\n\n",
+		r.Store, r.Transport, r.Channel, r.N, r.BatchSize, r.Concurrency)
+	fmt.Fprintf(&b, "  accepted   %d in %.1fs = %.0f/s (%d rejected)\n", r.Accepted, r.AcceptS, r.AcceptPerSec, r.Rejected)
+	if r.RawInsertPerSec > 0 {
+		fmt.Fprintf(&b, "  raw insert %.0f/s (the store's multi-row insert, no HTTP): accepted/raw %.2f\n", r.RawInsertPerSec, r.AcceptVsRawInsert)
+	}
+	fmt.Fprintf(&b, "  delivered  %d, %.0f/s; drained %.1fs after the last batch; %d sent twice\n", r.Delivered, r.DeliveredPerSec, r.DrainS, r.Repeats)
+	fmt.Fprintf(&b, "  high, while batches were accepted: %d created at %g/s (median %d waiting in front): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+		r.HighAcceptN, r.HighRate, r.HighAcceptBacklogMedian, r.HighAcceptP50ms, r.HighAcceptP99ms, r.HighAcceptMaxms)
+	fmt.Fprintf(&b, "  high, during the drain:           %d created at %g/s (median %d waiting in front): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+		r.HighDrainN, r.HighRate, r.HighDrainBacklogMedian, r.HighDrainP50ms, r.HighDrainP99ms, r.HighDrainMaxms)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write broadcast report: %w", err)
+	}
+	return nil
+}
