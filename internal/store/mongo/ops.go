@@ -115,15 +115,16 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
-	// A failing or disabled destination's notifications are left alone
-	// (see the PostgreSQL store): their events are parked, not lost.
+	// A disabled destination's notifications are left alone, and a
+	// failing one's while its record was written since the cut-off (see
+	// the PostgreSQL store): their events are parked, not lost.
 	held, err := s.destinations(ctx, bson.D{}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	parked := make(map[string]bool, len(held))
 	for _, d := range held {
-		parked[d.Key] = true
+		parked[d.Key] = d.State == notify.DestinationDisabled || !d.UpdatedAt.Before(cut)
 	}
 	var ids []int64
 	for _, c := range cands {

@@ -37,7 +37,13 @@ const (
 	// or disabled (a record in destinations): their event is parked in the
 	// broker until the destination's next turn, as long as the outage
 	// lasts, and a fresh event each HERALD_RECONCILE_AFTER would add a
-	// parked copy each time; they are reconciled once the record goes. The cut-off is the database's clock minus the duration
+	// parked copy each time; they are reconciled once the record goes. A
+	// failing record no worker has written for as long as the cut-off
+	// says nothing any more: during an outage every trial of the
+	// destination (at most a sender backoff ceiling apart, a minute by
+	// default) writes it again, so a record that old was left by workers
+	// that are gone, or is kept by no parked event at all (a queue
+	// purged by hand): those notifications are reconciled. The cut-off is the database's clock minus the duration
 	// (the timestamps it is compared with were written on that clock, never
 	// an app's), computed once, in a subquery: a value the index scan can
 	// start from, which clock_timestamp() itself, volatile, is not.
@@ -54,7 +60,8 @@ WHERE n.status = 'pending'
       WHERE o.payload->>'notification_id' = n.id::text
         AND o.event_type = '` + notify.EventRequested + `'
         AND COALESCE(o.processed_at, 'infinity') = 'infinity')
-  AND NOT EXISTS (SELECT 1 FROM destinations d WHERE d.key = n.destination)
+  AND NOT EXISTS (SELECT 1 FROM destinations d WHERE d.key = n.destination
+      AND (d.state = 'disabled' OR d.updated_at >= (SELECT t FROM cut)))
 ORDER BY n.updated_at, n.id
 LIMIT $2
 FOR UPDATE OF n SKIP LOCKED`

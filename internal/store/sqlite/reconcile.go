@@ -11,7 +11,8 @@ import (
 
 const (
 	// selectStale: see the PostgreSQL store (only notification.requested
-	// rows count; a failing or disabled destination's are left alone). SQLite's single writer keeps
+	// rows count; a disabled destination's, and a failing one's written
+	// since the cut-off, are left alone). SQLite's single writer keeps
 	// reconcile passes apart without a lock of their own.
 	selectStale = `
 SELECT n.id, n.user_id, n.channel, n.recipient, n.subject, n.body, n.priority
@@ -24,7 +25,8 @@ WHERE n.status = 'pending'
       SELECT 1 FROM outbox o
       WHERE o.processed_at IS NULL AND json_extract(o.payload, '$.notification_id') = CAST(n.id AS TEXT)
         AND o.event_type = '` + notify.EventRequested + `')
-  AND NOT EXISTS (SELECT 1 FROM destinations d WHERE d.key = n.destination)
+  AND NOT EXISTS (SELECT 1 FROM destinations d WHERE d.key = n.destination
+      AND (d.state = 'disabled' OR d.updated_at >= ?1))
 ORDER BY n.updated_at, n.id
 LIMIT ?2`
 

@@ -135,10 +135,9 @@ func testReconcileWaitsForRetryAndClaim(t *testing.T, ctx context.Context, h Har
 	require.Equal(t, []int64{waiting.ID}, ids, "once the retry was due long enough, it is reconciled; the claim still holds the other")
 }
 
-// A notification to a destination with a record (failing or disabled) is
-// not stale however quiet: its event is parked in the broker for the
-// outage, and a fresh one each pass would add a parked copy each time. It
-// is reconciled once the record goes (the destination is up, or enabled).
+// A notification to a destination whose failing record a worker wrote
+// since the cut-off (an outage under way: its event is parked) is left
+// alone; it is reconciled once the record goes.
 func testReconcileLeavesFailingDestinations(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	const hook = "https://hooks.example:443"
@@ -148,9 +147,9 @@ func testReconcileLeavesFailingDestinations(t *testing.T, ctx context.Context, h
 	require.NoError(t, err)
 	other := create(t, ctx, s, 2)
 	relayAll(t, ctx, h)
+	cut := quietBoundary(t)
 	_, err = s.DestinationFailing(ctx, "webhook", hook, "dial tcp: connection refused", time.Now())
 	require.NoError(t, err)
-	cut := quietBoundary(t)
 	ids, err := s.Reconcile(ctx, time.Since(cut), 100)
 	require.NoError(t, err)
 	require.Equal(t, []int64{other.ID}, ids, "the failing destination's notification is left alone")
@@ -159,4 +158,34 @@ func testReconcileLeavesFailingDestinations(t *testing.T, ctx context.Context, h
 	ids, err = s.Reconcile(ctx, time.Since(cut), 100)
 	require.NoError(t, err)
 	require.Equal(t, []int64{c.Notification.ID}, ids, "reconciled once the destination is up")
+}
+
+// A failing record nobody wrote since the cut-off was left by workers that
+// are gone, or stands for an outage with no parked event (a queue purged
+// by hand): it no longer keeps its destination's notifications from the
+// reconciler. A disabled record does, however old.
+func testReconcileStaleFailingRecord(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	const stale, disabled = "https://stale.example:443", "https://disabled.example:443"
+	mk := func(dest string) notify.Created {
+		c, err := s.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
+			UserID: "user-hook", Channel: "webhook", To: dest + "/in", Body: `{"a":1}`,
+		}, Destination: dest})
+		require.NoError(t, err)
+		return c
+	}
+	c := mk(stale)
+	mk(disabled)
+	relayAll(t, ctx, h)
+	for _, dest := range []string{stale, disabled} {
+		_, err := s.DestinationFailing(ctx, "webhook", dest, "status 503", time.Now())
+		require.NoError(t, err)
+	}
+	ok, err := s.DisableDestination(ctx, disabled, "failing for too long")
+	require.NoError(t, err)
+	require.True(t, ok)
+	cut := quietBoundary(t)
+	ids, err := s.Reconcile(ctx, time.Since(cut), 100)
+	require.NoError(t, err)
+	require.Equal(t, []int64{c.Notification.ID}, ids, "the stale failing record's notification is reconciled, the disabled one's is not")
 }

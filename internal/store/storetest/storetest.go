@@ -126,6 +126,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"ReconcileLimit", testReconcileLimit},
 		{"ReconcileWaitsForRetryAndClaim", testReconcileWaitsForRetryAndClaim},
 		{"ReconcileLeavesFailingDestinations", testReconcileLeavesFailingDestinations},
+		{"ReconcileStaleFailingRecord", testReconcileStaleFailingRecord},
 		{"List", testList}, {"ListFilters", testListFilters}, {"ListTimeWindow", testListTimeWindow},
 		{"ListConcurrentInserts", testListConcurrentInserts}, {"Attempts", testAttempts},
 		{"Activity", testActivity},
