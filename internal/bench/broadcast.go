@@ -201,8 +201,13 @@ func Broadcast(ctx context.Context, rec *Recorder, cfg BroadcastConfig) (Broadca
 	high := requestFunc(cfg.Channel, cfg.To, "high")
 	start := time.Now()
 
-	// The high-priority creates run until the bulk ones are delivered.
-	hctx, stopHigh := context.WithCancel(ctx)
+	// The high-priority creates run until the bulk ones are delivered;
+	// one under way when they stop is answered (a create cut off would be
+	// neither counted nor known to the server's log as anything but an
+	// error).
+	stopped := make(chan struct{})
+	var stopOnce sync.Once
+	stopHigh := func() { stopOnce.Do(func() { close(stopped) }) }
 	defer stopHigh()
 	var (
 		highs  []highSample
@@ -212,13 +217,13 @@ func Broadcast(ctx context.Context, rec *Recorder, cfg BroadcastConfig) (Broadca
 		interval := time.Duration(float64(time.Second) / cfg.HighRate)
 		highWG.Go(func() {
 			url := cfg.URL + "/notifications"
-			for i := 0; hctx.Err() == nil; i++ {
-				if err := sleepUntil(hctx, start.Add(time.Duration(i)*interval)); err != nil {
+			for i := 0; ; i++ {
+				if !waitUntil(ctx, stopped, start.Add(time.Duration(i)*interval)) {
 					return
 				}
-				id, status, err := create(hctx, cfg.Client, url, high(cfg.N+i))
+				id, status, err := create(ctx, cfg.Client, url, high(cfg.N+i))
 				if status != http.StatusCreated {
-					if hctx.Err() == nil {
+					if ctx.Err() == nil {
 						mu.Lock()
 						statuses[status]++
 						if firstErr == nil {
@@ -329,6 +334,21 @@ func Broadcast(ctx context.Context, rec *Recorder, cfg BroadcastConfig) (Broadca
 		}
 	}
 	return res, nil
+}
+
+// waitUntil waits until t and reports true, or false when ctx ends or
+// stop is closed first.
+func waitUntil(ctx context.Context, stop <-chan struct{}, t time.Time) bool {
+	timer := time.NewTimer(max(time.Until(t), 0))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	case <-timer.C:
+		return true
+	}
 }
 
 // createBatch posts the k creates from index first in one batch request

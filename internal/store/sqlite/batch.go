@@ -31,6 +31,20 @@ func (s *Store) createBatch(ctx context.Context, nns []notify.NewNotification) (
 	}
 	ctx, cancel := context.WithTimeout(ctx, groupTimeout)
 	defer cancel()
+	// One batch at a time waits for the write connection. A batch holds
+	// it for a thousand rows, and database/sql hands a freed connection
+	// to a waiter picked at random: with every client of a broadcast
+	// waiting on it, a worker's claim or record (a high-priority
+	// notification's among them) would wait behind several batches
+	// instead of one. Batches commit one after another all the same.
+	select {
+	case s.batchSlot <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("begin: %w", classify(ctx.Err()))
+	case <-s.closing:
+		return nil, errClosed
+	}
+	defer func() { <-s.batchSlot }()
 	tx, release, err := s.beginDurable(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(err))

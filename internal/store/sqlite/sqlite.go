@@ -94,8 +94,11 @@ type Store struct {
 
 	// creates carries concurrent creates to the one goroutine that commits
 	// them in groups (see groupcommit.go); closed and stopped by Close.
-	creates   chan createReq
-	closing   chan struct{}
+	creates chan createReq
+	closing chan struct{}
+	// batchSlot lets one batch of creates at a time wait for the write
+	// connection (see createBatch).
+	batchSlot chan struct{}
 	closeOnce sync.Once
 	// synchronous is Config.Synchronous, for beginDurable.
 	synchronous string
@@ -185,7 +188,7 @@ func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
 		_ = write.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, classify(err))
 	}
-	st := &Store{write: write, read: read, creates: make(chan createReq), closing: make(chan struct{}), synchronous: cfg.Synchronous,
+	st := &Store{write: write, read: read, creates: make(chan createReq), closing: make(chan struct{}), batchSlot: make(chan struct{}, 1), synchronous: cfg.Synchronous,
 		statusEvents: !cfg.NoStatusEvents}
 	st.committer.Add(1)
 	go st.commitCreates()
