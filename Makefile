@@ -2,6 +2,9 @@
 
 GO       ?= go
 PKGS     ?= ./...
+# staticcheck, pinned, with its default checks, over every build tag's files.
+STATICCHECK_PKG := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+STATICCHECK := $(GO) run $(STATICCHECK_PKG)
 POSTGRES ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 AMQP     ?= amqp://guest:guest@127.0.0.1:5672/
 PGBOUNCER ?= postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable
@@ -125,7 +128,7 @@ fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/webhook/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/telegram/
 
-lint: ## gofmt and go vet (the client module's too, and its go.mod tidy)
+lint: ## gofmt, go vet and staticcheck (the client module's too, and its go.mod tidy)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) -C client vet ./...
@@ -135,6 +138,8 @@ lint: ## gofmt and go vet (the client module's too, and its go.mod tidy)
 	$(GO) vet -tags deploycheck ./cmd/herald/
 	$(GO) vet -tags study ./internal/store/postgres/
 	$(GO) vet -tags bulkbench ./internal/api/
+	$(STATICCHECK) -tags outage,long,deploycheck,study,bulkbench ./...
+	$(GO) -C client run $(STATICCHECK_PKG) ./...
 
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON
 	@scripts/check-deploy.sh

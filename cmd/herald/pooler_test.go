@@ -50,7 +50,7 @@ func TestPgBouncerServe(t *testing.T) {
 	require.NoError(t, serve.Stop(30*time.Second))
 	require.NoError(t, serve.Err(), "serve stops cleanly:\n%s", serve.Log())
 
-	serve = startHerald(t, dir, env, "serve")
+	startHerald(t, dir, env, "serve")
 	waitHTTP(t, api.base+"/readyz")
 	deliver("b@example.com")
 	require.Len(t, smtp.Messages(), 2, "each email once")

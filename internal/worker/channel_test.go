@@ -179,7 +179,7 @@ func TestDestinationGatePausesOnlyItsDestination(t *testing.T) {
 				}()
 				return done
 			}
-			var bad, good []*fakeDelivery
+			var bad []*fakeDelivery
 			var badDone []<-chan struct{}
 			for i := range 4 {
 				d := &fakeDelivery{msg: messageOn(t, int64(100+i), "webhook", "https://bad.example/hook/"+strconv.Itoa(i))}
@@ -189,7 +189,6 @@ func TestDestinationGatePausesOnlyItsDestination(t *testing.T) {
 			require.Eventually(t, func() bool { return w.PausedDestinations("webhook") == 1 }, 5*time.Second, time.Millisecond)
 			for i := range 20 {
 				d := &fakeDelivery{msg: messageOn(t, int64(200+i), "webhook", "https://good.example/hook")}
-				good = append(good, d)
 				select {
 				case <-run(d):
 				case <-time.After(5 * time.Second):

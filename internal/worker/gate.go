@@ -352,7 +352,7 @@ func (g *gate) admit(ctx context.Context) (trial bool, after time.Duration, err 
 			return false, minPark, nil
 		}
 		g.mu.Lock()
-		wait = g.b.next.Sub(time.Now())
+		wait = time.Until(g.b.next)
 		g.mu.Unlock()
 	}
 	return false, max(wait, minPark), nil

@@ -22,7 +22,7 @@ var (
 	refused  = notify.SenderDown(errors.New("dial: connection refused"))
 	noTLS    = notify.SenderDown(errors.New("server does not offer STARTTLS"))
 	slowDown = notify.Throttled(errors.New("421 4.7.0 try again later"), 0)
-	transErr = errors.New("451 4.3.0 mailbox busy")
+	errTrans = errors.New("451 4.3.0 mailbox busy")
 )
 
 func at(d time.Duration) time.Time { return t0.Add(d) }
@@ -116,7 +116,7 @@ func TestBreakerThrottled(t *testing.T) {
 
 	tr, _ = b.take(at(10*time.Second), true)
 	require.Equal(t, turnTrial, tr)
-	require.Equal(t, eventOpened, b.report(at(10*time.Second), true, transErr))
+	require.Equal(t, eventOpened, b.report(at(10*time.Second), true, errTrans))
 	require.Equal(t, 3, b.failures)
 	// A real send succeeding while open forgets the failures.
 	require.Equal(t, eventNone, b.report(at(11*time.Second), false, nil))

@@ -36,9 +36,6 @@ const relayLease = time.Minute
 type order int
 
 const (
-	// byID is the order of the documents' ids, the order of their
-	// creates.
-	byID order = iota
 	// byDue is the table claim's order, and the relay's: rank by rank
 	// (the high documents first, the bulk ones last: issue 34, point 5),
 	// each rank in (due, _id) order, the earliest due first, from
@@ -47,7 +44,7 @@ const (
 	// for later, or leased, is not read, and one whose event was handed
 	// back due at once is due at that moment, behind every document of
 	// its rank due before it (issue 32).
-	byDue
+	byDue order = iota
 )
 
 // cursor is where a search in an order goes on from: after the document

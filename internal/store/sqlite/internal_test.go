@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -21,14 +20,6 @@ func openTemp(t *testing.T) *Store {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s
-}
-
-// pragma reads one pragma on a connection of db.
-func pragma(t *testing.T, db *sql.DB, name string) string {
-	t.Helper()
-	var v string
-	require.NoError(t, db.QueryRowContext(t.Context(), "PRAGMA "+name).Scan(&v))
-	return v
 }
 
 // Every connection, in both pools, carries the settings: the pools open
@@ -205,21 +196,6 @@ func TestRelayBatchMarksAfterContextEnds(t *testing.T) {
 	st, err := s.OutboxStats(t.Context())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Unprocessed)
-}
-
-// requireTxSurvives fails if the write transaction is rolled back (its
-// connection returned to the pool) within a moment after its caller's
-// context ended. database/sql rolls back asynchronously, so it polls.
-func requireTxSurvives(t *testing.T, s *Store) {
-	t.Helper()
-	deadline := time.Now().Add(200 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if s.write.Stats().InUse == 0 {
-			t.Error("the transaction was rolled back when the context ended")
-			return
-		}
-		runtime.Gosched()
-	}
 }
 
 func countRows(t *testing.T, s *Store, table string) int {

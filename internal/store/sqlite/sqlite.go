@@ -275,48 +275,6 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 // the caller's context ended meanwhile: skipping it would repeat the effect.
 const markTimeout = 10 * time.Second
 
-// detachableTx is a write transaction that ends with ctx until detach is
-// called, and from then on only with commit or rollback. It is for a
-// transaction that runs an outside effect (send a mail, publish events) and
-// then records it: the record must not be lost because the caller gave up
-// while the effect was under way.
-type detachableTx struct {
-	*sql.Tx
-	stop   func() bool
-	cancel context.CancelFunc
-}
-
-func (s *Store) beginDetachable(ctx context.Context) (*detachableTx, error) {
-	// database/sql rolls a transaction back when its context ends, so the
-	// transaction gets a context of its own that ctx cancels only until
-	// detach.
-	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, cancel)
-	tx, err := s.write.BeginTx(txCtx, nil)
-	if err != nil {
-		stop()
-		cancel()
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return nil, fmt.Errorf("begin: %w", classify(err))
-	}
-	return &detachableTx{Tx: tx, stop: stop, cancel: cancel}, nil
-}
-
-// detach keeps the transaction alive whatever happens to ctx from now on. It
-// reports false when ctx has ended already: the transaction is being rolled
-// back and the effect must not run.
-func (t *detachableTx) detach() bool { return t.stop() }
-
-// end rolls back if the transaction was not committed, and releases its
-// context.
-func (t *detachableTx) end() {
-	_ = t.Rollback()
-	t.stop()
-	t.cancel()
-}
-
 // classify marks errors that mean the database cannot be used right now
 // (locked beyond the busy timeout, I/O failure, disk full, file gone) with
 // notify.ErrUnavailable, so that callers answer "try later" rather than

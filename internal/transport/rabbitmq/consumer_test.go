@@ -259,9 +259,8 @@ func TestRetryQueueDeletedMidRun(t *testing.T) {
 	require.NoError(t, err)
 
 	type result struct {
-		id    int64
-		err   error
-		again bool
+		id  int64
+		err error
 	}
 	results := make(chan result, 10)
 	var deleted atomic.Bool
