@@ -189,7 +189,7 @@ func TestTemplatedCreates(t *testing.T) {
 	before, _ := e.rows(t)
 	for _, tc := range []struct {
 		body, field, msg string
-		status          int
+		status           int
 	}{
 		{`{"user_id":"u-fr","channel":"email","template":"order_shipped","template_version":2,"data":{"name":"A"}}`, "data.order", "subject line 1: variable .order is missing from data", 422},
 		{`{"user_id":"u-fr","channel":"email","template":"nope","data":{}}`, "template", `unknown template "nope"`, 422},
