@@ -112,6 +112,13 @@ type CreateRequest struct {
 	Urgent     bool
 	// Priority is high, normal or bulk; empty is normal.
 	Priority Priority
+	// Template, when set, renders Subject and Body (leave them empty) from
+	// the template of that name (PUT /templates/{name}) with Data, a
+	// value that encodes as a JSON object, in the recipient's locale.
+	// TemplateVersion pins a version (0: the newest).
+	Template        string
+	TemplateVersion int
+	Data            any
 }
 
 // QuietHours is a daily quiet window on the wall clock of
@@ -132,19 +139,26 @@ func (r CreateRequest) MarshalJSON() ([]byte, error) {
 		}
 		body = b
 	}
+	if r.Template != "" && len(r.BodyJSON) == 0 && r.Body == "" {
+		body = nil // the template renders it
+	}
 	v := struct {
 		UserID     string          `json:"user_id"`
 		Channel    string          `json:"channel"`
 		To         string          `json:"to"`
 		Subject    string          `json:"subject,omitempty"`
-		Body       json.RawMessage `json:"body"`
+		Body       json.RawMessage `json:"body,omitempty"`
 		SendAt     *time.Time      `json:"send_at,omitempty"`
 		ExpiresAt  *time.Time      `json:"expires_at,omitempty"`
 		TimeZone   string          `json:"time_zone,omitempty"`
 		QuietHours *QuietHours     `json:"quiet_hours,omitempty"`
 		Urgent     bool            `json:"urgent,omitempty"`
 		Priority   Priority        `json:"priority,omitempty"`
-	}{r.UserID, r.Channel, r.To, r.Subject, body, r.SendAt, r.ExpiresAt, r.TimeZone, r.QuietHours, r.Urgent, r.Priority}
+		Template   string          `json:"template,omitempty"`
+		Version    int             `json:"template_version,omitempty"`
+		Data       any             `json:"data,omitempty"`
+	}{r.UserID, r.Channel, r.To, r.Subject, body, r.SendAt, r.ExpiresAt, r.TimeZone, r.QuietHours, r.Urgent, r.Priority,
+		r.Template, r.TemplateVersion, r.Data}
 	return marshal(v)
 }
 

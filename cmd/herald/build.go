@@ -748,6 +748,10 @@ func (a *app) apiHandler() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	known, err := knownChannelSpecs(a.cfg)
+	if err != nil {
+		return nil, err
+	}
 	hosts, err := allowedHosts(a.cfg)
 	if err != nil {
 		return nil, err
@@ -777,6 +781,9 @@ func (a *app) apiHandler() (http.Handler, error) {
 		AllowedHosts:     hosts,
 		Status:           status,
 		ScheduleHorizon:  a.cfg.ScheduleHorizon,
+		Recipients:       a.st,
+		Templates:        a.st,
+		KnownChannels:    known,
 	})
 	if err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ func (a *app) withConsole(apiHandler http.Handler, hosts []string) (http.Handler
 		RefreshEvery: consoleRefresh,
 		Logger:       a.log.With("component", "console"),
 		Destinations: a.st,
+		Templates:    a.st,
 		AllowedHosts: hosts,
 		Registerer:   a.reg,
 	})

@@ -137,6 +137,22 @@ type Config struct {
 	// send_at ahead, which send_at exists for, so zero means the default,
 	// DefaultScheduleHorizon (a year); it must not be negative.
 	ScheduleHorizon time.Duration
+	// Recipients, when set, serves PUT/GET/DELETE /recipients/{user_id}
+	// (behind the token), and lets a create leave out to: its address is
+	// then the recipient's for the channel. Default: nil (no recipient
+	// routes; every create gives to).
+	Recipients Recipients
+	// Templates, when set, serves PUT/GET /templates/{name}, GET
+	// /templates and POST /templates/{name}/preview (behind the token),
+	// and lets a create name a template. Default: nil (no template
+	// routes).
+	Templates Templates
+	// KnownChannels are every channel herald knows, enabled here or not,
+	// with their validation: a recipient's address and a template's
+	// channel are checked against them, so that a recipient may hold a
+	// webhook URL (checked by the SSRF guard) before webhooks are
+	// enabled. Default: Channels.
+	KnownChannels notify.Channels
 }
 
 // DefaultScheduleHorizon is Config.ScheduleHorizon's default: a year.
@@ -145,6 +161,9 @@ const DefaultScheduleHorizon = 365 * 24 * time.Hour
 func (c Config) withDefaults() Config {
 	if len(c.Channels) == 0 {
 		c.Channels = notify.EmailOnly()
+	}
+	if len(c.KnownChannels) == 0 {
+		c.KnownChannels = c.Channels
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -225,6 +244,8 @@ type API struct {
 	traced  bool
 	hosts   *hostcheck.Guard
 	handler http.Handler
+	// templates caches parsed template versions (resolve.go).
+	templates templateCache
 }
 
 // New returns the API over store. It fails when the configuration is

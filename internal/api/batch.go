@@ -153,7 +153,11 @@ func (a *API) readBatch(w http.ResponseWriter, r *http.Request) ([]notify.NewNot
 			continue
 		}
 		if e := a.readItem(&nns[i], item); e != nil {
-			results[i] = itemError(i, http.StatusBadRequest, *e)
+			status := http.StatusBadRequest
+			if e.Code == "unsupported_in_batch" {
+				status = http.StatusUnprocessableEntity
+			}
+			results[i] = itemError(i, status, *e)
 		}
 	}
 	return nns, results, nil, 0
@@ -224,6 +228,11 @@ func (a *API) readItem(nn *notify.NewNotification, raw []byte) *apiError {
 	req, e := decodeInto(raw, a.cfg.Channels, itemFields, &ib, &cb)
 	if e != nil {
 		return e
+	}
+	if req.Template != "" {
+		// A batch is written by the store's batch statements, which
+		// take no recipient guard and no rendered parts (yet).
+		return &apiError{Code: "unsupported_in_batch", Field: "template", Message: "template is not supported in a batch yet: create templated notifications one by one"}
 	}
 	if ib.IdempotencyKey != nil {
 		if !validKey(*ib.IdempotencyKey) {

@@ -32,17 +32,40 @@ const maxIdempotencyKeyLen = 255
 
 // create handles POST /notifications.
 func (a *API) create(w http.ResponseWriter, r *http.Request) {
-	nn, aerr, status := a.readCreate(w, r)
+	base, req, aerr, status := a.readCreate(w, r)
 	if aerr != nil {
 		writeError(w, status, *aerr)
 		return
 	}
-	// Admission comes after validation: a client with a bad request must
-	// fix it whatever the load, and a 429 must mean "retry as is".
-	if !a.admit(w, r) {
-		return
+	var (
+		created notify.Created
+		err     error
+	)
+	// A create that read its recipient is written only while the
+	// recipient is as read (NewNotification.RecipientRevision); when it
+	// changed meanwhile, the create is resolved again from the new one.
+	for try := 0; ; try++ {
+		nn := base
+		if aerr, status := a.resolve(r.Context(), &nn, req); aerr != nil {
+			if status == http.StatusServiceUnavailable {
+				a.unavailable(w, r, "resolve notification", errors.New(aerr.Message))
+				return
+			}
+			writeError(w, status, *aerr)
+			return
+		}
+		if try == 0 && !a.admit(w, r) {
+			// Admission comes after validation: a client with a bad
+			// request must fix it whatever the load, and a 429 must
+			// mean "retry as is".
+			return
+		}
+		created, err = a.createTraced(r.Context(), nn)
+		if !errors.Is(err, notify.ErrRecipientChanged) || try >= maxResolveTries-1 {
+			break
+		}
 	}
-	created, err := a.createTraced(r.Context(), nn)
+	nn := base
 	switch {
 	case err == nil:
 	case errors.Is(err, notify.ErrConflict):
@@ -51,6 +74,10 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, notify.ErrInjectedFault):
 		a.log.InfoContext(r.Context(), "create failed on purpose", "fault", nn.Fault)
 		writeError(w, http.StatusInternalServerError, apiError{Code: "injected_fault", Message: "the create failed on purpose (" + headerFault + "); nothing was written"})
+		return
+	case errors.Is(err, notify.ErrRecipientChanged):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusConflict, apiError{Code: "recipient_changed", Message: "the recipient kept changing during the create; retry", Field: "user_id"})
 		return
 	default:
 		a.unavailable(w, r, "create notification", err)
@@ -116,41 +143,38 @@ func (a *API) unavailable(w http.ResponseWriter, r *http.Request, what string, e
 	writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable", Message: "the service is temporarily unavailable; retry later"})
 }
 
-// readCreate checks a create request's headers and body. On failure it
-// returns the error to answer and its status.
-func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (notify.NewNotification, *apiError, int) {
-	var nn notify.NewNotification
+// readCreate checks a create request's headers and decodes its body:
+// the create's headers in nn, the request in req. On failure it returns
+// the error to answer and its status.
+func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (nn notify.NewNotification, req notify.CreateRequest, _ *apiError, _ int) {
 	if e := checkContentType(r.Header.Values("Content-Type")); e != nil {
-		return nn, e, http.StatusUnsupportedMediaType
+		return nn, req, e, http.StatusUnsupportedMediaType
 	}
 	key, e := idempotencyKey(r.Header)
 	if e != nil {
-		return nn, e, http.StatusBadRequest
+		return nn, req, e, http.StatusBadRequest
 	}
 	nn.IdempotencyKey = key
 	nn.RequestID = notify.RequestIDFrom(r.Context())
 	if nn.Fault, e = a.fault(r.Header); e != nil {
-		return nn, e, http.StatusBadRequest
+		return nn, req, e, http.StatusBadRequest
 	}
 	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(a.cfg.MaxBodyBytes, 10) + " bytes"}
 	if r.ContentLength > a.cfg.MaxBodyBytes {
-		return nn, tooLarge, http.StatusRequestEntityTooLarge
+		return nn, req, tooLarge, http.StatusRequestEntityTooLarge
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nn, tooLarge, http.StatusRequestEntityTooLarge
+			return nn, req, tooLarge, http.StatusRequestEntityTooLarge
 		}
-		return nn, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
+		return nn, req, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
 	}
-	req, e := decodeCreate(raw, a.cfg.Channels)
+	req, e = decodeCreate(raw, a.cfg.Channels)
 	if e != nil {
-		return nn, e, http.StatusBadRequest
+		return nn, req, e, http.StatusBadRequest
 	}
-	if e := a.checkCreate(&nn, req); e != nil {
-		return nn, e, http.StatusBadRequest
-	}
-	return nn, nil, 0
+	return nn, req, nil, 0
 }
 
 // checkCreate validates a decoded create request and, when it is valid,
@@ -165,6 +189,9 @@ func (a *API) checkCreate(nn *notify.NewNotification, req notify.CreateRequest) 
 			return &apiError{Code: "invalid_field", Message: fe.Field + " " + fe.Message, Field: fe.Field}
 		}
 		return &apiError{Code: "invalid_field", Message: "the request is invalid"}
+	}
+	if req.Quiet != nil && req.Quiet.Location == nil {
+		return errNoQuietZone
 	}
 	if e := schedule(&req, time.Now(), a.cfg.ScheduleHorizon); e != nil {
 		return e

@@ -17,7 +17,8 @@ import (
 // past a reviewing proxy; the body is therefore scanned for exact, unique
 // keys before it is decoded.
 var requestFields = map[string]bool{"user_id": true, "channel": true, "to": true, "subject": true, "body": true,
-	"send_at": true, "expires_at": true, "time_zone": true, "quiet_hours": true, "urgent": true, "priority": true}
+	"send_at": true, "expires_at": true, "time_zone": true, "quiet_hours": true, "urgent": true, "priority": true,
+	"template": true, "template_version": true, "data": true}
 
 // maxEchoLen bounds how much of a client's unknown key is echoed back.
 const maxEchoLen = 64
@@ -57,6 +58,12 @@ type createBody struct {
 	// Priority is high, normal or bulk (issue 34, point 5); absent or
 	// null: normal.
 	Priority *string `json:"priority"`
+	// Template names the template the content is rendered from, with
+	// Data, a JSON object; TemplateVersion pins its version (issue 35,
+	// point 2).
+	Template        *string         `json:"template"`
+	TemplateVersion *int            `json:"template_version"`
+	Data            json.RawMessage `json:"data"`
 }
 
 // decodeCreate decodes a create body strictly: valid UTF-8 (encoding/json
@@ -107,11 +114,58 @@ func decodeInto(raw []byte, channels notify.Channels, fields map[string]bool, ta
 			return req, &apiError{Code: "invalid_field", Message: "priority must be one of high, normal, bulk", Field: "priority"}
 		}
 	}
+	if e := cb.decodeTemplate(&req); e != nil {
+		return req, e
+	}
 	tb := timingBody{SendAt: cb.SendAt, ExpiresAt: cb.ExpiresAt, TimeZone: cb.TimeZone, QuietHours: cb.QuietHours, Urgent: cb.Urgent}
 	if e := tb.decode(&req); e != nil {
 		return req, e
 	}
 	return req, nil
+}
+
+// decodeTemplate checks the template fields' shapes and puts them in req:
+// a template name, a version of 1 or more, data a JSON object; the
+// subject and body come from the template, so a create that names one
+// gives neither.
+func (cb *createBody) decodeTemplate(req *notify.CreateRequest) *apiError {
+	hasData := len(cb.Data) > 0 && string(cb.Data) != "null"
+	if cb.Template == nil {
+		switch {
+		case cb.TemplateVersion != nil:
+			return invalidField("template_version", "needs template")
+		case hasData:
+			return invalidField("data", "needs template (data is what a template renders)")
+		}
+		return nil
+	}
+	if !notify.ValidTemplateName(*cb.Template) {
+		return invalidField("template", "must be 1 to 100 letters, digits, '_', '.' or '-', starting with a letter or digit")
+	}
+	req.Template = *cb.Template
+	if cb.TemplateVersion != nil {
+		if *cb.TemplateVersion < 1 {
+			return invalidField("template_version", "must be 1 or more")
+		}
+		req.TemplateVersion = *cb.TemplateVersion
+	}
+	if req.Subject != "" {
+		return invalidField("subject", "must be absent with template: the template renders it")
+	}
+	if req.Body != "" {
+		return invalidField("body", "must be absent with template: the template renders it")
+	}
+	if hasData {
+		if cb.Data[0] != '{' {
+			return invalidField("data", "must be a JSON object")
+		}
+		var b bytes.Buffer
+		if err := json.Compact(&b, cb.Data); err != nil {
+			return invalidField("data", "must be a JSON object")
+		}
+		req.Data = b.String()
+	}
+	return nil
 }
 
 // decodeBody reads the body's JSON value: a string (absent or null: empty,

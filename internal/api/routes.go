@@ -77,10 +77,13 @@ func parseOperations(doc []byte) ([]operation, error) {
 }
 
 // optionalOperations are served only when configured (Config.Metrics,
-// Config.DeadLetters, Config.Destinations); every other operation is
+// Config.DeadLetters, Config.Destinations, Config.Recipients,
+// Config.Templates); every other operation is
 // always served.
 var optionalOperations = map[string]bool{"metrics": true, "listDeadLetters": true, "redriveDeadLetters": true,
-	"listDestinations": true, "enableDestination": true, "getStatus": true}
+	"listDestinations": true, "enableDestination": true, "getStatus": true,
+	"putRecipient": true, "getRecipient": true, "deleteRecipient": true,
+	"putTemplate": true, "getTemplate": true, "listTemplates": true, "previewTemplate": true}
 
 // register serves every operation of the document on its handler.
 func (a *API) register() error {
@@ -108,6 +111,17 @@ func (a *API) register() error {
 	if a.cfg.Destinations != nil {
 		handlers["listDestinations"] = http.HandlerFunc(a.listDestinations)
 		handlers["enableDestination"] = http.HandlerFunc(a.enableDestination)
+	}
+	if a.cfg.Recipients != nil {
+		handlers["putRecipient"] = http.HandlerFunc(a.putRecipient)
+		handlers["getRecipient"] = http.HandlerFunc(a.getRecipient)
+		handlers["deleteRecipient"] = http.HandlerFunc(a.deleteRecipient)
+	}
+	if a.cfg.Templates != nil {
+		handlers["putTemplate"] = http.HandlerFunc(a.putTemplate)
+		handlers["getTemplate"] = http.HandlerFunc(a.getTemplate)
+		handlers["listTemplates"] = http.HandlerFunc(a.listTemplates)
+		handlers["previewTemplate"] = http.HandlerFunc(a.previewTemplate)
 	}
 	for _, op := range operations {
 		h, ok := handlers[op.id]

@@ -53,9 +53,8 @@ func (b timingBody) decode(req *notify.CreateRequest) *apiError {
 		loc = l
 	}
 	if q := b.QuietHours; q != nil {
-		if loc == nil {
-			return invalidField("time_zone", "is required with quiet_hours (the zone their times are in)")
-		}
+		// Without a time_zone the window is read in the recipient's
+		// (resolve); a create with neither is refused by checkCreate.
 		start, serr := notify.ParseClock(q.Start)
 		if serr != nil {
 			return invalidField("quiet_hours", "start "+serr.Error())
@@ -88,6 +87,9 @@ func rfc3339(field string, v *string) (*time.Time, *apiError) {
 func invalidField(field, msg string) *apiError {
 	return &apiError{Code: "invalid_field", Message: field + " " + msg, Field: field}
 }
+
+// errNoQuietZone refuses quiet hours with no zone to read them in.
+var errNoQuietZone = invalidField("time_zone", "is required with quiet_hours (the zone their times are in), unless the recipient has one")
 
 // schedule checks a create's times against now and the horizon and
 // settles when it is due: a send_at in the past sends now; one more than

@@ -74,6 +74,11 @@ type Destinations interface {
 	EnableDestination(ctx context.Context, key string) error
 }
 
+// Templates lists the templates, each as of its newest version.
+type Templates interface {
+	Templates(ctx context.Context) ([]notify.Template, error)
+}
+
 // SenderState is what a worker in this process knows of one channel's
 // sender.
 type SenderState struct {
@@ -126,6 +131,10 @@ type Config struct {
 	// of the destinations that are not up, each with an Enable button).
 	// Default: nil (no page).
 	Destinations Destinations
+	// Templates, when set, serves the Templates page: every template with
+	// its variants, and a preview of one rendered with data, as POST
+	// /templates/{name}/preview renders it. Default: nil (no page).
+	Templates Templates
 	// AllowedHosts are the names the console answers to besides IP
 	// literals and localhost, as the API's (api.Config.AllowedHosts):
 	// exact names, ".example.com" suffixes or "*". A request naming
@@ -260,6 +269,9 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+Prefix+"/notifications/{id}/cancel", c.authed(c.cancelNotification))
 	m.HandleFunc("GET "+Prefix+"/dead-letters", c.authed(c.deadLetters))
 	m.HandleFunc("POST "+Prefix+"/dead-letters/redrive", c.authed(c.redrive))
+	if c.cfg.Templates != nil {
+		m.HandleFunc("GET "+Prefix+"/templates", c.authed(c.templates))
+	}
 	if c.cfg.Destinations != nil {
 		m.HandleFunc("GET "+Prefix+"/destinations", c.authed(c.destinations))
 		m.HandleFunc("POST "+Prefix+"/destinations/enable", c.authed(c.enableDestination))

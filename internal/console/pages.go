@@ -24,7 +24,9 @@ type page struct {
 	Auth  bool
 	// Destinations: the console serves the Destinations page.
 	Destinations bool
-	Data         any
+	// Templates: the console serves the Templates page.
+	Templates bool
+	Data      any
 }
 
 type errorPage struct {
@@ -42,6 +44,7 @@ var pageTitles = map[string][2]string{
 	"confirm":       {"Confirm redrive", "deadletters"},
 	"redriven":      {"Redrive result", "deadletters"},
 	"destinations":  {"Destinations", "destinations"},
+	"templates":     {"Templates", "templates"},
 }
 
 func parseTemplates() (map[string]*template.Template, error) {
@@ -64,7 +67,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 // template failure is a clean 500, never half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	p := page{Title: pageTitles[name][0], Nav: pageTitles[name][1], CSRF: c.csrfToken(w, r), Auth: c.cfg.Token != "",
-		Destinations: c.cfg.Destinations != nil, Data: data}
+		Destinations: c.cfg.Destinations != nil, Templates: c.cfg.Templates != nil, Data: data}
 	if e, ok := data.(errorPage); ok {
 		p.Title = e.Title
 	}

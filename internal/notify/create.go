@@ -15,20 +15,25 @@ import (
 func (nn NewNotification) Pending(id int64, at time.Time) Notification {
 	r := nn.Request
 	return Notification{
-		ID:             id,
-		UserID:         r.UserID,
-		Channel:        r.Channel,
-		To:             r.To,
-		Subject:        r.Subject,
-		Body:           r.Body,
-		Status:         StatusPending,
-		IdempotencyKey: nn.IdempotencyKey,
-		RequestID:      nn.RequestID,
-		CreatedAt:      at,
-		UpdatedAt:      at,
-		SendAt:         utcPtr(r.SendAt),
-		ExpiresAt:      utcPtr(r.ExpiresAt),
-		Priority:       r.Priority.OrDefault(),
+		ID:              id,
+		UserID:          r.UserID,
+		Channel:         r.Channel,
+		To:              r.To,
+		Subject:         r.Subject,
+		Body:            r.Body,
+		Status:          StatusPending,
+		IdempotencyKey:  nn.IdempotencyKey,
+		RequestID:       nn.RequestID,
+		CreatedAt:       at,
+		UpdatedAt:       at,
+		SendAt:          utcPtr(r.SendAt),
+		ExpiresAt:       utcPtr(r.ExpiresAt),
+		Priority:        r.Priority.OrDefault(),
+		HTML:            r.HTML,
+		Template:        r.Template,
+		TemplateVersion: r.TemplateVersion,
+		Locale:          r.Locale,
+		Digest:          nn.Digest,
 	}
 }
 
@@ -58,6 +63,13 @@ func sameTime(a, b *time.Time) bool {
 // on since.
 func (nn NewNotification) Replay(stored Notification) (Created, error) {
 	r := nn.Request
+	if nn.Digest != "" || stored.Digest != "" {
+		if stored.UserID != r.UserID || stored.Channel != r.Channel || stored.Digest != nn.Digest ||
+			!sameTime(stored.ExpiresAt, r.ExpiresAt) || stored.Priority.OrDefault() != r.Priority.OrDefault() {
+			return Created{}, ErrConflict
+		}
+		return Created{Notification: stored, Replayed: true}, nil
+	}
 	if stored.UserID != r.UserID || stored.Channel != r.Channel || stored.To != r.To ||
 		stored.Subject != r.Subject || stored.Body != r.Body ||
 		!sameTime(stored.SendAt, r.SendAt) || !sameTime(stored.ExpiresAt, r.ExpiresAt) ||
@@ -65,6 +77,14 @@ func (nn NewNotification) Replay(stored Notification) (Created, error) {
 		return Created{}, ErrConflict
 	}
 	return Created{Notification: stored, Replayed: true}, nil
+}
+
+// Plain reports whether nn is a create with nothing resolved: no recipient
+// guard, no template, no HTML part. A store may write a plain create in a
+// shared statement that does not know those columns.
+func (nn NewNotification) Plain() bool {
+	r := nn.Request
+	return nn.RecipientRevision == 0 && nn.Digest == "" && r.HTML == "" && r.Template == "" && r.Locale == ""
 }
 
 // RequestedPayload encodes the payload of n's notification.requested

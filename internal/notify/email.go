@@ -17,6 +17,8 @@ type Email struct {
 	To        string
 	Subject   string
 	Body      string
+	// HTML, when not empty, is the HTML alternative of Body.
+	HTML string
 }
 
 // NewEmail builds the email of an outgoing notification. from is the
@@ -34,6 +36,7 @@ func NewEmail(r Outgoing, from string) Email {
 		To:        r.To,
 		Subject:   r.Subject,
 		Body:      r.Body,
+		HTML:      r.HTML,
 	}
 }
 

@@ -24,6 +24,11 @@ var (
 	// progress (a worker holds its claim): the send may complete, so the
 	// cancel does not pretend to have stopped it.
 	ErrSendInProgress = errors.New("a send of the notification is in progress")
+	// ErrRecipientChanged: a create's recipient changed (or was deleted)
+	// between the create's read of it and its write
+	// (NewNotification.RecipientRevision); nothing was written, and the
+	// create may be resolved again.
+	ErrRecipientChanged = errors.New("the recipient changed during the create")
 )
 
 // permanentError marks an error that retrying cannot cure.

@@ -36,6 +36,8 @@ type Requested struct {
 	To             string `json:"to"`
 	Subject        string `json:"subject"`
 	Body           string `json:"body"`
+	// HTML is the email's HTML part, absent when it has none.
+	HTML string `json:"html,omitempty"`
 	// RequestID is the X-Request-Id of the create that wrote the event
 	// (absent from events of a redrive or a reconcile, and from those
 	// written before it existed). A worker logs it with every line of the
@@ -53,6 +55,7 @@ func NewRequested(n Notification) Requested {
 		To:             n.To,
 		Subject:        n.Subject,
 		Body:           n.Body,
+		HTML:           n.HTML,
 		RequestID:      n.RequestID,
 	}
 }

@@ -74,6 +74,18 @@ type Notification struct {
 	// destination (or its channel's provider) is failing or disabled; nil
 	// otherwise.
 	Waiting *Waiting
+	// HTML is the email's HTML part ("" for none).
+	HTML string
+	// Template, TemplateVersion and Locale name the template version and
+	// locale variant the notification was rendered from ("", 0, "" for
+	// one created with its content).
+	Template        string
+	TemplateVersion int
+	Locale          string
+	// Digest, when not empty, is the digest of the create request as the
+	// client gave it (NewNotification.Digest), which an idempotent replay
+	// compares instead of the resolved fields.
+	Digest string
 	// RequestID is the id of the API request that created it (X-Request-Id),
 	// set on the notification a create returns and carried by its outbox
 	// event to the delivery's log lines; it is not stored with the
@@ -129,6 +141,20 @@ type NewNotification struct {
 	// a destination's pending notifications can be counted. The API sets
 	// it from the channel's ChannelSpec.Destination.
 	Destination string
+	// RecipientRevision, when not 0, is the revision of the recipient of
+	// Request.UserID that the create read (its address, locale or time
+	// zone): the store writes the notification only while the recipient
+	// is still at that revision, in the same transaction (a shared lock on
+	// the recipient where the store has them), and fails with
+	// ErrRecipientChanged otherwise, so that a create never commits an
+	// address a concurrent change or erasure has removed.
+	RecipientRevision int64
+	// Digest, when not empty, is a digest of the request as the client
+	// gave it, for a create whose stored fields were resolved (from a
+	// recipient or a template): an idempotent replay compares it, not
+	// the resolved fields, which a later recipient or template change
+	// would make differ.
+	Digest string
 }
 
 // IdempotencyWindow is how long an idempotency key answers with the

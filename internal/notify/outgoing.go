@@ -21,6 +21,8 @@ type Outgoing struct {
 	// Subject is empty for a channel that has none.
 	Subject string
 	Body    string
+	// HTML is the email's HTML part ("" for none).
+	HTML string
 }
 
 // NewOutgoing builds the outgoing message of a requested notification.
@@ -32,5 +34,6 @@ func NewOutgoing(r Requested) Outgoing {
 		To:             r.To,
 		Subject:        r.Subject,
 		Body:           r.Body,
+		HTML:           r.HTML,
 	}
 }

@@ -43,6 +43,19 @@ type CreateRequest struct {
 	// Priority ranks the notification against the others due at the
 	// same time (high, normal, bulk); "" is normal.
 	Priority Priority `json:"priority,omitempty"`
+	// HTML is the email's HTML part, rendered from a template's html
+	// (a client does not give it directly); "" for none.
+	HTML string `json:"-"`
+	// Template, when set, names the template the subject, body and HTML
+	// are rendered from (with Data); after the rendering, TemplateVersion
+	// and Locale say which version and locale variant were used. Before
+	// it, TemplateVersion is the version the create pinned (0: the
+	// latest).
+	Template        string `json:"-"`
+	TemplateVersion int    `json:"-"`
+	Locale          string `json:"-"`
+	// Data is the template data, a JSON object as given.
+	Data string `json:"-"`
 }
 
 // Timed reports whether r has a send_at or an expires_at.

@@ -38,6 +38,8 @@ type Store interface {
 	worker.Store
 	worker.DestinationBook
 	api.Destinations
+	api.Recipients
+	api.Templates
 	table.Queue
 	table.Waker
 	deadletter.Store
@@ -59,6 +61,12 @@ type Store interface {
 	// wrote the rows (the conformance suite does, to place rows on either
 	// side of it).
 	Prune(ctx context.Context, before time.Time, batch int) (notify.PruneResult, error)
+
+	// EraseRecipient erases a user's personal data: their recipient
+	// record, and the address, content and errors of their notifications,
+	// outbox events and delivery attempts (herald recipients erase). The
+	// user id, statuses, times and counts stay.
+	EraseRecipient(ctx context.Context, userID string) (notify.Erasure, error)
 
 	// Migrate applies the embedded migrations not yet applied; running it
 	// again changes nothing. Only the commands call it.

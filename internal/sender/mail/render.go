@@ -4,6 +4,8 @@ package mail
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"mime"
 	"mime/quotedprintable"
 	netmail "net/mail"
@@ -40,10 +42,33 @@ func Render(e notify.Email, date time.Time) []byte {
 	writeHeader(&b, "Date", date.Format(time.RFC1123Z))
 	writeHeader(&b, "Message-ID", sanitize(e.MessageID))
 	writeHeader(&b, "MIME-Version", "1.0")
-	writeHeader(&b, "Content-Type", "text/plain; charset=utf-8")
-	writeHeader(&b, "Content-Transfer-Encoding", "quoted-printable")
+	if e.HTML == "" {
+		writeHeader(&b, "Content-Type", "text/plain; charset=utf-8")
+		writeHeader(&b, "Content-Transfer-Encoding", "quoted-printable")
+		b.WriteString("\r\n")
+		writeBody(&b, e.Body)
+		return b.Bytes()
+	}
+	// A text and an HTML part, the text first (RFC 2046: the last part
+	// is the preferred one). The boundary holds "=_", which
+	// quoted-printable text never does (it encodes every "="), so no part
+	// can contain it; it is derived from the Message-ID, so every attempt
+	// renders the same bytes.
+	sum := sha256.Sum256([]byte(e.MessageID))
+	boundary := "=_herald_" + hex.EncodeToString(sum[:12])
+	writeHeader(&b, "Content-Type", `multipart/alternative; boundary="`+boundary+`"`)
 	b.WriteString("\r\n")
-	writeBody(&b, e.Body)
+	for _, p := range []struct{ ctype, body string }{{"text/plain", e.Body}, {"text/html", e.HTML}} {
+		b.WriteString("--" + boundary + "\r\n")
+		writeHeader(&b, "Content-Type", p.ctype+"; charset=utf-8")
+		writeHeader(&b, "Content-Transfer-Encoding", "quoted-printable")
+		b.WriteString("\r\n")
+		writeBody(&b, p.body)
+		// The CRLF before a delimiter belongs to it: this one keeps the
+		// part's own last line break (or soft break).
+		b.WriteString("\r\n")
+	}
+	b.WriteString("--" + boundary + "--\r\n")
 	return b.Bytes()
 }
 

@@ -86,6 +86,15 @@ type doc struct {
 	// sparse, holds only the documents with something to take.
 	Priority string `bson:"priority,omitempty"`
 	Rank     *int   `bson:"rank,omitempty"`
+
+	// Issue 35: the HTML part, the template version and locale rendered
+	// from, and the digest of the request as given; each absent when
+	// unset.
+	HTML            string `bson:"html,omitempty"`
+	Template        string `bson:"template,omitempty"`
+	TemplateVersion int    `bson:"template_version,omitempty"`
+	Locale          string `bson:"locale,omitempty"`
+	Digest          string `bson:"request_digest,omitempty"`
 }
 
 // claimDoc is the live claim on a notification.
@@ -246,6 +255,7 @@ func (d *doc) notification() notify.Notification {
 		SentAt: utcp(d.SentAt), FailedAt: utcp(d.FailedAt),
 		SendAt: utcp(d.SendAt), ExpiresAt: utcp(d.ExpiresAt), CanceledAt: utcp(d.CanceledAt), ExpiredAt: utcp(d.ExpiredAt),
 		Priority: notify.Priority(d.Priority).OrDefault(),
+		HTML:     d.HTML, Template: d.Template, TemplateVersion: d.TemplateVersion, Locale: d.Locale, Digest: d.Digest,
 	}
 }
 

@@ -140,6 +140,14 @@ var migrations = []migration{
 					Options: options.Index().SetName("due_rank_idx").SetSparse(true)},
 			},
 		}, backfill: backfillRank},
+	// Issue 35: recipients (keyed by user id) and template versions
+	// (keyed by name and version); a create's look-up reads a name's
+	// versions newest first.
+	{version: 9, name: "recipients_templates", indexes: map[string][]mgo.IndexModel{
+		collTemplates: {
+			{Keys: bson.D{{Key: "name", Value: 1}, {Key: "version", Value: -1}}, Options: options.Index().SetName("name_version_idx")},
+		},
+	}},
 }
 
 // backfillRank gives every document with an open event (due set) and no

@@ -80,6 +80,8 @@ const (
 	collRevisions     = "revisions"
 	collOrphans       = "orphan_messages"
 	collMigrations    = "schema_migrations"
+	collRecipients    = "recipients"
+	collTemplates     = "template_versions"
 )
 
 // Store is a herald store on one MongoDB database. It is safe for

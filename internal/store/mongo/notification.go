@@ -33,6 +33,11 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 	// Times are kept to the millisecond: the answer says what a read will.
 	nn.Request.SendAt, nn.Request.ExpiresAt = msPtr(nn.Request.SendAt), msPtr(nn.Request.ExpiresAt)
 	for try := 0; ; try++ {
+		if nn.RecipientRevision != 0 {
+			if err := s.checkRevision(ctx, nn.Request.UserID, nn.RecipientRevision); err != nil {
+				return notify.Created{}, err
+			}
+		}
 		if nn.IdempotencyKey != "" {
 			if c, ok, err := s.replay(ctx, nn); err != nil || ok {
 				return c, err
@@ -78,6 +83,7 @@ func newDoc(nn notify.NewNotification, id int64, t time.Time) (doc, notify.Notif
 		Key: key(id), ID: id, Rev: 1, UserID: r.UserID, Channel: r.Channel, To: r.To, Subject: r.Subject, Body: r.Body,
 		Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
 		Destination: nn.Destination, SendAt: r.SendAt, ExpiresAt: r.ExpiresAt,
+		HTML: r.HTML, Template: r.Template, TemplateVersion: r.TemplateVersion, Locale: r.Locale, Digest: nn.Digest,
 	}
 	if p := r.Priority.OrDefault(); p != notify.PriorityNormal {
 		d.Priority = string(p)

@@ -22,8 +22,9 @@ const (
 	// columns take their defaults: pending, no attempt, and one now() for
 	// created_at and updated_at.
 	insertNotification = `
-INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, destination, send_at, expires_at, priority)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10)
+INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, destination, send_at, expires_at, priority,
+	html, template, template_version, locale, request_digest)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10, $11, $12, $13, $14, $15)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id, created_at`
 
@@ -100,7 +101,7 @@ SELECT 1::bigint, id, created_at FROM n`
 
 	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at, priority`
+	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest`
 
 	// selectNotification reads a notification with, while it is pending,
 	// the record of its destination or else of its channel's one provider
@@ -127,7 +128,7 @@ WHERE n.id = $1`
 func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
 	// A timed create (send_at, expires_at) takes the transaction too: the
 	// group's statement writes neither column.
-	if nn.IdempotencyKey == "" && nn.Fault == "" && !nn.Request.Timed() {
+	if nn.IdempotencyKey == "" && nn.Fault == "" && !nn.Request.Timed() && nn.Plain() {
 		return s.createOne(ctx, nn)
 	}
 	tx, err := s.begin(ctx)
@@ -247,12 +248,23 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 		id int64
 		at time.Time
 	)
+	if nn.RecipientRevision != 0 {
+		var rev int64
+		err := tx.QueryRow(ctx, lockRecipient, r.UserID).Scan(&rev)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && rev != nn.RecipientRevision) {
+			return notify.Created{}, notify.ErrRecipientChanged
+		}
+		if err != nil {
+			return notify.Created{}, wrap("read recipient revision", err)
+		}
+	}
 	if nn.IdempotencyKey != "" {
 		if _, err := tx.Exec(ctx, expireKey, r.UserID, nn.IdempotencyKey, notify.IdempotencyWindow.Seconds()); err != nil {
 			return notify.Created{}, wrap("expire idempotency key", err)
 		}
 	}
-	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination, r.SendAt, r.ExpiresAt, int16(r.Priority.Rank())).
+	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination, r.SendAt, r.ExpiresAt, int16(r.Priority.Rank()),
+		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest).
 		Scan(&id, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
@@ -325,7 +337,8 @@ func scanNotification(row pgx.Row) (notify.Notification, error) {
 	)
 	err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
 		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt, &failedAt,
-		&n.SendAt, &n.ExpiresAt, &n.CanceledAt, &n.ExpiredAt, &rank)
+		&n.SendAt, &n.ExpiresAt, &n.CanceledAt, &n.ExpiredAt, &rank,
+		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest)
 	if err != nil {
 		return notify.Notification{}, err
 	}

@@ -12,14 +12,15 @@ import (
 
 const notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at, priority`
+	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest`
 
 // The user's idempotency key is the conflict target: a second create with
 // the same user and key inserts nothing and returns no row, and Create then compares the
 // request with the stored one.
 const insertNotification = `
-INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at, destination, send_at, expires_at, priority)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at, destination, send_at, expires_at, priority,
+	html, template, template_version, locale, request_digest)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id`
 
@@ -53,6 +54,18 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 // createIn runs one create's statements inside tx at time t.
 func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time.Time) (notify.Created, error) {
 	r := nn.Request
+	if nn.RecipientRevision != 0 {
+		// One writer: nothing changes the recipient between this read
+		// and the commit.
+		var rev int64
+		err := tx.QueryRowContext(ctx, selectRecipientRevision, r.UserID).Scan(&rev)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && rev != nn.RecipientRevision) {
+			return notify.Created{}, notify.ErrRecipientChanged
+		}
+		if err != nil {
+			return notify.Created{}, fmt.Errorf("read recipient revision: %w", classify(err))
+		}
+	}
 	if nn.IdempotencyKey != "" {
 		if _, err := tx.ExecContext(ctx, expireKey, r.UserID, nn.IdempotencyKey,
 			formatTime(t.Add(-notify.IdempotencyWindow))); err != nil {
@@ -62,7 +75,8 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 	var id int64
 	err := tx.QueryRowContext(ctx, insertNotification,
 		r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
-		formatTime(t), formatTime(t), nullString(nn.Destination), nullTime(r.SendAt), nullTime(r.ExpiresAt), r.Priority.Rank()).Scan(&id)
+		formatTime(t), formatTime(t), nullString(nn.Destination), nullTime(r.SendAt), nullTime(r.ExpiresAt), r.Priority.Rank(),
+		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
 		if err != nil {
@@ -153,7 +167,8 @@ func scanNotification(row interface{ Scan(...any) error }) (notify.Notification,
 	)
 	if err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
 		&lastErr, &key, &createdAt, &updatedAt, &sentAt, &failedAt,
-		&sendAt, &expiresAt, &canceledAt, &expiredAt, &rank); err != nil {
+		&sendAt, &expiresAt, &canceledAt, &expiredAt, &rank,
+		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest); err != nil {
 		return notify.Notification{}, err
 	}
 	n.Priority = notify.PriorityOfRank(rank)

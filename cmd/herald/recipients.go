@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	apiclient "github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// The recipients and templates commands go through the API (their checks,
+// the SSRF guard and the rendering live there): HERALD_API_URL, or the
+// local API at HERALD_HTTP_ADDR when it is unset. The erasure goes to the
+// database, as migrate does.
+
+func cmdRecipients(ctx context.Context, args []string, e env) error {
+	return subcommands(ctx, args, e, "Usage: herald recipients put USER_ID [--email A] [--telegram-chat-id C] [--webhook-url U] [--locale L] [--time-zone Z]\n       herald recipients get USER_ID\n       herald recipients delete USER_ID\n       herald recipients erase USER_ID\n\nRun 'herald recipients SUBCOMMAND --help' for its flags.",
+		map[string]func(context.Context, []string, env) error{"put": cmdRecipientsPut, "get": cmdRecipientsGet, "delete": cmdRecipientsDelete, "erase": cmdRecipientsErase})
+}
+
+func cmdTemplates(ctx context.Context, args []string, e env) error {
+	return subcommands(ctx, args, e, "Usage: herald templates put NAME --channel C [--locale L] [--subject S] --text T [--html H]\n       herald templates get [NAME] [--version N]\n       herald templates preview NAME [--locale L] [--channel C] [--data JSON]\n\nRun 'herald templates SUBCOMMAND --help' for its flags.",
+		map[string]func(context.Context, []string, env) error{"put": cmdTemplatesPut, "get": cmdTemplatesGet, "preview": cmdTemplatesPreview})
+}
+
+// apiOf is the client of the API the command talks to: HERALD_API_URL,
+// or the local one at HERALD_HTTP_ADDR.
+func apiOf(cfg Config) (*apiclient.Client, error) {
+	u := cfg.APIURL
+	if u == "" {
+		u = localURL(cfg.HTTPAddr)
+	}
+	c, err := apiclient.New(u, apiclient.WithToken(cfg.APIToken))
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--api-url (HERALD_API_URL): %w", err)}
+	}
+	return c, nil
+}
+
+// oneArg is the one positional argument of cmd, named what.
+func oneArg(cmd, what string, rest []string) (string, error) {
+	if len(rest) != 1 || rest[0] == "" {
+		return "", usageError{fmt.Errorf("%s takes one %s", cmd, what)}
+	}
+	return rest[0], nil
+}
+
+func cmdRecipientsPut(ctx context.Context, args []string, e env) error {
+	var r apiclient.Recipient
+	cfg, rest, err := parseConfig("recipients put", "Creates or replaces a recipient through the API (PUT /recipients/{user_id}): herald recipients put USER_ID --email ADDRESS ... The whole record is replaced: a flag left out empties its field.",
+		args, e, func(fs *flag.FlagSet) {
+			fs.StringVar(&r.Email, "email", "", "email address")
+			fs.StringVar(&r.TelegramChatID, "telegram-chat-id", "", "Telegram chat id or @username")
+			fs.StringVar(&r.WebhookURL, "webhook-url", "", "webhook URL")
+			fs.StringVar(&r.Locale, "locale", "", "BCP 47 language tag (de, pt-BR): the template variant the user receives")
+			fs.StringVar(&r.TimeZone, "time-zone", "", "IANA time zone: the zone of quiet hours given without one")
+		})
+	if err != nil {
+		return err
+	}
+	if r.UserID, err = oneArg("recipients put", "user id", rest); err != nil {
+		return err
+	}
+	c, err := apiOf(cfg)
+	if err != nil {
+		return err
+	}
+	out, err := c.PutRecipient(ctx, r)
+	if err != nil {
+		return explainUnauthorized(err, tokenGiven(e, args))
+	}
+	return printJSON(e.stdout, out)
+}
+
+func cmdRecipientsGet(ctx context.Context, args []string, e env) error {
+	cfg, rest, err := parseConfig("recipients get", "Prints a recipient as GET /recipients/{user_id} answers it: herald recipients get USER_ID.", args, e, nil)
+	if err != nil {
+		return err
+	}
+	id, err := oneArg("recipients get", "user id", rest)
+	if err != nil {
+		return err
+	}
+	c, err := apiOf(cfg)
+	if err != nil {
+		return err
+	}
+	out, err := c.Recipient(ctx, id)
+	if err != nil {
+		return explainUnauthorized(fromAPIError(err), tokenGiven(e, args))
+	}
+	return printJSON(e.stdout, out)
+}
+
+func cmdRecipientsDelete(ctx context.Context, args []string, e env) error {
+	cfg, rest, err := parseConfig("recipients delete", "Deletes a recipient's record (DELETE /recipients/{user_id}): its addresses, locale and time zone. Its notifications keep what they were accepted with: herald recipients erase anonymises them too.", args, e, nil)
+	if err != nil {
+		return err
+	}
+	id, err := oneArg("recipients delete", "user id", rest)
+	if err != nil {
+		return err
+	}
+	c, err := apiOf(cfg)
+	if err != nil {
+		return err
+	}
+	if err := c.DeleteRecipient(ctx, id); err != nil {
+		return explainUnauthorized(fromAPIError(err), tokenGiven(e, args))
+	}
+	fmt.Fprintf(e.stdout, "deleted recipient %s\n", id)
+	return nil
+}
+
+// eraseHelp says exactly what an erasure clears.
+const eraseHelp = `Erases a user's personal data, for an erasure request, on the database (HERALD_DATABASE_URL): herald recipients erase USER_ID. First each of the user's notifications still pending is canceled (one whose send is under way is let finish and reported). Then, in one transaction (PostgreSQL, SQLite; MongoDB: document by document, run it again after a failure): the recipient record is deleted; on every notification of the user the address (to), subject, body, HTML part and last error are emptied; the errors of their delivery attempts are cleared; and in every outbox event of theirs the payload's to, subject, body, html and last_error are emptied, with the event's last error. The user id, statuses, times, attempt counts and idempotency keys stay. Running it twice is harmless.`
+
+func cmdRecipientsErase(ctx context.Context, args []string, e env) error {
+	var asJSON bool
+	cfg, rest, err := parseConfig("recipients erase", eraseHelp, args, e, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, `print {"recipient", "notifications", "events", "attempts", "canceled", "in_flight"}`)
+	})
+	if err != nil {
+		return err
+	}
+	id, err := oneArg("recipients erase", "user id", rest)
+	if err != nil {
+		return err
+	}
+	st, closeStore, err := openMigrated(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	var canceled, inFlight []int64
+	f := notify.ListFilter{UserID: id, Status: notify.StatusPending, Limit: 500}
+	for {
+		page, err := st.List(ctx, f)
+		if err != nil {
+			return fmt.Errorf("list pending notifications: %w", err)
+		}
+		for _, n := range page.Items {
+			_, err := st.Cancel(ctx, n.ID)
+			switch {
+			case err == nil:
+				canceled = append(canceled, n.ID)
+			case errors.Is(err, notify.ErrSendInProgress):
+				inFlight = append(inFlight, n.ID)
+			case errors.Is(err, notify.ErrNotCancelable), errors.Is(err, notify.ErrNotFound):
+			default:
+				return err
+			}
+		}
+		if page.Next == nil {
+			break
+		}
+		f.After = page.Next
+	}
+	out, err := st.EraseRecipient(ctx, id)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(e.stdout, struct {
+			notify.Erasure
+			Canceled int     `json:"canceled"`
+			InFlight []int64 `json:"in_flight"`
+		}{out, len(canceled), inFlight})
+	}
+	fmt.Fprintf(e.stdout, "erased user %s: recipient record deleted: %t; %d notification(s), %d outbox event(s), %d attempt error(s) anonymised; %d pending notification(s) canceled\n",
+		id, out.Recipient, out.Notifications, out.Events, out.Attempts, len(canceled))
+	if len(inFlight) > 0 {
+		fmt.Fprintf(e.stderr, "%d notification(s) had a send under way and were not canceled: %v\n", len(inFlight), inFlight)
+	}
+	return nil
+}
+
+// textFlag reads a template part given as text or, with a leading @, as
+// the file it names.
+func textFlag(v string) (string, error) {
+	if !strings.HasPrefix(v, "@") {
+		return v, nil
+	}
+	b, err := os.ReadFile(v[1:])
+	if err != nil {
+		return "", usageError{err}
+	}
+	return string(b), nil
+}
+
+func cmdTemplatesPut(ctx context.Context, args []string, e env) error {
+	var v apiclient.TemplateVersion
+	cfg, rest, err := parseConfig("templates put", "Puts a new version of a template through the API (PUT /templates/{name}): herald templates put NAME --channel email --locale de --subject S --text T [--html H]. A part given as @FILE is read from FILE. Prints the version made.",
+		args, e, func(fs *flag.FlagSet) {
+			fs.StringVar(&v.Channel, "channel", "", "email, webhook or telegram")
+			fs.StringVar(&v.Locale, "locale", "", `BCP 47 language tag; "" is the default variant`)
+			fs.StringVar(&v.Subject, "subject", "", "email subject (text/template)")
+			fs.StringVar(&v.Text, "text", "", "text body (text/template); @FILE reads it from FILE")
+			fs.StringVar(&v.HTML, "html", "", "email HTML part (html/template); @FILE reads it from FILE")
+		})
+	if err != nil {
+		return err
+	}
+	name, err := oneArg("templates put", "template name", rest)
+	if err != nil {
+		return err
+	}
+	for _, p := range []*string{&v.Subject, &v.Text, &v.HTML} {
+		if *p, err = textFlag(*p); err != nil {
+			return err
+		}
+	}
+	c, err := apiOf(cfg)
+	if err != nil {
+		return err
+	}
+	out, err := c.PutTemplate(ctx, name, v)
+	if err != nil {
+		return explainUnauthorized(err, tokenGiven(e, args))
+	}
+	return printJSON(e.stdout, out)
+}
+
+func cmdTemplatesGet(ctx context.Context, args []string, e env) error {
+	var version int
+	cfg, rest, err := parseConfig("templates get", "Prints a template as GET /templates/{name} answers it (herald templates get NAME [--version N]), or every template (herald templates get).",
+		args, e, func(fs *flag.FlagSet) {
+			fs.IntVar(&version, "version", 0, "the version to read the template as of (default: its newest)")
+		})
+	if err != nil {
+		return err
+	}
+	if len(rest) > 1 {
+		return usageError{errors.New("templates get takes at most one template name")}
+	}
+	c, err := apiOf(cfg)
+	if err != nil {
+		return err
+	}
+	if len(rest) == 0 {
+		ts, err := c.Templates(ctx)
+		if err != nil {
+			return explainUnauthorized(err, tokenGiven(e, args))
+		}
+		return printJSON(e.stdout, ts)
+	}
+	t, err := c.Template(ctx, rest[0], version)
+	if err != nil {
+		return explainUnauthorized(fromAPIError(err), tokenGiven(e, args))
+	}
+	return printJSON(e.stdout, t)
+}
+
+func cmdTemplatesPreview(ctx context.Context, args []string, e env) error {
+	var locale, channel, data string
+	cfg, rest, err := parseConfig("templates preview", "Renders a template as a create would, and sends nothing (POST /templates/{name}/preview): herald templates preview NAME --locale de --data '{\"name\":\"Ada\"}'.",
+		args, e, func(fs *flag.FlagSet) {
+			fs.StringVar(&locale, "locale", "", "render for a recipient with this locale")
+			fs.StringVar(&channel, "channel", "", "the channel, when the template has several")
+			fs.StringVar(&data, "data", "", "the data, a JSON object; @FILE reads it from FILE")
+		})
+	if err != nil {
+		return err
+	}
+	name, err := oneArg("templates preview", "template name", rest)
+	if err != nil {
+		return err
+	}
+	if data, err = textFlag(data); err != nil {
+		return err
+	}
+	var d any
+	if data != "" {
+		if err := json.Unmarshal([]byte(data), &d); err != nil {
+			return usageError{fmt.Errorf("templates preview: --data is not JSON: %w", err)}
+		}
+	}
+	c, err := apiOf(cfg)
+	if err != nil {
+		return err
+	}
+	p, err := c.PreviewTemplate(ctx, name, channel, locale, d)
+	if err != nil {
+		return explainUnauthorized(err, tokenGiven(e, args))
+	}
+	return printJSON(e.stdout, p)
+}

@@ -1,0 +1,234 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
+
+// Recipients keeps recipients (issue 35, point 1). The stores implement
+// it.
+type Recipients interface {
+	// PutRecipient creates or replaces a recipient and returns it with
+	// its revision (1, then one more per put) and update time.
+	PutRecipient(ctx context.Context, r notify.Recipient) (notify.Recipient, error)
+	// Recipient returns one recipient, or notify.ErrNotFound.
+	Recipient(ctx context.Context, userID string) (notify.Recipient, error)
+	// DeleteRecipient deletes one recipient's record, or answers
+	// notify.ErrNotFound.
+	DeleteRecipient(ctx context.Context, userID string) error
+}
+
+// recipientFields are the keys a PUT /recipients/{user_id} body may hold.
+var recipientFields = map[string]bool{"email": true, "telegram_chat_id": true, "webhook_url": true, "locale": true, "time_zone": true}
+
+// recipientBody is a PUT /recipients/{user_id} body: every field
+// optional, an absent or null one empty. A PUT replaces the whole record.
+type recipientBody struct {
+	Email          *string `json:"email"`
+	TelegramChatID *string `json:"telegram_chat_id"`
+	WebhookURL     *string `json:"webhook_url"`
+	Locale         *string `json:"locale"`
+	TimeZone       *string `json:"time_zone"`
+}
+
+// RecipientView is a recipient as the API shows it.
+type RecipientView struct {
+	UserID         string `json:"user_id"`
+	Email          string `json:"email"`
+	TelegramChatID string `json:"telegram_chat_id"`
+	WebhookURL     string `json:"webhook_url"`
+	Locale         string `json:"locale"`
+	TimeZone       string `json:"time_zone"`
+	Revision       int64  `json:"revision"`
+	UpdatedAt      string `json:"updated_at"`
+}
+
+// NewRecipientView renders r.
+func NewRecipientView(r notify.Recipient) RecipientView {
+	return RecipientView{UserID: r.UserID, Email: r.Email, TelegramChatID: r.TelegramChatID, WebhookURL: r.WebhookURL,
+		Locale: r.Locale, TimeZone: r.TimeZone, Revision: r.Revision, UpdatedAt: formatTime(r.UpdatedAt)}
+}
+
+var errNoRecipient = apiError{Code: "not_found", Message: "no such recipient"}
+
+// userIDParam reads and checks the {user_id} path segment.
+func userIDParam(r *http.Request) (string, *apiError) {
+	id := r.PathValue("user_id")
+	if err := notify.CheckText("user_id", id, notify.MaxUserIDLen); err != nil {
+		return "", &apiError{Code: "invalid_field", Message: err.Error(), Field: "user_id"}
+	}
+	return id, nil
+}
+
+// putRecipient handles PUT /recipients/{user_id}.
+func (a *API) putRecipient(w http.ResponseWriter, r *http.Request) {
+	id, e := userIDParam(r)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, *e)
+		return
+	}
+	var b recipientBody
+	if e, status := a.readStrict(w, r, recipientFields, &b); e != nil {
+		writeError(w, status, *e)
+		return
+	}
+	rec := notify.Recipient{UserID: id, Email: deref(b.Email), TelegramChatID: deref(b.TelegramChatID),
+		WebhookURL: deref(b.WebhookURL), Locale: deref(b.Locale), TimeZone: deref(b.TimeZone)}
+	if e := a.checkRecipient(rec); e != nil {
+		writeError(w, http.StatusBadRequest, *e)
+		return
+	}
+	put, err := a.cfg.Recipients.PutRecipient(r.Context(), rec)
+	if err != nil {
+		a.unavailable(w, r, "put recipient", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewRecipientView(put))
+}
+
+// getRecipient handles GET /recipients/{user_id}.
+func (a *API) getRecipient(w http.ResponseWriter, r *http.Request) {
+	id, e := userIDParam(r)
+	if e != nil {
+		writeError(w, http.StatusNotFound, errNoRecipient)
+		return
+	}
+	rec, err := a.cfg.Recipients.Recipient(r.Context(), id)
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, NewRecipientView(rec))
+	case errors.Is(err, notify.ErrNotFound):
+		writeError(w, http.StatusNotFound, errNoRecipient)
+	default:
+		a.unavailable(w, r, "get recipient", err)
+	}
+}
+
+// deleteRecipient handles DELETE /recipients/{user_id}: the recipient's
+// record (its addresses, locale and time zone) is deleted. The user's
+// notifications keep the addresses they were accepted with:
+// `herald recipients erase` anonymises them.
+func (a *API) deleteRecipient(w http.ResponseWriter, r *http.Request) {
+	id, e := userIDParam(r)
+	if e != nil {
+		writeError(w, http.StatusNotFound, errNoRecipient)
+		return
+	}
+	err := a.cfg.Recipients.DeleteRecipient(r.Context(), id)
+	switch {
+	case err == nil:
+		w.WriteHeader(http.StatusNoContent)
+	case errors.Is(err, notify.ErrNotFound):
+		writeError(w, http.StatusNotFound, errNoRecipient)
+	default:
+		a.unavailable(w, r, "delete recipient", err)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// checkRecipient checks a recipient's fields: each address as a create to
+// its channel checks its to (the webhook URL through the SSRF guard), the
+// locale's shape, the time zone's name. Its error names the field.
+func (a *API) checkRecipient(rec notify.Recipient) *apiError {
+	for _, f := range []struct{ channel, value string }{
+		{notify.ChannelEmail, rec.Email}, {"telegram", rec.TelegramChatID}, {"webhook", rec.WebhookURL},
+	} {
+		if f.value == "" {
+			continue
+		}
+		field := notify.RecipientFields[f.channel]
+		if err := a.checkAddress(f.channel, f.value); err != nil {
+			return invalidField(field, err.Error())
+		}
+	}
+	if !notify.ValidLocale(rec.Locale) {
+		return invalidField("locale", "must be a BCP 47 language tag such as de or pt-BR")
+	}
+	if rec.TimeZone != "" {
+		if _, err := time.LoadLocation(rec.TimeZone); err != nil || rec.TimeZone == "Local" || strings.ContainsAny(rec.TimeZone, "\\") {
+			return invalidField("time_zone", "must be an IANA time zone name such as Europe/Berlin")
+		}
+	}
+	return nil
+}
+
+// addressError is why an address is refused, without the field name.
+type addressError string
+
+func (e addressError) Error() string { return string(e) }
+
+// checkAddress checks addr as the to of a create on channel would be
+// checked: with the channel's own validation when herald knows the
+// channel, as plain text otherwise.
+func (a *API) checkAddress(channel, addr string) error {
+	spec, ok := a.cfg.KnownChannels[channel]
+	if !ok || spec.Validate == nil {
+		if err := notify.CheckText("to", addr, 2048); err != nil {
+			return addressError(strings.TrimPrefix(err.Error(), "to: "))
+		}
+		return nil
+	}
+	req := notify.CreateRequest{UserID: "recipient", Channel: channel, To: addr, Body: "{}"}
+	if spec.Subject {
+		req.Subject = "subject"
+	}
+	err := spec.Validate(req)
+	if fe, ok := errors.AsType[*notify.FieldError](err); ok && fe.Field == "to" {
+		return addressError(fe.Message)
+	}
+	if err != nil {
+		return addressError("is not a valid " + channel + " address")
+	}
+	return nil
+}
+
+// readStrict reads a JSON body as the create route does: application/json,
+// at most MaxBodyBytes, valid UTF-8, one object of exactly spelled, unique
+// keys of fields, decoded into target.
+func (a *API) readStrict(w http.ResponseWriter, r *http.Request, fields map[string]bool, target any) (*apiError, int) {
+	if e := checkContentType(r.Header.Values("Content-Type")); e != nil {
+		return e, http.StatusUnsupportedMediaType
+	}
+	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(a.cfg.MaxBodyBytes, 10) + " bytes"}
+	if r.ContentLength > a.cfg.MaxBodyBytes {
+		return tooLarge, http.StatusRequestEntityTooLarge
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return tooLarge, http.StatusRequestEntityTooLarge
+		}
+		return &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
+	}
+	if !utf8.Valid(raw) {
+		return &apiError{Code: "invalid_utf8", Message: "the request body is not valid UTF-8"}, http.StatusBadRequest
+	}
+	if e := scanKeys(raw, fields); e != nil {
+		return e, http.StatusBadRequest
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(target); err != nil {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			return &apiError{Code: "invalid_field", Message: te.Field + " must be a " + te.Type.String(), Field: te.Field}, http.StatusBadRequest
+		}
+		return &apiError{Code: "invalid_json", Message: "the request body is not a valid JSON object"}, http.StatusBadRequest
+	}
+	return nil, 0
+}
