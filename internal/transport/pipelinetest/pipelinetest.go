@@ -292,7 +292,8 @@ func oneEach(ns []notify.Notification) map[string]int {
 }
 
 // waitStatus waits until every one of ns has status want and returns them as
-// stored then.
+// stored then. Its deadline grows with len(ns): each pass reads every one,
+// and a thousand reads on a loaded machine take seconds of the deadline.
 func (e *env) waitStatus(t *testing.T, want notify.Status, ns ...notify.Notification) []notify.Notification {
 	t.Helper()
 	got := make([]notify.Notification, len(ns))
@@ -303,7 +304,7 @@ func (e *env) waitStatus(t *testing.T, want notify.Status, ns ...notify.Notifica
 			require.Equal(c, want, g.Status, "status of notification %d", n.ID)
 			got[i] = g
 		}
-	}, wait, tick)
+	}, wait+time.Duration(len(ns))*20*time.Millisecond, tick)
 	return got
 }
 
