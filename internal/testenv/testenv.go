@@ -74,19 +74,28 @@ func PostgresURL(t testing.TB) string {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Logf("drop test database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("drop test database %s: %v", name, err)
-		}
-	})
+	t.Cleanup(func() { dropDatabase(t, admin, name) })
+	return databaseURL(t, admin, name)
+}
+
+// dropDatabase drops the test database name, whoever is still connected.
+func dropDatabase(t testing.TB, admin, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Logf("drop test database %s: %v", name, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		t.Logf("drop test database %s: %v", name, err)
+	}
+}
+
+// databaseURL is the admin URL with its database replaced by name.
+func databaseURL(t testing.TB, admin, name string) string {
+	t.Helper()
 	u, err := url.Parse(admin)
 	if err != nil {
 		t.Fatalf("parse %s: %v", PostgresVar, err)
