@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // The end-to-end tests run the real binary, as a user would, against the
@@ -28,11 +29,16 @@ var (
 	buildErr  error
 )
 
-// TestMain removes the herald binary the tests built, if any.
+// TestMain removes the herald binary the tests built, if any, and the
+// RabbitMQ vhosts testenv.Vhost made that remain.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if removeBin != nil {
 		removeBin()
+	}
+	if err := testenv.DeleteVhosts(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
 	}
 	os.Exit(code)
 }

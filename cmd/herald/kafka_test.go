@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/heraldhq/herald/internal/smtptest"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 )
 
 // kafkaStack is the production shape on Kafka: PostgreSQL, a three-broker
@@ -21,7 +21,7 @@ func kafkaStack(t *testing.T) *stack {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(3))
 	require.NoError(t, err)
 	t.Cleanup(kc.Close)
-	s := &stack{t: t, db: testenv.PostgresURL(t), smtp: smtptest.Start(t), dir: t.TempDir()}
+	s := &stack{t: t, db: pgtest.URL(t), smtp: smtptest.Start(t), dir: t.TempDir()}
 	s.env = map[string]string{
 		"HERALD_DATABASE_URL":   s.db,
 		"HERALD_BROKER_URL":     "kafka://" + strings.Join(kc.ListenAddrs(), ","),
@@ -31,9 +31,6 @@ func kafkaStack(t *testing.T) *stack {
 		"HERALD_RETRY_DELAY":    "300ms",
 		"HERALD_MAX_RETRIES":    "1",
 	}
-	m := s.start("migrate")
-	m.waitExit(60 * time.Second)
-	require.NoError(t, m.Err(), "herald migrate")
 	return s
 }
 

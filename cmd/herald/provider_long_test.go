@@ -33,6 +33,13 @@ func TestLongProviderGreylistingForTwoMinutes(t *testing.T) {
 	t.Logf("observed: greylisting for 2 minutes took up to %d attempts of the 6 the default schedule allows", most)
 }
 
+// TestThrottlingProviderNotHammered at the length of the issue's figure:
+// 157 MAIL commands for 5 messages in 20 s from the old build.
+func TestLongThrottlingProviderNotHammered(t *testing.T) {
+	t.Parallel()
+	throttled(t, 20*time.Second, 5)
+}
+
 // A provider answering 421 to MAIL for a minute (issue 16's figure): the
 // MAIL commands it receives.
 func TestLongThrottlingForAMinute(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -27,7 +28,10 @@ type stack struct {
 
 func newStack(t *testing.T, env map[string]string) *stack {
 	t.Helper()
-	s := &stack{t: t, db: testenv.PostgresURL(t), amqp: testenv.Vhost(t), smtp: smtptest.Start(t), dir: t.TempDir()}
+	// A migrated database, copied from a template: herald migrate on an
+	// empty PostgreSQL database is the test of its own (TestTimesInUTCOutsideUTC,
+	// TestPgBouncerProcesses, TestStartupLogsDatabaseReachability).
+	s := &stack{t: t, db: pgtest.URL(t), amqp: testenv.Vhost(t), smtp: smtptest.Start(t), dir: t.TempDir()}
 	s.env = map[string]string{
 		"HERALD_DATABASE_URL":   s.db,
 		"HERALD_BROKER_URL":     s.amqp,
@@ -38,9 +42,6 @@ func newStack(t *testing.T, env map[string]string) *stack {
 	for k, v := range env {
 		s.env[k] = v
 	}
-	m := s.start("migrate")
-	m.waitExit(60 * time.Second)
-	require.NoError(t, m.Err(), "herald migrate")
 	return s
 }
 

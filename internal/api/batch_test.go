@@ -19,8 +19,8 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
-	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // batchStore is what the batch tests need of a store: the API's seam, the
@@ -44,7 +44,7 @@ var batchEngines = []struct {
 		return st, func() { _ = st.Close() }
 	}},
 	{"postgres", func(t *testing.T) (batchStore, func()) {
-		st, err := postgres.Open(t.Context(), testenv.PostgresURL(t), postgres.Config{})
+		st, err := postgres.Open(t.Context(), pgtest.URL(t), postgres.Config{})
 		require.NoError(t, err)
 		t.Cleanup(st.Close)
 		require.NoError(t, st.Migrate(t.Context()))

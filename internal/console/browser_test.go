@@ -26,6 +26,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/proctest"
 	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -219,7 +220,7 @@ type stack struct {
 
 func startHerald(t *testing.T) *stack {
 	t.Helper()
-	db := testenv.PostgresURL(t)
+	db := pgtest.URL(t)
 	binOnce.Do(func() { binPath, removeBin, binErr = proctest.Build(context.Background()) })
 	require.NoError(t, binErr)
 	smtp := smtptest.Start(t)

@@ -10,8 +10,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
+	"regexp"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,19 +79,28 @@ func PostgresURL(t testing.TB) string {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Logf("drop test database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("drop test database %s: %v", name, err)
-		}
-	})
+	t.Cleanup(func() { dropDatabase(t, admin, name) })
+	return databaseURL(t, admin, name)
+}
+
+// dropDatabase drops the test database name, whoever is still connected.
+func dropDatabase(t testing.TB, admin, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Logf("drop test database %s: %v", name, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		t.Logf("drop test database %s: %v", name, err)
+	}
+}
+
+// databaseURL is the admin URL with its database replaced by name.
+func databaseURL(t testing.TB, admin, name string) string {
+	t.Helper()
 	u, err := url.Parse(admin)
 	if err != nil {
 		t.Fatalf("parse %s: %v", PostgresVar, err)
@@ -121,11 +135,19 @@ func AMQP(t testing.TB) (amqpURL, prefix string) {
 	return amqpURL, "t" + Suffix() + "."
 }
 
-// Vhost creates a RabbitMQ virtual host for the test (through rabbitmqctl,
-// which must be on PATH), grants the URL's user all rights on it, and returns
-// the broker URL pointing at it. The vhost, with everything in it, is deleted
-// when the test ends. herald's processes declare the contract's fixed names;
-// a vhost of their own keeps tests running side by side apart.
+// Vhost creates a RabbitMQ virtual host for the test, grants the URL's
+// user all rights on it, and returns the broker URL pointing at it. The
+// vhost, with everything in it, is deleted after the test ends. herald's
+// processes declare the contract's fixed names; a vhost of their own keeps
+// tests running side by side apart.
+//
+// rabbitmqctl (which must be on PATH) spends about a second of CPU and
+// three of wall time starting, whatever it does, and a vhost took three
+// calls (add, permissions, delete): nine seconds of every end-to-end test.
+// So the vhosts are made vhostBatch at a time in one call, and deleted a
+// batch at a time in one call after their tests end; a package whose
+// tests use Vhost calls DeleteVhosts from TestMain, after m.Run, for the
+// last ones.
 func Vhost(t testing.TB) string {
 	t.Helper()
 	base := Require(t, AMQPVar)
@@ -137,21 +159,139 @@ func Vhost(t testing.TB) string {
 	if user == "" {
 		user = "guest"
 	}
-	name := "herald-test-" + Suffix()
-	rabbitmqctl(t, "add_vhost", name)
-	t.Cleanup(func() { rabbitmqctl(t, "delete_vhost", name) })
-	rabbitmqctl(t, "set_permissions", "-p", name, user, ".*", ".*", ".*")
+	name, err := vhosts.take(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := vhosts.release(name); err != nil {
+			t.Error(err)
+		}
+	})
 	u.Path = "/" + name
 	return u.String()
 }
 
-func rabbitmqctl(t testing.TB, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := proctest.Rabbitmqctl(ctx, args...); err != nil {
-		t.Fatal(err)
+// DeleteVhosts deletes the vhosts Vhost made that remain: those of tests
+// that ended since the last batch was deleted, and those made but not
+// handed out.
+func DeleteVhosts() error { return vhosts.flush() }
+
+// vhostBatch is how many vhosts one rabbitmqctl call makes or deletes.
+const vhostBatch = 4
+
+var vhosts vhostPool
+
+// vhostPool holds the vhosts made and not yet handed out (free), and those
+// whose tests ended (done).
+type vhostPool struct {
+	mu   sync.Mutex
+	user string
+	free []string
+	done []string
+}
+
+func (p *vhostPool) take(user string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.user != "" && p.user != user {
+		return "", fmt.Errorf("vhosts for user %q, but %s names %q", p.user, AMQPVar, user)
 	}
+	if len(p.free) == 0 {
+		names := make([]string, vhostBatch)
+		for i := range names {
+			names[i] = "herald-test-" + Suffix()
+		}
+		if err := addVhosts(user, names); err != nil {
+			return "", err
+		}
+		p.user, p.free = user, names
+	}
+	name := p.free[0]
+	p.free = p.free[1:]
+	return name, nil
+}
+
+func (p *vhostPool) release(name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done = append(p.done, name)
+	if len(p.done) < vhostBatch {
+		return nil
+	}
+	names := p.done
+	p.done = nil
+	return deleteVhosts(names)
+}
+
+func (p *vhostPool) flush() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	names := append(p.done, p.free...)
+	p.done, p.free = nil, nil
+	if len(names) == 0 {
+		return nil
+	}
+	return deleteVhosts(names)
+}
+
+// erlangName matches the names addVhosts and deleteVhosts put in Erlang
+// source unquoted (between <<" and ">>).
+var erlangName = regexp.MustCompile(`^[A-Za-z0-9_.@-]+$`)
+
+// addVhosts makes the vhosts and grants user all rights on them, in one
+// rabbitmqctl eval when it can; a broker whose internal functions differ
+// from those of RabbitMQ 3.8 to 3.13 gets a call per step instead.
+func addVhosts(user string, names []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if erlangName.MatchString(user) {
+		expr := `lists:foreach(fun(V) -> ok = rabbit_vhost:add(V, <<"herald-tests">>), ` +
+			`ok = rabbit_auth_backend_internal:set_permissions(<<"` + user + `">>, V, <<".*">>, <<".*">>, <<".*">>, <<"herald-tests">>) end, ` +
+			erlangList(names) + `).`
+		if proctest.Rabbitmqctl(ctx, "eval", expr) == nil {
+			return nil
+		}
+	}
+	for _, n := range names {
+		if err := proctest.Rabbitmqctl(ctx, "add_vhost", n); err != nil {
+			return err
+		}
+		if err := proctest.Rabbitmqctl(ctx, "set_permissions", "-p", n, user, ".*", ".*", ".*"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteVhosts deletes the vhosts, in one rabbitmqctl eval when it can.
+func deleteVhosts(names []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	expr := `lists:foreach(fun(V) -> ok = rabbit_vhost:delete(V, <<"herald-tests">>) end, ` + erlangList(names) + `).`
+	if proctest.Rabbitmqctl(ctx, "eval", expr) == nil {
+		return nil
+	}
+	var errs []error
+	for _, n := range names {
+		errs = append(errs, proctest.Rabbitmqctl(ctx, "delete_vhost", n))
+	}
+	return errors.Join(errs...)
+}
+
+// erlangList is names as an Erlang list of binaries; every name is one of
+// Vhost's, which erlangName matches.
+func erlangList(names []string) string {
+	var b strings.Builder
+	b.WriteString("[")
+	for i, n := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(`<<"` + n + `">>`)
+	}
+	b.WriteString("]")
+	return b.String()
 }
 
 // Waited is how long passed from from to to (two readings of time.Now) by

@@ -23,8 +23,8 @@ import (
 	"github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/smtptest"
 	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
-	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testlog"
 	"github.com/heraldhq/herald/internal/worker"
 )
@@ -57,7 +57,7 @@ func openPostgres(t *testing.T) realStore {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	s, err := postgres.Open(ctx, testenv.PostgresURL(t), postgres.Config{MaxConns: 4})
+	s, err := postgres.Open(ctx, pgtest.URL(t), postgres.Config{MaxConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	require.NoError(t, s.Migrate(ctx))

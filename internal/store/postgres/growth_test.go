@@ -362,7 +362,7 @@ func analyseAll(t *testing.T, ctx context.Context, conn *pgx.Conn) {
 // and no vacuum lands in the middle of it.
 func openMeasured(t *testing.T, ctx context.Context, maxConns int, tables []string) (*Store, *pgx.Conn) {
 	t.Helper()
-	url := testenv.PostgresURL(t)
+	url := migratedURL(t)
 	s, err := Open(ctx, url, Config{MaxConns: maxConns})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)

@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
+	"io/fs"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,6 +18,29 @@ import (
 //
 //go:embed migrations/*.sql
 var migrationFS embed.FS
+
+// MigrationsDigest is a hash of the migrations this build carries (their
+// names and contents): two builds with the same digest make the same
+// schema. Tests name the template databases they copy by it.
+func MigrationsDigest() string {
+	h := sha256.New()
+	err := fs.WalkDir(migrationFS, "migrations", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := migrationFS.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s %d\n", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		panic(fmt.Sprintf("read the embedded migrations: %v", err))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
 
 // migrateLockKey is the pg_advisory_xact_lock key that serializes concurrent
 // migrations ("herald" in ASCII).

@@ -433,7 +433,7 @@ func testenvURL(t *testing.T, s *Store) string {
 func TestEnsurePartitionsFailure(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := testenv.PostgresURL(t)
+	url := migratedURL(t)
 	s := open(t, url)
 	u, err := neturl.Parse(url)
 	require.NoError(t, err)
@@ -474,7 +474,7 @@ func TestEnsurePartitionsFailure(t *testing.T) {
 func TestPruneTwoProcesses(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := testenv.PostgresURL(t)
+	url := migratedURL(t)
 	s, other := open(t, url), open(t, url)
 	today := scalar[time.Time](t, s, `SELECT now()`).UTC().Truncate(24 * time.Hour)
 	_, err := s.pool.Exec(ctx, `ALTER TABLE outbox DETACH PARTITION outbox_legacy`)

@@ -70,7 +70,7 @@ func init() {
 // pooledHarness is harness through PgBouncer, with the direct URL.
 func pooledHarness(t *testing.T, cfg Config) storetest.Harness {
 	t.Helper()
-	direct := postgresURLIn(t, farZone)
+	direct := inZone(t, migratedURL(t), farZone)
 	cfg.DirectURL = direct
 	s := openConfig(t, testenv.PgBouncerURL(t, direct), cfg)
 	h := harnessOf(s)
@@ -85,7 +85,7 @@ func TestPgBouncerRefusesSessionLimits(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	direct := testenv.PostgresURL(t)
+	direct := migratedURL(t)
 	pooled := testenv.PgBouncerURL(t, direct)
 
 	cfg, err := pgx.ParseConfig(pooled)
@@ -117,6 +117,7 @@ func TestPgBouncerLimitsPerTransaction(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	// An empty database: the migrations, too, run through PgBouncer.
 	direct := testenv.PostgresURL(t)
 	s := openConfig(t, testenv.PgBouncerURL(t, direct), Config{MaxConns: 2})
 	const show = `SELECT current_setting('lock_timeout'), current_setting('statement_timeout'),
@@ -156,7 +157,7 @@ func TestPgBouncerWakeUps(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	direct := testenv.PostgresURL(t)
+	direct := migratedURL(t)
 	pooled := testenv.PgBouncerURL(t, direct)
 	creator := open(t, pooled)
 	listener := openConfig(t, pooled, Config{DirectURL: direct})
@@ -205,7 +206,7 @@ func TestPgBouncerPartitionDrop(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	direct := testenv.PostgresURL(t)
+	direct := migratedURL(t)
 	pooled := testenv.PgBouncerURL(t, direct)
 	s := open(t, pooled)
 	d := openConfig(t, pooled, Config{DirectURL: direct})
@@ -235,7 +236,7 @@ func TestPgBouncerExecMode(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	direct := testenv.PostgresURL(t)
+	direct := migratedURL(t)
 	pooled := testenv.PgBouncerURL(t, direct)
 	for _, tc := range []struct {
 		url  string

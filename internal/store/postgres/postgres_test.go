@@ -26,7 +26,26 @@ var _ store.Store = (*Store)(nil)
 // ends.
 func setup(t *testing.T) *Store {
 	t.Helper()
-	return open(t, testenv.PostgresURL(t))
+	return open(t, migratedURL(t))
+}
+
+// migratedURL is pgtest.URL, which this package's tests cannot import: a
+// database of the test's own, copied from a template that every migration
+// was applied to. Tests of the migrations themselves start from
+// testenv.PostgresURL's empty one.
+func migratedURL(t testing.TB) string {
+	t.Helper()
+	return testenv.PostgresSchemaURL(t, testenv.Schema{
+		Fingerprint: MigrationsDigest(),
+		Build: func(ctx context.Context, url string) error {
+			s, err := Open(ctx, url, Config{MaxConns: 1})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			return s.Migrate(ctx)
+		},
+	})
 }
 
 // open returns a migrated Store on the database at url, closed when the test
@@ -84,7 +103,7 @@ func TestConformance(t *testing.T) {
 // may depend on the session's zone.
 func harness(t *testing.T, cfg Config) storetest.Harness {
 	t.Helper()
-	h := harnessOf(openConfig(t, postgresURLIn(t, farZone), cfg))
+	h := harnessOf(openConfig(t, inZone(t, migratedURL(t), farZone), cfg))
 	h.NoStatusEvents = func(t *testing.T) storetest.Harness { return harness(t, Config{NoStatusEvents: true}) }
 	return h
 }
@@ -328,7 +347,7 @@ func receive(t *testing.T, ch <-chan struct{}, what string) {
 
 func TestSubscribeSurvivesKilledListener(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresURL(t)
+	url := migratedURL(t)
 	s := open(t, url)
 	// Creates come from another process, so that only NOTIFY can wake s.
 	other := open(t, url)
@@ -359,7 +378,7 @@ func TestSubscribeSurvivesKilledListener(t *testing.T) {
 // the NOTIFY sent after its commit; many creates fold into few NOTIFYs.
 func TestSubscribeHearsOtherProcesses(t *testing.T) {
 	t.Parallel()
-	url := testenv.PostgresURL(t)
+	url := migratedURL(t)
 	listener, creator := open(t, url), open(t, url)
 	ctx := t.Context()
 	ch := listener.Subscribe(ctx)

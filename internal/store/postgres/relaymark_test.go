@@ -10,7 +10,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/faultproxy"
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/testenv"
 )
 
 // A relay batch whose connections drop between the publish and the mark
@@ -21,7 +20,7 @@ func TestRelayBatchMarksAfterConnectionsDrop(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	direct := testenv.PostgresURL(t)
+	direct := migratedURL(t)
 	u, err := url.Parse(direct)
 	require.NoError(t, err)
 	p, err := faultproxy.New(u.Host)

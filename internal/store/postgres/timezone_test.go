@@ -35,10 +35,17 @@ func TestMain(m *testing.M) {
 
 // postgresURLIn is testenv.PostgresURL with the database's timezone set to
 // zone, as ALTER DATABASE does it for an installation: every session on
-// it starts in zone.
+// it starts in zone (the migrations included, which make the outbox's
+// partitions by UTC day).
 func postgresURLIn(t *testing.T, zone string) string {
 	t.Helper()
-	dbURL := testenv.PostgresURL(t)
+	return inZone(t, testenv.PostgresURL(t), zone)
+}
+
+// inZone sets the timezone of the test database at dbURL to zone and
+// returns dbURL.
+func inZone(t *testing.T, dbURL, zone string) string {
+	t.Helper()
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

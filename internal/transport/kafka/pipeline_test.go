@@ -13,7 +13,7 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/transport/kafka"
 	"github.com/heraldhq/herald/internal/transport/pipelinetest"
 	"github.com/heraldhq/herald/internal/worker"
@@ -52,7 +52,7 @@ type pipeline struct {
 // pipelineHarness returns the harness on a fresh database and c.
 func pipelineHarness(t *testing.T, c *cluster) pipeline {
 	t.Helper()
-	dbURL := testenv.PostgresURL(t)
+	dbURL := pgtest.URL(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s, err := postgres.Open(ctx, dbURL, postgres.Config{MaxConns: 8})

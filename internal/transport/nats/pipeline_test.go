@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/testenv"
 	natstr "github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/transport/pipelinetest"
@@ -42,7 +43,7 @@ func TestPipelineIsolation(t *testing.T) {
 // the test's own, deleted when the test ends.
 func pipelineHarness(t *testing.T, srv *testenv.NATS) pipelinetest.Harness {
 	t.Helper()
-	dbURL := testenv.PostgresURL(t)
+	dbURL := pgtest.URL(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s, err := postgres.Open(ctx, dbURL, postgres.Config{MaxConns: 4})

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -26,6 +27,16 @@ var (
 )
 
 const waitFor = 10 * time.Second
+
+// TestMain deletes the RabbitMQ vhosts testenv.Vhost made that remain.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := testenv.DeleteVhosts(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
+}
 
 // setup returns a configuration with a topology of the test's own, deleted
 // when the test ends.

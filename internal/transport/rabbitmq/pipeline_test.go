@@ -13,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/transport/pipelinetest"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
@@ -55,7 +56,7 @@ func pipelineHarness(t *testing.T) pipelinetest.Harness {
 // tests' PgBouncer when pooled.
 func pipelineHarnessOn(t *testing.T, pooled bool) pipelinetest.Harness {
 	t.Helper()
-	dbURL := testenv.PostgresURL(t)
+	dbURL := pgtest.URL(t)
 	storeURL := dbURL
 	if pooled {
 		storeURL = testenv.PgBouncerURL(t, dbURL)

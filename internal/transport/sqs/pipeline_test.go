@@ -14,7 +14,7 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/transport/pipelinetest"
 	sqstr "github.com/heraldhq/herald/internal/transport/sqs"
 	"github.com/heraldhq/herald/internal/worker"
@@ -45,7 +45,7 @@ const pipelineVisibility = 5 * time.Second
 // the test's own, deleted when the test ends.
 func pipelineHarness(t *testing.T) pipelinetest.Harness {
 	t.Helper()
-	dbURL := testenv.PostgresURL(t)
+	dbURL := pgtest.URL(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s, err := postgres.Open(ctx, dbURL, postgres.Config{MaxConns: 4})

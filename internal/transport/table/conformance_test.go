@@ -13,8 +13,8 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
-	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/transport/transporttest"
 )
@@ -105,7 +105,7 @@ func scanDeadLetters(next func() bool, scan func(dest ...any) error, rowsErr fun
 func TestConformancePostgres(t *testing.T) {
 	t.Parallel()
 	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
-		url := testenv.PostgresURL(t)
+		url := pgtest.URL(t)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: 4})

@@ -15,8 +15,8 @@ import (
 	"github.com/heraldhq/herald/internal/store/mongo"
 	"github.com/heraldhq/herald/internal/store/mongo/mongotest"
 	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
-	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/transport/table"
 )
 
@@ -31,7 +31,7 @@ var dueStores = map[string]func(t *testing.T) outboxStore{
 		return s
 	},
 	"postgres": func(t *testing.T) outboxStore {
-		s, err := postgres.Open(t.Context(), testenv.PostgresURL(t), postgres.Config{MaxConns: 4})
+		s, err := postgres.Open(t.Context(), pgtest.URL(t), postgres.Config{MaxConns: 4})
 		require.NoError(t, err)
 		t.Cleanup(s.Close)
 		require.NoError(t, s.Migrate(t.Context()))

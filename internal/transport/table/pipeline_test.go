@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/transport/pipelinetest"
@@ -85,7 +86,7 @@ func postgresHarness(t *testing.T) pipelinetest.Harness {
 // postgresHarnessOn is postgresHarness, with the store through the tests'
 // PgBouncer when pooled.
 func postgresHarnessOn(t *testing.T, pooled bool) pipelinetest.Harness {
-	url := testenv.PostgresURL(t)
+	url := pgtest.URL(t)
 	storeURL, cfg := url, postgres.Config{MaxConns: 4}
 	if pooled {
 		storeURL, cfg.DirectURL = testenv.PgBouncerURL(t, url), url

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/transport/table"
@@ -31,7 +32,7 @@ func TestRetryScheduleFollowsList(t *testing.T) {
 			return s
 		},
 		"postgres": func(t *testing.T) queueStore {
-			url := testenv.PostgresURL(t)
+			url := pgtest.URL(t)
 			s, err := postgres.Open(t.Context(), url, postgres.Config{MaxConns: 4})
 			require.NoError(t, err)
 			t.Cleanup(s.Close)
