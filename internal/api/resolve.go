@@ -89,6 +89,9 @@ func (a *API) resolve(ctx context.Context, nn *notify.NewNotification, req notif
 	if rec != nil {
 		nn.RecipientRevision = rec.Revision
 	}
+	if req.Category != "" && a.cfg.Preferences != nil && !a.requiredCategory(req.Category) {
+		nn.CheckPreference = true
+	}
 	if rec != nil || req.Template != "" || asGiven.To != req.To {
 		nn.Digest = requestDigest(asGiven)
 	}
@@ -129,11 +132,14 @@ func requestDigest(r notify.CreateRequest) string {
 	}
 	// Maps marshal with sorted keys: the same data in another key order
 	// has the same digest.
+	// Category is left out when empty: the digests of creates without
+	// one stay what they were before categories.
 	b, _ := json.Marshal(struct {
 		To, Subject, Body, Template string
 		Version                     int
 		Data                        any
-	}{r.To, r.Subject, r.Body, r.Template, r.TemplateVersion, data})
+		Category                    string `json:",omitempty"`
+	}{r.To, r.Subject, r.Body, r.Template, r.TemplateVersion, data, r.Category})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
