@@ -91,6 +91,13 @@ func (a *API) resolve(ctx context.Context, nn *notify.NewNotification, req notif
 	}
 	if req.Category != "" && a.cfg.Preferences != nil && !a.requiredCategory(req.Category) {
 		nn.CheckPreference = true
+		if req.Channel == notify.ChannelEmail && a.cfg.PublicURL != "" {
+			// RFC 8058's List-Unsubscribe, rendered now and stored, so
+			// that the outbox holds what is sent. Without a public URL
+			// there is no absolute URL to give: no header.
+			req.Unsubscribe = a.UnsubscribeURL(notify.PreferenceLink{UserID: req.UserID, Category: req.Category,
+				Channel: req.Channel, Expires: time.Now().Add(notify.PreferenceLinkTTL).Truncate(time.Second)})
+		}
 	}
 	if rec != nil || req.Template != "" || asGiven.To != req.To {
 		nn.Digest = requestDigest(asGiven)

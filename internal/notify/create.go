@@ -35,6 +35,7 @@ func (nn NewNotification) Pending(id int64, at time.Time) Notification {
 		Locale:          r.Locale,
 		Digest:          nn.Digest,
 		Category:        r.Category,
+		Unsubscribe:     r.Unsubscribe,
 	}
 }
 
@@ -93,7 +94,7 @@ func (nn NewNotification) Replay(stored Notification) (Created, error) {
 // shared statement that does not know those columns.
 func (nn NewNotification) Plain() bool {
 	r := nn.Request
-	return nn.RecipientRevision == 0 && nn.Digest == "" && r.HTML == "" && r.Template == "" && r.Locale == "" && r.Category == "" && !nn.CheckPreference
+	return nn.RecipientRevision == 0 && nn.Digest == "" && r.HTML == "" && r.Template == "" && r.Locale == "" && r.Category == "" && !nn.CheckPreference && r.Unsubscribe == ""
 }
 
 // RequestedPayload encodes the payload of n's notification.requested

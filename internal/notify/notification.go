@@ -94,6 +94,9 @@ type Notification struct {
 	// Category is the notification's category ("" for none): what a
 	// recipient's preferences opt in or out of, per channel.
 	Category string
+	// Unsubscribe is an email's one-click unsubscribe URL (its
+	// List-Unsubscribe header), rendered at create; "" for none.
+	Unsubscribe string
 	// RequestID is the id of the API request that created it (X-Request-Id),
 	// set on the notification a create returns and carried by its outbox
 	// event to the delivery's log lines; it is not stored with the

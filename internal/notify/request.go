@@ -60,6 +60,10 @@ type CreateRequest struct {
 	// template's, see ValidCategory): a recipient may opt out of it per
 	// channel, unless it is required.
 	Category string `json:"-"`
+	// Unsubscribe is the email's one-click unsubscribe URL, rendered by
+	// the API at create for an email with a category (a client does not
+	// give it); "" for none.
+	Unsubscribe string `json:"-"`
 }
 
 // Timed reports whether r has a send_at or an expires_at.

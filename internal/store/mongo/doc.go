@@ -98,6 +98,9 @@ type doc struct {
 	// Category is the notification's category (issue 35, point 3);
 	// absent when unset.
 	Category string `bson:"category,omitempty"`
+	// Unsubscribe is an email's one-click unsubscribe URL (point 4);
+	// absent when unset.
+	Unsubscribe string `bson:"unsubscribe_url,omitempty"`
 }
 
 // claimDoc is the live claim on a notification.
@@ -259,7 +262,7 @@ func (d *doc) notification() notify.Notification {
 		SendAt: utcp(d.SendAt), ExpiresAt: utcp(d.ExpiresAt), CanceledAt: utcp(d.CanceledAt), ExpiredAt: utcp(d.ExpiredAt),
 		Priority: notify.Priority(d.Priority).OrDefault(),
 		HTML:     d.HTML, Template: d.Template, TemplateVersion: d.TemplateVersion, Locale: d.Locale, Digest: d.Digest,
-		Category: d.Category,
+		Category: d.Category, Unsubscribe: d.Unsubscribe,
 	}
 }
 

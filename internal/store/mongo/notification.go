@@ -91,7 +91,7 @@ func newDoc(nn notify.NewNotification, id int64, t time.Time, suppressed, status
 		Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
 		Destination: nn.Destination, SendAt: r.SendAt, ExpiresAt: r.ExpiresAt,
 		HTML: r.HTML, Template: r.Template, TemplateVersion: r.TemplateVersion, Locale: r.Locale, Digest: nn.Digest,
-		Category: r.Category,
+		Category: r.Category, Unsubscribe: r.Unsubscribe,
 	}
 	if p := r.Priority.OrDefault(); p != notify.PriorityNormal {
 		d.Priority = string(p)

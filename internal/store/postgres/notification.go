@@ -23,8 +23,8 @@ const (
 	// created_at and updated_at.
 	insertNotification = `
 INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, destination, send_at, expires_at, priority,
-	html, template, template_version, locale, request_digest, category, status)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+	html, template, template_version, locale, request_digest, category, status, unsubscribe_url)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id, created_at`
 
@@ -101,7 +101,7 @@ SELECT 1::bigint, id, created_at FROM n`
 
 	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest, category`
+	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest, category, unsubscribe_url`
 
 	// selectNotification reads a notification with, while it is pending,
 	// the record of its destination or else of its channel's one provider
@@ -282,7 +282,7 @@ func createInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification, statu
 		status = notify.StatusSuppressed
 	}
 	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination, r.SendAt, r.ExpiresAt, int16(r.Priority.Rank()),
-		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest, r.Category, string(status)).
+		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest, r.Category, string(status), r.Unsubscribe).
 		Scan(&id, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
@@ -371,7 +371,7 @@ func scanNotification(row pgx.Row) (notify.Notification, error) {
 	err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
 		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt, &failedAt,
 		&n.SendAt, &n.ExpiresAt, &n.CanceledAt, &n.ExpiredAt, &rank,
-		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest, &n.Category)
+		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest, &n.Category, &n.Unsubscribe)
 	if err != nil {
 		return notify.Notification{}, err
 	}

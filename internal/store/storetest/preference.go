@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ var preferenceTests = []subtest{
 	{"SuppressedFault", testSuppressedFault},
 	{"SuppressedReplay", testSuppressedReplay},
 	{"SuppressedNoStatusEvents", testSuppressedNoStatusEvents},
+	{"UnsubscribeStored", testUnsubscribeStored},
 }
 
 func testPreferencesPutGet(t *testing.T, ctx context.Context, h Harness) {
@@ -178,4 +180,33 @@ func testSuppressedNoStatusEvents(t *testing.T, ctx context.Context, h Harness) 
 	st, err := q.Store.OutboxStats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Unprocessed, "an outbox row was left for nobody")
+}
+
+// testUnsubscribeStored: an email's one-click unsubscribe URL, rendered at
+// create, is stored with the notification and carried by its
+// notification.requested event, so that every attempt (and a redrive)
+// sends the same header.
+func testUnsubscribeStored(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	nn := categorized(1, "news")
+	nn.Request.Unsubscribe = "https://herald.example.com/unsubscribe/abc.def"
+	c, err := s.Create(ctx, nn)
+	require.NoError(t, err)
+	require.Equal(t, nn.Request.Unsubscribe, c.Notification.Unsubscribe)
+	got, err := s.Get(ctx, c.Notification.ID)
+	require.NoError(t, err)
+	require.Equal(t, nn.Request.Unsubscribe, got.Unsubscribe)
+	var payloads []notify.Requested
+	_, err = s.RelayBatch(ctx, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		for _, e := range evs {
+			var r notify.Requested
+			require.NoError(t, json.Unmarshal(e.Payload, &r))
+			payloads = append(payloads, r)
+		}
+		return ids(evs), nil
+	})
+	require.NoError(t, err)
+	require.Len(t, payloads, 1)
+	require.Equal(t, nn.Request.Unsubscribe, payloads[0].Unsubscribe)
+	require.Equal(t, nn.Request.Unsubscribe, notify.NewOutgoing(payloads[0]).Unsubscribe)
 }
