@@ -139,3 +139,55 @@ func (c *Client) PreviewTemplate(ctx context.Context, name, channel, locale stri
 	_, err := c.do(ctx, request{method: http.MethodPost, path: "/templates/" + url.PathEscape(name) + "/preview", body: body, repeatable: true}, &out)
 	return out, err
 }
+
+// Preferences are a user's choices: by category, then by channel, whether
+// the user takes it (false: opted out). What is not listed is allowed.
+type Preferences struct {
+	UserID     string                     `json:"user_id"`
+	Categories map[string]map[string]bool `json:"categories"`
+	// RequiredCategories are the server's categories no one may opt out
+	// of (HERALD_REQUIRED_CATEGORIES).
+	RequiredCategories []string `json:"required_categories"`
+}
+
+// Preferences returns a user's preferences (none: an empty set).
+func (c *Client) Preferences(ctx context.Context, userID string) (Preferences, error) {
+	var out Preferences
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/recipients/" + url.PathEscape(userID) + "/preferences", repeatable: true}, &out)
+	return out, err
+}
+
+// PutPreferences replaces every preference of a user with categories. An
+// opt-out of a required category is an *Error with Code
+// "required_category", and nothing is changed.
+func (c *Client) PutPreferences(ctx context.Context, userID string, categories map[string]map[string]bool) (Preferences, error) {
+	if categories == nil {
+		categories = map[string]map[string]bool{}
+	}
+	body := struct {
+		Categories map[string]map[string]bool `json:"categories"`
+	}{categories}
+	var out Preferences
+	_, err := c.do(ctx, request{method: http.MethodPut, path: "/recipients/" + url.PathEscape(userID) + "/preferences", body: body, repeatable: true}, &out)
+	return out, err
+}
+
+// PreferenceLink is a signed link that opts a user out of a category on a
+// channel without a login.
+type PreferenceLink struct {
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// PreferenceLink makes a signed link that opts userID out of category on
+// channel. With the server's links off (HERALD_LINK_SECRET unset) it is
+// an *Error with Code "links_off".
+func (c *Client) PreferenceLink(ctx context.Context, userID, category, channel string) (PreferenceLink, error) {
+	body := struct {
+		Category string `json:"category"`
+		Channel  string `json:"channel"`
+	}{category, channel}
+	var out PreferenceLink
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/recipients/" + url.PathEscape(userID) + "/preferences/links", body: body, repeatable: true}, &out)
+	return out, err
+}

@@ -21,6 +21,9 @@ const (
 	StatusCanceled Status = "canceled"
 	// StatusExpired: its ExpiresAt passed before a send started.
 	StatusExpired Status = "expired"
+	// StatusSuppressed: its user had opted out of its category on its
+	// channel at create; it is never sent.
+	StatusSuppressed Status = "suppressed"
 )
 
 // Priority ranks a notification against the others due at the same time:
@@ -64,6 +67,8 @@ type Notification struct {
 	ExpiredAt  *time.Time `json:"expired_at"`
 	// Priority is the create's priority (normal when it gave none).
 	Priority Priority `json:"priority"`
+	// Category is the create's category ("" when it gave none).
+	Category string `json:"category,omitempty"`
 	// Waiting is why a pending notification waits: its destination (or
 	// its channel's provider) is failing or disabled. Only Get fills it;
 	// nil when it waits on nothing.
@@ -119,6 +124,10 @@ type CreateRequest struct {
 	Template        string
 	TemplateVersion int
 	Data            any
+	// Category, when set, is the notification's category: a user who
+	// opted out of it on this channel does not receive it (the create
+	// answers it suppressed), unless the server lists it as required.
+	Category string
 }
 
 // QuietHours is a daily quiet window on the wall clock of
@@ -157,8 +166,9 @@ func (r CreateRequest) MarshalJSON() ([]byte, error) {
 		Template   string          `json:"template,omitempty"`
 		Version    int             `json:"template_version,omitempty"`
 		Data       any             `json:"data,omitempty"`
+		Category   string          `json:"category,omitempty"`
 	}{r.UserID, r.Channel, r.To, r.Subject, body, r.SendAt, r.ExpiresAt, r.TimeZone, r.QuietHours, r.Urgent, r.Priority,
-		r.Template, r.TemplateVersion, r.Data}
+		r.Template, r.TemplateVersion, r.Data, r.Category}
 	return marshal(v)
 }
 

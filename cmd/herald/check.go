@@ -210,3 +210,39 @@ func checkTelegramChannel(cfg Config) error {
 	}
 	return s.Close()
 }
+
+// checkCategories vets HERALD_REQUIRED_CATEGORIES: category names.
+func checkCategories(v string) error {
+	for _, c := range commaList(v) {
+		if !notify.ValidCategory(c) {
+			return fmt.Errorf("%q is not a category name: 1 to 100 letters, digits, '_', '.' or '-', starting with a letter or digit", c)
+		}
+	}
+	return nil
+}
+
+// minLinkSecret is the shortest HERALD_LINK_SECRET taken: a key an
+// attacker could guess would let them opt anyone out of anything.
+const minLinkSecret = 32
+
+// checkLinkSecret vets HERALD_LINK_SECRET's length; its text is never
+// echoed.
+func checkLinkSecret(v string) error {
+	if v != "" && len(v) < minLinkSecret {
+		return fmt.Errorf("must be at least %d characters (it has %d)", minLinkSecret, len(v))
+	}
+	return nil
+}
+
+// checkPublicURL vets HERALD_PUBLIC_URL: an absolute http(s) URL with a
+// host and no query or fragment.
+func checkPublicURL(v string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return errors.New("must be an absolute https:// (or http://) URL with a host and no query, fragment or user: https://herald.example.com")
+	}
+	return nil
+}

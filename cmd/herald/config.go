@@ -28,6 +28,15 @@ type Config struct {
 	// AllowedHosts is HERALD_ALLOWED_HOSTS as given: a comma-separated
 	// list of the names the API and the console answer to.
 	AllowedHosts string
+	// RequiredCategories is HERALD_REQUIRED_CATEGORIES as given: the
+	// comma-separated categories no user may opt out of.
+	RequiredCategories string
+	// LinkSecret is HERALD_LINK_SECRET: the key of the signed preference
+	// links ("" turns them off).
+	LinkSecret string
+	// PublicURL is HERALD_PUBLIC_URL: the base URL preference links are
+	// made under.
+	PublicURL string
 	// APIURL is HERALD_API_URL: the read and redrive commands go through
 	// this API instead of the database.
 	APIURL      string
@@ -142,8 +151,14 @@ var settings = []setting{
 		field: func(c *Config) any { return &c.APIURL }, cmds: cmdsClient},
 	{env: "HERALD_CORS_ORIGINS", flag: "cors-origins", def: "", usage: "browser origins allowed to call the API, comma-separated: exact origins (https://app.example.com) or * for any; preflights from them are answered; unset: no CORS",
 		field: func(c *Config) any { return &c.CORSOrigins }, cmds: cmdsAPI, check: checkCORSOrigins},
-	{env: "HERALD_ALLOWED_HOSTS", flag: "allowed-hosts", def: "", usage: "host names the API and the console answer to besides IP addresses, localhost and the name in HERALD_HTTP_ADDR, which they always answer (the names a proxy or a DNS name serves herald under), comma-separated: exact names (herald.example.com), .example.com for that name and every name under it, or * for any Host (the check off); a request naming another Host is refused with 421 (a defence against DNS rebinding), but for /healthz, /readyz, /metrics and /openapi.json; ports are not compared",
+	{env: "HERALD_ALLOWED_HOSTS", flag: "allowed-hosts", def: "", usage: "host names the API and the console answer to besides IP addresses, localhost and the name in HERALD_HTTP_ADDR, which they always answer (the names a proxy or a DNS name serves herald under), comma-separated: exact names (herald.example.com), .example.com for that name and every name under it, or * for any Host (the check off); a request naming another Host is refused with 421 (a defence against DNS rebinding), but for /healthz, /readyz, /metrics, /openapi.json and /unsubscribe/TOKEN; ports are not compared",
 		field: func(c *Config) any { return &c.AllowedHosts }, cmds: cmdsAPI, check: checkAllowedHosts},
+	{env: "HERALD_REQUIRED_CATEGORIES", flag: "required-categories", def: "", usage: "categories no user may opt out of (transactional ones: password resets, receipts), comma-separated: a preferences PUT opting out of one is refused (422 naming it), no preference link is made for one, and a create in one is never suppressed; unset: every category may be opted out of",
+		field: func(c *Config) any { return &c.RequiredCategories }, cmds: cmdsAPI, check: checkCategories},
+	{env: "HERALD_LINK_SECRET", flag: "link-secret", def: "", usage: "the key (at least 32 characters; random, kept secret, the same on every API process) that signs preference links, /unsubscribe/TOKEN (HMAC-SHA256 over the user, category, channel and expiry): following one opts the user out of that category on that channel without a login; changing it voids every link given out; unset: links are off (their routes answer 404 links_off)",
+		field: func(c *Config) any { return &c.LinkSecret }, cmds: cmdsAPI, secret: true, check: checkLinkSecret},
+	{env: "HERALD_PUBLIC_URL", flag: "public-url", def: "", usage: "the https:// (or http://) base URL people reach herald under from the outside (https://herald.example.com): preference links are made under it, and an email with a category (not a required one) carries List-Unsubscribe: <HERALD_PUBLIC_URL/unsubscribe/TOKEN> and List-Unsubscribe-Post: List-Unsubscribe=One-Click (RFC 8058; mailbox providers take only https://), rendered at create and stored with it; unset: links are paths (/unsubscribe/TOKEN) for the caller to put under its own base, and emails carry no List-Unsubscribe",
+		field: func(c *Config) any { return &c.PublicURL }, cmds: cmdsAPI, check: checkPublicURL},
 	{env: "HERALD_SMTP_URL", flag: "smtp-url", def: "", usage: "smtp://[user:pass@]host:port[?tls=required|opportunistic|none] (STARTTLS; required with credentials), smtps:// for implicit TLS, or mbox:PATH to write mail to a file on purpose; unset: serve writes mail to herald.mbox, a worker refuses to start",
 		field: func(c *Config) any { return &c.SMTPURL }, cmds: "serve worker", check: checkSMTPURL},
 	{env: "HERALD_SMTP_CA_FILE", flag: "smtp-ca-file", def: "", usage: "PEM certificates trusted besides the system's for the SMTP server's TLS (a private CA)",

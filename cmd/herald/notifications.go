@@ -33,7 +33,7 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 	cfg, err := parseFlags("notifications list", "Lists notifications newest first, a page at a time, as GET /notifications does. The next page's cursor is printed on stderr (in the JSON with --json); pass it with the same filters.",
 		args, e, func(fs *flag.FlagSet) {
 			fs.StringVar(&userID, "user-id", "", "only this user's notifications")
-			fs.StringVar(&status, "status", "", "only notifications in this status: pending, sent or failed")
+			fs.StringVar(&status, "status", "", "only notifications in this status: pending, scheduled, sent, failed, canceled, expired or suppressed")
 			fs.StringVar(&channel, "channel", "", "only notifications of this channel: "+strings.Join(channelNames(), ", "))
 			fs.StringVar(&after, "created-after", "", "only those created at or after this RFC 3339 time")
 			fs.StringVar(&before, "created-before", "", "only those created before this RFC 3339 time")

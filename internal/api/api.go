@@ -147,6 +147,26 @@ type Config struct {
 	// and lets a create name a template. Default: nil (no template
 	// routes).
 	Templates Templates
+	// Preferences, when set, serves GET/PUT
+	// /recipients/{user_id}/preferences and the preference links (behind
+	// the token, but for /unsubscribe/{token}, which the link's signature
+	// guards), and lets a create carry a category its user may have opted
+	// out of. Default: nil (no preference routes; a create with a
+	// category is never suppressed).
+	Preferences Preferences
+	// RequiredCategories are the categories no user may opt out of
+	// (HERALD_REQUIRED_CATEGORIES): a PUT that opts out of one is refused
+	// (422) and a create in one is never suppressed. Default: none.
+	RequiredCategories []string
+	// LinkSecret is the key that signs preference links
+	// (HERALD_LINK_SECRET); empty: links are off, and the routes that
+	// make or follow them say so. Default: empty.
+	LinkSecret []byte
+	// PublicURL is the base URL herald is reached under from the outside
+	// (HERALD_PUBLIC_URL, such as https://herald.example.com): a
+	// preference link is made absolute with it; without it, a link is a
+	// path. Default: empty.
+	PublicURL string
 	// KnownChannels are every channel herald knows, enabled here or not,
 	// with their validation: a recipient's address and a template's
 	// channel are checked against them, so that a recipient may hold a
@@ -232,18 +252,21 @@ var probeMethods = []string{
 
 // API serves herald's HTTP API.
 type API struct {
-	store   Store
-	cfg     Config
-	log     *slog.Logger
-	mux     *http.ServeMux
-	routes  map[string]bool
-	open    map[string]bool
-	tokenH  [sha256.Size]byte
-	metrics *httpMetrics
-	tracer  trace.Tracer
-	traced  bool
-	hosts   *hostcheck.Guard
-	handler http.Handler
+	store  Store
+	cfg    Config
+	log    *slog.Logger
+	mux    *http.ServeMux
+	routes map[string]bool
+	open   map[string]bool
+	// openPrefixes are the prefixes of the open operations with a
+	// wildcard segment (see isOpen).
+	openPrefixes []string
+	tokenH       [sha256.Size]byte
+	metrics      *httpMetrics
+	tracer       trace.Tracer
+	traced       bool
+	hosts        *hostcheck.Guard
+	handler      http.Handler
 	// templates caches parsed template versions (resolve.go).
 	templates templateCache
 }
@@ -291,7 +314,7 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	pattern, route := a.route(r)
 	sw := &statusWriter{ResponseWriter: w}
-	if a.traced && !a.open[r.URL.Path] {
+	if a.traced && !a.isOpen(r.URL.Path) {
 		var span trace.Span
 		r, span = a.startSpan(r, route)
 		defer func() {
@@ -317,7 +340,7 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 		a.log.DebugContext(r.Context(), "http request", "method", r.Method, "route", route, "status", sw.code(), "duration", time.Since(start))
 	}()
 
-	if !a.open[r.URL.Path] && !a.authorized(r) {
+	if !a.isOpen(r.URL.Path) && !a.authorized(r) {
 		sw.Header().Set("WWW-Authenticate", "Bearer")
 		writeError(sw, http.StatusUnauthorized, apiError{Code: "unauthorized", Message: msgUnauthorized})
 		return

@@ -234,6 +234,11 @@ func (a *API) readItem(nn *notify.NewNotification, raw []byte) *apiError {
 		// take no recipient guard and no rendered parts (yet).
 		return &apiError{Code: "unsupported_in_batch", Field: "template", Message: "template is not supported in a batch yet: create templated notifications one by one"}
 	}
+	if req.Category != "" {
+		// As for templates: the batch statements write no category and
+		// read no preference.
+		return &apiError{Code: "unsupported_in_batch", Field: "category", Message: "category is not supported in a batch yet: create notifications with a category one by one"}
+	}
 	if ib.IdempotencyKey != nil {
 		if !validKey(*ib.IdempotencyKey) {
 			return &apiError{Code: "invalid_field", Message: fieldIdempotencyKey + " must be 1 to 255 printable ASCII characters", Field: fieldIdempotencyKey}

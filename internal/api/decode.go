@@ -18,7 +18,7 @@ import (
 // keys before it is decoded.
 var requestFields = map[string]bool{"user_id": true, "channel": true, "to": true, "subject": true, "body": true,
 	"send_at": true, "expires_at": true, "time_zone": true, "quiet_hours": true, "urgent": true, "priority": true,
-	"template": true, "template_version": true, "data": true}
+	"template": true, "template_version": true, "data": true, "category": true}
 
 // maxEchoLen bounds how much of a client's unknown key is echoed back.
 const maxEchoLen = 64
@@ -64,6 +64,8 @@ type createBody struct {
 	Template        *string         `json:"template"`
 	TemplateVersion *int            `json:"template_version"`
 	Data            json.RawMessage `json:"data"`
+	// Category is the notification's category (issue 35, point 3).
+	Category *string `json:"category"`
 }
 
 // decodeCreate decodes a create body strictly: valid UTF-8 (encoding/json
@@ -116,6 +118,12 @@ func decodeInto(raw []byte, channels notify.Channels, fields map[string]bool, ta
 	}
 	if e := cb.decodeTemplate(&req); e != nil {
 		return req, e
+	}
+	if cb.Category != nil {
+		if !notify.ValidCategory(*cb.Category) {
+			return req, invalidField("category", "must be 1 to 100 letters, digits, '_', '.' or '-', starting with a letter or digit")
+		}
+		req.Category = *cb.Category
 	}
 	tb := timingBody{SendAt: cb.SendAt, ExpiresAt: cb.ExpiresAt, TimeZone: cb.TimeZone, QuietHours: cb.QuietHours, Urgent: cb.Urgent}
 	if e := tb.decode(&req); e != nil {

@@ -46,10 +46,10 @@ func parseListQuery(q url.Values, channels notify.Channels) (notify.ListFilter, 
 	if v, ok := one(q, "status"); ok {
 		switch s := notify.Status(v); s {
 		case notify.StatusPending, notify.StatusScheduled, notify.StatusSent, notify.StatusFailed,
-			notify.StatusCanceled, notify.StatusExpired:
+			notify.StatusCanceled, notify.StatusExpired, notify.StatusSuppressed:
 			f.Status = s
 		default:
-			return f, invalidParam("status", "must be pending, scheduled, sent, failed, canceled or expired")
+			return f, invalidParam("status", "must be pending, scheduled, sent, failed, canceled, expired or suppressed")
 		}
 	}
 	if v, ok := one(q, "channel"); ok {

@@ -132,7 +132,7 @@ func (a *API) withHosts(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.open[r.URL.Path] || a.hosts.Allow(r) {
+		if a.isOpen(r.URL.Path) || a.hosts.Allow(r) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -182,6 +182,7 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 		Status:       statusOf(t, st, time.Minute, fixedQueues{}),
 		Recipients:   st,
 		Templates:    st,
+		Preferences:  st,
 	})
 	require.NoError(t, err)
 	require.Equal(t, s.operations(t), a.Routes(), "the router serves exactly the document's operations")
@@ -235,14 +236,17 @@ func TestOpenAPIResponses(t *testing.T) {
 	failing := pingFunc(func(context.Context) error { return errors.New("down") })
 	e := setup(t, api.Config{})
 	a, err := api.New(e.store, api.Config{
-		Metrics:      promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
-		DeadLetters:  deadletter.New(e.store, nil),
-		Destinations: e.store,
-		Status:       statusOf(t, e.store, time.Minute, fixedQueues{}),
-		Recipients:   e.store,
-		Templates:    e.store,
-		Ready:        []api.Check{{Name: "store", Pinger: e.store}},
-		Channels:     notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hookSpec},
+		Metrics:            promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}),
+		DeadLetters:        deadletter.New(e.store, nil),
+		Destinations:       e.store,
+		Status:             statusOf(t, e.store, time.Minute, fixedQueues{}),
+		Recipients:         e.store,
+		Templates:          e.store,
+		Preferences:        e.store,
+		RequiredCategories: []string{"security"},
+		LinkSecret:         []byte("0123456789abcdef0123456789abcdef"),
+		Ready:              []api.Check{{Name: "store", Pinger: e.store}},
+		Channels:           notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hookSpec},
 		Admission: func(context.Context) error {
 			shedMu.Lock()
 			defer shedMu.Unlock()
@@ -388,6 +392,31 @@ func TestOpenAPIResponses(t *testing.T) {
 	require.Equal(t, 201, call("POST", "/notifications", jsonHeaders(), `{"user_id":"u-r","channel":"email","template":"welcome","data":{"name":"Ada"}}`).status)
 	require.Equal(t, 204, call("DELETE", "/recipients/u-r", nil, "").status)
 	require.Equal(t, 404, call("DELETE", "/recipients/u-r", nil, "").status)
+
+	// Preferences: put, read, refusals, a suppressed create, a link
+	// made, shown, followed and forged.
+	require.Equal(t, 200, call("PUT", "/recipients/u-p/preferences", jsonHeaders(), `{"categories":{"news":{"email":false}}}`).status)
+	require.Equal(t, 422, call("PUT", "/recipients/u-p/preferences", jsonHeaders(), `{"categories":{"security":{"email":false}}}`).status)
+	require.Equal(t, 400, call("PUT", "/recipients/u-p/preferences", jsonHeaders(), `{"categories":{"no good":{}}}`).status)
+	require.Equal(t, 413, call("PUT", "/recipients/u-p/preferences", jsonHeaders(), strings.Repeat("x", api.DefaultMaxBodyBytes+1)).status)
+	require.Equal(t, 415, call("PUT", "/recipients/u-p/preferences", nil, `{}`).status)
+	require.Equal(t, 200, call("GET", "/recipients/u-p/preferences", nil, "").status)
+	sup := call("POST", "/notifications", jsonHeaders(), `{"user_id":"u-p","channel":"email","to":"a@example.com","subject":"s","body":"b","category":"news"}`)
+	require.Equal(t, 201, sup.status)
+	require.Equal(t, "suppressed", sup.json["status"])
+	require.Equal(t, 200, call("GET", "/notifications/"+sup.json["id"].(string), nil, "").status)
+	require.Equal(t, 200, call("GET", "/notifications?status=suppressed", nil, "").status)
+	link := call("POST", "/recipients/u-p/preferences/links", jsonHeaders(), `{"category":"digest","channel":"email"}`)
+	require.Equal(t, 201, link.status)
+	require.Equal(t, 422, call("POST", "/recipients/u-p/preferences/links", jsonHeaders(), `{"category":"security","channel":"email"}`).status)
+	require.Equal(t, 400, call("POST", "/recipients/u-p/preferences/links", jsonHeaders(), `{"category":"","channel":"email"}`).status)
+	require.Equal(t, 413, call("POST", "/recipients/u-p/preferences/links", jsonHeaders(), strings.Repeat("x", api.DefaultMaxBodyBytes+1)).status)
+	require.Equal(t, 415, call("POST", "/recipients/u-p/preferences/links", nil, `{}`).status)
+	linkPath := link.json["url"].(string)
+	require.Equal(t, 200, call("GET", linkPath, nil, "").status)
+	require.Equal(t, 200, call("POST", linkPath, map[string][]string{"Content-Type": {"application/x-www-form-urlencoded"}}, "List-Unsubscribe=One-Click").status)
+	require.Equal(t, 403, call("GET", linkPath+"x", nil, "").status)
+	require.Equal(t, 403, call("POST", linkPath+"x", nil, "List-Unsubscribe=One-Click").status)
 
 	// The deployment's state, with a worker's report.
 	until := time.Now().Add(time.Minute)
@@ -600,7 +629,9 @@ func TestOpenAPIErrorsDocumented(t *testing.T) {
 			require.Contains(t, responses, "401", "%s needs the token: it lists 401", pattern)
 		}
 		if _, ok := op["parameters"]; ok || op["requestBody"] != nil {
-			if !strings.Contains(pattern, "{id}") {
+			// A bad {token} (a preference link's) is a 403: a link that
+			// is not herald's, however it is malformed.
+			if !strings.Contains(pattern, "{id}") && !strings.Contains(pattern, "{token}") {
 				require.Contains(t, responses, "400", "%s reads input: it lists 400", pattern)
 			}
 		}
@@ -609,6 +640,12 @@ func TestOpenAPIErrorsDocumented(t *testing.T) {
 				continue
 			}
 			res, _ := s.resolve(t, obj(t, r, status), ptr+"/responses/"+status)
+			if strings.HasSuffix(pattern, " /unsubscribe/{token}") {
+				// A preference link is followed by a person in a
+				// browser: its answers, errors too, are pages.
+				require.Equal(t, []string{"text/html"}, slices.Collect(maps.Keys(obj(t, res["content"], status))), "%s %s", pattern, status)
+				continue
+			}
 			sch := obj(t, obj(t, obj(t, res["content"], status)["application/json"], status)["schema"], status)
 			require.Contains(t, []string{"#/components/schemas/Error", "#/components/schemas/Ready"}, sch["$ref"], "%s %s", pattern, status)
 		}

@@ -89,6 +89,16 @@ func (a *API) resolve(ctx context.Context, nn *notify.NewNotification, req notif
 	if rec != nil {
 		nn.RecipientRevision = rec.Revision
 	}
+	if req.Category != "" && a.cfg.Preferences != nil && !a.requiredCategory(req.Category) {
+		nn.CheckPreference = true
+		if req.Channel == notify.ChannelEmail && a.cfg.PublicURL != "" {
+			// RFC 8058's List-Unsubscribe, rendered now and stored, so
+			// that the outbox holds what is sent. Without a public URL
+			// there is no absolute URL to give: no header.
+			req.Unsubscribe = a.UnsubscribeURL(notify.PreferenceLink{UserID: req.UserID, Category: req.Category,
+				Channel: req.Channel, Expires: time.Now().Add(notify.PreferenceLinkTTL).Truncate(time.Second)})
+		}
+	}
 	if rec != nil || req.Template != "" || asGiven.To != req.To {
 		nn.Digest = requestDigest(asGiven)
 	}
@@ -129,11 +139,14 @@ func requestDigest(r notify.CreateRequest) string {
 	}
 	// Maps marshal with sorted keys: the same data in another key order
 	// has the same digest.
+	// Category is left out when empty: the digests of creates without
+	// one stay what they were before categories.
 	b, _ := json.Marshal(struct {
 		To, Subject, Body, Template string
 		Version                     int
 		Data                        any
-	}{r.To, r.Subject, r.Body, r.Template, r.TemplateVersion, data})
+		Category                    string `json:",omitempty"`
+	}{r.To, r.Subject, r.Body, r.Template, r.TemplateVersion, data, r.Category})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

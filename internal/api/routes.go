@@ -83,7 +83,8 @@ func parseOperations(doc []byte) ([]operation, error) {
 var optionalOperations = map[string]bool{"metrics": true, "listDeadLetters": true, "redriveDeadLetters": true,
 	"listDestinations": true, "enableDestination": true, "getStatus": true,
 	"putRecipient": true, "getRecipient": true, "deleteRecipient": true,
-	"putTemplate": true, "getTemplate": true, "listTemplates": true, "previewTemplate": true}
+	"putTemplate": true, "getTemplate": true, "listTemplates": true, "previewTemplate": true,
+	"getPreferences": true, "putPreferences": true, "createPreferenceLink": true, "showUnsubscribe": true, "unsubscribe": true}
 
 // register serves every operation of the document on its handler.
 func (a *API) register() error {
@@ -123,6 +124,13 @@ func (a *API) register() error {
 		handlers["listTemplates"] = http.HandlerFunc(a.listTemplates)
 		handlers["previewTemplate"] = http.HandlerFunc(a.previewTemplate)
 	}
+	if a.cfg.Preferences != nil {
+		handlers["getPreferences"] = http.HandlerFunc(a.getPreferences)
+		handlers["putPreferences"] = http.HandlerFunc(a.putPreferences)
+		handlers["createPreferenceLink"] = http.HandlerFunc(a.createPreferenceLink)
+		handlers["showUnsubscribe"] = http.HandlerFunc(a.showUnsubscribe)
+		handlers["unsubscribe"] = http.HandlerFunc(a.unsubscribe)
+	}
 	for _, op := range operations {
 		h, ok := handlers[op.id]
 		if !ok {
@@ -137,11 +145,30 @@ func (a *API) register() error {
 		if op.open {
 			a.open[op.path] = true
 		}
+		if prefix, _, wild := strings.Cut(op.path, "{"); op.open && wild {
+			// One wildcard, the last segment (/unsubscribe/{token}).
+			a.openPrefixes = append(a.openPrefixes, prefix)
+		}
 	}
 	for id := range handlers {
 		return fmt.Errorf("handler %s has no operation in openapi.json", id)
 	}
 	return nil
+}
+
+// isOpen reports whether path is an operation's that needs no token: a
+// path of the document, or one segment under the prefix of an open
+// operation whose last segment is a wildcard.
+func (a *API) isOpen(path string) bool {
+	if a.open[path] {
+		return true
+	}
+	for _, p := range a.openPrefixes {
+		if rest, ok := strings.CutPrefix(path, p); ok && rest != "" && !strings.Contains(rest, "/") {
+			return true
+		}
+	}
+	return false
 }
 
 // serveDocument handles GET /openapi.json.

@@ -30,6 +30,9 @@ type notificationView struct {
 	ExpiredAt  *string `json:"expired_at"`
 	// Priority is high, normal or bulk (issue 34, point 5).
 	Priority string `json:"priority"`
+	// Category is the create's category (issue 35, point 3); absent when
+	// it gave none.
+	Category string `json:"category,omitempty"`
 }
 
 func newNotificationView(n notify.Notification) notificationView {
@@ -44,6 +47,7 @@ func newNotificationView(n notify.Notification) notificationView {
 		CreatedAt: formatTime(n.CreatedAt),
 		UpdatedAt: formatTime(n.UpdatedAt),
 		Priority:  string(n.Priority.OrDefault()),
+		Category:  n.Category,
 	}
 	if n.LastError != "" {
 		v.LastError = &n.LastError

@@ -465,7 +465,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Contains(t, b.text("#created_after + .field-error"), "created_after must be an RFC 3339 time")
 		require.Contains(t, b.text("#created_after + .field-error"), `the link gave "yesterday"`, "a date input cannot hold it: the error quotes it")
 		require.Equal(t, http.StatusBadRequest, b.nav(s.url+"/ui/notifications?status=lost"))
-		require.Contains(t, b.text("#status + .field-error"), "status must be pending, scheduled, sent, failed, canceled or expired")
+		require.Contains(t, b.text("#status + .field-error"), "status must be pending, scheduled, sent, failed, canceled, expired or suppressed")
 		require.Equal(t, http.StatusBadRequest, b.nav(s.url+"/ui/dead-letters?since=forever"))
 		require.Contains(t, b.text("#since + .field-error"), "since must be a positive duration")
 		require.Equal(t, http.StatusBadRequest, b.nav(s.url+"/ui/dead-letters?colour=red"))

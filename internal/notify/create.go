@@ -34,7 +34,17 @@ func (nn NewNotification) Pending(id int64, at time.Time) Notification {
 		TemplateVersion: r.TemplateVersion,
 		Locale:          r.Locale,
 		Digest:          nn.Digest,
+		Category:        r.Category,
+		Unsubscribe:     r.Unsubscribe,
 	}
+}
+
+// Suppressed returns the notification that nn creates when its recipient
+// opted out of its category: as Pending, but suppressed.
+func (nn NewNotification) Suppressed(id int64, at time.Time) Notification {
+	n := nn.Pending(id, at)
+	n.Status = StatusSuppressed
+	return n
 }
 
 // utcPtr returns a copy of *t in UTC, nil for nil.
@@ -64,13 +74,13 @@ func sameTime(a, b *time.Time) bool {
 func (nn NewNotification) Replay(stored Notification) (Created, error) {
 	r := nn.Request
 	if nn.Digest != "" || stored.Digest != "" {
-		if stored.UserID != r.UserID || stored.Channel != r.Channel || stored.Digest != nn.Digest ||
+		if stored.UserID != r.UserID || stored.Channel != r.Channel || stored.Digest != nn.Digest || stored.Category != r.Category ||
 			!sameTime(stored.ExpiresAt, r.ExpiresAt) || stored.Priority.OrDefault() != r.Priority.OrDefault() {
 			return Created{}, ErrConflict
 		}
 		return Created{Notification: stored, Replayed: true}, nil
 	}
-	if stored.UserID != r.UserID || stored.Channel != r.Channel || stored.To != r.To ||
+	if stored.UserID != r.UserID || stored.Channel != r.Channel || stored.To != r.To || stored.Category != r.Category ||
 		stored.Subject != r.Subject || stored.Body != r.Body ||
 		!sameTime(stored.SendAt, r.SendAt) || !sameTime(stored.ExpiresAt, r.ExpiresAt) ||
 		stored.Priority.OrDefault() != r.Priority.OrDefault() {
@@ -80,11 +90,11 @@ func (nn NewNotification) Replay(stored Notification) (Created, error) {
 }
 
 // Plain reports whether nn is a create with nothing resolved: no recipient
-// guard, no template, no HTML part. A store may write a plain create in a
+// guard, no template, no HTML part, no category. A store may write a plain create in a
 // shared statement that does not know those columns.
 func (nn NewNotification) Plain() bool {
 	r := nn.Request
-	return nn.RecipientRevision == 0 && nn.Digest == "" && r.HTML == "" && r.Template == "" && r.Locale == ""
+	return nn.RecipientRevision == 0 && nn.Digest == "" && r.HTML == "" && r.Template == "" && r.Locale == "" && r.Category == "" && !nn.CheckPreference && r.Unsubscribe == ""
 }
 
 // RequestedPayload encodes the payload of n's notification.requested

@@ -19,6 +19,10 @@ type Email struct {
 	Body      string
 	// HTML, when not empty, is the HTML alternative of Body.
 	HTML string
+	// Unsubscribe, when not empty, is the one-click unsubscribe URL: the
+	// message carries List-Unsubscribe: <Unsubscribe> and
+	// List-Unsubscribe-Post: List-Unsubscribe=One-Click (RFC 8058).
+	Unsubscribe string
 }
 
 // NewEmail builds the email of an outgoing notification. from is the
@@ -37,6 +41,8 @@ func NewEmail(r Outgoing, from string) Email {
 		Subject:   r.Subject,
 		Body:      r.Body,
 		HTML:      r.HTML,
+		// Rendered at create and stored: every attempt carries the same.
+		Unsubscribe: r.Unsubscribe,
 	}
 }
 

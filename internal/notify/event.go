@@ -38,6 +38,9 @@ type Requested struct {
 	Body           string `json:"body"`
 	// HTML is the email's HTML part, absent when it has none.
 	HTML string `json:"html,omitempty"`
+	// Unsubscribe is an email's one-click unsubscribe URL (its
+	// List-Unsubscribe header, RFC 8058), absent when it has none.
+	Unsubscribe string `json:"unsubscribe,omitempty"`
 	// RequestID is the X-Request-Id of the create that wrote the event
 	// (absent from events of a redrive or a reconcile, and from those
 	// written before it existed). A worker logs it with every line of the
@@ -56,6 +59,7 @@ func NewRequested(n Notification) Requested {
 		Subject:        n.Subject,
 		Body:           n.Body,
 		HTML:           n.HTML,
+		Unsubscribe:    n.Unsubscribe,
 		RequestID:      n.RequestID,
 	}
 }

@@ -11,7 +11,8 @@ type Status string
 // The statuses a notification moves through: pending until a worker sends it
 // (sent) or gives up on it (failed, i.e. dead-lettered); canceled when a
 // client canceled it before a send started, expired when its expires_at
-// passed before a send started.
+// passed before a send started; suppressed when its recipient had opted out
+// of its category on its channel at create (it is never sent).
 //
 // Scheduled is never stored: a store keeps a notification whose send_at
 // is still ahead as pending, and StatusAt shows it as scheduled until
@@ -25,6 +26,10 @@ const (
 	StatusFailed    Status = "failed"
 	StatusCanceled  Status = "canceled"
 	StatusExpired   Status = "expired"
+	// StatusSuppressed is decided at create, in the create's transaction:
+	// the notification is stored suppressed with its status event and no
+	// notification.requested event, so no worker ever sees it.
+	StatusSuppressed Status = "suppressed"
 )
 
 // StatusAt is n's status as shown at t: scheduled while it is pending and
@@ -86,6 +91,12 @@ type Notification struct {
 	// client gave it (NewNotification.Digest), which an idempotent replay
 	// compares instead of the resolved fields.
 	Digest string
+	// Category is the notification's category ("" for none): what a
+	// recipient's preferences opt in or out of, per channel.
+	Category string
+	// Unsubscribe is an email's one-click unsubscribe URL (its
+	// List-Unsubscribe header), rendered at create; "" for none.
+	Unsubscribe string
 	// RequestID is the id of the API request that created it (X-Request-Id),
 	// set on the notification a create returns and carried by its outbox
 	// event to the delivery's log lines; it is not stored with the
@@ -155,6 +166,13 @@ type NewNotification struct {
 	// the resolved fields, which a later recipient or template change
 	// would make differ.
 	Digest string
+	// CheckPreference makes the store read, in the create's transaction,
+	// the preference of Request.UserID for Request.Category on
+	// Request.Channel: when the user opted out, the notification is
+	// written suppressed, with its notification.suppressed status event
+	// and no notification.requested event. The API sets it for a create
+	// with a category that is not required.
+	CheckPreference bool
 }
 
 // IdempotencyWindow is how long an idempotency key answers with the

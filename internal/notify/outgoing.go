@@ -23,6 +23,8 @@ type Outgoing struct {
 	Body    string
 	// HTML is the email's HTML part ("" for none).
 	HTML string
+	// Unsubscribe is an email's one-click unsubscribe URL ("" for none).
+	Unsubscribe string
 }
 
 // NewOutgoing builds the outgoing message of a requested notification.
@@ -35,5 +37,6 @@ func NewOutgoing(r Requested) Outgoing {
 		Subject:        r.Subject,
 		Body:           r.Body,
 		HTML:           r.HTML,
+		Unsubscribe:    r.Unsubscribe,
 	}
 }

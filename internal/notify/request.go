@@ -56,6 +56,14 @@ type CreateRequest struct {
 	Locale          string `json:"-"`
 	// Data is the template data, a JSON object as given.
 	Data string `json:"-"`
+	// Category, when set, is the notification's category (a name like a
+	// template's, see ValidCategory): a recipient may opt out of it per
+	// channel, unless it is required.
+	Category string `json:"-"`
+	// Unsubscribe is the email's one-click unsubscribe URL, rendered by
+	// the API at create for an email with a category (a client does not
+	// give it); "" for none.
+	Unsubscribe string `json:"-"`
 }
 
 // Timed reports whether r has a send_at or an expires_at.

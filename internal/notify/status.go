@@ -18,21 +18,25 @@ import (
 //
 // A cancel writes notification.canceled in its own transaction, and a
 // claim that finds the notification past its expires_at writes
-// notification.expired in the claim's.
+// notification.expired in the claim's. A create its recipient opted out
+// of writes notification.suppressed in the create's.
 const (
 	EventSent     = "notification.sent"
 	EventFailed   = "notification.failed"
 	EventCanceled = "notification.canceled"
 	EventExpired  = "notification.expired"
+	// EventSuppressed is the status event of a notification suppressed at
+	// create (StatusSuppressed).
+	EventSuppressed = "notification.suppressed"
 )
 
 // StatusEventTypes lists the status event types, in a fixed order.
-var StatusEventTypes = []string{EventSent, EventFailed, EventCanceled, EventExpired}
+var StatusEventTypes = []string{EventSent, EventFailed, EventCanceled, EventExpired, EventSuppressed}
 
 // IsStatusEvent reports whether typ is a status event type.
 func IsStatusEvent(typ string) bool {
 	switch typ {
-	case EventSent, EventFailed, EventCanceled, EventExpired:
+	case EventSent, EventFailed, EventCanceled, EventExpired, EventSuppressed:
 		return true
 	}
 	return false
@@ -43,13 +47,13 @@ type StatusEvent struct {
 	NotificationID string `json:"notification_id"`
 	UserID         string `json:"user_id"`
 	Channel        string `json:"channel"`
-	// Status is the notification's status: "sent", "failed", "canceled"
-	// or "expired".
+	// Status is the notification's status: "sent", "failed", "canceled",
+	// "expired" or "suppressed".
 	Status string `json:"status"`
 	// Attempts is the number of attempts spent, the settling one included.
 	Attempts int `json:"attempts"`
 	// At is when the notification was settled (sent_at, failed_at, or
-	// when it was canceled or found expired).
+	// when it was canceled, found expired or suppressed at create).
 	At time.Time `json:"at"`
 	// LastError is the reason of the last failure; empty when sent at the
 	// first attempt.
@@ -68,6 +72,8 @@ func StatusEventType(status Status) (string, error) {
 		return EventCanceled, nil
 	case StatusExpired:
 		return EventExpired, nil
+	case StatusSuppressed:
+		return EventSuppressed, nil
 	}
 	return "", fmt.Errorf("no status event for status %q", status)
 }
@@ -85,7 +91,7 @@ func DecodeStatus(payload []byte) (StatusEvent, error) {
 }
 
 // StatusPayload encodes the payload of n's status event, settled (sent,
-// failed, canceled or expired) at at.
+// failed, canceled, expired or suppressed) at at.
 func StatusPayload(n Notification, at time.Time) ([]byte, error) {
 	b, err := json.Marshal(StatusEvent{
 		NotificationID: FormatID(n.ID), UserID: n.UserID, Channel: n.Channel, Status: string(n.Status),

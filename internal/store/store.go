@@ -40,6 +40,7 @@ type Store interface {
 	api.Destinations
 	api.Recipients
 	api.Templates
+	api.Preferences
 	table.Queue
 	table.Waker
 	deadletter.Store

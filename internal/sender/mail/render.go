@@ -41,6 +41,13 @@ func Render(e notify.Email, date time.Time) []byte {
 	writeHeader(&b, "Subject", textValue(e.Subject))
 	writeHeader(&b, "Date", date.Format(time.RFC1123Z))
 	writeHeader(&b, "Message-ID", sanitize(e.MessageID))
+	if e.Unsubscribe != "" {
+		// RFC 8058: the URL (an HTTPS one, which herald serves, signed)
+		// and the one-click POST. A DKIM signature, when the relay adds
+		// one, must cover both.
+		writeHeader(&b, "List-Unsubscribe", "<"+sanitize(e.Unsubscribe)+">")
+		writeHeader(&b, "List-Unsubscribe-Post", "List-Unsubscribe=One-Click")
+	}
 	writeHeader(&b, "MIME-Version", "1.0")
 	if e.HTML == "" {
 		writeHeader(&b, "Content-Type", "text/plain; charset=utf-8")

@@ -163,3 +163,31 @@ func TestRenderUsesNewEmailMessageID(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "<7@mail.example.com>", msg.Header.Get("Message-ID"))
 }
+
+// An email with an unsubscribe URL carries RFC 8058's two headers; one
+// without carries neither; a line break in the URL injects nothing.
+func TestRenderListUnsubscribe(t *testing.T) {
+	t.Parallel()
+	url := "https://herald.example.com/unsubscribe/eyJ1IjoiNDIifQ.c2ln"
+	for _, html := range []string{"", "<p>hi</p>"} {
+		raw := mail.Render(notify.Email{MessageID: "<1@example.com>", From: "herald@example.com", To: "a@example.org",
+			Subject: "s", Body: "b\n", HTML: html, Unsubscribe: url}, time.Now())
+		checkWellFormed(t, raw)
+		msg, err := netmail.ReadMessage(bytes.NewReader(raw))
+		require.NoError(t, err)
+		require.Equal(t, "<"+url+">", msg.Header.Get("List-Unsubscribe"))
+		require.Equal(t, "List-Unsubscribe=One-Click", msg.Header.Get("List-Unsubscribe-Post"))
+	}
+	raw := mail.Render(notify.Email{MessageID: "<1@example.com>", From: "herald@example.com", To: "a@example.org", Subject: "s", Body: "b\n"}, time.Now())
+	msg, err := netmail.ReadMessage(bytes.NewReader(raw))
+	require.NoError(t, err)
+	require.Empty(t, msg.Header["List-Unsubscribe"])
+	require.Empty(t, msg.Header["List-Unsubscribe-Post"])
+
+	raw = mail.Render(notify.Email{MessageID: "<1@example.com>", From: "herald@example.com", To: "a@example.org", Subject: "s", Body: "b\n",
+		Unsubscribe: url + "\r\nBcc: victim@example.net"}, time.Now())
+	checkWellFormed(t, raw)
+	msg, err = netmail.ReadMessage(bytes.NewReader(raw))
+	require.NoError(t, err)
+	require.Empty(t, msg.Header["Bcc"])
+}

@@ -76,7 +76,11 @@ func (s *Store) insertRun(ctx context.Context, nns []notify.NewNotification, out
 		if err != nil {
 			return 0, err
 		}
-		d, n, err := newDoc(nn, id, now())
+		suppressed, err := s.optedOut(ctx, nn)
+		if err != nil {
+			return 0, err
+		}
+		d, n, err := newDoc(nn, id, now(), suppressed, s.statusEvents)
 		if err != nil {
 			return 0, err
 		}

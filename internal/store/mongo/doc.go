@@ -95,6 +95,12 @@ type doc struct {
 	TemplateVersion int    `bson:"template_version,omitempty"`
 	Locale          string `bson:"locale,omitempty"`
 	Digest          string `bson:"request_digest,omitempty"`
+	// Category is the notification's category (issue 35, point 3);
+	// absent when unset.
+	Category string `bson:"category,omitempty"`
+	// Unsubscribe is an email's one-click unsubscribe URL (point 4);
+	// absent when unset.
+	Unsubscribe string `bson:"unsubscribe_url,omitempty"`
 }
 
 // claimDoc is the live claim on a notification.
@@ -256,6 +262,7 @@ func (d *doc) notification() notify.Notification {
 		SendAt: utcp(d.SendAt), ExpiresAt: utcp(d.ExpiresAt), CanceledAt: utcp(d.CanceledAt), ExpiredAt: utcp(d.ExpiredAt),
 		Priority: notify.Priority(d.Priority).OrDefault(),
 		HTML:     d.HTML, Template: d.Template, TemplateVersion: d.TemplateVersion, Locale: d.Locale, Digest: d.Digest,
+		Category: d.Category, Unsubscribe: d.Unsubscribe,
 	}
 }
 

@@ -148,6 +148,13 @@ var migrations = []migration{
 			{Keys: bson.D{{Key: "name", Value: 1}, {Key: "version", Value: -1}}, Options: options.Index().SetName("name_version_idx")},
 		},
 	}},
+	// Issue 35, point 3: preferences, one document per user, category
+	// and channel (its _id); a user's are read together.
+	{version: 10, name: "preferences", indexes: map[string][]mgo.IndexModel{
+		collPreferences: {
+			{Keys: bson.D{{Key: "user_id", Value: 1}}, Options: options.Index().SetName("user_idx")},
+		},
+	}},
 }
 
 // backfillRank gives every document with an open event (due set) and no

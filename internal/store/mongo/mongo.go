@@ -82,6 +82,7 @@ const (
 	collMigrations    = "schema_migrations"
 	collRecipients    = "recipients"
 	collTemplates     = "template_versions"
+	collPreferences   = "preferences"
 )
 
 // Store is a herald store on one MongoDB database. It is safe for

@@ -43,11 +43,15 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 				return c, err
 			}
 		}
+		suppressed, err := s.optedOut(ctx, nn)
+		if err != nil {
+			return notify.Created{}, err
+		}
 		id, err := s.allocID(ctx)
 		if err != nil {
 			return notify.Created{}, err
 		}
-		d, n, err := newDoc(nn, id, now())
+		d, n, err := newDoc(nn, id, now(), suppressed, s.statusEvents)
 		if err != nil {
 			return notify.Created{}, err
 		}
@@ -73,8 +77,11 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 }
 
 // newDoc builds the document a create inserts: the notification nn makes
-// under id at t, with its notification.requested event inside.
-func newDoc(nn notify.NewNotification, id int64, t time.Time) (doc, notify.Notification, error) {
+// under id at t, with its notification.requested event inside; or, when
+// suppressed, the notification suppressed with its notification.suppressed
+// status event inside (when statusEvents) and no notification.requested
+// event.
+func newDoc(nn notify.NewNotification, id int64, t time.Time, suppressed, statusEvents bool) (doc, notify.Notification, error) {
 	// Times are kept to the millisecond: the answer says what a read will.
 	nn.Request.SendAt, nn.Request.ExpiresAt = msPtr(nn.Request.SendAt), msPtr(nn.Request.ExpiresAt)
 	r := nn.Request
@@ -84,12 +91,24 @@ func newDoc(nn notify.NewNotification, id int64, t time.Time) (doc, notify.Notif
 		Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
 		Destination: nn.Destination, SendAt: r.SendAt, ExpiresAt: r.ExpiresAt,
 		HTML: r.HTML, Template: r.Template, TemplateVersion: r.TemplateVersion, Locale: r.Locale, Digest: nn.Digest,
+		Category: r.Category, Unsubscribe: r.Unsubscribe,
 	}
 	if p := r.Priority.OrDefault(); p != notify.PriorityNormal {
 		d.Priority = string(p)
 	}
 	if nn.IdempotencyKey != "" {
 		d.IdemScope = idemScope(r.UserID, nn.IdempotencyKey)
+	}
+	if suppressed {
+		n = nn.Suppressed(id, t)
+		d.Status = string(notify.StatusSuppressed)
+		if statusEvents {
+			if err := d.addStatusEvent(t); err != nil {
+				return doc{}, notify.Notification{}, err
+			}
+		}
+		d.derive()
+		return d, n, nil
 	}
 	if err := d.addEvent(n, t, nn.Traceparent); err != nil {
 		return doc{}, notify.Notification{}, err

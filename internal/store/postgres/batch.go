@@ -113,7 +113,7 @@ func (s *Store) createBatch(ctx context.Context, nns []notify.NewNotification) (
 	for i := 0; i < len(nns); {
 		if !group[i] {
 			fault = fault || nns[i].Fault == notify.FaultAfterOutboxInsert
-			c, err := CreateInTx(ctx, tx, nns[i])
+			c, err := createInTx(ctx, tx, nns[i], s.statusEvents)
 			switch {
 			case errors.Is(err, notify.ErrConflict):
 				out[i].Err = notify.ErrConflict

@@ -23,8 +23,8 @@ const (
 	// created_at and updated_at.
 	insertNotification = `
 INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, destination, send_at, expires_at, priority,
-	html, template, template_version, locale, request_digest)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10, $11, $12, $13, $14, $15)
+	html, template, template_version, locale, request_digest, category, status, unsubscribe_url)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id, created_at`
 
@@ -101,7 +101,7 @@ SELECT 1::bigint, id, created_at FROM n`
 
 	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest`
+	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest, category, unsubscribe_url`
 
 	// selectNotification reads a notification with, while it is pending,
 	// the record of its destination or else of its channel's one provider
@@ -137,7 +137,7 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 	}
 	defer rollback(tx)
 
-	c, err := CreateInTx(ctx, tx, nn)
+	c, err := createInTx(ctx, tx, nn, s.statusEvents)
 	if err != nil {
 		return notify.Created{}, fmt.Errorf("create notification: %w", err)
 	}
@@ -243,6 +243,12 @@ func CreateGroup(ctx context.Context, q Querier, nns []notify.NewNotification) (
 // database's create transaction with the store's own statements, on
 // connections of its own.
 func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (notify.Created, error) {
+	return createInTx(ctx, tx, nn, true)
+}
+
+// createInTx is CreateInTx, writing a suppressed create's status event
+// only when statusEvents (the store's status events are on).
+func createInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification, statusEvents bool) (notify.Created, error) {
 	r := nn.Request
 	var (
 		id int64
@@ -263,8 +269,20 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 			return notify.Created{}, wrap("expire idempotency key", err)
 		}
 	}
+	suppressed := false
+	if nn.CheckPreference {
+		// The preference as committed when the create reads it: a PUT
+		// that commits after this read applies from the next create.
+		if err := tx.QueryRow(ctx, selectOptedOut, r.UserID, r.Category, r.Channel).Scan(&suppressed); err != nil {
+			return notify.Created{}, wrap("read preference", err)
+		}
+	}
+	status := notify.StatusPending
+	if suppressed {
+		status = notify.StatusSuppressed
+	}
 	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination, r.SendAt, r.ExpiresAt, int16(r.Priority.Rank()),
-		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest).
+		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest, r.Category, string(status), r.Unsubscribe).
 		Scan(&id, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
@@ -277,6 +295,21 @@ func CreateInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification) (noti
 	}
 	if err != nil {
 		return notify.Created{}, wrap("insert", err)
+	}
+	if suppressed {
+		// Its status event only (when status events are on): no
+		// notification.requested event, so no worker ever sees it.
+		n := nn.Suppressed(id, at)
+		if statusEvents {
+			payload, err := notify.StatusPayload(n, at)
+			if err != nil {
+				return notify.Created{}, err
+			}
+			if _, err := tx.Exec(ctx, insertOutbox, notify.EventSuppressed, payload, "", nil, int16(notify.RankNormal)); err != nil {
+				return notify.Created{}, wrap("insert outbox", err)
+			}
+		}
+		return notify.Created{Notification: n}, nil
 	}
 	n := nn.Pending(id, at)
 	payload, err := notify.RequestedPayload(n)
@@ -338,7 +371,7 @@ func scanNotification(row pgx.Row) (notify.Notification, error) {
 	err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
 		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt, &failedAt,
 		&n.SendAt, &n.ExpiresAt, &n.CanceledAt, &n.ExpiredAt, &rank,
-		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest)
+		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest, &n.Category, &n.Unsubscribe)
 	if err != nil {
 		return notify.Notification{}, err
 	}

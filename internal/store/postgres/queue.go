@@ -15,9 +15,9 @@ import (
 
 // statusTypeList is the status event types as a list of SQL literals, as
 // the predicates of the outbox's work and status indexes write them
-// (migration 0019): a claim's type condition must be written the same way
+// (migrations 0019, 0022): a claim's type condition must be written the same way
 // for the planner to take them.
-const statusTypeList = `'` + notify.EventSent + `', '` + notify.EventFailed + `', '` + notify.EventCanceled + `', '` + notify.EventExpired + `'`
+const statusTypeList = `'` + notify.EventSent + `', '` + notify.EventFailed + `', '` + notify.EventCanceled + `', '` + notify.EventExpired + `', '` + notify.EventSuppressed + `'`
 
 // claimDue leases due rows of every type but the status events, which
 // are for the relay, never for a worker (it would take one for poison):

@@ -55,7 +55,7 @@ func (s *Store) createBatch(ctx context.Context, nns []notify.NewNotification) (
 	out := make([]notify.BatchResult, len(nns))
 	written := false
 	for i, nn := range nns {
-		c, err := createIn(ctx, tx, nn, t)
+		c, err := s.createIn(ctx, tx, nn, t)
 		switch {
 		case errors.Is(err, notify.ErrConflict):
 			out[i].Err = notify.ErrConflict

@@ -118,7 +118,7 @@ func (s *Store) commitGroup(group []createReq) {
 			res[i].Err = fmt.Errorf("savepoint: %w", classify(err))
 			continue
 		}
-		c, err := createIn(ctx, tx, r.In, t)
+		c, err := s.createIn(ctx, tx, r.In, t)
 		if err != nil {
 			if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO create_one"); rerr != nil {
 				// The transaction cannot be trusted any more: fail the group.

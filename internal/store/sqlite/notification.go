@@ -12,15 +12,15 @@ import (
 
 const notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest`
+	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest, category, unsubscribe_url`
 
 // The user's idempotency key is the conflict target: a second create with
 // the same user and key inserts nothing and returns no row, and Create then compares the
 // request with the stored one.
 const insertNotification = `
 INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at, destination, send_at, expires_at, priority,
-	html, template, template_version, locale, request_digest)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	html, template, template_version, locale, request_digest, category, status, unsubscribe_url)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id`
 
@@ -52,7 +52,7 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 }
 
 // createIn runs one create's statements inside tx at time t.
-func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time.Time) (notify.Created, error) {
+func (s *Store) createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time.Time) (notify.Created, error) {
 	r := nn.Request
 	if nn.RecipientRevision != 0 {
 		// One writer: nothing changes the recipient between this read
@@ -72,11 +72,23 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 			return notify.Created{}, fmt.Errorf("expire idempotency key: %w", classify(err))
 		}
 	}
+	suppressed := false
+	if nn.CheckPreference {
+		// One writer: no preference changes between this read and the
+		// commit.
+		if err := tx.QueryRowContext(ctx, selectOptedOut, r.UserID, r.Category, r.Channel).Scan(&suppressed); err != nil {
+			return notify.Created{}, fmt.Errorf("read preference: %w", classify(err))
+		}
+	}
+	status := notify.StatusPending
+	if suppressed {
+		status = notify.StatusSuppressed
+	}
 	var id int64
 	err := tx.QueryRowContext(ctx, insertNotification,
 		r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
 		formatTime(t), formatTime(t), nullString(nn.Destination), nullTime(r.SendAt), nullTime(r.ExpiresAt), r.Priority.Rank(),
-		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest).Scan(&id)
+		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest, r.Category, string(status), r.Unsubscribe).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
 		if err != nil {
@@ -86,6 +98,25 @@ func createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotification, t time
 	}
 	if err != nil {
 		return notify.Created{}, fmt.Errorf("insert notification: %w", classify(err))
+	}
+	if suppressed {
+		// Its status event only (when status events are on): no
+		// notification.requested event, so no worker ever sees it.
+		c := notify.Created{Notification: nn.Suppressed(id, t)}
+		if s.statusEvents {
+			payload, err := notify.StatusPayload(c.Notification, t)
+			if err != nil {
+				return notify.Created{}, err
+			}
+			if _, err := tx.ExecContext(ctx, insertOutbox,
+				notify.EventSuppressed, string(payload), formatTime(t), formatTime(t), nil, notify.RankNormal); err != nil {
+				return notify.Created{}, fmt.Errorf("insert outbox event: %w", classify(err))
+			}
+		}
+		if nn.Fault == notify.FaultAfterOutboxInsert {
+			return notify.Created{}, notify.ErrInjectedFault
+		}
+		return c, nil
 	}
 	c := notify.Created{Notification: nn.Pending(id, t)}
 	payload, err := notify.RequestedPayload(c.Notification)
@@ -168,7 +199,7 @@ func scanNotification(row interface{ Scan(...any) error }) (notify.Notification,
 	if err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
 		&lastErr, &key, &createdAt, &updatedAt, &sentAt, &failedAt,
 		&sendAt, &expiresAt, &canceledAt, &expiredAt, &rank,
-		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest); err != nil {
+		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest, &n.Category, &n.Unsubscribe); err != nil {
 		return notify.Notification{}, err
 	}
 	n.Priority = notify.PriorityOfRank(rank)

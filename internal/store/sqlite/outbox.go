@@ -199,10 +199,10 @@ func relayToken() string {
 }
 
 // statusTypeList is the status event types as a list of SQL literals, as
-// the predicates of the outbox's work indexes write them (migration 0017):
+// the predicates of the outbox's work indexes write them (migrations 0017, 0020):
 // a claim's type condition must be written the same way for the planner to
 // take them.
-const statusTypeList = `'` + notify.EventSent + `', '` + notify.EventFailed + `', '` + notify.EventCanceled + `', '` + notify.EventExpired + `'`
+const statusTypeList = `'` + notify.EventSent + `', '` + notify.EventFailed + `', '` + notify.EventCanceled + `', '` + notify.EventExpired + `', '` + notify.EventSuppressed + `'`
 
 // selectOutboxStats reads the backlog, the rows due at ?1 (see
 // notify.OutboxStats), from outbox_due_idx's ranges up to ?1, one per

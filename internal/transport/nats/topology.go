@@ -86,10 +86,10 @@ type Topology struct {
 	// services, as many as like, each with a consumer of its own, and never
 	// by herald (see doc.go).
 	StatusStream string
-	// StatusSent, StatusFailed, StatusCanceled and StatusExpired are the
-	// subjects of the status events notification.sent, .failed, .canceled
-	// and .expired.
-	StatusSent, StatusFailed, StatusCanceled, StatusExpired string
+	// StatusSent, StatusFailed, StatusCanceled, StatusExpired and
+	// StatusSuppressed are the subjects of the status events
+	// notification.sent, .failed, .canceled, .expired and .suppressed.
+	StatusSent, StatusFailed, StatusCanceled, StatusExpired, StatusSuppressed string
 }
 
 // NewTopology returns the contract's names with prefix prepended to each
@@ -109,6 +109,9 @@ func NewTopology(prefix string) Topology {
 		StatusFailed:   prefix + "notifications.status.failed",
 		StatusCanceled: prefix + "notifications.status.canceled",
 		StatusExpired:  prefix + "notifications.status.expired",
+		// A stream declared by an older herald gains the subject at
+		// start-up (declareStream updates it).
+		StatusSuppressed: prefix + "notifications.status.suppressed",
 	}
 }
 
@@ -138,6 +141,8 @@ func (t Topology) subject(typ string) (subject, stream string, ok bool) {
 		return t.StatusCanceled, t.StatusStream, true
 	case notify.EventExpired:
 		return t.StatusExpired, t.StatusStream, true
+	case notify.EventSuppressed:
+		return t.StatusSuppressed, t.StatusStream, true
 	}
 	return "", "", false
 }
@@ -149,8 +154,8 @@ func (t Topology) subject(typ string) (subject, stream string, ok bool) {
 func (t Topology) statusStreamConfig(cfg Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        t.StatusStream,
-		Description: "herald status events: notification.sent, .failed, .canceled and .expired, for other services",
-		Subjects:    []string{t.StatusSent, t.StatusFailed, t.StatusCanceled, t.StatusExpired},
+		Description: "herald status events: notification.sent, .failed, .canceled, .expired and .suppressed, for other services",
+		Subjects:    []string{t.StatusSent, t.StatusFailed, t.StatusCanceled, t.StatusExpired, t.StatusSuppressed},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
