@@ -90,11 +90,7 @@ func StartPrimary(ctx context.Context, o Options) (*Cluster, error) {
 	for k, v := range o.Settings {
 		conf[k] = v
 	}
-	if err := c.configure(conf); err != nil {
-		c.Close()
-		return nil, err
-	}
-	if err := c.Start(ctx); err != nil {
+	if err := c.startNew(ctx, conf); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -122,11 +118,7 @@ func StartStandby(ctx context.Context, primary *Cluster, sync bool) (*Cluster, e
 	if sync {
 		conf["synchronous_standby_names"] = quote(ident(primary.name))
 	}
-	if err := c.configure(conf); err != nil {
-		c.Close()
-		return nil, err
-	}
-	if err := c.Start(ctx); err != nil {
+	if err := c.startNew(ctx, conf); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -278,20 +270,54 @@ func (c *Cluster) Start(ctx context.Context) error {
 	err = poll(ctx, startTimeout, func(ctx context.Context) (bool, error) {
 		select {
 		case <-done:
-			return false, errors.New("postgres exited")
+			return false, permanent{errors.New("postgres exited")}
 		default:
 		}
-		conn, err := pgx.Connect(ctx, c.URL())
+		// Each try bounded: something else on the port that never
+		// answers must not hold the poll past the server's exit.
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(cctx, c.URL())
 		if err != nil {
 			return false, nil
 		}
-		conn.Close(ctx)
+		conn.Close(cctx)
 		return true, nil
 	})
 	if err != nil {
+		select {
+		case <-done: // it exited: it may be started again
+			c.mu.Lock()
+			c.cmd, c.done = nil, nil
+			c.mu.Unlock()
+		default:
+		}
 		return fmt.Errorf("pgcluster: %s did not start: %w\n%s", c.name, err, c.LogTail(2000))
 	}
 	return nil
+}
+
+// startNew configures a new server with conf on its port and starts it.
+// The port was free when newCluster picked it, but another process may
+// bind it before the server does (a test's listener, another cluster):
+// a start that could not bind picks another port and tries again.
+func (c *Cluster) startNew(ctx context.Context, conf map[string]string) error {
+	for try := 1; ; try++ {
+		if err := c.configure(conf); err != nil {
+			return err
+		}
+		err := c.Start(ctx)
+		if err == nil || try == 3 || !strings.Contains(c.LogTail(4000), "could not create any TCP/IP sockets") {
+			return err
+		}
+		if c.port, err = freePort(); err != nil {
+			return err
+		}
+		// The log's earlier bind failure must not count for the next try.
+		if err := os.WriteFile(c.logPath(), nil, 0o644); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+	}
 }
 
 // Kill9 kills the server's every process with SIGKILL at once, as the
@@ -504,6 +530,10 @@ func poll(ctx context.Context, d time.Duration, ok func(ctx context.Context) (bo
 		if done {
 			return nil
 		}
+		var stop permanent
+		if errors.As(err, &stop) {
+			return stop.error
+		}
 		if err != nil {
 			last = err
 		}
@@ -517,6 +547,10 @@ func poll(ctx context.Context, d time.Duration, ok func(ctx context.Context) (bo
 		}
 	}
 }
+
+// permanent is an error that ends a poll at once: waiting longer cannot
+// help.
+type permanent struct{ error }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
