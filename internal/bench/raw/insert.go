@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/store/sqlite"
 )
 
 // InsertOptions shapes a raw insert ceiling: the bulk creates a broadcast
@@ -63,30 +60,11 @@ func PostgresInsert(ctx context.Context, dbURL string, o InsertOptions) (float64
 	if err := o.validate(); err != nil {
 		return 0, err
 	}
-	if !IsScratch(dbURL) {
-		return 0, errors.New("raw insert: refusing to write outside a herald_bench_ scratch database")
-	}
-	rawURL, drop, err := ScratchSchema(ctx, dbURL, scratchSchema)
+	pool, done, err := scratchPool(ctx, dbURL, o.Clients)
 	if err != nil {
 		return 0, fmt.Errorf("raw insert: %w", err)
 	}
-	defer func() { _ = drop() }()
-	cfg, err := pgxpool.ParseConfig(rawURL)
-	if err != nil {
-		return 0, fmt.Errorf("raw insert: parse database url: %w", err)
-	}
-	cfg.MaxConns, cfg.MinConns = int32(o.Clients), int32(o.Clients)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return 0, fmt.Errorf("raw insert: open pool: %w", err)
-	}
-	defer pool.Close()
-	if err := migratePostgres(ctx, rawURL); err != nil {
-		return 0, err
-	}
-	if err := warm(ctx, pool, o.Clients); err != nil {
-		return 0, err
-	}
+	defer done()
 	return o.groups(ctx, func(ctx context.Context, nns []notify.NewNotification) error {
 		if _, err := postgres.CreateGroup(ctx, pool, nns); err != nil {
 			return fmt.Errorf("raw insert: %w", err)
@@ -103,20 +81,15 @@ func SQLiteInsert(ctx context.Context, path string, o InsertOptions) (_ float64,
 	if err := o.validate(); err != nil {
 		return 0, err
 	}
-	scratch, remove := ScratchFile(path, scratchSchema)
-	s, err := sqlite.Open(ctx, scratch, sqlite.Config{})
+	s, done, err := scratchSQLite(ctx, path)
 	if err != nil {
 		return 0, fmt.Errorf("raw insert: %w", err)
 	}
 	defer func() {
-		err = errors.Join(err, s.Close())
-		if rerr := remove(); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("raw insert: %w", rerr))
+		if derr := done(); derr != nil {
+			err = errors.Join(err, fmt.Errorf("raw insert: %w", derr))
 		}
 	}()
-	if err := s.Migrate(ctx); err != nil {
-		return 0, fmt.Errorf("raw insert: migrate the scratch file: %w", err)
-	}
 	return o.groups(ctx, func(ctx context.Context, nns []notify.NewNotification) error {
 		if _, err := s.CreateBatch(ctx, nns); err != nil {
 			return fmt.Errorf("raw insert: %w", err)

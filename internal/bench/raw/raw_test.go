@@ -210,3 +210,37 @@ func TestPOST(t *testing.T) {
 	_, err = raw.POST(t.Context(), raw.POSTOptions{URL: rcv.WebhookURL(), N: 4, Clients: 2, Body: bench.WebhookBody})
 	require.ErrorContains(t, err, "status 404", "a receiver without a secret takes no webhooks")
 }
+
+// The raw insert ceilings write in groups of Batch (the last one shorter)
+// to scratch tables they remove, and leave herald's own untouched.
+func TestInsertCeilings(t *testing.T) {
+	t.Parallel()
+	o := raw.InsertOptions{N: 250, Batch: 100, Clients: 2}
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		dbURL := scratchPostgres(t)
+		rate, err := raw.PostgresInsert(t.Context(), dbURL, o)
+		require.NoError(t, err)
+		require.Greater(t, rate, 0.0)
+		conn, err := pgx.Connect(t.Context(), dbURL)
+		require.NoError(t, err)
+		defer conn.Close(t.Context())
+		var schemas int
+		require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = 'bench_raw'`).Scan(&schemas))
+		require.Zero(t, schemas, "the scratch schema is dropped")
+		_, err = raw.PostgresInsert(t.Context(), "postgres://postgres@127.0.0.1:5432/herald?sslmode=disable", o)
+		require.ErrorContains(t, err, "scratch")
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "herald.db")
+		rate, err := raw.SQLiteInsert(t.Context(), path, o)
+		require.NoError(t, err)
+		require.Greater(t, rate, 0.0)
+		files, err := filepath.Glob(filepath.Join(filepath.Dir(path), "*"))
+		require.NoError(t, err)
+		require.Empty(t, files, "the scratch file is removed")
+	})
+	_, err := raw.SQLiteInsert(t.Context(), filepath.Join(t.TempDir(), "x.db"), raw.InsertOptions{N: 1, Batch: 0, Clients: 1})
+	require.Error(t, err, "a batch of 0")
+}

@@ -52,36 +52,67 @@ func PostgresTx(ctx context.Context, dbURL string, o TxOptions) (float64, error)
 	if err := o.validate(); err != nil {
 		return 0, err
 	}
-	if !IsScratch(dbURL) {
-		return 0, errors.New("raw tx: refusing to write outside a herald_bench_ scratch database")
-	}
-	rawURL, drop, err := ScratchSchema(ctx, dbURL, scratchSchema)
+	pool, done, err := scratchPool(ctx, dbURL, o.Clients)
 	if err != nil {
 		return 0, fmt.Errorf("raw tx: %w", err)
 	}
-	// The scratch database is dropped anyway; this only keeps it tidy.
-	defer func() { _ = drop() }()
-	cfg, err := pgxpool.ParseConfig(rawURL)
-	if err != nil {
-		return 0, fmt.Errorf("raw tx: parse database url: %w", err)
-	}
-	cfg.MaxConns = int32(o.Clients)
-	cfg.MinConns = int32(o.Clients)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return 0, fmt.Errorf("raw tx: open pool: %w", err)
-	}
-	defer pool.Close()
-	if err := migratePostgres(ctx, rawURL); err != nil {
-		return 0, err
-	}
-	// Connections are opened before the clock starts.
-	if err := warm(ctx, pool, o.Clients); err != nil {
-		return 0, err
-	}
+	defer done()
 	return bench.Ceiling(ctx, o.N, o.Clients, func(ctx context.Context, i int) error {
 		return pgCreate(ctx, pool, i, o.Notify)
 	})
+}
+
+// scratchPool makes the raw ceilings' schema in the scratch database at
+// dbURL (see ScratchPostgres), migrated by the store, and a pool of
+// clients connections to it, opened before any clock starts; done closes
+// the pool and drops the schema.
+func scratchPool(ctx context.Context, dbURL string, clients int) (_ *pgxpool.Pool, done func(), err error) {
+	if !IsScratch(dbURL) {
+		return nil, nil, errors.New("refusing to write outside a herald_bench_ scratch database")
+	}
+	rawURL, drop, err := ScratchSchema(ctx, dbURL, scratchSchema)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The scratch database is dropped anyway; dropping the schema only
+	// keeps it tidy.
+	defer func() {
+		if err != nil {
+			_ = drop()
+		}
+	}()
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.MaxConns, cfg.MinConns = int32(clients), int32(clients)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open pool: %w", err)
+	}
+	if err = migratePostgres(ctx, rawURL); err == nil {
+		err = warm(ctx, pool, clients)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, func() { pool.Close(); _ = drop() }, nil
+}
+
+// scratchSQLite opens and migrates the raw ceilings' scratch file beside
+// path; done closes it and removes the file.
+func scratchSQLite(ctx context.Context, path string) (_ *sqlite.Store, done func() error, err error) {
+	scratch, remove := ScratchFile(path, scratchSchema)
+	s, err := sqlite.Open(ctx, scratch, sqlite.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	done = func() error { return errors.Join(s.Close(), remove()) }
+	if err := s.Migrate(ctx); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("migrate the scratch file: %w", err), done())
+	}
+	return s, done, nil
 }
 
 // migratePostgres gives the scratch schema herald's tables and indexes.
@@ -151,20 +182,15 @@ func SQLiteTx(ctx context.Context, path string, o TxOptions) (_ float64, err err
 	if err := o.validate(); err != nil {
 		return 0, err
 	}
-	scratch, remove := ScratchFile(path, scratchSchema)
-	s, err := sqlite.Open(ctx, scratch, sqlite.Config{})
+	s, done, err := scratchSQLite(ctx, path)
 	if err != nil {
 		return 0, fmt.Errorf("raw tx: %w", err)
 	}
 	defer func() {
-		err = errors.Join(err, s.Close())
-		if rerr := remove(); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("raw tx: %w", rerr))
+		if derr := done(); derr != nil {
+			err = errors.Join(err, fmt.Errorf("raw tx: %w", derr))
 		}
 	}()
-	if err := s.Migrate(ctx); err != nil {
-		return 0, fmt.Errorf("raw tx: migrate the scratch file: %w", err)
-	}
 	return bench.Ceiling(ctx, o.N, o.Clients, func(ctx context.Context, i int) error {
 		_, err := s.Create(ctx, newNotification(i))
 		return err
