@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/smtptest"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -117,6 +119,28 @@ func (p *proc) waitExit(d time.Duration) {
 }
 
 // freeAddr returns a loopback address with a free port.
+// serveEmbedded starts herald serve on SQLite in a directory of its own,
+// mailing a real SMTP server, with env over those defaults (a
+// HERALD_HTTP_ADDR in it is kept), and returns the API's base URL, the
+// SMTP server and the directory.
+func serveEmbedded(t *testing.T, env map[string]string) (base string, smtp *smtptest.Server, dir string) {
+	t.Helper()
+	smtp = smtptest.Start(t)
+	dir = t.TempDir()
+	all := map[string]string{
+		"HERALD_DATABASE_URL":   "sqlite:herald.db",
+		"HERALD_HTTP_ADDR":      freeAddr(t),
+		"HERALD_SMTP_URL":       smtp.URL(),
+		"HERALD_SMTP_FROM":      "herald@example.com",
+		"HERALD_RELAY_INTERVAL": "100ms",
+	}
+	maps.Copy(all, env)
+	startHerald(t, dir, all, "serve")
+	base = "http://" + all["HERALD_HTTP_ADDR"]
+	waitHTTP(t, base+"/healthz")
+	return base, smtp, dir
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	addr, err := proctest.FreeAddr()

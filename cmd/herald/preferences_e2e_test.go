@@ -20,22 +20,11 @@ import (
 // mail still arrive.
 func TestServePreferencesSuppress(t *testing.T) {
 	t.Parallel()
-	smtp := smtptest.Start(t)
-	dir := t.TempDir()
-	addr := freeAddr(t)
-	env := map[string]string{
-		"HERALD_DATABASE_URL":        "sqlite:herald.db",
-		"HERALD_HTTP_ADDR":           addr,
-		"HERALD_SMTP_URL":            smtp.URL(),
-		"HERALD_SMTP_FROM":           "herald@example.com",
-		"HERALD_RELAY_INTERVAL":      "100ms",
+	base, smtp, _ := serveEmbedded(t, map[string]string{
 		"HERALD_API_TOKEN":           "tok",
 		"HERALD_REQUIRED_CATEGORIES": "security",
 		"HERALD_LINK_SECRET":         strings.Repeat("k", 40),
-	}
-	startHerald(t, dir, env, "serve")
-	base := "http://" + addr
-	waitHTTP(t, base+"/healthz")
+	})
 
 	call := func(method, path, body string, want int) map[string]any {
 		t.Helper()
@@ -108,24 +97,15 @@ func TestServePreferencesSuppress(t *testing.T) {
 // category's email carries no header.
 func TestServeOneClickUnsubscribe(t *testing.T) {
 	t.Parallel()
-	smtp := smtptest.Start(t)
-	dir := t.TempDir()
 	addr := freeAddr(t)
-	env := map[string]string{
-		"HERALD_DATABASE_URL":        "sqlite:herald.db",
+	base, smtp, _ := serveEmbedded(t, map[string]string{
 		"HERALD_HTTP_ADDR":           addr,
-		"HERALD_SMTP_URL":            smtp.URL(),
-		"HERALD_SMTP_FROM":           "herald@example.com",
-		"HERALD_RELAY_INTERVAL":      "100ms",
 		"HERALD_API_TOKEN":           "tok",
 		"HERALD_REQUIRED_CATEGORIES": "security",
 		"HERALD_LINK_SECRET":         strings.Repeat("s", 40),
 		// Tests serve plain HTTP; a deployment gives its https:// name.
 		"HERALD_PUBLIC_URL": "http://" + addr,
-	}
-	startHerald(t, dir, env, "serve")
-	base := "http://" + addr
-	waitHTTP(t, base+"/healthz")
+	})
 	create := func(cat string) map[string]any {
 		t.Helper()
 		req, err := http.NewRequest("POST", base+"/notifications", strings.NewReader(`{"user_id":"u-9","channel":"email","to":"ann@example.com","subject":"`+cat+`","body":"b","category":"`+cat+`"}`))

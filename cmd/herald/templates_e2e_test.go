@@ -27,19 +27,7 @@ import (
 // notifications.
 func TestServeTemplatedEmailInTwoLocales(t *testing.T) {
 	t.Parallel()
-	smtp := smtptest.Start(t)
-	dir := t.TempDir()
-	addr := freeAddr(t)
-	env := map[string]string{
-		"HERALD_DATABASE_URL":   "sqlite:herald.db",
-		"HERALD_HTTP_ADDR":      addr,
-		"HERALD_SMTP_URL":       smtp.URL(),
-		"HERALD_SMTP_FROM":      "herald@example.com",
-		"HERALD_RELAY_INTERVAL": "100ms",
-	}
-	startHerald(t, dir, env, "serve")
-	base := "http://" + addr
-	waitHTTP(t, base+"/healthz")
+	base, smtp, dir := serveEmbedded(t, map[string]string{})
 
 	call := func(method, path, body string) map[string]any {
 		t.Helper()
