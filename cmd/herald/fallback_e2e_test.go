@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +54,7 @@ func fallbackEnv(botURL string) map[string]string {
 // whose Bot API refuses the chat; the dead letter makes the email hop,
 // a notification of its own linked both ways, which a real SMTP server
 // receives with the template's email variant.
-func runFallback(t *testing.T, base string, smtp *smtptest.Server, texts func() []string) {
+func runFallback(t *testing.T, base string, smtp *smtptest.Server, texts func() []string) (firstID string) {
 	call := func(method, path, body string) map[string]any {
 		t.Helper()
 		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -100,6 +102,7 @@ func runFallback(t *testing.T, base string, smtp *smtptest.Server, texts func() 
 	require.Equal(t, "<"+hopID+"@example.com>", msgs[0].MessageID)
 	require.Contains(t, string(msgs[0].Data), "Order A-7 is on its way.")
 	require.Equal(t, []string{"Order A-7 shipped (telegram)"}, texts(), "telegram was tried once: a permanent refusal")
+	return id
 }
 
 // TestServeFallbackTelegramToEmail: the fallback scenario on the
@@ -107,8 +110,32 @@ func runFallback(t *testing.T, base string, smtp *smtptest.Server, texts func() 
 func TestServeFallbackTelegramToEmail(t *testing.T) {
 	t.Parallel()
 	botURL, texts := botAPIRefusing(t)
-	base, smtp, _ := serveEmbedded(t, fallbackEnv(botURL))
-	runFallback(t, base, smtp, texts)
+	base, smtp, dir := serveEmbedded(t, fallbackEnv(botURL))
+	first := runFallback(t, base, smtp, texts)
+
+	// The command line: a fallback create through the API, and show.
+	env := func(string) string { return "" }
+	herald := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(t.Context(), args, env, &out, &out)
+		return out.String(), err
+	}
+	out, err := herald("notifications", "create", "--api-url", base, "--user-id", "u-fb", "--channels", "telegram,email",
+		"--template", "shipped", "--data", `{"order":"A-8"}`, "--json")
+	require.NoError(t, err, out)
+	var n struct {
+		Channel          string   `json:"channel"`
+		FallbackChannels []string `json:"fallback_channels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &n), out)
+	require.Equal(t, "telegram", n.Channel)
+	require.Equal(t, []string{"email"}, n.FallbackChannels)
+	out, err = herald("notifications", "show", "--api-url", base, first)
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^fallback_next\s+[0-9]+$`, out)
+	_, err = herald("notifications", "create", "--database-url", "sqlite:"+filepath.Join(dir, "herald.db"), "--user-id", "u-fb",
+		"--channels", "telegram,email", "--template", "shipped")
+	require.ErrorContains(t, err, "give --api-url")
 }
 
 // TestStackFallbackTelegramToEmail: the fallback scenario on PostgreSQL
