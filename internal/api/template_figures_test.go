@@ -4,7 +4,8 @@ package api_test
 
 // Issue 35's figures: what a create that names a template and a user
 // (its address and locale looked up, its parts rendered) costs against a
-// plain create carrying the same text, on PostgreSQL, through real HTTP
+// plain create carrying the same text, and against one that only takes
+// its address from the user's recipient, on PostgreSQL, through real HTTP
 // (an in-process API on loopback) to a real store in a scratch database.
 // Not a test of timings: it fails only when a create fails or writes other
 // rows than the two of a notification; it logs the table that
@@ -14,8 +15,8 @@ package api_test
 //
 // For each number of clients at once in HERALD_FIG_CLIENTS (default
 // "1,16"): HERALD_FIG_ROUNDS (default 6) rounds of HERALD_FIG_SECONDS
-// (default 3) seconds per kind, the kinds alternating (which goes first
-// alternates too); then HERALD_FIG_N (default 2000) creates of each kind,
+// (default 3) seconds per kind, the kinds alternating (each goes first in
+// turn); then HERALD_FIG_N (default 4000) creates of each kind,
 // in two alternating halves, for the rows, relation sizes and WAL.
 
 import (
@@ -64,27 +65,36 @@ type figKind struct {
 	body func(i int) []byte
 }
 
-// The two kinds carry the same rendered subject and text; the templated
-// one adds the HTML part its template has (a plain create has none), and
-// its address and locale come from the recipient.
+// The kinds carry the same subject and text. A plain create gives the
+// address; a "recipient" create leaves it to the user's recipient (a
+// look-up, and the create's transaction holds a lock on the recipient's
+// row); a "template" create also has its parts rendered from the
+// template in the recipient's locale, and adds the HTML part the template
+// has (a plain create has none).
 var figKinds = []figKind{
-	{"plain", func(i int) []byte {
-		u := i % figUsers
-		name, order := figData(i)
-		subject, text := "Order "+order+" shipped", "Hi "+name+", order "+order+" is on its way."
-		if u%2 == 1 {
-			subject, text = "Bestellung "+order+" verschickt", "Hallo "+name+", Bestellung "+order+" ist unterwegs."
-		}
-		b, _ := json.Marshal(map[string]any{"user_id": "u-" + strconv.Itoa(u), "channel": "email",
-			"to": "user" + strconv.Itoa(u) + "@example.com", "subject": subject, "body": text})
-		return b
-	}},
+	{"plain", func(i int) []byte { return figPlain(i, true) }},
+	{"recipient", func(i int) []byte { return figPlain(i, false) }},
 	{"template", func(i int) []byte {
 		name, order := figData(i)
 		b, _ := json.Marshal(map[string]any{"user_id": "u-" + strconv.Itoa(i%figUsers), "channel": "email",
 			"template": "order_shipped", "data": map[string]any{"name": name, "order": order}})
 		return b
 	}},
+}
+
+func figPlain(i int, to bool) []byte {
+	u := i % figUsers
+	name, order := figData(i)
+	subject, text := "Order "+order+" shipped", "Hi "+name+", order "+order+" is on its way."
+	if u%2 == 1 {
+		subject, text = "Bestellung "+order+" verschickt", "Hallo "+name+", Bestellung "+order+" ist unterwegs."
+	}
+	m := map[string]any{"user_id": "u-" + strconv.Itoa(u), "channel": "email", "subject": subject, "body": text}
+	if to {
+		m["to"] = "user" + strconv.Itoa(u) + "@example.com"
+	}
+	b, _ := json.Marshal(m)
+	return b
 }
 
 func figData(i int) (name, order string) {
@@ -159,6 +169,15 @@ SELECT COALESCE((SELECT p.relname FROM pg_class AS p WHERE p.oid = pg_partition_
 	c.oid::regclass::text, c.relkind::text, pg_total_relation_size(c.oid)
 FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')`
+
+	// figRowBytes is the average size of each kind's notification row and
+	// of its event's row: a create whose fields were resolved keeps the
+	// digest of its request as given, a templated one its template.
+	figRowBytes = `
+SELECT CASE WHEN n.template <> '' THEN 'template' WHEN n.request_digest <> '' THEN 'recipient' ELSE 'plain' END,
+	avg(pg_column_size(n.*)), avg(pg_column_size(o.*))
+FROM notifications AS n JOIN outbox AS o ON (o.payload->>'notification_id')::bigint = n.id AND o.event_type = 'notification.requested'
+GROUP BY 1`
 
 	// figWAL sums the WAL records between two positions that are this
 	// database's: a record naming one of its blocks, or of a transaction
@@ -251,7 +270,7 @@ func (s *figSpan) add(t *testing.T, conn *pgx.Conn, before, after figCounts, cre
 func TestTemplateFigures(t *testing.T) {
 	rounds := figEnv(t, "HERALD_FIG_ROUNDS", 6)
 	seconds := figEnv(t, "HERALD_FIG_SECONDS", 3)
-	n := figEnv(t, "HERALD_FIG_N", 2000)
+	n := figEnv(t, "HERALD_FIG_N", 4000)
 	var clientsList []int
 	for _, f := range strings.Split(cmp.Or(os.Getenv("HERALD_FIG_CLIENTS"), "1,16"), ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(f))
@@ -306,6 +325,32 @@ func TestTemplateFigures(t *testing.T) {
 	for _, clients := range clientsList {
 		figMeasure(t, conn, srv.URL, clients, rounds, seconds, n, &next)
 	}
+
+	// The rows themselves, exactly (the relations' sizes above grow by
+	// whole pages, and by several at once under concurrent inserts).
+	rows, err := conn.Query(ctx, figRowBytes)
+	require.NoError(t, err)
+	sizes := map[string][2]float64{}
+	for rows.Next() {
+		var kind string
+		var n, o float64
+		require.NoError(t, rows.Scan(&kind, &n, &o))
+		sizes[kind] = [2]float64{n, o}
+	}
+	require.NoError(t, rows.Err())
+	var tbl strings.Builder
+	figHeader(&tbl, "PostgreSQL, average row bytes (pg_column_size)")
+	for i, name := range []string{"`notifications`", "`outbox` (its `notification.requested` event)"} {
+		fmt.Fprintf(&tbl, "| %s |", name)
+		for _, k := range figKinds {
+			fmt.Fprintf(&tbl, " %.0f |", sizes[k.name][i])
+		}
+		for _, k := range figKinds[1:] {
+			fmt.Fprintf(&tbl, " %.2f |", sizes[k.name][i]/sizes["plain"][i])
+		}
+		tbl.WriteString("\n")
+	}
+	t.Logf("average row bytes, every create of the run:\n%s", tbl.String())
 	t.Logf("load average at the end: %s", loadAvg())
 }
 
@@ -319,10 +364,8 @@ func figMeasure(t *testing.T, conn *pgx.Conn, url string, clients, rounds, secon
 	took := map[string]time.Duration{}
 	var perRound []string
 	for r := range rounds {
-		order := slices.Clone(figKinds)
-		if r%2 == 1 {
-			slices.Reverse(order)
-		}
+		// Each kind goes first in turn.
+		order := append(slices.Clone(figKinds[r%len(figKinds):]), figKinds[:r%len(figKinds)]...)
 		var parts []string
 		for _, k := range order {
 			m, d := figLoad(t, url, k, clients, time.Duration(seconds)*time.Second, 0, next)
@@ -355,10 +398,25 @@ func figMeasure(t *testing.T, conn *pgx.Conn, url string, clients, rounds, secon
 
 	var out strings.Builder
 	per := func(v int64, s *figSpan) float64 { return float64(v) / float64(s.creates) }
-	ratio := func(a, b int64) string { return fmt.Sprintf("%.2f", float64(a)/float64(max(b, 1))) }
-	plain, tpl := spans["plain"], spans["template"]
-	fmt.Fprintf(&out, "| PostgreSQL, %d client(s), per create | plain | template + recipient | template / plain |\n|---|---|---|---|\n", clients)
-	fmt.Fprintf(&out, "| creates/s (%d x %d s each, alternating) | %.0f | %.0f | %.2f |\n", rounds, seconds, rate("plain"), rate("template"), rate("template")/rate("plain"))
+	plain := spans["plain"]
+	// row writes a row of the table: f of each kind's span, then each
+	// other kind's f over plain's when ratio.
+	row := func(label, format string, ratio bool, f func(k string, s *figSpan) []float64) {
+		fmt.Fprintf(&out, "| %s |", label)
+		for _, k := range figKinds {
+			fmt.Fprintf(&out, " "+format+" |", anys(f(k.name, spans[k.name]))...)
+		}
+		for _, k := range figKinds[1:] {
+			if ratio {
+				fmt.Fprintf(&out, " %.2f |", f(k.name, spans[k.name])[0]/f("plain", plain)[0])
+			} else {
+				out.WriteString(" |")
+			}
+		}
+		out.WriteString("\n")
+	}
+	figHeader(&out, fmt.Sprintf("PostgreSQL, %d client(s), per create", clients))
+	row(fmt.Sprintf("creates/s (%d x %d s each, alternating)", rounds, seconds), "%.0f", true, func(k string, _ *figSpan) []float64 { return []float64{rate(k)} })
 	tables := map[string]bool{}
 	for _, s := range spans {
 		for k := range s.rows {
@@ -368,20 +426,20 @@ func figMeasure(t *testing.T, conn *pgx.Conn, url string, clients, rounds, secon
 			tables[k] = true
 		}
 	}
-	var bytesP, bytesT int64
 	for _, name := range slices.Sorted(maps.Keys(tables)) {
-		bytesP += plain.bytes[name]
-		bytesT += tpl.bytes[name]
-		fmt.Fprintf(&out, "| `%s`: rows, bytes (table, TOAST, indexes) | %.2f, %.0f | %.2f, %.0f | |\n", name, per(plain.rows[name], plain), per(plain.bytes[name], plain), per(tpl.rows[name], tpl), per(tpl.bytes[name], tpl))
+		row(fmt.Sprintf("`%s`: rows, bytes (table, TOAST, indexes)", name), "%.2f, %.0f", false, func(_ string, s *figSpan) []float64 {
+			return []float64{per(s.rows[name], s), per(s.bytes[name], s)}
+		})
 	}
-	fmt.Fprintf(&out, "| bytes, every table | %.0f | %.0f | %s |\n", per(bytesP, plain), per(bytesT, tpl), ratio(bytesT, bytesP))
-	fmt.Fprintf(&out, "| WAL bytes, this database's records (of them full-page images) | %.0f (%.0f) | %.0f (%.0f) | %s |\n",
-		per(plain.walBytes, plain), per(plain.walFPI, plain), per(tpl.walBytes, tpl), per(tpl.walFPI, tpl), ratio(tpl.walBytes, plain.walBytes))
-	fmt.Fprintf(&out, "| WAL bytes without full-page images | %.0f | %.0f | %s |\n",
-		per(plain.walBytes-plain.walFPI, plain), per(tpl.walBytes-tpl.walFPI, tpl), ratio(tpl.walBytes-tpl.walFPI, plain.walBytes-plain.walFPI))
-	fmt.Fprintf(&out, "| WAL records (of them commits) | %.2f (%.2f) | %.2f (%.2f) | |\n", per(plain.walRecords, plain), per(plain.walRecordsPerType["Transaction COMMIT"], plain),
-		per(tpl.walRecords, tpl), per(tpl.walRecordsPerType["Transaction COMMIT"], tpl))
-	fmt.Fprintf(&out, "| WAL bytes, server-wide (other databases' included) | %.0f | %.0f | |\n", per(plain.serverWAL, plain), per(tpl.serverWAL, tpl))
+	row("bytes, every table", "%.0f", true, func(_ string, s *figSpan) []float64 { return []float64{per(rowsOf(s.bytes), s)} })
+	row("WAL bytes, this database's records (of them full-page images)", "%.0f (%.0f)", true, func(_ string, s *figSpan) []float64 {
+		return []float64{per(s.walBytes, s), per(s.walFPI, s)}
+	})
+	row("WAL bytes without full-page images", "%.0f", true, func(_ string, s *figSpan) []float64 { return []float64{per(s.walBytes-s.walFPI, s)} })
+	row("WAL records (of them commits)", "%.2f (%.2f)", false, func(_ string, s *figSpan) []float64 {
+		return []float64{per(s.walRecords, s), per(s.walRecordsPerType["Transaction COMMIT"], s)}
+	})
+	row("WAL bytes, server-wide (other databases' included)", "%.0f", false, func(_ string, s *figSpan) []float64 { return []float64{per(s.serverWAL, s)} })
 	t.Logf("%d clients, %d creates of each kind for rows and WAL:\n%s", clients, n, out.String())
 	for _, k := range figKinds {
 		s := spans[k.name]
@@ -392,7 +450,7 @@ func figMeasure(t *testing.T, conn *pgx.Conn, url string, clients, rounds, secon
 		t.Logf("%d clients, %s: WAL records per create by type (bytes without full-page images): %s", clients, k.name, strings.Join(parts, "; "))
 	}
 
-	// Each create of either kind wrote one notification and one outbox
+	// Each create of every kind wrote one notification and one outbox
 	// event, and nothing else.
 	for _, k := range figKinds {
 		s := spans[k.name]
@@ -411,6 +469,27 @@ func loadAvg() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], ", ")
+}
+
+// figHeader writes the head of a table with a column per kind, and one
+// per kind but plain for its ratio to plain.
+func figHeader(w io.Writer, title string) {
+	fmt.Fprintf(w, "| %s |", title)
+	for _, k := range figKinds {
+		fmt.Fprintf(w, " %s |", k.name)
+	}
+	for _, k := range figKinds[1:] {
+		fmt.Fprintf(w, " %s / plain |", k.name)
+	}
+	fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---|", 2*len(figKinds)-1))
+}
+
+func anys(v []float64) []any {
+	out := make([]any, len(v))
+	for i, x := range v {
+		out[i] = x
+	}
+	return out
 }
 
 func rowsOf(m map[string]int64) int64 {
