@@ -316,6 +316,11 @@ func TestTemplateFigures(t *testing.T) {
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect`)
 	require.NoError(t, err, "pg_walinspect (PostgreSQL 15+, contrib) reads this database's share of the WAL")
+	// A temporary slot (dropped with this connection) keeps the WAL from
+	// here on: the server's other writers (other tests) can make a
+	// checkpoint remove a segment before pg_walinspect reads it.
+	_, err = conn.Exec(ctx, `SELECT pg_create_physical_replication_slot('herald_figures_' || pg_backend_pid(), true, true)`)
+	require.NoError(t, err, "a temporary replication slot keeps the measured WAL")
 
 	var next atomic.Int64
 	// A warm-up of each kind: connections made, plans cached.
