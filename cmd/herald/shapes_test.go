@@ -94,15 +94,18 @@ func (r *running) herald(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// tablesHolding names every table of the database with a row whose text
-// (every column, JSON payloads included) holds s, case-insensitively,
-// with the number of such rows: what an erasure must leave empty, read
-// from the database itself rather than through the API.
-func (r *running) tablesHolding(t *testing.T, s string) map[string]int {
+// holding names, for each of needles, every table of the database with a
+// row whose text (every column, JSON payloads included) holds it,
+// case-insensitively, with the number of such rows: what an erasure must
+// leave empty, read from the database itself rather than through the API.
+func (r *running) holding(t *testing.T, needles ...string) map[string]map[string]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	found := map[string]int{}
+	found := map[string]map[string]int{}
+	for _, n := range needles {
+		found[n] = map[string]int{}
+	}
 	if path, ok := strings.CutPrefix(r.dbURL, "sqlite:"); ok {
 		db, err := sql.Open("sqlite", "file:"+filepath.Join(r.dir, path)+"?mode=ro&_pragma=busy_timeout(5000)")
 		require.NoError(t, err)
@@ -118,9 +121,7 @@ func (r *running) tablesHolding(t *testing.T, s string) map[string]int {
 		require.NoError(t, rows.Err())
 		require.NotEmpty(t, tables)
 		for _, table := range tables {
-			if n := sqliteRowsHolding(t, ctx, db, table, s); n > 0 {
-				found[table] = n
-			}
+			sqliteRowsHolding(t, ctx, db, table, found)
 		}
 		return found
 	}
@@ -135,19 +136,24 @@ func (r *running) tablesHolding(t *testing.T, s string) map[string]int {
 	require.NoError(t, err)
 	require.NotEmpty(t, tables)
 	for _, table := range tables {
-		var n int
-		q := fmt.Sprintf(`SELECT count(*) FROM %s AS r WHERE strpos(lower(r::text), lower($1)) > 0`, pgx.Identifier{table}.Sanitize())
-		require.NoError(t, conn.QueryRow(ctx, q, s).Scan(&n), table)
-		if n > 0 {
-			found[table] = n
+		q := fmt.Sprintf(`SELECT n, count(*)::int FROM %s AS r, unnest($1::text[]) AS n
+WHERE strpos(lower(r::text), lower(n)) > 0 GROUP BY n`, pgx.Identifier{table}.Sanitize())
+		rows, err := conn.Query(ctx, q, needles)
+		require.NoError(t, err, table)
+		for rows.Next() {
+			var n string
+			var c int
+			require.NoError(t, rows.Scan(&n, &c))
+			found[n][table] = c
 		}
+		require.NoError(t, rows.Err(), table)
 	}
 	return found
 }
 
-// sqliteRowsHolding counts the rows of table with a column whose text
-// holds s, case-insensitively.
-func sqliteRowsHolding(t *testing.T, ctx context.Context, db *sql.DB, table, s string) int {
+// sqliteRowsHolding adds to found[needle][table] the rows of table with a
+// column whose text holds the needle, case-insensitively.
+func sqliteRowsHolding(t *testing.T, ctx context.Context, db *sql.DB, table string, found map[string]map[string]int) {
 	t.Helper()
 	rows, err := db.QueryContext(ctx, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`)
 	require.NoError(t, err)
@@ -159,24 +165,25 @@ func sqliteRowsHolding(t *testing.T, ctx context.Context, db *sql.DB, table, s s
 	for i := range vals {
 		ptrs[i] = &vals[i]
 	}
-	n := 0
 	for rows.Next() {
 		require.NoError(t, rows.Scan(ptrs...))
+		var text strings.Builder
 		for _, v := range vals {
-			var text string
 			switch v := v.(type) {
 			case []byte:
-				text = string(v)
+				text.Write(v)
 			case nil:
 			default:
-				text = fmt.Sprint(v)
+				fmt.Fprint(&text, v)
 			}
-			if strings.Contains(strings.ToLower(text), strings.ToLower(s)) {
-				n++
-				break
+			text.WriteByte(0)
+		}
+		row := strings.ToLower(text.String())
+		for n := range found {
+			if strings.Contains(row, strings.ToLower(n)) {
+				found[n][table]++
 			}
 		}
 	}
 	require.NoError(t, rows.Err())
-	return n
 }
