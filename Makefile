@@ -138,7 +138,8 @@ lint: ## gofmt, go vet and staticcheck (the client module's too, and its go.mod 
 	$(GO) vet -tags deploycheck ./cmd/herald/
 	$(GO) vet -tags study ./internal/store/postgres/
 	$(GO) vet -tags bulkbench ./internal/api/
-	$(STATICCHECK) -tags outage,long,deploycheck,study,bulkbench ./...
+	$(GO) vet -tags figures ./internal/api/
+	$(STATICCHECK) -tags outage,long,deploycheck,study,bulkbench,figures ./...
 	$(GO) -C client run $(STATICCHECK_PKG) ./...
 
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON

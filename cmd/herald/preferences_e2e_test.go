@@ -13,18 +13,21 @@ import (
 	"github.com/heraldhq/herald/internal/smtptest"
 )
 
-// The embedded default (herald serve on SQLite) honours preferences end to
-// end: a user's opt-out, by the API and by a signed link followed without
-// the token, makes a create in that category end suppressed and never
-// reach the SMTP server, while a required category and the other users'
-// mail still arrive.
-func TestServePreferencesSuppress(t *testing.T) {
-	t.Parallel()
-	base, smtp, _ := serveEmbedded(t, map[string]string{
+// Preferences are honoured end to end, on both shapes: a user's opt-out,
+// by the API and by a signed link followed without the token, makes a
+// create in that category end suppressed and never reach the SMTP server,
+// while a required category and the other users' mail still arrive.
+func TestPreferencesSuppress(t *testing.T) {
+	onEachShape(t, preferencesSuppress)
+}
+
+func preferencesSuppress(t *testing.T, sh shape) {
+	r := sh.start(t, map[string]string{
 		"HERALD_API_TOKEN":           "tok",
 		"HERALD_REQUIRED_CATEGORIES": "security",
 		"HERALD_LINK_SECRET":         strings.Repeat("k", 40),
 	})
+	base := r.base
 
 	call := func(method, path, body string, want int) map[string]any {
 		t.Helper()
@@ -72,7 +75,7 @@ func TestServePreferencesSuppress(t *testing.T) {
 	var subjects []string
 	require.Eventually(t, func() bool {
 		subjects = subjects[:0]
-		for _, m := range smtp.Messages() {
+		for _, m := range r.smtp.Messages() {
 			subjects = append(subjects, m.To[0]+" "+m.Subject)
 		}
 		return len(subjects) >= 3
@@ -85,20 +88,22 @@ func TestServePreferencesSuppress(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(call("GET", "/notifications?status=pending", "", 200)["items"].([]any)) == 0
 	}, 30*time.Second, 20*time.Millisecond)
-	require.Len(t, smtp.Messages(), 3, "no suppressed mail arrived late")
+	require.Len(t, r.smtp.Messages(), 3, "no suppressed mail arrived late")
 }
 
-// One-click unsubscribe (RFC 8058) end to end on the embedded default: an
-// email with a category arrives at a real SMTP server with the
-// List-Unsubscribe URL herald rendered at create and
-// List-Unsubscribe-Post; a plain HTTP client POSTs the one-click body to
+// One-click unsubscribe (RFC 8058) end to end, on both shapes: an email
+// with a category arrives at a real SMTP server with the List-Unsubscribe
+// URL herald rendered at create and List-Unsubscribe-Post; a plain HTTP client POSTs the one-click body to
 // that URL, without the token, as a mailbox provider does; the next create
 // in that category ends suppressed and never arrives. A required
 // category's email carries no header.
-func TestServeOneClickUnsubscribe(t *testing.T) {
-	t.Parallel()
+func TestOneClickUnsubscribe(t *testing.T) {
+	onEachShape(t, oneClickUnsubscribe)
+}
+
+func oneClickUnsubscribe(t *testing.T, sh shape) {
 	addr := freeAddr(t)
-	base, smtp, _ := serveEmbedded(t, map[string]string{
+	r := sh.start(t, map[string]string{
 		"HERALD_HTTP_ADDR":           addr,
 		"HERALD_API_TOKEN":           "tok",
 		"HERALD_REQUIRED_CATEGORIES": "security",
@@ -106,6 +111,7 @@ func TestServeOneClickUnsubscribe(t *testing.T) {
 		// Tests serve plain HTTP; a deployment gives its https:// name.
 		"HERALD_PUBLIC_URL": "http://" + addr,
 	})
+	base := r.base
 	create := func(cat string) map[string]any {
 		t.Helper()
 		req, err := http.NewRequest("POST", base+"/notifications", strings.NewReader(`{"user_id":"u-9","channel":"email","to":"ann@example.com","subject":"`+cat+`","body":"b","category":"`+cat+`"}`))
@@ -124,7 +130,7 @@ func TestServeOneClickUnsubscribe(t *testing.T) {
 	require.Equal(t, "pending", create("security")["status"])
 	var news, security *smtptest.Message
 	require.Eventually(t, func() bool {
-		for _, m := range smtp.Messages() {
+		for _, m := range r.smtp.Messages() {
 			switch m.Subject {
 			case "news":
 				news = &m
@@ -158,7 +164,7 @@ func TestServeOneClickUnsubscribe(t *testing.T) {
 
 	// Four arrive (news, security, the news before the POST, security);
 	// the suppressed one never does.
-	require.Eventually(t, func() bool { return len(smtp.Messages()) >= 4 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(r.smtp.Messages()) >= 4 }, 30*time.Second, 20*time.Millisecond)
 	req, err := http.NewRequest("GET", base+"/notifications?status=pending", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer tok")
@@ -170,5 +176,5 @@ func TestServeOneClickUnsubscribe(t *testing.T) {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 		return len(page.Items) == 0
 	}, 30*time.Second, 20*time.Millisecond, "every other create settled")
-	require.Len(t, smtp.Messages(), 4, "the suppressed email never arrives")
+	require.Len(t, r.smtp.Messages(), 4, "the suppressed email never arrives")
 }

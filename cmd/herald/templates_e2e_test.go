@@ -9,7 +9,6 @@ import (
 	"mime/quotedprintable"
 	"net/http"
 	"net/mail"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -19,15 +18,21 @@ import (
 	"github.com/heraldhq/herald/internal/smtptest"
 )
 
-// The embedded default (herald serve on SQLite) sends a templated email in
-// two locales to a real SMTP server: each recipient's address and locale
-// are looked up at create, the subject, text and HTML parts rendered (the
-// data's markup escaped in the HTML part only), and what arrives is what
-// the outbox held. Then an erasure request anonymises one user's
-// notifications.
-func TestServeTemplatedEmailInTwoLocales(t *testing.T) {
-	t.Parallel()
-	base, smtp, dir := serveEmbedded(t, map[string]string{})
+// A templated email in two locales reaches a real SMTP server, on both
+// shapes: each recipient's address and locale are looked up at create, the
+// subject, text and HTML parts rendered (the data's markup escaped in the
+// HTML part only), and what arrives is what the outbox held. Then an
+// erasure request (herald recipients erase, on the database while herald
+// runs) anonymises one user's notifications: read back from every table of
+// the database, their address, name and rendered text are gone, and the
+// other user's are kept.
+func TestTemplatedEmailInTwoLocales(t *testing.T) {
+	onEachShape(t, templatedEmailInTwoLocales)
+}
+
+func templatedEmailInTwoLocales(t *testing.T, sh shape) {
+	r := sh.start(t, nil)
+	base := r.base
 
 	call := func(method, path, body string) map[string]any {
 		t.Helper()
@@ -53,7 +58,7 @@ func TestServeTemplatedEmailInTwoLocales(t *testing.T) {
 
 	var msgs []smtptest.Message
 	require.Eventually(t, func() bool {
-		msgs = smtp.Messages()
+		msgs = r.smtp.Messages()
 		return len(msgs) >= 2
 	}, 30*time.Second, 20*time.Millisecond, "two emails arrive")
 	require.Len(t, msgs, 2)
@@ -78,20 +83,29 @@ func TestServeTemplatedEmailInTwoLocales(t *testing.T) {
 		require.Equal(t, tc.html, html)
 	}
 
-	// The erasure request, on the database while serve runs.
-	cmd := exec.CommandContext(t.Context(), heraldBin(t), "recipients", "erase", "u-de")
-	cmd.Dir = dir
-	cmd.Env = []string{"HERALD_DATABASE_URL=sqlite:herald.db"}
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	require.Contains(t, string(out), "recipient record deleted: true; 1 notification(s)")
+	// The erasure request, on the database while herald runs. Before it,
+	// the database holds what it erases (so that the check below can fail).
+	personal := []string{"de@example.com", "Jörg", "Bestellung 43"}
+	kept := []string{"en@example.com", "u-de"}
+	before := r.holding(t, append(personal, kept...)...)
+	for _, p := range append(personal, kept...) {
+		require.Contains(t, before[p], "notifications", "%q is in the database before the erasure", p)
+	}
+	out := r.herald(t, "recipients", "erase", "u-de")
+	require.Contains(t, out, "recipient record deleted: true; 1 notification(s)")
+	after := r.holding(t, append(personal, kept...)...)
+	for _, p := range personal {
+		require.Empty(t, after[p], "%q is left in the database after the erasure", p)
+	}
+	require.Contains(t, after["en@example.com"], "notifications", "another user's data is kept")
+	require.Contains(t, after["u-de"], "notifications", "the user id stays")
 	shown := call("GET", "/notifications/"+de["id"].(string), "")
 	require.Empty(t, shown["to"])
 	require.Empty(t, shown["subject"])
 	require.Empty(t, shown["body"])
 	require.Equal(t, "u-de", shown["user_id"])
-	kept := call("GET", "/notifications/"+en["id"].(string), "")
-	require.Equal(t, "en@example.com", kept["to"])
+	other := call("GET", "/notifications/"+en["id"].(string), "")
+	require.Equal(t, "en@example.com", other["to"])
 }
 
 // alternatives reads the text and HTML parts of a multipart/alternative
