@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	herstore "github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/webhooktest"
 )
@@ -352,7 +352,7 @@ func TestStatusEventsNotWrittenWithoutADestination(t *testing.T) {
 	require.NoError(t, err)
 	_, err = old.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		require.Len(t, evs, 1)
-		out, err := herstore.Deliver(ctx, old, evs[0].ID, c.Notification.ID, func(context.Context) error { return nil })
+		out, err := deliverytest.Deliver(ctx, old, evs[0].ID, c.Notification.ID, func(context.Context) error { return nil })
 		require.NoError(t, err)
 		require.Equal(t, notify.OutcomeSent, out)
 		return []int64{evs[0].ID}, nil

@@ -23,7 +23,7 @@ import (
 	"github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/smtptest"
-	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/testenv"
@@ -422,7 +422,7 @@ RETURNING id`, b.N)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for _, id := range ids {
-			out, err := store.Deliver(ctx, s, msgID.Add(1), id, noop)
+			out, err := deliverytest.Deliver(ctx, s, msgID.Add(1), id, noop)
 			if err != nil || out != notify.OutcomeSent {
 				b.Fatalf("deliver: %s, %v", out, err)
 			}

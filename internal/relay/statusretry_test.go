@@ -21,7 +21,7 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/sender/webhook"
-	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/testlog"
 )
@@ -216,7 +216,7 @@ func runStatusRigBatch(t *testing.T, batch, n int, pace time.Duration, retry rel
 		require.NoError(t, json.Unmarshal(e.Payload, &req))
 		nid, err := strconv.ParseInt(req.NotificationID, 10, 64)
 		require.NoError(t, err)
-		out, err := store.Deliver(ctx, s, e.ID, nid, func(context.Context) error { return nil })
+		out, err := deliverytest.Deliver(ctx, s, e.ID, nid, func(context.Context) error { return nil })
 		require.NoError(t, err)
 		require.Equal(t, notify.OutcomeSent, out)
 		rig.committed[req.NotificationID] = time.Now()

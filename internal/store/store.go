@@ -52,11 +52,6 @@ type Store interface {
 	deployment.Store
 	deployment.Beater
 
-	// ClaimDeliveries and RecordDeliveries are the two halves of
-	// worker.Store's ClaimAndRecord, each alone in its transaction.
-	ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error)
-	RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error)
-
 	// Prune is retention.Pruner's PruneOlderThan with the cut-off given as
 	// an instant, which the caller must have read from the clock that
 	// wrote the rows (the conformance suite does, to place rows on either

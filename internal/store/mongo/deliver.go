@@ -16,21 +16,6 @@ import (
 // (see change): the claim, the attempt it starts and the message's lease are
 // written together, and so are a record's status, attempt and message.
 
-// ClaimDeliveries claims every request and returns the answers in request
-// order (see notify.ClaimStatus). A request whose message id or
-// notification id came earlier in reqs is answered ClaimBusy.
-func (s *Store) ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
-	cs, _, err := s.ClaimAndRecord(ctx, reqs, lease, nil)
-	return cs, err
-}
-
-// RecordDeliveries records the results of taken claims and reports, in
-// order, which were applied (see the SQL stores).
-func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
-	_, ok, err := s.ClaimAndRecord(ctx, nil, 0, results)
-	return ok, err
-}
-
 // ClaimAndRecord records results, then answers claims. Each is its own
 // change of one document: there is no transaction around the group, and
 // none is needed, since no guarantee spans two notifications. It

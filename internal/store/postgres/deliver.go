@@ -368,25 +368,6 @@ spent AS (
 SELECT aid FROM ap`
 )
 
-// ClaimDeliveries claims every request in one short transaction and
-// returns the answers in request order (see notify.ClaimStatus). A request
-// whose message id or notification id came earlier in reqs is answered
-// ClaimBusy: one send in flight per notification.
-func (s *Store) ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
-	cs, _, err := s.ClaimAndRecord(ctx, reqs, lease, nil)
-	return cs, err
-}
-
-// RecordDeliveries records the results of taken claims in one short
-// transaction and reports, in order, which were applied. A result whose
-// claim was lost (its lease taken over by another delivery, or the
-// notification settled meanwhile) changes nothing but its own attempt row,
-// and is reported false.
-func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
-	_, ok, err := s.ClaimAndRecord(ctx, nil, 0, results)
-	return ok, err
-}
-
 // ClaimAndRecord records results, then answers claims, in one short
 // transaction and one round trip (a pipelined batch: the lock of every
 // notification named, in id order, then the record, then the claim): the

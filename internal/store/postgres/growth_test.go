@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -134,7 +135,7 @@ func deliverAll(t *testing.T, ctx context.Context, s *Store, relayLimit, group, 
 	if len(pending) > 0 {
 		var applied []bool
 		m.do("claim and record", func() (err error) {
-			applied, err = s.RecordDeliveries(ctx, pending)
+			applied, err = deliverytest.Record(ctx, s, pending)
 			return err
 		})
 		for _, ok := range applied {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/testenv"
 )
@@ -36,10 +37,10 @@ func TestMigrateRetryGuardOnExistingRows(t *testing.T) {
 
 	// The done row is a duplicate; the claimed one (no mark) is taken by
 	// its message's redelivery, whatever its count.
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: 1, NotificationID: nid}}, time.Minute)
+	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: 1, NotificationID: nid}}, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimDuplicate, cs[0].Status)
-	cs, err = s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: 2, NotificationID: nid}}, time.Minute)
+	cs, err = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: 2, NotificationID: nid}}, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimTaken, cs[0].Status)
 }

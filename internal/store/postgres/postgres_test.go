@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/storetest"
 	"github.com/heraldhq/herald/internal/testenv"
@@ -467,7 +468,7 @@ func TestEffectRecordedAfterCancel(t *testing.T) {
 	require.Zero(t, st.Unprocessed)
 
 	ctx, cancel = context.WithCancel(t.Context())
-	out, err := store.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error {
+	out, err := deliverytest.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error {
 		cancel()
 		return nil
 	})

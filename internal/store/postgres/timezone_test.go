@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -79,7 +79,7 @@ func TestStatusEventAtOutsideUTC(t *testing.T) {
 	require.NoError(t, err)
 	var msg int64
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT id FROM outbox WHERE event_type = $1`, notify.EventRequested).Scan(&msg))
-	out, err := store.Deliver(ctx, s, msg, c.Notification.ID, func(context.Context) error { return nil })
+	out, err := deliverytest.Deliver(ctx, s, msg, c.Notification.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 

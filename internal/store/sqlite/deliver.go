@@ -65,29 +65,8 @@ INSERT INTO processed_messages (message_id, processed_at, lease_until, attempt_i
 ON CONFLICT (message_id) DO UPDATE SET lease_until = excluded.lease_until, attempt_id = excluded.attempt_id
 WHERE processed_messages.processed_at IS NULL`
 
-// ClaimDeliveries claims every request in one write transaction and returns
-// the answers in request order (see notify.ClaimStatus). A request whose
-// message id or notification id came earlier in reqs is answered ClaimBusy:
-// one send in flight per notification.
-func (s *Store) ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
-	cs, _, err := s.ClaimAndRecord(ctx, reqs, lease, nil)
-	return cs, err
-}
-
-// RecordDeliveries records the results of taken claims in one write
-// transaction and reports, in order, which were applied: sent and dead
-// settle the notification and the message id; retry and deferred release
-// the claim (the retried copy has the same message id and must be able to
-// claim it); deferred spends no attempt. A result whose claim was lost (its
-// lease taken over, or the notification settled meanwhile) changes nothing
-// but its own attempt row, and is reported false.
-func (s *Store) RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error) {
-	_, ok, err := s.ClaimAndRecord(ctx, nil, 0, results)
-	return ok, err
-}
-
 // ClaimAndRecord records results, then answers claims, in one write
-// transaction (see RecordDeliveries and ClaimDeliveries): the worker's
+// transaction: the worker's
 // grouped bookkeeping, one write lock for every delivery that finished or
 // started while the previous group ran. It implements worker.Store.
 func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {

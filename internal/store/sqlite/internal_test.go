@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -152,7 +152,7 @@ func TestDeliverRecordsAfterContextEnds(t *testing.T) {
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(t.Context())
-	out, err := store.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error {
+	out, err := deliverytest.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error {
 		cancel() // the shutdown arrives while the server is accepting
 		return nil
 	})
@@ -166,7 +166,7 @@ func TestDeliverRecordsAfterContextEnds(t *testing.T) {
 	// With ctx over before the claim, nothing is sent nor recorded.
 	c2, err := s.Create(t.Context(), notify.NewNotification{Request: validRequest()})
 	require.NoError(t, err)
-	_, err = store.Deliver(ctx, s, 2, c2.Notification.ID, func(context.Context) error {
+	_, err = deliverytest.Deliver(ctx, s, 2, c2.Notification.ID, func(context.Context) error {
 		t.Error("send called with an ended context")
 		return nil
 	})

@@ -15,7 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 )
 
@@ -167,7 +167,7 @@ func TestDeliverReturnsSendErrorAsIs(t *testing.T) {
 	c, err := s.Create(ctx, notify.NewNotification{Request: request(1)})
 	require.NoError(t, err)
 	sendErr := &smtpError{code: 421}
-	_, err = store.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error { return sendErr })
+	_, err = deliverytest.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error { return sendErr })
 	var got *smtpError
 	require.ErrorAs(t, err, &got)
 	require.Same(t, sendErr, got)
@@ -220,7 +220,7 @@ func TestSendHoldsNoWriteLock(t *testing.T) {
 	held := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := store.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error {
+		_, err := deliverytest.Deliver(ctx, s, 1, c.Notification.ID, func(context.Context) error {
 			close(held)
 			<-release
 			return nil
@@ -287,7 +287,7 @@ func TestTwoStoresOneFile(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if _, err := store.Deliver(gctx, workerStore, m.ID, nid, func(context.Context) error { return nil }); err != nil {
+					if _, err := deliverytest.Deliver(gctx, workerStore, m.ID, nid, func(context.Context) error { return nil }); err != nil {
 						return fmt.Errorf("deliver: %w", err)
 					}
 					if err := workerStore.Finish(gctx, []notify.OutboxKey{m.Key()}, token, ""); err != nil {

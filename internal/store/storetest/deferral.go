@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // deferralTests are the subtests of the attempts' history under deferrals
@@ -24,7 +25,7 @@ func deferOnce(t *testing.T, ctx context.Context, h Harness, msg, nid int64, kin
 	t.Helper()
 	c := claim1(t, ctx, h.Store, msg, nid, lease)
 	require.Equal(t, notify.ClaimTaken, c.Status)
-	ok, err := h.Store.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: c, Outcome: notify.AttemptDeferred, Deferral: kind, Error: reason}})
+	ok, err := deliverytest.Record(ctx, h.Store, []notify.DeliveryResult{{Claim: c, Outcome: notify.AttemptDeferred, Deferral: kind, Error: reason}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, ok)
 	return c
@@ -119,13 +120,13 @@ func testDeferralLostClaimNotFolded(t *testing.T, ctx context.Context, h Harness
 	waitPast(t, stale.Until.Add(5*time.Millisecond))
 	fresh := claim1(t, ctx, s, 1, n.ID, lease)
 	require.Equal(t, notify.ClaimTaken, fresh.Status)
-	ok, err := s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: stale, Outcome: notify.AttemptDeferred, Deferral: notify.DeferDown, Error: "refused"}})
+	ok, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: stale, Outcome: notify.AttemptDeferred, Deferral: notify.DeferDown, Error: "refused"}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{false}, ok)
 	require.Equal(t, []string{notify.AttemptDeferred, notify.AttemptDeferred, ""}, outcomes(h.Attempts(t, n.ID)))
 	// The fresh claim's deferral folds into the row before it, the lost
 	// one (a deferral of the same kind, finished).
-	ok, err = s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: fresh, Outcome: notify.AttemptDeferred, Deferral: notify.DeferDown, Error: "refused"}})
+	ok, err = deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: fresh, Outcome: notify.AttemptDeferred, Deferral: notify.DeferDown, Error: "refused"}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, ok)
 	as, err := s.Attempts(ctx, n.ID)

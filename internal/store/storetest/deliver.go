@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // The subtests of the worker's bookkeeping: the claim taken before a send
@@ -40,7 +41,7 @@ func claim1(t *testing.T, ctx context.Context, s store.Store, msgID, nid int64, 
 // copy.
 func claimCopy(t *testing.T, ctx context.Context, s store.Store, msgID int64, retryCount int, nid int64, lease time.Duration) notify.Claim {
 	t.Helper()
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msgID, NotificationID: nid, RetryCount: retryCount}}, lease)
+	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msgID, NotificationID: nid, RetryCount: retryCount}}, lease)
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	require.Equal(t, msgID, cs[0].MessageID)
@@ -51,7 +52,7 @@ func claimCopy(t *testing.T, ctx context.Context, s store.Store, msgID int64, re
 
 func record1(t *testing.T, ctx context.Context, s store.Store, c notify.Claim, outcome, reason string) bool {
 	t.Helper()
-	ok, err := s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: c, Outcome: outcome, Error: reason}})
+	ok, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: c, Outcome: outcome, Error: reason}})
 	require.NoError(t, err)
 	require.Len(t, ok, 1)
 	return ok[0]
@@ -68,7 +69,7 @@ func recordFailure(ctx context.Context, s store.Store, msgID, nid int64, reason 
 // retry count.
 func recordCopyFailure(ctx context.Context, s store.Store, req notify.ClaimRequest, reason string, dead bool) error {
 	msgID, nid := req.MessageID, req.NotificationID
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{req}, lease)
+	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{req}, lease)
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func recordCopyFailure(ctx context.Context, s store.Store, req notify.ClaimReque
 	if dead {
 		outcome = notify.AttemptDead
 	}
-	_, err = s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: cs[0], Outcome: outcome, Error: reason}})
+	_, err = deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: cs[0], Outcome: outcome, Error: reason}})
 	return err
 }
 
@@ -120,7 +121,7 @@ func testClaimTwiceConcurrently(t *testing.T, ctx context.Context, h Harness) {
 				defer wg.Done()
 				<-start
 				var cs []notify.Claim
-				cs, errs[w] = s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
+				cs, errs[w] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
 				if len(cs) == 1 {
 					got[w] = cs[0]
 				}
@@ -325,7 +326,7 @@ func testClaimAndRecordGroups(t *testing.T, ctx context.Context, h Harness) {
 		{MessageID: 30, NotificationID: ns[3].ID}, // done
 		{MessageID: 31, NotificationID: 777777},   // missing
 	}
-	cs, err := s.ClaimDeliveries(ctx, reqs, lease)
+	cs, err := deliverytest.Claim(ctx, s, reqs, lease)
 	require.NoError(t, err)
 	require.Len(t, cs, len(reqs))
 	want := []notify.ClaimStatus{notify.ClaimTaken, notify.ClaimTaken, notify.ClaimBusy, notify.ClaimTaken,
@@ -341,7 +342,7 @@ func testClaimAndRecordGroups(t *testing.T, ctx context.Context, h Harness) {
 		{Claim: cs[3], Outcome: notify.AttemptRetry, Error: "451 later"},
 		{Claim: sent, Outcome: notify.AttemptSent}, // settled already
 	}
-	ok, err := s.RecordDeliveries(ctx, results)
+	ok, err := deliverytest.Record(ctx, s, results)
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, true, true, false}, ok)
 	require.Equal(t, notify.StatusFailed, get(t, ctx, s, ns[2].ID).Status)
@@ -362,7 +363,7 @@ func testLockOrderNoDeadlock(t *testing.T, ctx context.Context, h Harness) {
 	for r := range rounds {
 		a, b := create(t, ctx, s, 2*r), create(t, ctx, s, 2*r+1)
 		ma, mb := int64(1000+2*r), int64(1001+2*r)
-		held, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, 10*time.Millisecond)
+		held, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, 10*time.Millisecond)
 		require.NoError(t, err)
 		waitPast(t, held[1].Until.Add(2*time.Millisecond))
 		start := make(chan struct{})
@@ -378,28 +379,29 @@ func testLockOrderNoDeadlock(t *testing.T, ctx context.Context, h Harness) {
 		}
 		// The holder records both dead, in one group, b before a.
 		run(func() error {
-			_, err := s.RecordDeliveries(ctx, []notify.DeliveryResult{
+			_, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{
 				{Claim: held[1], Outcome: notify.AttemptDead, Error: "550"},
 				{Claim: held[0], Outcome: notify.AttemptDead, Error: "550"},
 			})
+
 			return err
 		})
 		// Copies of both messages are claimed (the leases ran out) in
 		// the other order, and one by one.
 		run(func() error {
-			_, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, lease)
+			_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, lease)
 			return err
 		})
 		run(func() error {
-			_, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: mb, NotificationID: b.ID}}, lease)
+			_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: mb, NotificationID: b.ID}}, lease)
 			return err
 		})
 		run(func() error {
-			cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}}, lease)
+			cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}}, lease)
 			if err != nil || cs[0].Status != notify.ClaimTaken {
 				return err
 			}
-			_, err = s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: cs[0], Outcome: notify.AttemptDead, Error: "550"}})
+			_, err = deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: cs[0], Outcome: notify.AttemptDead, Error: "550"}})
 			return err
 		})
 		close(start)

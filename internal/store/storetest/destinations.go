@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // destinationTests are the subtests of the destination records
@@ -211,7 +212,7 @@ func testDestinationPending(t *testing.T, ctx context.Context, h Harness) {
 	mk(12, notify.ChannelEmail, "b@example.com", notify.ChannelEmail)
 	mk(13, "webhook", "https://hooks.example.com/none", "") // created with no destination
 	// One is sent, one dead-lettered: neither is pending.
-	out, err := store.Deliver(ctx, s, 9001, hooks[0].ID, func(context.Context) error { return nil })
+	out, err := deliverytest.Deliver(ctx, s, 9001, hooks[0].ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.NoError(t, recordFailure(ctx, s, 9002, hooks[1].ID, "410 Gone", true))
@@ -372,7 +373,7 @@ func testDestinationWaiting(t *testing.T, ctx context.Context, h Harness) {
 	t0 := time.Now().Add(-10 * time.Minute).Truncate(time.Millisecond)
 	_, err := s.DestinationFailing(ctx, "webhook", hookKey, "webhook endpoint down: connection refused", t0)
 	require.NoError(t, err)
-	out, err := store.Deliver(ctx, s, 9001, sent.ID, func(context.Context) error { return nil })
+	out, err := deliverytest.Deliver(ctx, s, 9001, sent.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 

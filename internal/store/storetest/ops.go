@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // The subtests of the operations: dead-letter inspection, redrive and
@@ -71,7 +72,7 @@ func testDeadLetters(t *testing.T, ctx context.Context, h Harness) {
 		ns = append(ns, create(t, ctx, s, i))
 	}
 	// One sent and one still pending: neither is a dead letter.
-	_, err = store.Deliver(ctx, s, 100, ns[3].ID, func(context.Context) error { return nil })
+	_, err = deliverytest.Deliver(ctx, s, 100, ns[3].ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 
 	// Failed out of id order, each strictly later than the one before, so
@@ -337,11 +338,11 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	// The old message is still a duplicate; the new one sends.
 	sends := 0
 	send := func(context.Context) error { sends++; return nil }
-	out, err := store.Deliver(ctx, s, old, n.ID, send)
+	out, err := deliverytest.Deliver(ctx, s, old, n.ID, send)
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeDuplicate, out)
 	require.Zero(t, sends)
-	out, err = store.Deliver(ctx, s, fresh.ID, n.ID, send)
+	out, err = deliverytest.Deliver(ctx, s, fresh.ID, n.ID, send)
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.Equal(t, 1, sends)
@@ -363,7 +364,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 func testRedriveNotFailed(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	sent := create(t, ctx, s, 1)
-	_, err := store.Deliver(ctx, s, 1, sent.ID, func(context.Context) error { return nil })
+	_, err := deliverytest.Deliver(ctx, s, 1, sent.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	pending := create(t, ctx, s, 2)
 	require.NoError(t, recordFailure(ctx, s, 2, pending.ID, "421 busy", false))
@@ -420,7 +421,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	require.Len(t, oldEvents, 6)
 	relayOnly(ids(oldEvents)...)
 	for i, e := range oldEvents {
-		_, err := store.Deliver(ctx, s, e.ID, olds[i].ID, noSend)
+		_, err := deliverytest.Deliver(ctx, s, e.ID, olds[i].ID, noSend)
 		require.NoError(t, err)
 	}
 	// A row dead-lettered by the table transport, and its dedup row.
@@ -431,7 +432,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{ms[0].Key()}, "w", "550 mailbox unavailable"))
 	require.NoError(t, recordFailure(ctx, s, ms[0].ID, dead.ID, "550 mailbox unavailable", true))
 	// A dedup row whose message never had an outbox row here.
-	_, err = store.Deliver(ctx, s, 999999, olds[0].ID, noSend)
+	_, err = deliverytest.Deliver(ctx, s, 999999, olds[0].ID, noSend)
 	require.NoError(t, err)
 	// Delivered before their rows were marked: one stays unprocessed (a
 	// table worker that crashed before Finish), one is marked after the cut.
@@ -444,7 +445,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 		msg int64
 		n   notify.Notification
 	}{{unmarkedID, unmarked}, {lateID, late}} {
-		_, err := store.Deliver(ctx, s, d.msg, d.n.ID, noSend)
+		_, err := deliverytest.Deliver(ctx, s, d.msg, d.n.ID, noSend)
 		require.NoError(t, err)
 	}
 
@@ -461,7 +462,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	require.Len(t, evs, 2)
 	recentID := evs[1].ID
 	relayOnly(recentID)
-	_, err = store.Deliver(ctx, s, recentID, recent.ID, noSend)
+	_, err = deliverytest.Deliver(ctx, s, recentID, recent.ID, noSend)
 	require.NoError(t, err)
 	require.Len(t, relayStatus(t, ctx, s), 1, "the recent row's status event, processed after the cut")
 
@@ -488,7 +489,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 		msg int64
 		n   notify.Notification
 	}{{unmarkedID, unmarked}, {lateID, late}, {recentID, recent}} {
-		out, err := store.Deliver(ctx, s, d.msg, d.n.ID, func(context.Context) error {
+		out, err := deliverytest.Deliver(ctx, s, d.msg, d.n.ID, func(context.Context) error {
 			t.Errorf("message %d sent again after a prune", d.msg)
 			return nil
 		})
@@ -529,7 +530,7 @@ func testPruneOlderThan(t *testing.T, ctx context.Context, h Harness) {
 	n := create(t, ctx, s, 1)
 	evs := relayAll(t, ctx, h)
 	require.Len(t, evs, 1)
-	_, err := store.Deliver(ctx, s, evs[0].ID, n.ID, func(context.Context) error { return nil })
+	_, err := deliverytest.Deliver(ctx, s, evs[0].ID, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 
 	_, err = s.PruneOlderThan(ctx, time.Hour, 0)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // The subtests of the reconciler's store side (guarantee 6).
@@ -119,7 +120,7 @@ func testReconcileWaitsForRetryAndClaim(t *testing.T, ctx context.Context, h Har
 	}
 	c := claim1(t, ctx, s, msg(waiting.ID), waiting.ID, time.Minute)
 	require.Equal(t, notify.ClaimTaken, c.Status)
-	ok, err := s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: c, Outcome: notify.AttemptRetry, Error: "451 later", RetryIn: time.Hour}})
+	ok, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: c, Outcome: notify.AttemptRetry, Error: "451 later", RetryIn: time.Hour}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, ok)
 	require.Equal(t, notify.ClaimTaken, claim1(t, ctx, s, msg(claimed.ID), claimed.ID, time.Hour).Status)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // The subtests of the stale-copy guard. A message and its retry copies share
@@ -105,7 +106,7 @@ func testStaleCopyConcurrent(t *testing.T, ctx context.Context, h Harness) {
 			defer wg.Done()
 			<-start
 			var cs []notify.Claim
-			cs, errs[i] = s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: rc}}, lease)
+			cs, errs[i] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: rc}}, lease)
 			if errs[i] == nil {
 				answers[i] = cs[0]
 			}
@@ -198,7 +199,7 @@ func testStaleCopyLostRetryReconciled(t *testing.T, ctx context.Context, h Harne
 	orig := evs[0].ID
 	c := claimCopy(t, ctx, s, orig, 0, n.ID, lease)
 	require.Equal(t, notify.ClaimTaken, c.Status)
-	ok, err := s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: c, Outcome: notify.AttemptRetry, Error: "451 later", RetryIn: time.Hour}})
+	ok, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: c, Outcome: notify.AttemptRetry, Error: "451 later", RetryIn: time.Hour}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, ok)
 	require.Equal(t, notify.ClaimDuplicate, claimCopy(t, ctx, s, orig, 0, n.ID, lease).Status, "the stale original")

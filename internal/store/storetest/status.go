@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // The subtests of the status events: the record that settles a
@@ -70,7 +71,7 @@ func testStatusEventOnSent(t *testing.T, ctx context.Context, h Harness) {
 	evs := relayAll(t, ctx, h)
 	require.Len(t, evs, 1)
 	require.Empty(t, relayStatus(t, ctx, s), "no status event before the delivery")
-	out, err := store.Deliver(ctx, s, evs[0].ID, n.ID, func(context.Context) error { return nil })
+	out, err := deliverytest.Deliver(ctx, s, evs[0].ID, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "the status event waits for its relay")
@@ -94,7 +95,7 @@ func testStatusEventOnSent(t *testing.T, ctx context.Context, h Harness) {
 
 	// A duplicate delivery of the same message settles nothing: no second
 	// event.
-	out, err = store.Deliver(ctx, s, evs[0].ID, n.ID, func(context.Context) error {
+	out, err = deliverytest.Deliver(ctx, s, evs[0].ID, n.ID, func(context.Context) error {
 		t.Error("sent twice")
 		return nil
 	})
@@ -191,7 +192,7 @@ func testStatusEventGroupedRecord(t *testing.T, ctx context.Context, h Harness) 
 	for i, e := range evs[:3] {
 		reqs = append(reqs, notify.ClaimRequest{MessageID: e.ID, NotificationID: ns[i].ID})
 	}
-	cs, err := s.ClaimDeliveries(ctx, reqs, lease)
+	cs, err := deliverytest.Claim(ctx, s, reqs, lease)
 	require.NoError(t, err)
 	results := []notify.DeliveryResult{
 		{Claim: cs[0], Outcome: notify.AttemptSent},
@@ -222,7 +223,7 @@ func testRelayBatchTypes(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	sent := create(t, ctx, s, 1)
 	msg := relayAll(t, ctx, h)[0].ID
-	_, err := store.Deliver(ctx, s, msg, sent.ID, func(context.Context) error { return nil })
+	_, err := deliverytest.Deliver(ctx, s, msg, sent.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	create(t, ctx, s, 2)
 	stats, err := s.OutboxStats(ctx)
@@ -278,7 +279,7 @@ func testClaimSkipsStatusEvents(t *testing.T, ctx context.Context, h Harness) {
 	ms, err := s.Claim(ctx, "w", 10, time.Hour)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
-	_, err = store.Deliver(ctx, s, ms[0].ID, n.ID, func(context.Context) error { return nil })
+	_, err = deliverytest.Deliver(ctx, s, ms[0].ID, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.NoError(t, s.Finish(ctx, []notify.OutboxKey{ms[0].Key()}, "w", ""))
 	later := create(t, ctx, s, 2)
@@ -346,7 +347,7 @@ func recordHistory(t *testing.T, ctx context.Context, h Harness) settledRecord {
 	sent, failed := create(t, ctx, s, 1), create(t, ctx, s, 2)
 	evs := relayAll(t, ctx, h)
 	require.Len(t, evs, 2)
-	out, err := store.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error { return nil })
+	out, err := deliverytest.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	c := claimCopy(t, ctx, s, evs[1].ID, 0, failed.ID, lease)
@@ -355,7 +356,7 @@ func recordHistory(t *testing.T, ctx context.Context, h Harness) settledRecord {
 	require.True(t, record1(t, ctx, s, c, notify.AttemptDead, "550 no such user"))
 
 	var r settledRecord
-	r.Duplicate, err = store.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error {
+	r.Duplicate, err = deliverytest.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error {
 		t.Error("a duplicate was sent")
 		return nil
 	})
@@ -439,7 +440,7 @@ func SettleWakes(t *testing.T, s store.Store) bool {
 		return ids(evs), nil
 	})
 	require.NoError(t, err)
-	out, err := store.Deliver(ctx, s, msg, n.ID, func(context.Context) error { return nil })
+	out, err := deliverytest.Deliver(ctx, s, msg, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	select {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // Harness is one engine's store under test, with what the suite needs to
@@ -689,7 +690,7 @@ func testDeliverOnce(t *testing.T, ctx context.Context, h Harness) {
 	var sends atomic.Int32
 	send := func(context.Context) error { sends.Add(1); return nil }
 
-	out, err := store.Deliver(ctx, s, msg, n.ID, send)
+	out, err := deliverytest.Deliver(ctx, s, msg, n.ID, send)
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.EqualValues(t, 1, sends.Load())
@@ -702,7 +703,7 @@ func testDeliverOnce(t *testing.T, ctx context.Context, h Harness) {
 	require.False(t, got.UpdatedAt.Before(got.CreatedAt))
 	require.Equal(t, 1, h.Count(t, "processed_messages"))
 
-	out, err = store.Deliver(ctx, s, msg, n.ID, send)
+	out, err = deliverytest.Deliver(ctx, s, msg, n.ID, send)
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeDuplicate, out)
 	require.EqualValues(t, 1, sends.Load(), "a duplicate must not send")
@@ -718,7 +719,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	const msg = 2002
 	boom := errors.New("451 try later")
 	var sends atomic.Int32
-	_, err := store.Deliver(ctx, s, msg, n.ID, func(context.Context) error { sends.Add(1); return boom })
+	_, err := deliverytest.Deliver(ctx, s, msg, n.ID, func(context.Context) error { sends.Add(1); return boom })
 	require.ErrorIs(t, err, boom, "send's error must be returned as is")
 	require.EqualValues(t, 1, sends.Load())
 	require.Equal(t, 1, h.Count(t, "processed_messages"), "a failed send releases the message id, keeping its retry mark")
@@ -730,7 +731,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	require.Nil(t, got.SentAt)
 
 	// The same message id delivers later, in the retry's copy.
-	out, err := store.DeliverCopy(ctx, s, notify.ClaimRequest{MessageID: msg, NotificationID: n.ID, RetryCount: 1},
+	out, err := deliverytest.DeliverCopy(ctx, s, notify.ClaimRequest{MessageID: msg, NotificationID: n.ID, RetryCount: 1},
 		func(context.Context) error { sends.Add(1); return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
@@ -743,7 +744,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	// A permanent failure comes back as is too, and fails the notification.
 	m := create(t, ctx, s, 2)
 	perm := notify.Permanent(errors.New("550 no such mailbox"))
-	_, err = store.Deliver(ctx, s, msg+1, m.ID, func(context.Context) error { return perm })
+	_, err = deliverytest.Deliver(ctx, s, msg+1, m.ID, func(context.Context) error { return perm })
 	require.ErrorIs(t, err, perm)
 	require.True(t, notify.IsPermanent(err))
 	got, err = s.Get(ctx, m.ID)
@@ -754,13 +755,13 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 func testDeliverAlreadySent(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	out, err := store.Deliver(ctx, s, 1, n.ID, func(context.Context) error { return nil })
+	out, err := deliverytest.Deliver(ctx, s, 1, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 
 	// A redrive or a second event for a sent notification: a new message
 	// id, nothing to do, and the message id is kept as processed.
-	out, err = store.Deliver(ctx, s, 2, n.ID, func(context.Context) error {
+	out, err = deliverytest.Deliver(ctx, s, 2, n.ID, func(context.Context) error {
 		t.Error("send called for a notification already sent")
 		return nil
 	})
@@ -774,7 +775,7 @@ func testDeliverAlreadySent(t *testing.T, ctx context.Context, h Harness) {
 }
 
 func testDeliverMissing(t *testing.T, ctx context.Context, h Harness) {
-	out, err := store.Deliver(ctx, h.Store, 7, 987654, func(context.Context) error {
+	out, err := deliverytest.Deliver(ctx, h.Store, 7, 987654, func(context.Context) error {
 		t.Error("send called for a missing notification")
 		return nil
 	})
@@ -801,7 +802,7 @@ func testDeliverConcurrent(t *testing.T, ctx context.Context, h Harness) {
 		go func() {
 			defer wg.Done()
 			<-start
-			outs[w], errs[w] = store.Deliver(ctx, s, 77, n.ID, func(context.Context) error {
+			outs[w], errs[w] = deliverytest.Deliver(ctx, s, 77, n.ID, func(context.Context) error {
 				sends.Add(1)
 				<-release // the others return while this send is in flight
 				return nil
@@ -846,7 +847,7 @@ func testRecordFailureTransient(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, 2, h.Count(t, "processed_messages"), "a transient failure does not consume the message (its row keeps the retry mark)")
 
 	// The retry delivers; attempts keeps counting.
-	out, err := store.DeliverCopy(ctx, s, notify.ClaimRequest{MessageID: 5, NotificationID: n.ID, RetryCount: 1},
+	out, err := deliverytest.DeliverCopy(ctx, s, notify.ClaimRequest{MessageID: 5, NotificationID: n.ID, RetryCount: 1},
 		func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
@@ -873,11 +874,11 @@ func testRecordFailureDead(t *testing.T, ctx context.Context, h Harness) {
 		t.Error("send called for a dead-lettered notification")
 		return nil
 	}
-	out, err := store.Deliver(ctx, s, 9, n.ID, noSend)
+	out, err := deliverytest.Deliver(ctx, s, 9, n.ID, noSend)
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeDuplicate, out)
 	// Another message for it: not pending, nothing to do.
-	out, err = store.Deliver(ctx, s, 10, n.ID, noSend)
+	out, err = deliverytest.Deliver(ctx, s, 10, n.ID, noSend)
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeDuplicate, out)
 }
@@ -885,7 +886,7 @@ func testRecordFailureDead(t *testing.T, ctx context.Context, h Harness) {
 func testRecordFailureNotPending(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	_, err := store.Deliver(ctx, s, 1, n.ID, func(context.Context) error { return nil })
+	_, err := deliverytest.Deliver(ctx, s, 1, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	// A late failure report (compare-and-set: only a pending notification
 	// changes) leaves a sent notification alone.

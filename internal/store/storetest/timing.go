@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // timingTests are the subtests of issue 34: send_at (scheduled), cancel and
@@ -229,7 +230,7 @@ func testCancelThenClaim(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	_, err = s.Cancel(ctx, n.ID)
 	require.NoError(t, err)
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
+	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	require.Equal(t, notify.ClaimDuplicate, cs[0].Status, "a canceled notification is never claimed")
@@ -251,7 +252,7 @@ func testCancelRacesClaim(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, notify.ClaimTaken, held.Status)
 	_, err := s.Cancel(ctx, n.ID)
 	require.ErrorIs(t, err, notify.ErrSendInProgress)
-	_, err = s.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: held, Outcome: notify.AttemptDeferred, Error: "provider down"}})
+	_, err = deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: held, Outcome: notify.AttemptDeferred, Error: "provider down"}})
 	require.NoError(t, err)
 	c, err := s.Cancel(ctx, n.ID)
 	require.NoError(t, err)
@@ -275,7 +276,7 @@ func testCancelRacesClaim(t *testing.T, ctx context.Context, h Harness) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			cs, claimErr = s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
+			cs, claimErr = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
 		}()
 		go func() {
 			defer wg.Done()
@@ -311,7 +312,7 @@ func testExpiredAtClaim(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := createTimed(t, ctx, s, 1, nil, ptr(time.Now().Add(-time.Second)))
 	msg := allEvents(t, ctx, s)[0].ID
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
+	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimDuplicate, cs[0].Status)
 	got, err := s.Get(ctx, n.ID)
@@ -323,7 +324,7 @@ func testExpiredAtClaim(t *testing.T, ctx context.Context, h Harness) {
 	require.Len(t, evs, 1)
 	require.Equal(t, "expired", evs[0].Status)
 	require.Equal(t, notify.FormatID(n.ID), evs[0].NotificationID)
-	cs, err = s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: 1}}, lease)
+	cs, err = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: 1}}, lease)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimDuplicate, cs[0].Status)
 	_, err = s.Cancel(ctx, n.ID)
@@ -348,7 +349,7 @@ func testExpiredRetryNotSent(t *testing.T, ctx context.Context, h Harness) {
 	for time.Now().Before(expires.Add(10 * time.Millisecond)) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: 1}}, lease)
+	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: 1}}, lease)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimDuplicate, cs[0].Status, "the retry started after expires_at")
 	got, err := s.Get(ctx, n.ID)

@@ -1,4 +1,8 @@
-package store
+// Package deliverytest runs deliveries against a store's bookkeeping
+// (worker.Store's ClaimAndRecord) one at a time, for tests and the
+// conformance suite: the worker groups many deliveries per transaction and
+// has its own retry limit; these helpers claim, send and record one.
+package deliverytest
 
 import (
 	"context"
@@ -8,11 +12,25 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// Deliverer is what Deliver needs of a store: the worker's claims and
-// records.
-type Deliverer interface {
-	ClaimDeliveries(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error)
-	RecordDeliveries(ctx context.Context, results []notify.DeliveryResult) ([]bool, error)
+// Bookkeeper is what the helpers need of a store: the worker's grouped
+// claim and record (worker.Store).
+type Bookkeeper interface {
+	ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error)
+}
+
+// Claim claims every request alone in its transaction (ClaimAndRecord
+// with no results) and returns the answers in request order.
+func Claim(ctx context.Context, s Bookkeeper, reqs []notify.ClaimRequest, lease time.Duration) ([]notify.Claim, error) {
+	cs, _, err := s.ClaimAndRecord(ctx, reqs, lease, nil)
+	return cs, err
+}
+
+// Record records the results of taken claims alone in their transaction
+// (ClaimAndRecord with no claims) and reports, in order, which were
+// applied.
+func Record(ctx context.Context, s Bookkeeper, results []notify.DeliveryResult) ([]bool, error) {
+	_, ok, err := s.ClaimAndRecord(ctx, nil, 0, results)
+	return ok, err
 }
 
 // recordTimeout bounds recording a send that happened, even when ctx ended.
@@ -28,18 +46,16 @@ const deliverLease = 5 * time.Minute
 // OutcomeSent, OutcomeDuplicate (nothing sent), a permanent
 // notify.ErrNotFound for a missing notification, an error when another
 // claim holds the notification, or send's error as is, after recording it.
-// The worker does the same with its own retry limit and groups many
-// deliveries per transaction; Deliver serves tests and benchmarks.
-func Deliver(ctx context.Context, s Deliverer, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error) {
+func Deliver(ctx context.Context, s Bookkeeper, msgID, notificationID int64, send func(context.Context) error) (notify.Outcome, error) {
 	return DeliverCopy(ctx, s, notify.ClaimRequest{MessageID: msgID, NotificationID: notificationID}, send)
 }
 
 // DeliverCopy is Deliver for the delivery req names, with its retry count:
 // a retry's copy (a stale copy, below the count the store expects, is a
 // duplicate).
-func DeliverCopy(ctx context.Context, s Deliverer, req notify.ClaimRequest, send func(context.Context) error) (notify.Outcome, error) {
+func DeliverCopy(ctx context.Context, s Bookkeeper, req notify.ClaimRequest, send func(context.Context) error) (notify.Outcome, error) {
 	msgID, notificationID := req.MessageID, req.NotificationID
-	cs, err := s.ClaimDeliveries(ctx, []notify.ClaimRequest{req}, deliverLease)
+	cs, err := Claim(ctx, s, []notify.ClaimRequest{req}, deliverLease)
 	if err != nil {
 		return "", fmt.Errorf("deliver message %d: %w", msgID, err)
 	}
@@ -68,7 +84,7 @@ func DeliverCopy(ctx context.Context, s Deliverer, req notify.ClaimRequest, send
 	// The send happened: record it even if ctx ended meanwhile.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	if _, err := s.RecordDeliveries(rctx, []notify.DeliveryResult{res}); err != nil {
+	if _, err := Record(rctx, s, []notify.DeliveryResult{res}); err != nil {
 		return "", fmt.Errorf("deliver message %d: %w", msgID, err)
 	}
 	if sendErr != nil {
