@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/webhooktest"
@@ -350,13 +351,14 @@ func TestStatusEventsNotWrittenWithoutADestination(t *testing.T) {
 	c, err := old.Create(ctx, notify.NewNotification{Request: notify.CreateRequest{
 		UserID: "u0", Channel: notify.ChannelEmail, To: "old@example.com", Subject: "s", Body: "b"}})
 	require.NoError(t, err)
-	_, err = old.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err = relay.Batch(ctx, old, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		require.Len(t, evs, 1)
 		out, err := deliverytest.Deliver(ctx, old, evs[0].ID, c.Notification.ID, func(context.Context) error { return nil })
 		require.NoError(t, err)
 		require.Equal(t, notify.OutcomeSent, out)
 		return []int64{evs[0].ID}, nil
 	})
+
 	require.NoError(t, err)
 	require.NoError(t, old.Close())
 	require.Equal(t, []string{"notification.requested processed", "notification.sent unprocessed"}, outboxTypes(t, path))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/smtptest"
@@ -390,7 +391,7 @@ func BenchmarkRelayBatch(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			n, err := s.RelayBatch(b.Context(), 100, nil, confirmAll)
+			n, err := relay.Batch(b.Context(), s, 100, nil, confirmAll)
 			if err != nil || n != 100 {
 				b.Fatalf("relay batch: %d rows, %v", n, err)
 			}

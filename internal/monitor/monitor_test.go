@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 )
 
@@ -292,13 +293,14 @@ func TestBacklogAlertSQLite(t *testing.T) {
 
 	relayed := 0
 	for relayed < 10 {
-		n, err := store.RelayBatch(ctx, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		n, err := relay.Batch(ctx, store, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			ids := make([]int64, len(evs))
 			for i, ev := range evs {
 				ids[i] = ev.ID
 			}
 			return ids, nil
 		})
+
 		require.NoError(t, err)
 		require.NotZero(t, n)
 		relayed += n

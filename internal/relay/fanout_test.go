@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -91,9 +92,13 @@ func TestConfirmAll(t *testing.T) {
 // typedSource records the type selection it was asked for.
 type typedSource struct{ types [][]string }
 
-func (s *typedSource) RelayBatch(_ context.Context, _ int, types []string, _ func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
+func (s *typedSource) LeaseRelay(_ context.Context, _ int, types []string, _ string, _ time.Duration) ([]notify.Event, error) {
 	s.types = append(s.types, types)
-	return 0, nil
+	return nil, nil
+}
+
+func (s *typedSource) SettleRelay(context.Context, []notify.OutboxKey, []notify.OutboxKey, string) error {
+	return nil
 }
 
 func TestRelayPassesTypes(t *testing.T) {

@@ -106,7 +106,7 @@ func (c Config) validate() error {
 
 // Relay publishes outbox rows to the broker.
 type Relay struct {
-	src     Source
+	src     Outbox
 	pub     Publisher
 	waker   Waker
 	cfg     Config
@@ -131,7 +131,7 @@ type metrics struct {
 
 // New returns a Relay that claims from src and publishes with pub. waker may
 // be nil; then the relay only polls.
-func New(src Source, pub Publisher, waker Waker, cfg Config) (*Relay, error) {
+func New(src Outbox, pub Publisher, waker Waker, cfg Config) (*Relay, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -288,12 +288,12 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 }
 
 func (r *Relay) runOnce(ctx context.Context) (batch, error) {
-	// The deadline is also the store's lease on the claimed rows (Source).
+	// The deadline is also the store's lease on the claimed rows (Batch).
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.BatchTimeout)
 	defer cancel()
 	b := batch{limit: r.cfg.Batch + int(min(r.parked.Load(), maxParkedClaim))}
 	var pubErr error
-	n, err := r.src.RelayBatch(ctx, b.limit, r.cfg.Types, func(ctx context.Context, events []notify.Event) ([]int64, error) {
+	n, err := Batch(ctx, r.src, b.limit, r.cfg.Types, func(ctx context.Context, events []notify.Event) ([]int64, error) {
 		events, spans := r.startPublish(ctx, events)
 		confirmed, err := r.pub.Publish(ctx, events)
 		r.endPublish(events, spans, confirmed, err)

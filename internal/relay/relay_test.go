@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -14,23 +15,23 @@ import (
 )
 
 // fakeSource hands out a fixed batch and remembers what was marked; the
-// store conformance suite proves the real RelayBatch. This checks the
-// relay's own logic: what counts as a failure, and the metrics.
+// store conformance suite proves the stores' lease and settlement. This
+// checks the relay's own logic: what counts as a failure, and the
+// metrics.
 type fakeSource struct {
 	batch  []notify.Event
 	marked []int64
 }
 
-func (s *fakeSource) RelayBatch(ctx context.Context, limit int, _ []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
-	if len(s.batch) == 0 {
-		return 0, nil
+func (s *fakeSource) LeaseRelay(context.Context, int, []string, string, time.Duration) ([]notify.Event, error) {
+	return s.batch, nil
+}
+
+func (s *fakeSource) SettleRelay(_ context.Context, mark, _ []notify.OutboxKey, _ string) error {
+	for _, k := range mark {
+		s.marked = append(s.marked, k.ID)
 	}
-	ids, err := publish(ctx, s.batch)
-	s.marked = append(s.marked, ids...)
-	if err != nil {
-		return len(s.batch), err
-	}
-	return len(s.batch), nil
+	return nil
 }
 
 type fakePublisher struct {

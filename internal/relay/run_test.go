@@ -114,6 +114,10 @@ func TestStoreErrorNeverStopsRelay(t *testing.T) {
 
 type failingSource struct{ err error }
 
-func (s failingSource) RelayBatch(context.Context, int, []string, func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
-	return 0, s.err
+func (s failingSource) LeaseRelay(context.Context, int, []string, string, time.Duration) ([]notify.Event, error) {
+	return nil, s.err
+}
+
+func (s failingSource) SettleRelay(context.Context, []notify.OutboxKey, []notify.OutboxKey, string) error {
+	return s.err
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/store/sqlite"
 )
 
-var _ relay.Source = (*sqlite.Store)(nil)
+var _ relay.Outbox = (*sqlite.Store)(nil)
 
 // slowBroker blocks its first publish for hold (a broker that accepts the
 // connection and answers late), then confirms everything; it records every

@@ -176,10 +176,11 @@ func runStatusRigBatch(t *testing.T, batch, n int, pace time.Duration, retry rel
 		require.NoError(t, err)
 	}
 	var requested []notify.Event
-	_, err = s.RelayBatch(ctx, n, []string{notify.EventRequested}, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err = relay.Batch(ctx, s, n, []string{notify.EventRequested}, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		requested = append(requested, evs...)
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	require.Len(t, requested, n)
 

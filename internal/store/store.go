@@ -1,6 +1,6 @@
 // Package store declares the contract both store engines implement,
 // store/postgres and store/sqlite, once. Each component declares the small
-// seam it uses (api.Store, relay.Source, worker.Store, ...); Store is their
+// seam it uses (api.Store, relay.Outbox, worker.Store, ...); Store is their
 // union plus what the commands use directly, so the builder in cmd/herald
 // can hold either engine as one value, and the conformance suite
 // (store/storetest) runs the same subtests on both.
@@ -33,7 +33,7 @@ import (
 type Store interface {
 	api.Store
 	api.Pinger
-	relay.Source
+	relay.Outbox
 	relay.Waker
 	worker.Store
 	worker.DestinationBook

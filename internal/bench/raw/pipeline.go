@@ -8,11 +8,12 @@ import (
 
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 )
 
 // The seams of the pipeline ceiling: the store methods one notification
 // goes through on its way, each declared where herald's own component
-// declares it (api.Store, worker.Store, table.Queue, relay.Source). Both
+// declares it (api.Store, worker.Store, table.Queue, relay.Outbox). Both
 // stores implement all of them.
 type (
 	// Creator is the API's create transaction.
@@ -29,9 +30,7 @@ type (
 		Finish(ctx context.Context, rows []notify.OutboxKey, token, reason string) error
 	}
 	// Relayer is the outbox as the relay uses it.
-	Relayer interface {
-		RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error)
-	}
+	Relayer = relay.Outbox
 	// PipelineStore is a store that serves every step.
 	PipelineStore interface {
 		Creator
@@ -141,11 +140,12 @@ var requestedOnly = []string{notify.EventRequested}
 func relayOne(ctx context.Context, r Relayer) (notify.Message, error) {
 	for range maxEmptyClaims {
 		var msg notify.Message
-		n, err := r.RelayBatch(ctx, 1, requestedOnly, func(_ context.Context, events []notify.Event) ([]int64, error) {
+		n, err := relay.Batch(ctx, r, 1, requestedOnly, func(_ context.Context, events []notify.Event) ([]int64, error) {
 			e := events[0]
 			msg = notify.Message{ID: e.ID, Type: e.Type, Payload: e.Payload, OccurredAt: e.OccurredAt}
 			return []int64{e.ID}, nil
 		})
+
 		if err != nil {
 			return notify.Message{}, fmt.Errorf("raw pipeline: %w", err)
 		}

@@ -33,7 +33,7 @@ func pipelineCase(t *testing.T, s raw.PipelineStore, stats func() notify.OutboxS
 	// Two runs of 40, each after 4 not counted.
 	require.Equal(t, 88, sent())
 	// Each delivery wrote its notification.sent event, for a status relay.
-	statuses, err := s.RelayBatch(t.Context(), 1000, notify.StatusEventTypes, relay.ConfirmAll{}.Publish)
+	statuses, err := relay.Batch(t.Context(), s, 1000, notify.StatusEventTypes, relay.ConfirmAll{}.Publish)
 	require.NoError(t, err)
 	require.Equal(t, 88, statuses)
 	require.Zero(t, stats().Unprocessed)

@@ -3,8 +3,6 @@ package mongo
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -24,13 +22,6 @@ import (
 // candidates by it, and lease events with one change of each document,
 // which sees the events as they are: two claimers never lease the same
 // event.
-
-// markTimeout bounds recording an effect that already happened.
-const markTimeout = 10 * time.Second
-
-// relayLease is how long events stay leased to a batch whose context has no
-// deadline; with one, the lease runs until it, plus markTimeout.
-const relayLease = time.Minute
 
 // order is the order a search takes due documents in.
 type order int
@@ -247,49 +238,38 @@ func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit in
 	return out, nil
 }
 
-// RelayBatch leases up to limit due unprocessed events of the given types
-// (nil: any), the earliest due first (byDue: an event of a notification
-// with a send_at ahead is due then, and neither read nor published
-// before), to this batch; calls publish with them; then marks processed the events publish
-// confirmed, even when publish also failed, and ends the lease of the
-// others. It implements relay.Source.
-func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
-	if limit < 1 {
-		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
-	}
-	if types != nil && len(types) == 0 {
-		return 0, nil
-	}
+// LeaseRelay leases up to limit due unprocessed events of types (nil:
+// any), the earliest due first (byDue: an event of a notification with a
+// send_at ahead is due then, and neither read nor published before), to
+// token for lease, and returns them highest priority first, then in id
+// order. It implements relay.Outbox.
+func (s *Store) LeaseRelay(ctx context.Context, limit int, types []string, token string, lease time.Duration) ([]notify.Event, error) {
 	want := func(typ string) bool { return types == nil || slices.Contains(types, typ) }
-	token := relayToken()
-	evs, err := s.lease(ctx, token, limit, byDue, want, func(t time.Time) time.Time {
-		if deadline, ok := ctx.Deadline(); ok {
-			return deadline.Add(markTimeout)
-		}
-		return t.Add(relayLease)
-	})
+	evs, err := s.lease(ctx, token, limit, byDue, want, func(t time.Time) time.Time { return t.Add(lease) })
 	if err != nil {
 		// Events leased before the failure come back when their lease
 		// ends.
-		return 0, fmt.Errorf("relay batch: %w", err)
-	}
-	if len(evs) == 0 {
-		return 0, nil
+		return nil, err
 	}
 	events := make([]notify.Event, len(evs))
 	for i, e := range evs {
 		events[i] = notify.Event{ID: e.ID, Type: e.Type, Payload: []byte(e.Payload), OccurredAt: e.OccurredAt.UTC(), Traceparent: e.Traceparent, Priority: e.Priority}
 	}
-	confirmed, pubErr := publish(ctx, events)
-	ok := make(map[int64]bool, len(confirmed))
-	for _, id := range confirmed {
-		ok[id] = true
+	return events, nil
+}
+
+// SettleRelay marks the events of mark processed (any lease's confirm
+// counts: the broker has it) and releases the events of release still
+// leased to token, one document write per notification. It implements
+// relay.Outbox.
+func (s *Store) SettleRelay(ctx context.Context, mark, release []notify.OutboxKey, token string) error {
+	ok := make(map[int64]bool, len(mark))
+	for _, k := range mark {
+		ok[k.ID] = true
 	}
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
 	var errs []error
-	for nid, group := range byNotification(evs) {
-		_, _, err := s.change(mctx, nid, func(d *doc) error {
+	for nid, group := range byNotification(append(slices.Clone(mark), release...)) {
+		_, _, err := s.change(ctx, nid, func(d *doc) error {
 			changed := false
 			t := now()
 			for i := range d.Events {
@@ -299,7 +279,6 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 				}
 				switch {
 				case ok[e.ID]:
-					// Any relay's confirm counts: the broker has it.
 					e.ProcessedAt, e.LockedUntil = &t, nil
 					changed = true
 				case e.LockedBy == token:
@@ -316,28 +295,16 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publi
 			errs = append(errs, fmt.Errorf("settle events of notification %d: %w", nid, err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return len(evs), errors.Join(fmt.Errorf("relay batch: %w", err), pubErr)
-	}
-	if pubErr != nil {
-		return len(evs), fmt.Errorf("relay batch: publish: %w", pubErr)
-	}
-	return len(evs), nil
+	return errors.Join(errs...)
 }
 
 // byNotification groups event ids by the notification they belong to.
-func byNotification(evs []eventDoc) map[int64][]int64 {
+func byNotification(keys []notify.OutboxKey) map[int64][]int64 {
 	out := map[int64][]int64{}
-	for _, e := range evs {
-		out[e.ID/eventSpan] = append(out[e.ID/eventSpan], e.ID)
+	for _, k := range keys {
+		out[k.ID/eventSpan] = append(out[k.ID/eventSpan], k.ID)
 	}
 	return out
-}
-
-func relayToken() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return "relay-" + hex.EncodeToString(b)
 }
 
 // OutboxStats counts the backlog, the unprocessed events of the documents
@@ -424,11 +391,7 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 // records them as dead-lettered. It implements table.Queue; the events
 // are found by id (OccurredAt is not needed).
 func (s *Store) Finish(ctx context.Context, rows []notify.OutboxKey, token, reason string) error {
-	evs := make([]eventDoc, len(rows))
-	for i, r := range rows {
-		evs[i].ID = r.ID
-	}
-	for nid, group := range byNotification(evs) {
+	for nid, group := range byNotification(rows) {
 		_, _, err := s.change(ctx, nid, func(d *doc) error {
 			changed := false
 			t := now()

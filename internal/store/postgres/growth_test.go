@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/testenv"
 )
@@ -76,10 +77,11 @@ func deliverAll(t *testing.T, ctx context.Context, s *Store, relayLimit, group, 
 	for delivered < maxDeliveries {
 		var events []notify.Event
 		m.do("relay", func() error {
-			_, err := s.RelayBatch(ctx, min(relayLimit, maxDeliveries-delivered), []string{notify.EventRequested}, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+			_, err := relay.Batch(ctx, s, min(relayLimit, maxDeliveries-delivered), []string{notify.EventRequested}, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 				events = evs
 				return ids(evs), nil
 			})
+
 			return err
 		})
 		if len(events) == 0 {
@@ -114,9 +116,10 @@ func deliverAll(t *testing.T, ctx context.Context, s *Store, relayLimit, group, 
 		// The status events the records wrote, as a status relay takes
 		// them.
 		m.do("status relay", func() error {
-			_, err := s.RelayBatch(ctx, relayLimit, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+			_, err := relay.Batch(ctx, s, relayLimit, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 				return ids(evs), nil
 			})
+
 			return err
 		})
 		m.do("reconcile", func() error {

@@ -3,9 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -168,67 +165,22 @@ SELECT
 		LIMIT $1) AS s)`
 )
 
-// markTimeout bounds recording an effect that already happened (events the
-// broker confirmed, a mail the server accepted). The recording runs even when
-// the caller's context has ended meanwhile: skipping it would repeat the
-// effect.
-const markTimeout = 10 * time.Second
-
-// relayLease is how long rows stay leased to a batch whose context has no
-// deadline; with one, the lease runs until it, plus markTimeout.
-const relayLease = time.Minute
-
-// RelayBatch leases up to limit unprocessed outbox rows of the given types
-// (nil: any) in id order, skipping rows another relay holds, and commits; calls publish with them,
-// holding nothing; then, in a second transaction, marks processed exactly
-// the leased rows whose ids publish returned, even when publish also failed
-// (its error is returned, wrapped), and ends the lease of the others. It
-// returns the number of rows leased; 0 means publish was not called. It
-// implements relay.Source.
-func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
-	if limit < 1 {
-		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
-	}
-	if types != nil && len(types) == 0 {
-		return 0, nil
-	}
-	lease := relayLease
-	if deadline, ok := ctx.Deadline(); ok {
-		lease = time.Until(deadline) + markTimeout
-	}
-	token := relayToken()
+// LeaseRelay leases up to limit due unprocessed outbox rows of types
+// (nil: any) to token for lease, skipping rows another lease holds, in
+// one short transaction, highest priority first, then in id order
+// (leaseRelayEvents). It implements relay.Outbox.
+func (s *Store) LeaseRelay(ctx context.Context, limit int, types []string, token string, lease time.Duration) ([]notify.Event, error) {
 	events, err := s.leaseRelayEvents(ctx, limit, types, token, lease)
 	if err != nil {
-		return 0, wrap("relay batch: claim", err)
+		return nil, wrap("lease outbox rows", err)
 	}
-	if len(events) == 0 {
-		return 0, nil
-	}
+	return events, nil
+}
 
-	confirmed, pubErr := publish(ctx, events)
-	// Only rows of this batch may be marked: an id from elsewhere could
-	// belong to another relay's batch. Each is named with the occurred_at
-	// its lease returned.
-	var mark, release []notify.OutboxKey
-	for _, e := range events {
-		k := notify.OutboxKey{ID: e.ID, OccurredAt: e.OccurredAt}
-		if slices.Contains(confirmed, e.ID) {
-			mark = append(mark, k)
-		} else {
-			release = append(release, k)
-		}
-	}
-	// The broker has the confirmed events: record that even if ctx ended
-	// meanwhile, or they would be published again.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
-	if err := s.settleRelayedRetrying(mctx, mark, release, token); err != nil {
-		return len(events), errors.Join(err, pubErr)
-	}
-	if pubErr != nil {
-		return len(events), fmt.Errorf("relay batch: publish: %w", pubErr)
-	}
-	return len(events), nil
+// SettleRelay marks the confirmed rows processed and releases the others
+// still leased to token (settleRelayed). It implements relay.Outbox.
+func (s *Store) SettleRelay(ctx context.Context, mark, release []notify.OutboxKey, token string) error {
+	return s.settleRelayed(ctx, mark, release, token)
 }
 
 // claimedRows is the condition by which a claim's UPDATE finds again the
@@ -412,39 +364,6 @@ func (s *Store) settleRelayed(ctx context.Context, mark, release []notify.Outbox
 		return wrap("relay batch: mark processed and release unconfirmed", err)
 	}
 	return nil
-}
-
-// settleRelayedRetrying settles a batch as settleRelayed does, and tries
-// again while the store is out of reach, until ctx ends (markTimeout,
-// which the rows' lease covers). The broker already has the confirmed
-// events: a connection dropped or a failover between the publish and the
-// mark would otherwise leave those rows leased for the rest of the lease
-// (a minute) and then have them published again. Both statements can run
-// twice: the mark names rows by key and only sets processed_at, the
-// release touches only rows still under this batch's token.
-func (s *Store) settleRelayedRetrying(ctx context.Context, mark, release []notify.OutboxKey, token string) error {
-	wait := 50 * time.Millisecond
-	for {
-		err := s.settleRelayed(ctx, mark, release, token)
-		if err == nil || !errors.Is(err, notify.ErrUnavailable) {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// relayToken names one relay batch in locked_by.
-func relayToken() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return "relay-" + hex.EncodeToString(b)
 }
 
 // OutboxStats reports the backlog (the due unprocessed rows and how long

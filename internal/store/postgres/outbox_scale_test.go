@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 )
 
 // The outbox study (issue 23, "Past one database"): what retention and
@@ -219,10 +220,11 @@ func (st *study) claims(label string) {
 	var claim, whole []time.Duration
 	for range st.cfg.Calls {
 		start := time.Now()
-		n, err := st.s.RelayBatch(st.ctx, studyRelayBatch, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		n, err := relay.Batch(st.ctx, st.s, studyRelayBatch, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			claim = append(claim, time.Since(start))
 			return nil, nil
 		})
+
 		whole = append(whole, time.Since(start))
 		require.NoError(st.t, err)
 		require.Equal(st.t, studyRelayBatch, n)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/testenv"
 )
 
@@ -165,12 +166,13 @@ func TestUpgradeToPartitionedOutbox(t *testing.T) {
 	// The relay takes the unprocessed row and the one whose lease ran
 	// out, in id order; not the live leases.
 	var relayed []int64
-	n, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		for _, e := range evs {
 			relayed = append(relayed, e.ID)
 		}
 		return relayed, nil
 	})
+
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.Equal(t, []int64{before[1].ID, before[3].ID}, relayed)
@@ -320,10 +322,11 @@ func TestEnsurePartitions(t *testing.T) {
 func relayAll(t *testing.T, s *Store) []notify.Event {
 	t.Helper()
 	var out []notify.Event
-	_, err := s.RelayBatch(t.Context(), 1000, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(t.Context(), s, 1000, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		out = append(out, evs...)
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	return out
 }

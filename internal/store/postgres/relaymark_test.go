@@ -10,11 +10,12 @@ import (
 
 	"github.com/heraldhq/herald/internal/faultproxy"
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 )
 
 // A relay batch whose connections drop between the publish and the mark
 // (a failover, a pooler restart) still marks what the broker confirmed:
-// the rows are processed when RelayBatch returns, not left leased for the
+// the rows are processed when relay.Batch returns, not left leased for the
 // rest of the lease (a minute) and then published again.
 func TestRelayBatchMarksAfterConnectionsDrop(t *testing.T) {
 	t.Parallel()
@@ -36,33 +37,29 @@ func TestRelayBatchMarksAfterConnectionsDrop(t *testing.T) {
 
 	var published []int64
 	cut := make(chan int, 1)
-	n, err := s.RelayBatch(ctx, 10, nil, func(ctx context.Context, events []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 10, nil, func(ctx context.Context, events []notify.Event) ([]int64, error) {
 		for _, e := range events {
 			published = append(published, e.ID)
 		}
-		// The broker confirmed them; then the connection drops while the
-		// mark is on its way: the proxy holds every byte from now on, and
-		// once the mark's first bytes are in its hands (or a new
-		// connection's, if the pool dials for it) it cuts every
-		// connection and lets new ones through (a server killed
-		// mid-statement: the client reads EOF).
+
 		before := p.FromClients()
 		p.Blackhole()
 		go func() {
 			deadline := time.Now().Add(20 * time.Second)
 			for p.FromClients() == before && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond) // polling the proxy's count
+				time.Sleep(5 * time.Millisecond)
 			}
 			held := p.FromClients() > before
 			n := p.Reset()
 			p.Pass()
 			if !held {
-				n = 0 // the mark never reached the proxy: nothing tested
+				n = 0
 			}
 			cut <- n
 		}()
 		return published, nil
 	})
+
 	require.Positive(t, <-cut, "a connection was cut while the mark was in the proxy")
 	require.NoError(t, err, "the mark is tried again on a new connection")
 	require.Equal(t, 5, n)
@@ -72,10 +69,11 @@ func TestRelayBatchMarksAfterConnectionsDrop(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, st.Unprocessed, "every confirmed row marked processed")
 	// Nothing left to publish again.
-	n, err = s.RelayBatch(ctx, 10, nil, func(ctx context.Context, events []notify.Event) ([]int64, error) {
+	n, err = relay.Batch(ctx, s, 10, nil, func(ctx context.Context, events []notify.Event) ([]int64, error) {
 		t.Errorf("published again: %d events", len(events))
 		return nil, nil
 	})
+
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

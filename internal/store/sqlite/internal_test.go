@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
@@ -186,11 +187,12 @@ func TestRelayBatchMarksAfterContextEnds(t *testing.T) {
 		require.NoError(t, err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	n, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		cancel()
 		require.Zero(t, s.write.Stats().InUse, "a write connection is held across publish")
 		return []int64{evs[0].ID}, nil
 	})
+
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	st, err := s.OutboxStats(t.Context())

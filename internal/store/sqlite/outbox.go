@@ -3,9 +3,7 @@ package sqlite
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,76 +56,43 @@ UPDATE outbox SET locked_by = NULL, locked_until = NULL, available_at = min(occu
 WHERE id IN (SELECT value FROM json_each(?1)) AND locked_by = ?2 AND processed_at IS NULL`
 )
 
-// relayLease is how long rows stay leased to a batch whose context has no
-// deadline; with one, the lease runs until it, plus markTimeout.
-const relayLease = time.Minute
-
-// RelayBatch leases up to limit unprocessed outbox rows of the given types
-// (nil: any), in id order, to this batch and commits; calls publish with them, holding no transaction
-// (a broker that hangs must not hold the only writer, which every create
-// needs); then, in a second write transaction, marks processed the rows
-// publish confirmed, even when publish also failed, and ends the lease of
-// the others. It implements relay.Source.
-func (s *Store) RelayBatch(ctx context.Context, limit int, types []string, publish func(context.Context, []notify.Event) ([]int64, error)) (int, error) {
-	if limit < 1 {
-		return 0, fmt.Errorf("relay batch: limit must be at least 1, got %d", limit)
-	}
+// LeaseRelay leases up to limit due unprocessed outbox rows of types
+// (nil: any) to token for lease, in one write transaction it commits,
+// highest priority first, then in id order. It implements relay.Outbox.
+func (s *Store) LeaseRelay(ctx context.Context, limit int, types []string, token string, lease time.Duration) ([]notify.Event, error) {
 	var typeList sql.NullString
 	if types != nil {
-		if len(types) == 0 {
-			return 0, nil
-		}
 		b, err := json.Marshal(types)
 		if err != nil {
-			return 0, fmt.Errorf("relay batch: %w", err)
+			return nil, err
 		}
 		typeList = sql.NullString{String: string(b), Valid: true}
 	}
 	t := now()
-	until := t.Add(relayLease)
-	if deadline, ok := ctx.Deadline(); ok {
-		until = deadline.Add(markTimeout)
-	}
-	token := relayToken()
 	var events []notify.Event
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		events, err = leaseRelayEvents(ctx, tx, token, until, t, limit, typeList)
+		events, err = leaseRelayEvents(ctx, tx, token, t.Add(lease), t, limit, typeList)
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("relay batch: %w", err)
-	}
-	if len(events) == 0 {
-		return 0, nil
-	}
-	confirmed, pubErr := publish(ctx, events)
+	return events, err
+}
 
-	// Only rows of this batch: a confused publisher must not mark rows
-	// nobody published.
-	ok := make(map[int64]bool, len(confirmed))
-	for _, id := range confirmed {
-		ok[id] = true
+// SettleRelay marks the confirmed rows processed and releases the others
+// still leased to token, in one write transaction. It implements
+// relay.Outbox.
+func (s *Store) SettleRelay(ctx context.Context, mark, release []notify.OutboxKey, token string) error {
+	return s.settleRelayed(ctx, outboxIDs(mark), outboxIDs(release), token)
+}
+
+// outboxIDs are the ids of keys (never nil: the statements take a JSON
+// array).
+func outboxIDs(keys []notify.OutboxKey) []int64 {
+	ids := make([]int64, 0, len(keys))
+	for _, k := range keys {
+		ids = append(ids, k.ID)
 	}
-	mark, release := []int64{}, []int64{}
-	for _, e := range events {
-		if ok[e.ID] {
-			mark = append(mark, e.ID)
-		} else {
-			release = append(release, e.ID)
-		}
-	}
-	// The broker has the confirmed events: record that even if ctx ended
-	// meanwhile, or they would be published again.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
-	if err := s.settleRelayed(mctx, mark, release, token); err != nil {
-		return len(events), errors.Join(fmt.Errorf("relay batch: %w", err), pubErr)
-	}
-	if pubErr != nil {
-		return len(events), fmt.Errorf("relay batch: publish: %w", pubErr)
-	}
-	return len(events), nil
+	return ids
 }
 
 // settleRelayed marks the confirmed rows and releases the others, in one
@@ -189,13 +154,6 @@ func leaseRelayEvents(ctx context.Context, tx *sql.Tx, token string, until, at t
 		return cmp.Or(cmp.Compare(a.Priority.Rank(), b.Priority.Rank()), cmp.Compare(a.ID, b.ID))
 	})
 	return events, nil
-}
-
-// relayToken names one relay batch in locked_by.
-func relayToken() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return "relay-" + hex.EncodeToString(b)
 }
 
 // statusTypeList is the status event types as a list of SQL literals, as

@@ -270,11 +270,6 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// markTimeout bounds recording an effect that already happened (events the
-// broker confirmed, a mail the server accepted). The recording runs even when
-// the caller's context ended meanwhile: skipping it would repeat the effect.
-const markTimeout = 10 * time.Second
-
 // classify marks errors that mean the database cannot be used right now
 // (locked beyond the busy timeout, I/O failure, disk full, file gone) with
 // notify.ErrUnavailable, so that callers answer "try later" rather than

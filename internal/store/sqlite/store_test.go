@@ -322,7 +322,7 @@ func TestTwoStoresOneFile(t *testing.T) {
 		require.Equal(t, 1, n, "row %d claimed %d times", id, n)
 	}
 	// Every delivery wrote its status event; a status relay takes them.
-	statuses, err := apiStore.RelayBatch(ctx, 2*total, notify.StatusEventTypes, relay.ConfirmAll{}.Publish)
+	statuses, err := relay.Batch(ctx, apiStore, 2*total, notify.StatusEventTypes, relay.ConfirmAll{}.Publish)
 	require.NoError(t, err)
 	require.Equal(t, total, statuses)
 	st, err := apiStore.OutboxStats(ctx)

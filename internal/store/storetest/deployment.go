@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 )
 
 // The subtests of what the console and GET /status read of the whole
@@ -35,7 +36,7 @@ func testPendingStats(t *testing.T, ctx context.Context, h Harness) {
 	h.Backdate(t, oldest.ID, 2*time.Hour)
 	// The events handed on: the outbox's backlog is empty, the
 	// notifications are still pending.
-	_, err = s.RelayBatch(ctx, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) { return ids(evs), nil })
+	_, err = relay.Batch(ctx, s, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) { return ids(evs), nil })
 	require.NoError(t, err)
 	require.Zero(t, unprocessed(t, ctx, s))
 

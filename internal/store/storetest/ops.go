@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
@@ -254,9 +255,10 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	evs := allEvents(t, ctx, s)
 	require.Len(t, evs, 1)
 	old := evs[0].ID
-	_, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	require.NoError(t, recordFailure(ctx, s, old, n.ID, "421 busy", false))
 	// The retry's copy (retry count 1) is the one dead-lettered.
@@ -397,7 +399,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	noSend := func(context.Context) error { return nil }
 	relayOnly := func(want ...int64) {
 		t.Helper()
-		_, err := s.RelayBatch(ctx, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		_, err := relay.Batch(ctx, s, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			var out []int64
 			for _, e := range evs {
 				for _, w := range want {
@@ -408,6 +410,7 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 			}
 			return out, nil
 		})
+
 		require.NoError(t, err)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 )
 
 // preferenceTests are the subtests of categories and preferences (issue
@@ -197,7 +198,7 @@ func testUnsubscribeStored(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, nn.Request.Unsubscribe, got.Unsubscribe)
 	var payloads []notify.Requested
-	_, err = s.RelayBatch(ctx, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err = relay.Batch(ctx, s, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		for _, e := range evs {
 			var r notify.Requested
 			require.NoError(t, json.Unmarshal(e.Payload, &r))
@@ -205,6 +206,7 @@ func testUnsubscribeStored(t *testing.T, ctx context.Context, h Harness) {
 		}
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	require.Len(t, payloads, 1)
 	require.Equal(t, nn.Request.Unsubscribe, payloads[0].Unsubscribe)

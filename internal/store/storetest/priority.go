@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store"
 )
 
@@ -140,7 +141,7 @@ func testPriorityRelayOrder(t *testing.T, ctx context.Context, h Harness) {
 		var got [][]int64
 		for _, limit := range []int{4, 100} {
 			var batch []int64
-			_, err := s.RelayBatch(ctx, limit, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+			_, err := relay.Batch(ctx, s, limit, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 				for _, e := range evs {
 					if e.Type != notify.EventRequested {
 						continue
@@ -151,6 +152,7 @@ func testPriorityRelayOrder(t *testing.T, ctx context.Context, h Harness) {
 				}
 				return ids(evs), nil
 			})
+
 			require.NoError(t, err)
 			got = append(got, batch)
 		}

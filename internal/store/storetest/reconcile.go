@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
@@ -18,10 +19,11 @@ import (
 func relayAll(t *testing.T, ctx context.Context, h Harness) []notify.Event {
 	t.Helper()
 	var relayed []notify.Event
-	_, err := h.Store.RelayBatch(ctx, 1000, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(ctx, h.Store, 1000, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		relayed = append(relayed, evs...)
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	return relayed
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 )
 
 // testRelayBatchHoldsNothing: while a batch publishes (a broker that takes
@@ -24,11 +25,12 @@ func testRelayBatchHoldsNothing(t *testing.T, ctx context.Context, h Harness) {
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		_, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			inside <- ids(evs)
 			<-release
 			return ids(evs), nil
 		})
+
 		done <- err
 	}()
 	var held []int64
@@ -53,10 +55,11 @@ func testRelayBatchHoldsNothing(t *testing.T, ctx context.Context, h Harness) {
 	// The other relay gets the new row only; confirming nothing hands it
 	// back at once.
 	var got []int64
-	n, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = ids(evs)
 		return nil, nil
 	})
+
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Len(t, got, 1)
@@ -96,11 +99,12 @@ func testRelayBatchLeaseExpires(t *testing.T, ctx context.Context, h Harness) {
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.RelayBatch(hungCtx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		_, err := relay.Batch(hungCtx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			inside <- ids(evs)
-			<-release // hung: ignores its context
+			<-release
 			return nil, nil
 		})
+
 		done <- err
 	}()
 	var held []int64
@@ -124,10 +128,11 @@ func testRelayBatchLeaseExpires(t *testing.T, ctx context.Context, h Harness) {
 	)
 	for taken == nil {
 		require.Less(t, time.Since(start), 45*time.Second, "the lease never ran out")
-		_, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		_, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			taken, takenAt = ids(evs), time.Since(start)
 			return ids(evs), nil
 		})
+
 		require.NoError(t, err)
 		time.Sleep(100 * time.Millisecond) // a poll interval, not a synchronisation
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
@@ -37,10 +38,11 @@ func apiTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 func relayStatus(t *testing.T, ctx context.Context, s store.Store) []notify.Event {
 	t.Helper()
 	var got []notify.Event
-	_, err := s.RelayBatch(ctx, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(ctx, s, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = append(got, evs...)
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	for _, e := range got {
 		require.True(t, notify.IsStatusEvent(e.Type), "event %d of type %s relayed as a status event", e.ID, e.Type)
@@ -232,10 +234,11 @@ func testRelayBatchTypes(t *testing.T, ctx context.Context, h Harness) {
 	require.EqualValues(t, 1, stats.UnprocessedStatus, "a request is no status event")
 
 	// An empty selection: nothing, publish not called.
-	n, err := s.RelayBatch(ctx, 10, []string{}, func(context.Context, []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 10, []string{}, func(context.Context, []notify.Event) ([]int64, error) {
 		t.Error("publish called for an empty type selection")
 		return nil, nil
 	})
+
 	require.NoError(t, err)
 	require.Zero(t, n)
 
@@ -248,10 +251,11 @@ func testRelayBatchTypes(t *testing.T, ctx context.Context, h Harness) {
 		return out
 	}
 	var all []notify.Event
-	_, err = s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err = relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		all = evs
-		return nil, nil // confirms none: the rows stay for the next relays
+		return nil, nil
 	})
+
 	require.NoError(t, err)
 	require.Equal(t, []string{notify.EventSent, notify.EventRequested}, types(all))
 
@@ -263,10 +267,11 @@ func testRelayBatchTypes(t *testing.T, ctx context.Context, h Harness) {
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "the requested row is still unprocessed")
 	require.Equal(t, ids(req), ids(allEvents(t, ctx, s)))
 	// A selection with an unknown type takes nothing.
-	n, err = s.RelayBatch(ctx, 10, []string{"notification.unknown"}, func(context.Context, []notify.Event) ([]int64, error) {
+	n, err = relay.Batch(ctx, s, 10, []string{"notification.unknown"}, func(context.Context, []notify.Event) ([]int64, error) {
 		t.Error("publish called for a type no row has")
 		return nil, nil
 	})
+
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
@@ -308,10 +313,11 @@ func testReconcileIgnoresStatusEvents(t *testing.T, ctx context.Context, h Harne
 	ok, err := s.Redrive(ctx, n.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = s.RelayBatch(ctx, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err = relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		require.Len(t, evs, 1)
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "the dead-lettering's status event is unprocessed")
 
@@ -434,11 +440,12 @@ func SettleWakes(t *testing.T, s store.Store) bool {
 		t.Fatal("no wake-up after a create")
 	}
 	var msg int64
-	_, err := s.RelayBatch(ctx, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		require.Len(t, evs, 1)
 		msg = evs[0].ID
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	out, err := deliverytest.Deliver(ctx, s, msg, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)

@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
@@ -187,10 +188,11 @@ var requestedOnly = []string{notify.EventRequested}
 func allEvents(t *testing.T, ctx context.Context, s store.Store) []notify.Event {
 	t.Helper()
 	var got []notify.Event
-	_, err := s.RelayBatch(ctx, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(ctx, s, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = append(got, evs...)
 		return nil, nil
 	})
+
 	require.NoError(t, err)
 	return got
 }
@@ -484,10 +486,11 @@ func testMigrateTwice(t *testing.T, ctx context.Context, h Harness) {
 func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	// An empty outbox: 0 and publish is not called.
-	n, err := s.RelayBatch(ctx, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
 		t.Error("publish called on an empty outbox")
 		return nil, nil
 	})
+
 	require.NoError(t, err)
 	require.Zero(t, n)
 
@@ -496,10 +499,11 @@ func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 		created = append(created, create(t, ctx, s, i))
 	}
 	var got []notify.Event
-	n, err = s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err = relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = evs
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	require.Len(t, got, 3)
@@ -520,10 +524,11 @@ func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Equal(t, 3, h.Count(t, "outbox"))
 
-	n, err = s.RelayBatch(ctx, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
+	n, err = relay.Batch(ctx, s, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
 		t.Error("publish called with every row processed")
 		return nil, nil
 	})
+
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
@@ -539,10 +544,11 @@ func testRelayBatchPartial(t *testing.T, ctx context.Context, h Harness) {
 
 	// limit is honoured, in id order; only the confirmed ids are marked.
 	var got []int64
-	n, err := s.RelayBatch(ctx, 3, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 3, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = ids(evs)
 		return []int64{evs[0].ID, evs[2].ID}, nil
 	})
+
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	require.Equal(t, all[:3], got)
@@ -552,9 +558,10 @@ func testRelayBatchPartial(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, []int64{all[1], all[3], all[4]}, ids(allEvents(t, ctx, s)))
 
 	// An id publish returns that was not in the batch marks nothing.
-	n, err = s.RelayBatch(ctx, 1, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err = relay.Batch(ctx, s, 1, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		return []int64{all[4]}, nil
 	})
+
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, []int64{all[1], all[3], all[4]}, ids(allEvents(t, ctx, s)))
@@ -567,17 +574,18 @@ func testRelayBatchPublishError(t *testing.T, ctx context.Context, h Harness) {
 	}
 	boom := errors.New("broker said no")
 	var all []int64
-	n, err := s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		all = ids(evs)
 		return all[:1], boom
 	})
+
 	require.ErrorIs(t, err, boom)
 	require.Equal(t, 3, n)
 	require.EqualValues(t, 2, unprocessed(t, ctx, s), "the confirmed row is committed despite the error")
 	require.Equal(t, all[1:], ids(allEvents(t, ctx, s)))
 
 	// Nothing confirmed and an error: nothing marked.
-	_, err = s.RelayBatch(ctx, 10, nil, func(context.Context, []notify.Event) ([]int64, error) { return nil, boom })
+	_, err = relay.Batch(ctx, s, 10, nil, func(context.Context, []notify.Event) ([]int64, error) { return nil, boom })
 	require.ErrorIs(t, err, boom)
 	require.EqualValues(t, 2, unprocessed(t, ctx, s))
 }
@@ -608,7 +616,7 @@ func testRelayBatchConcurrent(t *testing.T, ctx context.Context, h Harness) {
 		go func() {
 			defer done.Done()
 			entered := false
-			_, errs[r] = s.RelayBatch(ctx, 2, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+			_, errs[r] = relay.Batch(ctx, s, 2, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 				if !entered {
 					entered = true
 					inside.Done()
@@ -621,6 +629,7 @@ func testRelayBatchConcurrent(t *testing.T, ctx context.Context, h Harness) {
 				got[r] = ids(evs)
 				return got[r], nil
 			})
+
 			if !entered {
 				inside.Done() // never published: do not hold the other back
 			}
@@ -1069,16 +1078,18 @@ func testOutboxStats(t *testing.T, ctx context.Context, h Harness) {
 
 	// Processing the oldest row drops the count; the age is now the
 	// younger row's, and 0 once nothing is left.
-	_, err = s.RelayBatch(ctx, 1, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err = relay.Batch(ctx, s, 1, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	st, err = s.OutboxStats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Unprocessed)
-	_, err = s.RelayBatch(ctx, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err = relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	st, err = s.OutboxStats(ctx)
 	require.NoError(t, err)

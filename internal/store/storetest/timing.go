@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
@@ -31,7 +32,7 @@ var timingTests = []subtest{
 func statusEvents(t *testing.T, ctx context.Context, s store.Store) []notify.StatusEvent {
 	t.Helper()
 	var out []notify.StatusEvent
-	_, err := s.RelayBatch(ctx, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(ctx, s, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		for _, e := range evs {
 			st, err := notify.DecodeStatus(e.Payload)
 			require.NoError(t, err)
@@ -40,6 +41,7 @@ func statusEvents(t *testing.T, ctx context.Context, s store.Store) []notify.Sta
 		}
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	return out
 }
@@ -62,7 +64,7 @@ func ptr(t time.Time) *time.Time { return &t }
 func relayIDs(t *testing.T, ctx context.Context, s store.Store, types []string) []int64 {
 	t.Helper()
 	var out []int64
-	_, err := s.RelayBatch(ctx, 1000, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(ctx, s, 1000, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		for _, e := range evs {
 			if e.Type == notify.EventRequested {
 				_, id, err := notify.Message{ID: e.ID, Type: e.Type, Payload: e.Payload}.Decode()
@@ -72,6 +74,7 @@ func relayIDs(t *testing.T, ctx context.Context, s store.Store, types []string) 
 		}
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	return out
 }
@@ -222,11 +225,12 @@ func testCancelThenClaim(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	var msg int64
-	_, err := s.RelayBatch(ctx, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		require.Len(t, evs, 1)
 		msg = evs[0].ID
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	_, err = s.Cancel(ctx, n.ID)
 	require.NoError(t, err)
@@ -262,10 +266,11 @@ func testCancelRacesClaim(t *testing.T, ctx context.Context, h Harness) {
 	for i := range 20 {
 		n := create(t, ctx, s, i)
 		var msg int64
-		_, err := s.RelayBatch(ctx, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		_, err := relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 			msg = evs[0].ID
 			return ids(evs), nil
 		})
+
 		require.NoError(t, err)
 		var (
 			wg        sync.WaitGroup

@@ -11,7 +11,7 @@ import (
 )
 
 // testTraceparent: the trace context a create is given travels with its
-// outbox event, to the relay (RelayBatch) and to the outbox table's
+// outbox event, to the relay (relay.Batch) and to the outbox table's
 // workers (Claim); an event written without one has none.
 func testTraceparent(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
