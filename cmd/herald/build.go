@@ -30,7 +30,6 @@ import (
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
 	"github.com/heraldhq/herald/internal/sender/webhook"
-	herstore "github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/mongo"
 	"github.com/heraldhq/herald/internal/store/postgres"
@@ -49,10 +48,6 @@ import (
 // sender HERALD_SMTP_URL names, and how the components are put together on
 // them. Every command, herald bench included, gets its parts from build; a
 // wrapper (bench's recorder) wraps built parts through hooks.
-
-// store is everything herald asks of a database: the one contract both
-// engines implement.
-type store = herstore.Store
 
 // mboxPath is where herald serve writes mail when HERALD_SMTP_URL is unset
 // (the embedded default). Every other process needs HERALD_SMTP_URL, which

@@ -13,13 +13,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/mongo"
 	"github.com/heraldhq/herald/internal/store/mongo/mongotest"
 	"github.com/heraldhq/herald/internal/store/storetest"
 )
 
-var _ store.Store = (*mongo.Store)(nil)
+var _ storetest.Store = (*mongo.Store)(nil)
 
 // openMigrated opens a store on a database of its own, migrated.
 func openMigrated(t testing.TB) (*mongo.Store, *mgo.Database) {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/migrate"
 	"github.com/heraldhq/herald/internal/store/storetest"
@@ -22,7 +21,7 @@ import (
 )
 
 // The engine implements the whole store contract.
-var _ store.Store = (*Store)(nil)
+var _ storetest.Store = (*Store)(nil)
 
 // setup returns a migrated Store on a fresh database, closed when the test
 // ends.

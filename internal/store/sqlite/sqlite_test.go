@@ -10,13 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/sqlite"
 	"github.com/heraldhq/herald/internal/store/storetest"
 )
 
 // The engine implements the whole store contract.
-var _ store.Store = (*sqlite.Store)(nil)
+var _ storetest.Store = (*sqlite.Store)(nil)
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness { return harness(t, sqlite.Config{}) })

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
@@ -32,14 +31,14 @@ var deliverTests = []subtest{
 // lease is the lease of claims that must not expire during a subtest.
 const lease = time.Minute
 
-func claim1(t *testing.T, ctx context.Context, s store.Store, msgID, nid int64, lease time.Duration) notify.Claim {
+func claim1(t *testing.T, ctx context.Context, s Store, msgID, nid int64, lease time.Duration) notify.Claim {
 	t.Helper()
 	return claimCopy(t, ctx, s, msgID, 0, nid, lease)
 }
 
 // claimCopy claims the delivery of msgID that carries retryCount: a retry's
 // copy.
-func claimCopy(t *testing.T, ctx context.Context, s store.Store, msgID int64, retryCount int, nid int64, lease time.Duration) notify.Claim {
+func claimCopy(t *testing.T, ctx context.Context, s Store, msgID int64, retryCount int, nid int64, lease time.Duration) notify.Claim {
 	t.Helper()
 	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msgID, NotificationID: nid, RetryCount: retryCount}}, lease)
 	require.NoError(t, err)
@@ -50,7 +49,7 @@ func claimCopy(t *testing.T, ctx context.Context, s store.Store, msgID int64, re
 	return cs[0]
 }
 
-func record1(t *testing.T, ctx context.Context, s store.Store, c notify.Claim, outcome, reason string) bool {
+func record1(t *testing.T, ctx context.Context, s Store, c notify.Claim, outcome, reason string) bool {
 	t.Helper()
 	ok, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: c, Outcome: outcome, Error: reason}})
 	require.NoError(t, err)
@@ -61,13 +60,13 @@ func record1(t *testing.T, ctx context.Context, s store.Store, c notify.Claim, o
 // recordFailure records a failed attempt of msgID as a worker does: a claim,
 // then a retry (or, with dead, a dead) record. A message that cannot be
 // claimed (duplicate, missing) records nothing.
-func recordFailure(ctx context.Context, s store.Store, msgID, nid int64, reason string, dead bool) error {
+func recordFailure(ctx context.Context, s Store, msgID, nid int64, reason string, dead bool) error {
 	return recordCopyFailure(ctx, s, notify.ClaimRequest{MessageID: msgID, NotificationID: nid}, reason, dead)
 }
 
 // recordCopyFailure is recordFailure for the delivery req names, with its
 // retry count.
-func recordCopyFailure(ctx context.Context, s store.Store, req notify.ClaimRequest, reason string, dead bool) error {
+func recordCopyFailure(ctx context.Context, s Store, req notify.ClaimRequest, reason string, dead bool) error {
 	msgID, nid := req.MessageID, req.NotificationID
 	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{req}, lease)
 	if err != nil {
@@ -88,7 +87,7 @@ func recordCopyFailure(ctx context.Context, s store.Store, req notify.ClaimReque
 	return err
 }
 
-func get(t *testing.T, ctx context.Context, s store.Store, id int64) notify.Notification {
+func get(t *testing.T, ctx context.Context, s Store, id int64) notify.Notification {
 	t.Helper()
 	n, err := s.Get(ctx, id)
 	require.NoError(t, err)

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
@@ -28,7 +27,7 @@ var destinationTests = []subtest{
 }
 
 // listDestinations reads every record, a page of 2 at a time.
-func listDestinations(t *testing.T, ctx context.Context, s store.Store) []notify.Destination {
+func listDestinations(t *testing.T, ctx context.Context, s Store) []notify.Destination {
 	t.Helper()
 	var out []notify.Destination
 	f := notify.DestinationFilter{Limit: 2}
@@ -52,7 +51,7 @@ const (
 
 // destination returns key's record as ListDestinations shows it, and
 // whether there is one.
-func destination(t *testing.T, ctx context.Context, s store.Store, key string) (notify.Destination, bool) {
+func destination(t *testing.T, ctx context.Context, s Store, key string) (notify.Destination, bool) {
 	t.Helper()
 	ds := listDestinations(t, ctx, s)
 	for _, d := range ds {

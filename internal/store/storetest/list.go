@@ -11,13 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store"
 )
 
 // The subtests of the listing and of the attempts history.
 
 // createFor creates a notification for user; i makes it distinct.
-func createFor(t *testing.T, ctx context.Context, s store.Store, user string, i int) notify.Notification {
+func createFor(t *testing.T, ctx context.Context, s Store, user string, i int) notify.Notification {
 	t.Helper()
 	r := request(i)
 	r.UserID = user
@@ -41,7 +40,7 @@ func newestFirst(ns []notify.Notification) []int64 {
 // listAll pages through f's listing limit at a time and returns the ids,
 // requiring that every page but the last is full and names where the next
 // one starts.
-func listAll(t *testing.T, ctx context.Context, s store.Store, f notify.ListFilter) []int64 {
+func listAll(t *testing.T, ctx context.Context, s Store, f notify.ListFilter) []int64 {
 	t.Helper()
 	var got []int64
 	for pages := 0; ; pages++ {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
@@ -37,7 +36,7 @@ func boundary(t *testing.T) time.Time {
 
 // deadLetter fails n for good, as a worker does after the last retry, with
 // msgID as the dead message, and returns the stored notification.
-func deadLetter(t *testing.T, ctx context.Context, s store.Store, msgID int64, n notify.Notification, reason string) notify.Notification {
+func deadLetter(t *testing.T, ctx context.Context, s Store, msgID int64, n notify.Notification, reason string) notify.Notification {
 	t.Helper()
 	require.NoError(t, recordFailure(ctx, s, msgID, n.ID, reason, true))
 	got, err := s.Get(ctx, n.ID)
@@ -55,7 +54,7 @@ func notificationIDs(ns []notify.Notification) []int64 {
 	return out
 }
 
-func deadLetterCount(t *testing.T, ctx context.Context, s store.Store) int64 {
+func deadLetterCount(t *testing.T, ctx context.Context, s Store) int64 {
 	t.Helper()
 	st, err := s.OutboxStats(ctx)
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store"
 )
 
 // priorityTests are the subtests of issue 34, point 5 (priority), and of
@@ -23,7 +22,7 @@ var priorityTests = []subtest{
 
 // createPriority creates request(i) with priority p and, when sendAt is
 // not nil, that send_at.
-func createPriority(t *testing.T, ctx context.Context, s store.Store, i int, p notify.Priority, sendAt *time.Time) notify.Notification {
+func createPriority(t *testing.T, ctx context.Context, s Store, i int, p notify.Priority, sendAt *time.Time) notify.Notification {
 	t.Helper()
 	r := request(i)
 	r.Priority, r.SendAt = p, sendAt
@@ -80,7 +79,7 @@ func testPriorityStored(t *testing.T, ctx context.Context, h Harness) {
 // priorityBacklog writes three bulk, then three normal, then three high
 // notifications, due now, and one of each priority scheduled for later,
 // and returns the due ones' ids by priority.
-func priorityBacklog(t *testing.T, ctx context.Context, s store.Store) map[notify.Priority][]int64 {
+func priorityBacklog(t *testing.T, ctx context.Context, s Store) map[notify.Priority][]int64 {
 	t.Helper()
 	later := time.Now().Add(time.Hour)
 	due := map[notify.Priority][]int64{}

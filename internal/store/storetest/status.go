@@ -10,7 +10,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
@@ -35,7 +34,7 @@ func apiTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // relayStatus relays the unprocessed status events, confirming every one,
 // as a status relay does, and returns them in id order.
-func relayStatus(t *testing.T, ctx context.Context, s store.Store) []notify.Event {
+func relayStatus(t *testing.T, ctx context.Context, s Store) []notify.Event {
 	t.Helper()
 	var got []notify.Event
 	_, err := relay.Batch(ctx, s, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
@@ -428,7 +427,7 @@ func testNoStatusEvents(t *testing.T, ctx context.Context, h Harness) {
 // status event. It is for the engines whose every wake-up comes from this
 // process's own commits, at once (SQLite, MongoDB); PostgreSQL's listener
 // also wakes on its own, at times no test controls.
-func SettleWakes(t *testing.T, s store.Store) bool {
+func SettleWakes(t *testing.T, s Store) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()

@@ -29,7 +29,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
@@ -38,7 +37,7 @@ import (
 type Harness struct {
 	// Store is migrated, on a database of its own that no other test uses,
 	// and is closed (and the database removed) by t.Cleanup.
-	Store store.Store
+	Store Store
 	// Count returns the number of rows in a table: "notifications",
 	// "outbox" or "processed_messages". Required.
 	Count func(t testing.TB, table string) int
@@ -161,7 +160,7 @@ func request(i int) notify.CreateRequest {
 	}
 }
 
-func create(t *testing.T, ctx context.Context, s store.Store, i int) notify.Notification {
+func create(t *testing.T, ctx context.Context, s Store, i int) notify.Notification {
 	t.Helper()
 	c, err := s.Create(ctx, notify.NewNotification{Request: request(i)})
 	require.NoError(t, err)
@@ -171,7 +170,7 @@ func create(t *testing.T, ctx context.Context, s store.Store, i int) notify.Noti
 
 // unprocessed counts the unprocessed rows: the backlog (due) and the
 // rows not due (scheduled, waiting out a retry, or leased).
-func unprocessed(t *testing.T, ctx context.Context, s store.Store) int64 {
+func unprocessed(t *testing.T, ctx context.Context, s Store) int64 {
 	t.Helper()
 	st, err := s.OutboxStats(ctx)
 	require.NoError(t, err)
@@ -185,7 +184,7 @@ var requestedOnly = []string{notify.EventRequested}
 // allEvents relays nothing: it returns the unprocessed
 // notification.requested events in id order by claiming them and
 // confirming none.
-func allEvents(t *testing.T, ctx context.Context, s store.Store) []notify.Event {
+func allEvents(t *testing.T, ctx context.Context, s Store) []notify.Event {
 	t.Helper()
 	var got []notify.Event
 	_, err := relay.Batch(ctx, s, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store"
 	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
@@ -29,7 +28,7 @@ var timingTests = []subtest{
 }
 
 // statusEvents relays the status events and returns them.
-func statusEvents(t *testing.T, ctx context.Context, s store.Store) []notify.StatusEvent {
+func statusEvents(t *testing.T, ctx context.Context, s Store) []notify.StatusEvent {
 	t.Helper()
 	var out []notify.StatusEvent
 	_, err := relay.Batch(ctx, s, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
@@ -47,7 +46,7 @@ func statusEvents(t *testing.T, ctx context.Context, s store.Store) []notify.Sta
 }
 
 // createTimed creates request(i) with send_at and expires_at.
-func createTimed(t *testing.T, ctx context.Context, s store.Store, i int, sendAt, expiresAt *time.Time) notify.Notification {
+func createTimed(t *testing.T, ctx context.Context, s Store, i int, sendAt, expiresAt *time.Time) notify.Notification {
 	t.Helper()
 	r := request(i)
 	r.SendAt, r.ExpiresAt = sendAt, expiresAt
@@ -61,7 +60,7 @@ func ptr(t time.Time) *time.Time { return &t }
 
 // relayIDs relays what a relay of types may take now, confirming all of
 // it, and returns the notification ids.
-func relayIDs(t *testing.T, ctx context.Context, s store.Store, types []string) []int64 {
+func relayIDs(t *testing.T, ctx context.Context, s Store, types []string) []int64 {
 	t.Helper()
 	var out []int64
 	_, err := relay.Batch(ctx, s, 1000, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {

@@ -1,13 +1,4 @@
-// Package store declares the contract both store engines implement,
-// store/postgres and store/sqlite, once. Each component declares the small
-// seam it uses (api.Store, relay.Outbox, worker.Store, ...); Store is their
-// union plus what the commands use directly, so the builder in cmd/herald
-// can hold either engine as one value, and the conformance suite
-// (store/storetest) runs the same subtests on both.
-//
-// Only cmd/herald and tests import this package: a component that imported
-// it would depend on every other component's seam.
-package store
+package storetest
 
 import (
 	"context"
@@ -27,9 +18,12 @@ import (
 	"github.com/heraldhq/herald/internal/worker"
 )
 
-// Store is the one contract both engines implement: every component seam a
-// store serves, each declared by the component that uses it, and the
-// migrations.
+// Store is the contract every store engine implements and this suite
+// tests: every component seam a store serves, each declared by the
+// component that uses it, and what the commands use directly. The
+// composition root, cmd/herald, holds an engine as its own union of the
+// same seams (its store type; a test there keeps the two equal), so that
+// no production package sits above the components it unions.
 type Store interface {
 	api.Store
 	api.Pinger
