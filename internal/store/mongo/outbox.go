@@ -245,7 +245,10 @@ func (s *Store) leaseIn(ctx context.Context, ids []int64, token string, limit in
 // order. It implements relay.Outbox.
 func (s *Store) LeaseRelay(ctx context.Context, limit int, types []string, token string, lease time.Duration) ([]notify.Event, error) {
 	want := func(typ string) bool { return types == nil || slices.Contains(types, typ) }
-	evs, err := s.lease(ctx, token, limit, byDue, want, func(t time.Time) time.Time { return t.Add(lease) })
+	// One end for the whole batch, however long the documents take to
+	// lease one by one: the relay's margin runs from the same instant.
+	end := now().Add(lease)
+	evs, err := s.lease(ctx, token, limit, byDue, want, func(time.Time) time.Time { return end })
 	if err != nil {
 		// Events leased before the failure come back when their lease
 		// ends.
