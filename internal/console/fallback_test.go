@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/deliverytest"
 )
 
 // A notification's page shows its fallback list, and links a dead
@@ -32,10 +33,10 @@ func TestDetailShowsFallback(t *testing.T) {
 	}
 	require.Contains(t, page(first.ID), `<dd id="fallback">email, if this one is dead-lettered</dd>`)
 
-	cs, err := st.ClaimDeliveries(ctx, []notify.ClaimRequest{{MessageID: 1, NotificationID: first.ID}}, time.Minute)
+	cs, err := deliverytest.Claim(ctx, st, []notify.ClaimRequest{{MessageID: 1, NotificationID: first.ID}}, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimTaken, cs[0].Status)
-	ok, err := st.RecordDeliveries(ctx, []notify.DeliveryResult{{Claim: cs[0], Outcome: notify.AttemptDead, Error: "400 chat not found"}})
+	ok, err := deliverytest.Record(ctx, st, []notify.DeliveryResult{{Claim: cs[0], Outcome: notify.AttemptDead, Error: "400 chat not found"}})
 	require.NoError(t, err)
 	require.True(t, ok[0])
 	got, err := st.Get(ctx, first.ID)

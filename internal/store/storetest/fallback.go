@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/relay"
 )
 
 // fallbackTests are the subtests of a create's fallback list (issue 35,
@@ -44,7 +45,7 @@ func dead(t *testing.T, ctx context.Context, h Harness, msg int64, n notify.Noti
 func requestedFor(t *testing.T, ctx context.Context, h Harness, id int64) notify.Requested {
 	t.Helper()
 	var got []notify.Requested
-	_, err := h.Store.RelayBatch(ctx, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	_, err := relay.Batch(ctx, h.Store, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		for _, e := range evs {
 			var r notify.Requested
 			require.NoError(t, json.Unmarshal(e.Payload, &r))
@@ -54,6 +55,7 @@ func requestedFor(t *testing.T, ctx context.Context, h Harness, id int64) notify
 		}
 		return ids(evs), nil
 	})
+
 	require.NoError(t, err)
 	require.Len(t, got, 1, "one notification.requested event of notification %d", id)
 	return got[0]
