@@ -302,6 +302,16 @@ func writeNotification(w io.Writer, n notify.Notification) error {
 		row("subject", n.Subject)
 	}
 	row("priority", string(n.Priority.OrDefault()))
+	if n.Category != "" {
+		row("category", n.Category)
+	}
+	if n.Template != "" {
+		locale := n.Locale
+		if locale == "" {
+			locale = "default"
+		}
+		row("template", fmt.Sprintf("%s version %d, locale %s", n.Template, n.TemplateVersion, locale))
+	}
 	row("attempts", strconv.Itoa(n.Attempts))
 	row("last_error", n.LastError)
 	if w := n.Waiting; w != nil {
@@ -455,6 +465,8 @@ func fromClient(n apiclient.Notification) (notify.Notification, error) {
 		SendAt: n.SendAt, ExpiresAt: n.ExpiresAt, CanceledAt: n.CanceledAt, ExpiredAt: n.ExpiredAt,
 		Priority: notify.Priority(n.Priority).OrDefault(),
 		Waiting:  fromClientWaiting(n.Waiting),
+		Category: n.Category, HTML: n.HTML,
+		Template: n.Template, TemplateVersion: n.TemplateVersion, Locale: n.Locale,
 	}, nil
 }
 
