@@ -85,6 +85,8 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request) {
 		out     []notify.BatchResult
 		err     error
 	)
+	// A broadcast names one template a thousand times: it is read once.
+	ctx := withTemplateMemo(r.Context())
 	for try := 0; ; try++ {
 		results = slices.Clone(decoded)
 		valid = valid[:0]
@@ -94,7 +96,7 @@ func (a *API) createBatch(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			nn := bases[i]
-			if e, status := a.resolve(r.Context(), &nn, reqs[i]); e != nil {
+			if e, status := a.resolve(ctx, &nn, reqs[i]); e != nil {
 				if status == http.StatusServiceUnavailable {
 					a.unavailable(w, r, "resolve notification batch", errors.New(e.Message))
 					return
@@ -309,4 +311,47 @@ func (a *API) createBatchTraced(ctx context.Context, nns []notify.NewNotificatio
 
 func traceBatch(n int) trace.SpanStartOption {
 	return trace.WithAttributes(attribute.Int("herald.batch_size", n))
+}
+
+// templateMemo holds the templates one request has read, by name and
+// version pin, so that a batch reads each template once: its items then
+// render the same version, as one create at one instant would.
+type templateMemo struct {
+	m map[templateKey]templateRead
+}
+
+type templateKey struct {
+	name string
+	pin  int
+}
+
+type templateRead struct {
+	tpl notify.Template
+	err error
+}
+
+type templateMemoKey struct{}
+
+// withTemplateMemo returns ctx with an empty memo of templates read.
+func withTemplateMemo(ctx context.Context) context.Context {
+	return context.WithValue(ctx, templateMemoKey{}, &templateMemo{m: map[templateKey]templateRead{}})
+}
+
+// readTemplate reads the template name as of pin from ts, or from the
+// request's memo (withTemplateMemo) when it was read before in the
+// request. A store failure is not remembered.
+func readTemplate(ctx context.Context, ts Templates, name string, pin int) (notify.Template, error) {
+	memo, _ := ctx.Value(templateMemoKey{}).(*templateMemo)
+	if memo == nil {
+		return ts.Template(ctx, name, pin)
+	}
+	k := templateKey{name, pin}
+	if got, ok := memo.m[k]; ok {
+		return got.tpl, got.err
+	}
+	tpl, err := ts.Template(ctx, name, pin)
+	if err == nil || errors.Is(err, notify.ErrNotFound) {
+		memo.m[k] = templateRead{tpl, err}
+	}
+	return tpl, err
 }
