@@ -79,6 +79,14 @@ type Notification struct {
 	Template        string `json:"template,omitempty"`
 	TemplateVersion int    `json:"template_version,omitempty"`
 	Locale          string `json:"locale,omitempty"`
+	// FallbackChannels lists the channels of the create's fallback list
+	// (CreateRequest.Channels) still to come after this one; FallbackOf
+	// is the id of the first notification of its chain (for a hop);
+	// FallbackNext the id of the hop made when this one was
+	// dead-lettered. Each empty when unset.
+	FallbackChannels []string `json:"fallback_channels,omitempty"`
+	FallbackOf       string   `json:"fallback_of,omitempty"`
+	FallbackNext     string   `json:"fallback_next,omitempty"`
 	// Waiting is why a pending notification waits: its destination (or
 	// its channel's provider) is failing or disabled. Only Get fills it;
 	// nil when it waits on nothing.
@@ -138,6 +146,12 @@ type CreateRequest struct {
 	// opted out of it on this channel does not receive it (the create
 	// answers it suppressed), unless the server lists it as required.
 	Category string
+	// Channels, instead of Channel, is a fallback list: channels in
+	// order of preference. The server sends on the first the user's
+	// recipient has an address for and allows, and when that one is
+	// dead-lettered creates the next as a notification of its own
+	// (Notification.FallbackNext). It needs Template and no To.
+	Channels []string
 }
 
 // QuietHours is a daily quiet window on the wall clock of
@@ -177,8 +191,9 @@ func (r CreateRequest) MarshalJSON() ([]byte, error) {
 		Version    int             `json:"template_version,omitempty"`
 		Data       any             `json:"data,omitempty"`
 		Category   string          `json:"category,omitempty"`
+		Channels   []string        `json:"channels,omitempty"`
 	}{r.UserID, r.Channel, r.To, r.Subject, body, r.SendAt, r.ExpiresAt, r.TimeZone, r.QuietHours, r.Urgent, r.Priority,
-		r.Template, r.TemplateVersion, r.Data, r.Category}
+		r.Template, r.TemplateVersion, r.Data, r.Category, r.Channels}
 	return marshal(v)
 }
 

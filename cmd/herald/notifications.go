@@ -312,6 +312,15 @@ func writeNotification(w io.Writer, n notify.Notification) error {
 		}
 		row("template", fmt.Sprintf("%s version %d, locale %s", n.Template, n.TemplateVersion, locale))
 	}
+	if len(n.Fallback) > 0 {
+		row("fallback", strings.Join(notify.HopChannels(n.Fallback), ", ")+"  (the channels still to come if this one is dead-lettered)")
+	}
+	if n.FallbackOf != 0 {
+		row("fallback_of", notify.FormatID(n.FallbackOf))
+	}
+	if n.FallbackNext != 0 {
+		row("fallback_next", notify.FormatID(n.FallbackNext))
+	}
 	row("attempts", strconv.Itoa(n.Attempts))
 	row("last_error", n.LastError)
 	if w := n.Waiting; w != nil {
@@ -467,7 +476,24 @@ func fromClient(n apiclient.Notification) (notify.Notification, error) {
 		Waiting:  fromClientWaiting(n.Waiting),
 		Category: n.Category, HTML: n.HTML,
 		Template: n.Template, TemplateVersion: n.TemplateVersion, Locale: n.Locale,
+		Fallback: hopsOf(n.FallbackChannels), FallbackOf: optionalID(n.FallbackOf), FallbackNext: optionalID(n.FallbackNext),
 	}, nil
+}
+
+// hopsOf is the hops a view's fallback_channels name (only their
+// channels: a view shows no hop's address or content).
+func hopsOf(channels []string) []notify.Hop {
+	var hops []notify.Hop
+	for _, c := range channels {
+		hops = append(hops, notify.Hop{Channel: c})
+	}
+	return hops
+}
+
+// optionalID is the id s names, 0 for "" (or anything not an id).
+func optionalID(s string) int64 {
+	id, _ := notify.ParseID(s)
+	return id
 }
 
 func fromClientWaiting(w *apiclient.Waiting) *notify.Waiting {

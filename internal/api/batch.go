@@ -190,7 +190,11 @@ func (a *API) readBatch(w http.ResponseWriter, r *http.Request) (bases []notify.
 			continue
 		}
 		if reqs[i], e = readItem(&bases[i], item, a.cfg.Channels); e != nil {
-			results[i] = itemError(i, http.StatusBadRequest, *e)
+			status := http.StatusBadRequest
+			if e.Code == "unsupported_in_batch" {
+				status = http.StatusUnprocessableEntity
+			}
+			results[i] = itemError(i, status, *e)
 		}
 	}
 	return bases, reqs, results, nil, 0
@@ -261,6 +265,12 @@ func readItem(nn *notify.NewNotification, raw []byte, channels notify.Channels) 
 	req, e := decodeInto(raw, channels, itemFields, &ib, &cb)
 	if e != nil {
 		return req, e
+	}
+	if len(req.Channels) > 0 {
+		// A fallback list makes hops the batch statements do not write:
+		// a create with channels goes alone.
+		return req, &apiError{Code: "unsupported_in_batch", Field: "channels",
+			Message: "channels (a fallback list) is not supported in a batch: create notifications with channels one by one"}
 	}
 	if ib.IdempotencyKey != nil {
 		if !validKey(*ib.IdempotencyKey) {

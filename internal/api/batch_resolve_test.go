@@ -75,8 +75,10 @@ func TestBatchResolved(t *testing.T) {
 					map[string]any{"user_id": "u-ada", "channel": "email", "template": "welcome", "template_version": 9},
 					item(7, map[string]any{"user_id": "u-bob", "to": nil, "category": "security"}),
 					item(8, map[string]any{"user_id": "u-bob", "category": "bad category"}),
+					map[string]any{"user_id": "u-ada", "channels": []string{"email"}, "template": "welcome", "data": map[string]any{"name": "Ada"}},
 				)))
-				require.Len(t, res, 9)
+				require.Len(t, res, 10)
+				resultError(t, res[9], 422, "unsupported_in_batch", "notifications[9].channels")
 				resultError(t, res[3], 422, "unprocessable", "notifications[3].template")
 				require.Contains(t, res[3]["error"].(map[string]any)["message"], `notifications[3]: unknown template "nope"`)
 				resultError(t, res[4], 422, "unprocessable", "notifications[4].user_id")

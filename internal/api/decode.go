@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -18,7 +20,7 @@ import (
 // keys before it is decoded.
 var requestFields = map[string]bool{"user_id": true, "channel": true, "to": true, "subject": true, "body": true,
 	"send_at": true, "expires_at": true, "time_zone": true, "quiet_hours": true, "urgent": true, "priority": true,
-	"template": true, "template_version": true, "data": true, "category": true}
+	"template": true, "template_version": true, "data": true, "category": true, "channels": true}
 
 // maxEchoLen bounds how much of a client's unknown key is echoed back.
 const maxEchoLen = 64
@@ -66,6 +68,9 @@ type createBody struct {
 	Data            json.RawMessage `json:"data"`
 	// Category is the notification's category (issue 35, point 3).
 	Category *string `json:"category"`
+	// Channels is the fallback list (issue 35, point 5): channels in
+	// order of preference, instead of channel.
+	Channels []string `json:"channels"`
 }
 
 // decodeCreate decodes a create body strictly: valid UTF-8 (encoding/json
@@ -124,6 +129,9 @@ func decodeInto(raw []byte, channels notify.Channels, fields map[string]bool, ta
 			return req, invalidField("category", "must be 1 to 100 letters, digits, '_', '.' or '-', starting with a letter or digit")
 		}
 		req.Category = *cb.Category
+	}
+	if e := cb.decodeChannels(&req, channels); e != nil {
+		return req, e
 	}
 	tb := timingBody{SendAt: cb.SendAt, ExpiresAt: cb.ExpiresAt, TimeZone: cb.TimeZone, QuietHours: cb.QuietHours, Urgent: cb.Urgent}
 	if e := tb.decode(&req); e != nil {
@@ -305,4 +313,36 @@ func hex4(v []byte, i int) (rune, bool) {
 		r = r<<4 | rune(d)
 	}
 	return r, true
+}
+
+// decodeChannels checks a fallback list (channels) and puts it in req:
+// 1 to notify.MaxChannels distinct channels of channels, with no
+// channel or channel its first (the OpenAPI document tells a create's
+// shapes apart by channel); the addresses come from the user's recipient and the content
+// from a template's variant for each channel, so a create with channels
+// names a template and gives no to.
+func (cb *createBody) decodeChannels(req *notify.CreateRequest, channels notify.Channels) *apiError {
+	if cb.Channels == nil {
+		return nil
+	}
+	switch {
+	case len(cb.Channels) == 0 || len(cb.Channels) > notify.MaxChannels:
+		return invalidField("channels", fmt.Sprintf("must list 1 to %d channels", notify.MaxChannels))
+	case cb.Channel != "" && cb.Channel != cb.Channels[0]:
+		return invalidField("channel", "must be absent with channels, or be its first")
+	case cb.To != "":
+		return invalidField("to", "must be absent with channels: each channel's address comes from the recipient")
+	case cb.Template == nil:
+		return invalidField("template", "is required with channels: each channel's content is rendered from the template's variant for it")
+	}
+	for i, ch := range cb.Channels {
+		if _, ok := channels[ch]; !ok {
+			return invalidField("channels", fmt.Sprintf("channels[%d] %s", i, channels.MustBe()))
+		}
+		if slices.Contains(cb.Channels[:i], ch) {
+			return invalidField("channels", fmt.Sprintf("channels[%d] %q is listed twice", i, ch))
+		}
+	}
+	req.Channels = slices.Clone(cb.Channels)
+	return nil
 }

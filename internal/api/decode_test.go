@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/heraldhq/herald/internal/notify"
@@ -39,7 +40,7 @@ func FuzzDecodeCreateRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		back, e := decodeCreate(again, channels)
-		if e != nil || back != req {
+		if e != nil || !reflect.DeepEqual(back, req) {
 			t.Fatalf("accepted %q but its re-encoding %q decodes to %+v, %v", raw, again, back, e)
 		}
 	})

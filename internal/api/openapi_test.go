@@ -577,6 +577,7 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 		{"user_id": "u", "channel": "webhook", "to": "https://example.com/hook", "body": false},
 		{"user_id": "u", "channel": "telegram", "to": "-1001234567890", "body": "text"},
 		{"user_id": "u", "channel": "telegram", "to": "@herald_news", "body": "text"},
+		{"user_id": "u", "channel": "telegram", "channels": []any{"telegram", "email"}, "template": "shipped", "data": map[string]any{}},
 	} {
 		require.NoError(t, req.Validate(ok), "%v", ok)
 	}
@@ -593,6 +594,9 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 		{"user_id": "u", "channel": "telegram", "to": "not a chat", "body": "text"},
 		{"user_id": "u", "channel": "telegram", "to": "@herald", "body": map[string]any{}},
 		{"user_id": "u", "channel": "sms", "to": "+3312345678", "body": "b"},
+		// A fallback list needs a template.
+		{"user_id": "u", "channel": "telegram", "channels": []any{"telegram", "email"}, "body": "text"},
+		{"user_id": "u", "channel": "telegram", "channels": []any{"telegram", "sms"}, "template": "shipped"},
 	} {
 		require.Error(t, req.Validate(bad), "%v", bad)
 	}

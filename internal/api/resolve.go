@@ -145,8 +145,9 @@ func requestDigest(r notify.CreateRequest) string {
 		To, Subject, Body, Template string
 		Version                     int
 		Data                        any
-		Category                    string `json:",omitempty"`
-	}{r.To, r.Subject, r.Body, r.Template, r.TemplateVersion, data, r.Category})
+		Category                    string   `json:",omitempty"`
+		Channels                    []string `json:",omitempty"`
+	}{r.To, r.Subject, r.Body, r.Template, r.TemplateVersion, data, r.Category, r.Channels})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

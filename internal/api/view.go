@@ -33,6 +33,14 @@ type notificationView struct {
 	// Category is the create's category (issue 35, point 3); absent when
 	// it gave none.
 	Category string `json:"category,omitempty"`
+	// FallbackChannels lists the channels of the create's fallback list
+	// still to come after this one (issue 35, point 5); FallbackOf is the
+	// id of the first notification of its chain (for a hop), FallbackNext
+	// the id of the hop made when this one was dead-lettered. Each absent
+	// when unset.
+	FallbackChannels []string `json:"fallback_channels,omitempty"`
+	FallbackOf       string   `json:"fallback_of,omitempty"`
+	FallbackNext     string   `json:"fallback_next,omitempty"`
 }
 
 func newNotificationView(n notify.Notification) notificationView {
@@ -59,6 +67,13 @@ func newNotificationView(n notify.Notification) notificationView {
 	if n.FailedAt != nil {
 		s := formatTime(*n.FailedAt)
 		v.FailedAt = &s
+	}
+	v.FallbackChannels = notify.HopChannels(n.Fallback)
+	if n.FallbackOf != 0 {
+		v.FallbackOf = notify.FormatID(n.FallbackOf)
+	}
+	if n.FallbackNext != 0 {
+		v.FallbackNext = notify.FormatID(n.FallbackNext)
 	}
 	v.SendAt, v.ExpiresAt = formatTimePtr(n.SendAt), formatTimePtr(n.ExpiresAt)
 	v.CanceledAt, v.ExpiredAt = formatTimePtr(n.CanceledAt), formatTimePtr(n.ExpiredAt)

@@ -67,9 +67,9 @@ func (cs Channels) Names() []string {
 	return names
 }
 
-// mustBe says which names a channel must be: `must be "email"`, `must
+// MustBe says which names a channel must be: `must be "email"`, `must
 // be one of "email", "webhook"`.
-func (cs Channels) mustBe() string {
+func (cs Channels) MustBe() string {
 	names := cs.Names()
 	for i, n := range names {
 		names[i] = strconv.Quote(n)

@@ -36,6 +36,8 @@ func (nn NewNotification) Pending(id int64, at time.Time) Notification {
 		Digest:          nn.Digest,
 		Category:        r.Category,
 		Unsubscribe:     r.Unsubscribe,
+		Fallback:        nn.Fallback,
+		FallbackOf:      nn.FallbackOf,
 	}
 }
 
@@ -94,7 +96,8 @@ func (nn NewNotification) Replay(stored Notification) (Created, error) {
 // shared statement that does not know those columns.
 func (nn NewNotification) Plain() bool {
 	r := nn.Request
-	return nn.RecipientRevision == 0 && nn.Digest == "" && r.HTML == "" && r.Template == "" && r.Locale == "" && r.Category == "" && !nn.CheckPreference && r.Unsubscribe == ""
+	return nn.RecipientRevision == 0 && nn.Digest == "" && r.HTML == "" && r.Template == "" && r.Locale == "" && r.Category == "" && !nn.CheckPreference && r.Unsubscribe == "" &&
+		len(nn.Fallback) == 0 && nn.FallbackOf == 0
 }
 
 // RequestedPayload encodes the payload of n's notification.requested

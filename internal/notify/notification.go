@@ -97,6 +97,14 @@ type Notification struct {
 	// Unsubscribe is an email's one-click unsubscribe URL (its
 	// List-Unsubscribe header), rendered at create; "" for none.
 	Unsubscribe string
+	// Fallback holds the hops of its create's fallback list still to
+	// come after it (channels, see Hop); FallbackOf is the id of the
+	// first notification of its chain (0 for that first one or one with
+	// no fallback); FallbackNext is the id of the hop made when it was
+	// dead-lettered (0 until then).
+	Fallback     []Hop
+	FallbackOf   int64
+	FallbackNext int64
 	// RequestID is the id of the API request that created it (X-Request-Id),
 	// set on the notification a create returns and carried by its outbox
 	// event to the delivery's log lines; it is not stored with the
@@ -173,6 +181,13 @@ type NewNotification struct {
 	// and no notification.requested event. The API sets it for a create
 	// with a category that is not required.
 	CheckPreference bool
+	// Fallback lists the later channels of a create's fallback list
+	// (channels), resolved: the store keeps them with the notification
+	// and, in the transaction that dead-letters it, creates the first
+	// (Notification.NextHop). FallbackOf, for a hop, is the id of the
+	// first notification of its chain.
+	Fallback   []Hop
+	FallbackOf int64
 }
 
 // IdempotencyWindow is how long an idempotency key answers with the

@@ -64,6 +64,12 @@ type CreateRequest struct {
 	// the API at create for an email with a category (a client does not
 	// give it); "" for none.
 	Unsubscribe string `json:"-"`
+	// Channels, when set, is the create's fallback list (channels): the
+	// channels in order of preference, of which the API makes the first
+	// the recipient has and allows the notification's Channel and the
+	// later ones its hops (NewNotification.Fallback). Not stored as
+	// such.
+	Channels []string `json:"-"`
 }
 
 // Timed reports whether r has a send_at or an expires_at.
@@ -82,7 +88,7 @@ func (r CreateRequest) Validate(channels Channels) error {
 	}
 	ch, ok := channels[r.Channel]
 	if !ok || ch.Validate == nil {
-		return &FieldError{Field: "channel", Message: channels.mustBe()}
+		return &FieldError{Field: "channel", Message: channels.MustBe()}
 	}
 	if !r.Priority.Valid() {
 		return &FieldError{Field: "priority", Message: "must be one of high, normal, bulk"}

@@ -180,6 +180,9 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 			d.Status, d.SentAt = string(notify.StatusSent), &t
 		case notify.AttemptDead:
 			d.Status, d.FailedAt = string(notify.StatusFailed), &t
+			// Its fallback hop is made after this write (makeHops), and
+			// by the reconciler's pass if this process stops first.
+			d.FallbackDue = d.Fallback != "" && d.FallbackNext == 0
 		}
 		if r.Outcome != notify.AttemptDeferred {
 			d.Attempts++
@@ -220,6 +223,12 @@ func (s *Store) record(ctx context.Context, r notify.DeliveryResult) (bool, erro
 	})
 	if err != nil {
 		return false, fmt.Errorf("record attempt %d of notification %d: %w", c.AttemptID, c.NotificationID, err)
+	}
+	if applied && r.Outcome == notify.AttemptDead {
+		// On failure the dead letter stays recorded with fallback_due,
+		// and the reconciler's next pass makes the hop: the result was
+		// recorded either way.
+		_ = s.makeHops(ctx, c.NotificationID)
 	}
 	if s.statusEvents && applied && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {
 		s.hub.Wake() // a status event was written

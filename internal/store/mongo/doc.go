@@ -101,6 +101,15 @@ type doc struct {
 	// Unsubscribe is an email's one-click unsubscribe URL (point 4);
 	// absent when unset.
 	Unsubscribe string `bson:"unsubscribe_url,omitempty"`
+	// Fallback holds the later hops of a create's fallback list (point
+	// 5, notify.EncodeHops), FallbackOf the first notification of the
+	// chain, FallbackNext the hop made when this one was dead-lettered;
+	// each absent when unset. FallbackDue is set, in the write that
+	// dead-letters it, while its hop is still to be made (see makeHops).
+	Fallback     string `bson:"fallback,omitempty"`
+	FallbackOf   int64  `bson:"fallback_of,omitempty"`
+	FallbackNext int64  `bson:"fallback_next,omitempty"`
+	FallbackDue  bool   `bson:"fallback_due,omitempty"`
 }
 
 // claimDoc is the live claim on a notification.
@@ -254,6 +263,8 @@ func (d *doc) derive() {
 }
 
 func (d *doc) notification() notify.Notification {
+	// A document's fallback is written by encodeHops only: it decodes.
+	hops, _ := notify.DecodeHops(d.Fallback)
 	return notify.Notification{
 		ID: d.ID, UserID: d.UserID, Channel: d.Channel, To: d.To, Subject: d.Subject, Body: d.Body,
 		Status: notify.Status(d.Status), Attempts: d.Attempts, LastError: d.LastError,
@@ -263,6 +274,7 @@ func (d *doc) notification() notify.Notification {
 		Priority: notify.Priority(d.Priority).OrDefault(),
 		HTML:     d.HTML, Template: d.Template, TemplateVersion: d.TemplateVersion, Locale: d.Locale, Digest: d.Digest,
 		Category: d.Category, Unsubscribe: d.Unsubscribe,
+		Fallback: hops, FallbackOf: d.FallbackOf, FallbackNext: d.FallbackNext,
 	}
 }
 

@@ -155,6 +155,16 @@ var migrations = []migration{
 			{Keys: bson.D{{Key: "user_id", Value: 1}}, Options: options.Index().SetName("user_idx")},
 		},
 	}},
+	// Issue 35, point 5: a dead letter whose fallback hop is still to be
+	// made (fallback_due, set in the dead-lettering write), which the
+	// reconciler's pass makes when the worker that wrote it stopped
+	// before it did. Sparse: the field is absent but for those few.
+	{version: 11, name: "fallback_due_idx", indexes: map[string][]mgo.IndexModel{
+		collNotifications: {
+			{Keys: bson.D{{Key: "fallback_due", Value: 1}},
+				Options: options.Index().SetName("fallback_due_idx").SetSparse(true)},
+		},
+	}},
 }
 
 // backfillRank gives every document with an open event (due set) and no

@@ -30,9 +30,21 @@ func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.C
 }
 
 func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
+	return s.createScoped(ctx, nn, "")
+}
+
+// createScoped is create, for a document unique under scope (its
+// idem_scope, "" for none) when scope is given: a document that holds it
+// already is answered (Replayed) and nothing is written.
+func (s *Store) createScoped(ctx context.Context, nn notify.NewNotification, scope string) (notify.Created, error) {
 	// Times are kept to the millisecond: the answer says what a read will.
 	nn.Request.SendAt, nn.Request.ExpiresAt = msPtr(nn.Request.SendAt), msPtr(nn.Request.ExpiresAt)
 	for try := 0; ; try++ {
+		if scope != "" {
+			if c, ok, err := s.scopedHop(ctx, scope); err != nil || ok {
+				return c, err
+			}
+		}
 		if nn.RecipientRevision != 0 {
 			if err := s.checkRevision(ctx, nn.Request.UserID, nn.RecipientRevision); err != nil {
 				return notify.Created{}, err
@@ -54,6 +66,9 @@ func (s *Store) create(ctx context.Context, nn notify.NewNotification) (notify.C
 		d, n, err := newDoc(nn, id, now(), suppressed, s.statusEvents)
 		if err != nil {
 			return notify.Created{}, err
+		}
+		if scope != "" {
+			d.IdemScope = scope
 		}
 		if nn.Fault == notify.FaultAfterOutboxInsert {
 			// The document is built with its event and not written: the
@@ -91,8 +106,13 @@ func newDoc(nn notify.NewNotification, id int64, t time.Time, suppressed, status
 		Status: string(notify.StatusPending), IdempotencyKey: nn.IdempotencyKey, CreatedAt: t, UpdatedAt: t,
 		Destination: nn.Destination, SendAt: r.SendAt, ExpiresAt: r.ExpiresAt,
 		HTML: r.HTML, Template: r.Template, TemplateVersion: r.TemplateVersion, Locale: r.Locale, Digest: nn.Digest,
-		Category: r.Category, Unsubscribe: r.Unsubscribe,
+		Category: r.Category, Unsubscribe: r.Unsubscribe, FallbackOf: nn.FallbackOf,
 	}
+	fallback, err := notify.EncodeHops(nn.Fallback)
+	if err != nil {
+		return doc{}, notify.Notification{}, err
+	}
+	d.Fallback = fallback
 	if p := r.Priority.OrDefault(); p != notify.PriorityNormal {
 		d.Priority = string(p)
 	}
@@ -102,6 +122,8 @@ func newDoc(nn notify.NewNotification, id int64, t time.Time, suppressed, status
 	if suppressed {
 		n = nn.Suppressed(id, t)
 		d.Status = string(notify.StatusSuppressed)
+		// A suppressed hop hands on to the next at once (makeHops).
+		d.FallbackDue = nn.FallbackOf != 0 && len(nn.Fallback) > 0
 		if statusEvents {
 			if err := d.addStatusEvent(t); err != nil {
 				return doc{}, notify.Notification{}, err

@@ -92,6 +92,10 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 // no retry due, untouched for after) a fresh event. See reconcile.Store.
 // The cut-off is this process's clock.
 func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) ([]int64, error) {
+	// First the fallback hops a stopped worker left due (see makeHops).
+	if err := s.resumeFallbacks(ctx, after, limit); err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
 	at := now()
 	cut := at.Add(-after)
 	// Only open notification.requested events count: a status event left

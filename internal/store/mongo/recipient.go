@@ -139,6 +139,7 @@ func (s *Store) EraseRecipient(ctx context.Context, userID string) (notify.Erasu
 		_, _, err := s.change(ctx, x.ID, func(d *doc) error {
 			events, attempts = 0, 0
 			d.To, d.Subject, d.Body, d.HTML, d.LastError = "", "", "", "", ""
+			d.Unsubscribe, d.Fallback, d.FallbackDue = "", "", false
 			for i := range d.History {
 				if d.History[i].Error != "" {
 					d.History[i].Error = ""

@@ -442,7 +442,29 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	if len(msgs) > 0 {
 		b.Queue(claimDeliveries, msgs, nids, lease.Microseconds(), reqRCs, s.statusEvents)
 	}
-	br := s.sendBatch(ctx, b)
+	// A dead-lettered result may have a fallback hop to create, in the
+	// same transaction (fallBack): the batch then runs in an explicit
+	// one, which the hops' statements join before the commit. Dead
+	// letters are rare; every other batch stays one implicit transaction
+	// and one round trip.
+	var tx pgx.Tx
+	var dead []int64
+	for _, r := range results {
+		if r.Outcome == notify.AttemptDead {
+			dead = append(dead, r.Claim.NotificationID)
+		}
+	}
+	var br pgx.BatchResults
+	if len(dead) > 0 {
+		var err error
+		if tx, err = s.begin(ctx); err != nil {
+			return nil, nil, wrap("claim and record deliveries: begin", err)
+		}
+		defer rollback(tx)
+		br = tx.SendBatch(ctx, b)
+	} else {
+		br = s.sendBatch(ctx, b)
+	}
 	fail := func(op string, err error) ([]notify.Claim, []bool, error) {
 		_ = br.Close()
 		return nil, nil, wrap(op, err)
@@ -518,6 +540,21 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	}
 	if err := br.Close(); err != nil {
 		return nil, nil, wrap("claim and record deliveries: commit", err)
+	}
+	if tx != nil {
+		var applied []int64
+		for i, r := range results {
+			if recorded[i] && r.Outcome == notify.AttemptDead {
+				applied = append(applied, r.Claim.NotificationID)
+			}
+		}
+		if err := s.fallBack(ctx, tx, applied); err != nil {
+			return nil, nil, fmt.Errorf("claim and record deliveries: %w", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return nil, nil, wrap("claim and record deliveries: commit", err)
+		}
+		s.announce() // a hop's or a status event was written
 	}
 	for i, r := range results {
 		if s.statusEvents && recorded[i] && (r.Outcome == notify.AttemptSent || r.Outcome == notify.AttemptDead) {

@@ -22,7 +22,8 @@ const (
 	// must not drag 500 bodies out of the table.
 	listColumns = `id, user_id, channel, recipient, subject, '', status, attempts,
 	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at, priority, '', template, template_version, locale, request_digest, category, ''`
+	send_at, expires_at, canceled_at, expired_at, priority, '', template, template_version, locale, request_digest, category, '',
+	'', COALESCE(fallback_of, 0), COALESCE(fallback_next, 0)`
 
 	listSelect   = `SELECT ` + listColumns + ` FROM notifications`
 	listByUser   = `user_id = $%d`

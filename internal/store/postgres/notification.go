@@ -23,8 +23,8 @@ const (
 	// created_at and updated_at.
 	insertNotification = `
 INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, destination, send_at, expires_at, priority,
-	html, template, template_version, locale, request_digest, category, status, unsubscribe_url)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+	html, template, template_version, locale, request_digest, category, status, unsubscribe_url, fallback, fallback_of)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, NULLIF($20, 0))
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id, created_at`
 
@@ -101,7 +101,8 @@ SELECT 1::bigint, id, created_at FROM n`
 
 	notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	COALESCE(last_error, ''), COALESCE(idempotency_key, ''), created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest, category, unsubscribe_url`
+	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest, category, unsubscribe_url,
+	fallback, COALESCE(fallback_of, 0), COALESCE(fallback_next, 0)`
 
 	// selectNotification reads a notification with, while it is pending,
 	// the record of its destination or else of its channel's one provider
@@ -281,8 +282,12 @@ func createInTx(ctx context.Context, tx pgx.Tx, nn notify.NewNotification, statu
 	if suppressed {
 		status = notify.StatusSuppressed
 	}
-	err := tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination, r.SendAt, r.ExpiresAt, int16(r.Priority.Rank()),
-		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest, r.Category, string(status), r.Unsubscribe).
+	fallback, err := notify.EncodeHops(nn.Fallback)
+	if err != nil {
+		return notify.Created{}, err
+	}
+	err = tx.QueryRow(ctx, insertNotification, r.UserID, r.Channel, r.To, r.Subject, r.Body, nn.IdempotencyKey, nn.Destination, r.SendAt, r.ExpiresAt, int16(r.Priority.Rank()),
+		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest, r.Category, string(status), r.Unsubscribe, fallback, nn.FallbackOf).
 		Scan(&id, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRow(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
@@ -367,12 +372,17 @@ func scanNotification(row pgx.Row) (notify.Notification, error) {
 		status           string
 		sentAt, failedAt *time.Time
 		rank             int16
+		fallback         string
 	)
 	err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
 		&n.LastError, &n.IdempotencyKey, &n.CreatedAt, &n.UpdatedAt, &sentAt, &failedAt,
 		&n.SendAt, &n.ExpiresAt, &n.CanceledAt, &n.ExpiredAt, &rank,
-		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest, &n.Category, &n.Unsubscribe)
+		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest, &n.Category, &n.Unsubscribe,
+		&fallback, &n.FallbackOf, &n.FallbackNext)
 	if err != nil {
+		return notify.Notification{}, err
+	}
+	if n.Fallback, err = notify.DecodeHops(fallback); err != nil {
 		return notify.Notification{}, err
 	}
 	n.Priority = notify.PriorityOfRank(int(rank))

@@ -33,7 +33,7 @@ FROM recipients WHERE user_id = $1`
 	deleteRecipient = `DELETE FROM recipients WHERE user_id = $1`
 
 	// The erasure's statements (EraseRecipient).
-	eraseNotifications = `UPDATE notifications SET recipient = '', subject = '', body = '', html = '', last_error = NULL
+	eraseNotifications = `UPDATE notifications SET recipient = '', subject = '', body = '', html = '', unsubscribe_url = '', fallback = '', last_error = NULL
 WHERE user_id = $1 RETURNING id`
 	eraseAttempts = `UPDATE delivery_attempts SET error = NULL
 WHERE notification_id = ANY($1) AND error IS NOT NULL`

@@ -109,6 +109,15 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		if err := recordTx(ctx, q, results, t, s.statusEvents, recorded); err != nil {
 			return fmt.Errorf("record deliveries: %w", err)
 		}
+		var dead []int64
+		for i, r := range results {
+			if recorded[i] && r.Outcome == notify.AttemptDead {
+				dead = append(dead, r.Claim.NotificationID)
+			}
+		}
+		if err := s.fallBack(ctx, tx, dead, t); err != nil {
+			return fmt.Errorf("record deliveries: %w", err)
+		}
 		if err := claimTx(ctx, q, reqs, t, lease, s.statusEvents, claims); err != nil {
 			return fmt.Errorf("claim deliveries: %w", err)
 		}

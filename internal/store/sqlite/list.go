@@ -20,7 +20,8 @@ const (
 	// must not drag 500 bodies out of the file.
 	listColumns = `id, user_id, channel, recipient, subject, '', status, attempts,
 	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at, priority, '', template, template_version, locale, request_digest, category, ''`
+	send_at, expires_at, canceled_at, expired_at, priority, '', template, template_version, locale, request_digest, category, '',
+	'', COALESCE(fallback_of, 0), COALESCE(fallback_next, 0)`
 
 	listSelect   = `SELECT ` + listColumns + ` FROM notifications`
 	listByUser   = `user_id = ?`

@@ -12,15 +12,16 @@ import (
 
 const notificationColumns = `id, user_id, channel, recipient, subject, body, status, attempts,
 	last_error, idempotency_key, created_at, updated_at, sent_at, failed_at,
-	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest, category, unsubscribe_url`
+	send_at, expires_at, canceled_at, expired_at, priority, html, template, template_version, locale, request_digest, category, unsubscribe_url,
+	fallback, COALESCE(fallback_of, 0), COALESCE(fallback_next, 0)`
 
 // The user's idempotency key is the conflict target: a second create with
 // the same user and key inserts nothing and returns no row, and Create then compares the
 // request with the stored one.
 const insertNotification = `
 INSERT INTO notifications (user_id, channel, recipient, subject, body, idempotency_key, created_at, updated_at, destination, send_at, expires_at, priority,
-	html, template, template_version, locale, request_digest, category, status, unsubscribe_url)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	html, template, template_version, locale, request_digest, category, status, unsubscribe_url, fallback, fallback_of)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, 0))
 ON CONFLICT (user_id, idempotency_key) DO NOTHING
 RETURNING id`
 
@@ -84,11 +85,15 @@ func (s *Store) createIn(ctx context.Context, tx *sql.Tx, nn notify.NewNotificat
 	if suppressed {
 		status = notify.StatusSuppressed
 	}
+	fallback, err := notify.EncodeHops(nn.Fallback)
+	if err != nil {
+		return notify.Created{}, err
+	}
 	var id int64
-	err := tx.QueryRowContext(ctx, insertNotification,
+	err = tx.QueryRowContext(ctx, insertNotification,
 		r.UserID, r.Channel, r.To, r.Subject, r.Body, nullString(nn.IdempotencyKey),
 		formatTime(t), formatTime(t), nullString(nn.Destination), nullTime(r.SendAt), nullTime(r.ExpiresAt), r.Priority.Rank(),
-		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest, r.Category, string(status), r.Unsubscribe).Scan(&id)
+		r.HTML, r.Template, r.TemplateVersion, r.Locale, nn.Digest, r.Category, string(status), r.Unsubscribe, fallback, nn.FallbackOf).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		stored, err := scanNotification(tx.QueryRowContext(ctx, selectNotificationByKey, r.UserID, nn.IdempotencyKey))
 		if err != nil {
@@ -195,11 +200,13 @@ func scanNotification(row interface{ Scan(...any) error }) (notify.Notification,
 		canceledAt, expiredAt          sql.NullString
 		createdAt, updatedAt           string
 		rank                           int
+		fallback                       string
 	)
 	if err := row.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &status, &n.Attempts,
 		&lastErr, &key, &createdAt, &updatedAt, &sentAt, &failedAt,
 		&sendAt, &expiresAt, &canceledAt, &expiredAt, &rank,
-		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest, &n.Category, &n.Unsubscribe); err != nil {
+		&n.HTML, &n.Template, &n.TemplateVersion, &n.Locale, &n.Digest, &n.Category, &n.Unsubscribe,
+		&fallback, &n.FallbackOf, &n.FallbackNext); err != nil {
 		return notify.Notification{}, err
 	}
 	n.Priority = notify.PriorityOfRank(rank)
@@ -207,6 +214,9 @@ func scanNotification(row interface{ Scan(...any) error }) (notify.Notification,
 	n.LastError = lastErr.String
 	n.IdempotencyKey = key.String
 	var err error
+	if n.Fallback, err = notify.DecodeHops(fallback); err != nil {
+		return notify.Notification{}, err
+	}
 	if n.CreatedAt, err = parseTime(createdAt); err != nil {
 		return notify.Notification{}, err
 	}

@@ -25,7 +25,7 @@ FROM recipients WHERE user_id = ?`
 
 	deleteRecipient = `DELETE FROM recipients WHERE user_id = ?`
 
-	eraseNotifications = `UPDATE notifications SET recipient = '', subject = '', body = '', html = '', last_error = NULL
+	eraseNotifications = `UPDATE notifications SET recipient = '', subject = '', body = '', html = '', unsubscribe_url = '', fallback = '', last_error = NULL
 WHERE user_id = ? RETURNING id`
 	eraseAttempts = `UPDATE delivery_attempts SET error = NULL
 WHERE notification_id IN (SELECT id FROM notifications WHERE user_id = ?) AND error IS NOT NULL`

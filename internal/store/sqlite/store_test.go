@@ -102,7 +102,7 @@ func TestMigrateSchema(t *testing.T) {
 		"last_error", "idempotency_key", "created_at", "updated_at", "sent_at", "failed_at",
 		"claim_attempt_id", "claimed_until", "retry_due_at", "destination",
 		"send_at", "expires_at", "canceled_at", "expired_at", "priority",
-		"html", "template", "template_version", "locale", "request_digest", "category", "unsubscribe_url"}, columns("notifications"))
+		"html", "template", "template_version", "locale", "request_digest", "category", "unsubscribe_url", "fallback", "fallback_of", "fallback_next"}, columns("notifications"))
 	require.Equal(t, []string{"id", "event_type", "payload", "occurred_at", "processed_at", "attempts",
 		"available_at", "locked_until", "locked_by", "last_error", "traceparent", "priority"}, columns("outbox"))
 	require.Equal(t, []string{"message_id", "processed_at", "lease_until", "attempt_id", "next_retry_count"}, columns("processed_messages"))

@@ -132,7 +132,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"Activity", testActivity},
 		{"OtherChannels", testOtherChannels},
 		{"Traceparent", testTraceparent},
-	}, append(append(append(append(append(append(append(append(deliverTests, staleCopyTests...), statusTests...), destinationTests...), deploymentTests...), deferralTests...), batchTests...), timingTests...), append(append(priorityTests, recipientTests...), preferenceTests...)...)...) {
+	}, append(append(append(append(append(append(append(append(deliverTests, staleCopyTests...), statusTests...), destinationTests...), deploymentTests...), deferralTests...), batchTests...), timingTests...), append(append(append(priorityTests, recipientTests...), preferenceTests...), fallbackTests...)...)...) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, h := setup(t)
 			tc.fn(t, ctx, h)
