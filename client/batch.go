@@ -16,13 +16,17 @@ const MaxBatch = 1000
 // replayed), or refused alone.
 type BatchResult struct {
 	// StatusCode is the item's status: 201 (created, or replayed), 400,
-	// 409 or 413.
+	// 409, 413 or 422 (a recipient, address or template that does not
+	// exist, a template that does not render).
 	StatusCode int
 	// ID is the notification's id when StatusCode is 201.
 	ID string
 	// Replayed is true when an earlier create with the item's idempotency
 	// key was answered again: nothing new was written.
 	Replayed bool
+	// Suppressed is true when the item's user opted out of its category
+	// on its channel: it is stored suppressed and never sent.
+	Suppressed bool
 	// Err is the item's error when StatusCode is not 201; its Field is a
 	// path into the batch ("notifications[3].to").
 	Err *Error
@@ -59,10 +63,11 @@ func (c *Client) CreateBatch(ctx context.Context, reqs []CreateRequest) ([]Batch
 	}
 	var out struct {
 		Results []struct {
-			Status   int    `json:"status"`
-			ID       string `json:"id"`
-			Replayed bool   `json:"replayed"`
-			Error    *struct {
+			Status     int    `json:"status"`
+			ID         string `json:"id"`
+			Replayed   bool   `json:"replayed"`
+			Suppressed bool   `json:"suppressed"`
+			Error      *struct {
 				Code    string `json:"code"`
 				Message string `json:"message"`
 				Field   string `json:"field"`
@@ -81,7 +86,7 @@ func (c *Client) CreateBatch(ctx context.Context, reqs []CreateRequest) ([]Batch
 	}
 	res := make([]BatchResult, len(reqs))
 	for i, r := range out.Results {
-		res[i] = BatchResult{StatusCode: r.Status, ID: r.ID, Replayed: r.Replayed}
+		res[i] = BatchResult{StatusCode: r.Status, ID: r.ID, Replayed: r.Replayed, Suppressed: r.Suppressed}
 		if r.Error != nil {
 			res[i].Err = &Error{StatusCode: r.Status, Code: r.Error.Code, Message: r.Error.Message, Field: r.Error.Field}
 		}

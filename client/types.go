@@ -69,6 +69,16 @@ type Notification struct {
 	Priority Priority `json:"priority"`
 	// Category is the create's category ("" when it gave none).
 	Category string `json:"category,omitempty"`
+	// HTML is an email's HTML part as sent ("" when it has none). Only
+	// Get fills it.
+	HTML string `json:"html,omitempty"`
+	// Template, TemplateVersion and Locale name the template version and
+	// the locale of the variant the notification was rendered from (""
+	// and 0 for one created with its content; Locale is "" for a
+	// template's default variant too). Only Get fills them.
+	Template        string `json:"template,omitempty"`
+	TemplateVersion int    `json:"template_version,omitempty"`
+	Locale          string `json:"locale,omitempty"`
 	// FallbackChannels lists the channels of the create's fallback list
 	// (CreateRequest.Channels) still to come after this one; FallbackOf
 	// is the id of the first notification of its chain (for a hop);

@@ -76,8 +76,10 @@ func TestServeBatchDeliveredOnce(t *testing.T) {
 	var prev int64
 	for i, r := range reply.Results {
 		if i == bad {
-			require.Equal(t, 400, r.Status)
-			require.Equal(t, fmt.Sprintf("notifications[%d].to", bad), r.Error.Field)
+			// No to and no recipient record to take it from: 422 on
+			// user_id, as a single create answers.
+			require.Equal(t, 422, r.Status)
+			require.Equal(t, fmt.Sprintf("notifications[%d].user_id", bad), r.Error.Field)
 			continue
 		}
 		require.Equal(t, 201, r.Status, "item %d", i)

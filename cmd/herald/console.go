@@ -37,6 +37,10 @@ func (a *app) withConsole(apiHandler http.Handler, hosts []string) (http.Handler
 		Templates:    a.st,
 		AllowedHosts: hosts,
 		Registerer:   a.reg,
+		Recipients:   a.st,
+		// As the API's: the page refuses the opt-outs PUT
+		// /recipients/{user_id}/preferences refuses.
+		RequiredCategories: commaList(a.cfg.RequiredCategories),
 	})
 	if err != nil {
 		return nil, err

@@ -82,7 +82,7 @@ func commands() []command {
 		{"dlq", "dlq list | show | redrive: dead letters", cmdDLQ},
 		{"destinations", "destinations list | enable: failing and disabled destinations", cmdDestinations},
 		{"notifications", "notifications list | show: notifications, newest first; one with its attempts", cmdNotifications},
-		{"recipients", "recipients put | get | delete | erase: where users are reached; erasure requests", cmdRecipients},
+		{"recipients", "recipients put | get | delete | erase | preferences: where users are reached and what they opted out of; erasure requests", cmdRecipients},
 		{"templates", "templates put | get | preview: versioned content per channel and locale", cmdTemplates},
 		{"bench", "load and measure the configured stack against its raw limits", cmdBench},
 		{"version", "version, commit and Go version", cmdVersion},

@@ -302,6 +302,16 @@ func writeNotification(w io.Writer, n notify.Notification) error {
 		row("subject", n.Subject)
 	}
 	row("priority", string(n.Priority.OrDefault()))
+	if n.Category != "" {
+		row("category", n.Category)
+	}
+	if n.Template != "" {
+		locale := n.Locale
+		if locale == "" {
+			locale = "default"
+		}
+		row("template", fmt.Sprintf("%s version %d, locale %s", n.Template, n.TemplateVersion, locale))
+	}
 	if len(n.Fallback) > 0 {
 		row("fallback", strings.Join(notify.HopChannels(n.Fallback), ", ")+"  (the channels still to come if this one is dead-lettered)")
 	}
@@ -464,6 +474,8 @@ func fromClient(n apiclient.Notification) (notify.Notification, error) {
 		SendAt: n.SendAt, ExpiresAt: n.ExpiresAt, CanceledAt: n.CanceledAt, ExpiredAt: n.ExpiredAt,
 		Priority: notify.Priority(n.Priority).OrDefault(),
 		Waiting:  fromClientWaiting(n.Waiting),
+		Category: n.Category, HTML: n.HTML,
+		Template: n.Template, TemplateVersion: n.TemplateVersion, Locale: n.Locale,
 		Fallback: hopsOf(n.FallbackChannels), FallbackOf: optionalID(n.FallbackOf), FallbackNext: optionalID(n.FallbackNext),
 	}, nil
 }

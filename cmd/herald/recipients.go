@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	apiclient "github.com/heraldhq/herald/client"
@@ -19,8 +20,9 @@ import (
 // database, as migrate does.
 
 func cmdRecipients(ctx context.Context, args []string, e env) error {
-	return subcommands(ctx, args, e, "Usage: herald recipients put USER_ID [--email A] [--telegram-chat-id C] [--webhook-url U] [--locale L] [--time-zone Z]\n       herald recipients get USER_ID\n       herald recipients delete USER_ID\n       herald recipients erase USER_ID\n\nRun 'herald recipients SUBCOMMAND --help' for its flags.",
-		map[string]func(context.Context, []string, env) error{"put": cmdRecipientsPut, "get": cmdRecipientsGet, "delete": cmdRecipientsDelete, "erase": cmdRecipientsErase})
+	return subcommands(ctx, args, e, "Usage: herald recipients put USER_ID [--email A] [--telegram-chat-id C] [--webhook-url U] [--locale L] [--time-zone Z]\n       herald recipients get USER_ID\n       herald recipients delete USER_ID\n       herald recipients erase USER_ID\n       herald recipients preferences USER_ID [--set CATEGORY.CHANNEL=true|false ...]\n\nRun 'herald recipients SUBCOMMAND --help' for its flags.",
+		map[string]func(context.Context, []string, env) error{"put": cmdRecipientsPut, "get": cmdRecipientsGet, "delete": cmdRecipientsDelete, "erase": cmdRecipientsErase,
+			"preferences": cmdRecipientsPreferences})
 }
 
 func cmdTemplates(ctx context.Context, args []string, e env) error {
@@ -115,6 +117,75 @@ func cmdRecipientsDelete(ctx context.Context, args []string, e env) error {
 	}
 	fmt.Fprintf(e.stdout, "deleted recipient %s\n", id)
 	return nil
+}
+
+// preferencesHelp says what the preferences command changes, and how.
+const preferencesHelp = `Prints a user's preferences as GET /recipients/{user_id}/preferences answers them: herald recipients preferences USER_ID. With --set (repeatable) it changes those it names and keeps the others: herald recipients preferences 42 --set news.email=false --set digest.telegram=true. CATEGORY.CHANNEL splits at the last dot (a category may hold dots, a channel does not); false opts the user out, true opts back in. The changes are one PUT /recipients/{user_id}/preferences of the preferences as read with the changes applied: an opt-out of a required category or an unknown channel is refused and nothing is changed. The API replaces a user's preferences as a whole: a preference someone else changes between this command's read and its PUT (a one-click unsubscribe in that instant) is overwritten; the console's Recipients page changes one preference alone.`
+
+// preferenceSet is one --set of herald recipients preferences.
+type preferenceSet struct {
+	category, channel string
+	allowed           bool
+}
+
+// parsePreferenceSet reads CATEGORY.CHANNEL=true|false.
+func parsePreferenceSet(v string) (preferenceSet, error) {
+	key, val, ok := strings.Cut(v, "=")
+	dot := strings.LastIndexByte(key, '.')
+	if !ok || dot <= 0 || dot == len(key)-1 {
+		return preferenceSet{}, fmt.Errorf("%q is not CATEGORY.CHANNEL=true|false", v)
+	}
+	allowed, err := strconv.ParseBool(val)
+	if err != nil {
+		return preferenceSet{}, fmt.Errorf("%q: %q is not true or false", v, val)
+	}
+	return preferenceSet{category: key[:dot], channel: key[dot+1:], allowed: allowed}, nil
+}
+
+func cmdRecipientsPreferences(ctx context.Context, args []string, e env) error {
+	var sets []preferenceSet
+	cfg, rest, err := parseConfig("recipients preferences", preferencesHelp, args, e, func(fs *flag.FlagSet) {
+		fs.Func("set", "CATEGORY.CHANNEL=true|false: opt the user back in to (true) or out of (false) a category on a channel; repeatable", func(v string) error {
+			s, err := parsePreferenceSet(v)
+			if err == nil {
+				sets = append(sets, s)
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return err
+	}
+	id, err := oneArg("recipients preferences", "user id", rest)
+	if err != nil {
+		return err
+	}
+	c, err := apiOf(cfg)
+	if err != nil {
+		return err
+	}
+	p, err := c.Preferences(ctx, id)
+	if err != nil {
+		return explainUnauthorized(err, tokenGiven(e, args))
+	}
+	if len(sets) == 0 {
+		return printJSON(e.stdout, p)
+	}
+	cats := p.Categories
+	if cats == nil {
+		cats = map[string]map[string]bool{}
+	}
+	for _, s := range sets {
+		if cats[s.category] == nil {
+			cats[s.category] = map[string]bool{}
+		}
+		cats[s.category][s.channel] = s.allowed
+	}
+	out, err := c.PutPreferences(ctx, id, cats)
+	if err != nil {
+		return explainUnauthorized(err, tokenGiven(e, args))
+	}
+	return printJSON(e.stdout, out)
 }
 
 // eraseHelp says exactly what an erasure clears.

@@ -197,7 +197,13 @@ func TestCreateAndGet(t *testing.T) {
 	require.Contains(t, got.json, "waiting", "GET tells why it waits")
 	require.Nil(t, got.json["waiting"], "its destination is up")
 	delete(got.json, "waiting")
-	require.Equal(t, r.json, got.json, "GET answers the shape POST answered, the body and why it waits")
+	for _, k := range []string{"html", "template", "template_version", "locale"} {
+		require.Contains(t, got.json, k, "GET shows %s", k)
+		require.Nil(t, got.json[k], "%s of a create that gave its content", k)
+		delete(got.json, k)
+	}
+	require.NotContains(t, got.json, "unsubscribe_url")
+	require.Equal(t, r.json, got.json, "GET answers the shape POST answered, the body, what it was rendered from and why it waits")
 
 	n, o := e.rows(t)
 	require.Equal(t, 1, n)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -46,113 +47,149 @@ type itemBody struct {
 }
 
 // batchResult is one item's answer: status 201 with the id (replayed when
-// an earlier create with the item's key is answered again), or an error
-// status with the error, its field a path into the batch
-// ("notifications[3].to").
+// an earlier create with the item's key is answered again; suppressed when
+// its user opted out of its category on its channel), or an error status
+// with the error, its field a path into the batch ("notifications[3].to").
 type batchResult struct {
-	Status   int       `json:"status"`
-	ID       string    `json:"id,omitempty"`
-	Replayed bool      `json:"replayed,omitempty"`
-	Error    *apiError `json:"error,omitempty"`
+	Status     int       `json:"status"`
+	ID         string    `json:"id,omitempty"`
+	Replayed   bool      `json:"replayed,omitempty"`
+	Suppressed bool      `json:"suppressed,omitempty"`
+	Error      *apiError `json:"error,omitempty"`
 }
 
 type batchReply struct {
 	Results []batchResult `json:"results"`
 }
 
-// createBatch handles POST /notifications/batch: every item is decoded and
-// checked as a single create is (decodeInto, checkCreate), the valid ones
-// are written in one store call (Store.CreateBatch: one transaction), and
-// the answer, 207, holds one result per item in the request's order. What
-// is wrong with the request as a whole (its headers, its size, its shape,
-// more items than the limit) answers the one error, and so does a store
-// failure or the debug fault: then nothing was written.
+// createBatch handles POST /notifications/batch: every item is decoded as
+// a single create is (decodeInto), and resolved and checked as a single
+// create is (resolve: the recipient's address, the template, the
+// category's preference check, checkCreate); the valid ones are written in
+// one store call (Store.CreateBatch: one transaction), and the answer, 207,
+// holds one result per item in the request's order. What is wrong with the
+// request as a whole (its headers, its size, its shape, more items than
+// the limit) answers the one error, and so does a store failure or the
+// debug fault: then nothing was written. As for a single create, a
+// recipient that changed between its look-up and the write makes the
+// batch resolve again (maxResolveTries in all): the store wrote nothing.
 func (a *API) createBatch(w http.ResponseWriter, r *http.Request) {
-	nns, results, aerr, status := a.readBatch(w, r)
+	bases, reqs, decoded, aerr, status := a.readBatch(w, r)
 	if aerr != nil {
 		writeError(w, status, *aerr)
 		return
 	}
-	var valid []int
-	for i := range results {
-		if results[i].Status == 0 {
-			valid = append(valid, i)
-		}
-	}
-	if len(valid) > 0 {
-		// As for a single create: validation first, then admission.
-		if !a.admit(w, r) {
-			return
-		}
-		todo := make([]notify.NewNotification, len(valid))
-		for k, i := range valid {
-			todo[k] = nns[i]
-		}
-		out, err := a.createBatchTraced(r.Context(), todo)
-		switch {
-		case err == nil:
-		case errors.Is(err, notify.ErrInjectedFault):
-			a.log.InfoContext(r.Context(), "batch create failed on purpose", "fault", notify.FaultAfterOutboxInsert)
-			writeError(w, http.StatusInternalServerError, apiError{Code: "injected_fault", Message: "the batch failed on purpose (" + headerFault + "); nothing was written"})
-			return
-		default:
-			a.unavailable(w, r, "create notification batch", err)
-			return
-		}
-		for k, i := range valid {
-			res := out[k]
-			if errors.Is(res.Err, notify.ErrConflict) {
-				results[i] = itemError(i, http.StatusConflict, apiError{Code: "idempotency_conflict", Message: "the idempotency key was already used with a different request", Field: fieldIdempotencyKey})
+	var (
+		results []batchResult
+		valid   []int
+		out     []notify.BatchResult
+		err     error
+	)
+	// A broadcast names one template a thousand times: it is read once.
+	ctx := withTemplateMemo(r.Context())
+	for try := 0; ; try++ {
+		results = slices.Clone(decoded)
+		valid = valid[:0]
+		var todo []notify.NewNotification
+		for i := range results {
+			if results[i].Status != 0 {
 				continue
 			}
-			results[i] = batchResult{Status: http.StatusCreated, ID: notify.FormatID(res.Created.Notification.ID), Replayed: res.Created.Replayed}
+			nn := bases[i]
+			if e, status := a.resolve(ctx, &nn, reqs[i]); e != nil {
+				if status == http.StatusServiceUnavailable {
+					a.unavailable(w, r, "resolve notification batch", errors.New(e.Message))
+					return
+				}
+				results[i] = itemError(i, status, *e)
+				continue
+			}
+			valid = append(valid, i)
+			todo = append(todo, nn)
 		}
+		if len(valid) == 0 {
+			break
+		}
+		// As for a single create: validation first, then admission.
+		if try == 0 && !a.admit(w, r) {
+			return
+		}
+		out, err = a.createBatchTraced(r.Context(), todo)
+		if !errors.Is(err, notify.ErrRecipientChanged) || try >= maxResolveTries-1 {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, notify.ErrInjectedFault):
+		a.log.InfoContext(r.Context(), "batch create failed on purpose", "fault", notify.FaultAfterOutboxInsert)
+		writeError(w, http.StatusInternalServerError, apiError{Code: "injected_fault", Message: "the batch failed on purpose (" + headerFault + "); nothing was written"})
+		return
+	case errors.Is(err, notify.ErrRecipientChanged):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusConflict, apiError{Code: "recipient_changed", Message: "a recipient of the batch kept changing during the create; nothing was written; retry"})
+		return
+	default:
+		a.unavailable(w, r, "create notification batch", err)
+		return
+	}
+	for k, i := range valid {
+		res := out[k]
+		if errors.Is(res.Err, notify.ErrConflict) {
+			results[i] = itemError(i, http.StatusConflict, apiError{Code: "idempotency_conflict", Message: "the idempotency key was already used with a different request", Field: fieldIdempotencyKey})
+			continue
+		}
+		n := res.Created.Notification
+		results[i] = batchResult{Status: http.StatusCreated, ID: notify.FormatID(n.ID), Replayed: res.Created.Replayed,
+			Suppressed: n.Status == notify.StatusSuppressed}
 	}
 	a.metrics.countBatch(results)
 	writeJSON(w, http.StatusMultiStatus, batchReply{Results: results})
 }
 
-// readBatch checks a batch request's headers and body, and every item.
-// It returns the items' creates and a result for each: zero (Status 0)
-// for a valid item, its error for another. On a failure of the whole
-// request it returns the error to answer and its status.
-func (a *API) readBatch(w http.ResponseWriter, r *http.Request) ([]notify.NewNotification, []batchResult, *apiError, int) {
+// readBatch checks a batch request's headers and body, and decodes every
+// item. It returns each item's create headers (bases) and request (reqs),
+// and a result for each: zero (Status 0) for an item that decoded, its
+// error for another. On a failure of the whole request it returns the
+// error to answer and its status.
+func (a *API) readBatch(w http.ResponseWriter, r *http.Request) (bases []notify.NewNotification, reqs []notify.CreateRequest, results []batchResult, _ *apiError, _ int) {
 	if e := checkContentType(r.Header.Values("Content-Type")); e != nil {
-		return nil, nil, e, http.StatusUnsupportedMediaType
+		return nil, nil, nil, e, http.StatusUnsupportedMediaType
 	}
 	if _, ok := r.Header[headerIdempotencyKey]; ok {
-		return nil, nil, &apiError{Code: "invalid_header", Message: "a batch takes no Idempotency-Key header: give each item its " + fieldIdempotencyKey, Field: headerIdempotencyKey}, http.StatusBadRequest
+		return nil, nil, nil, &apiError{Code: "invalid_header", Message: "a batch takes no Idempotency-Key header: give each item its " + fieldIdempotencyKey, Field: headerIdempotencyKey}, http.StatusBadRequest
 	}
 	fault, e := a.fault(r.Header)
 	if e != nil {
-		return nil, nil, e, http.StatusBadRequest
+		return nil, nil, nil, e, http.StatusBadRequest
 	}
 	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(a.cfg.MaxBatchBytes, 10) + " bytes: send the notifications in more batches"}
 	if r.ContentLength > a.cfg.MaxBatchBytes {
-		return nil, nil, tooLarge, http.StatusRequestEntityTooLarge
+		return nil, nil, nil, tooLarge, http.StatusRequestEntityTooLarge
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBatchBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, nil, tooLarge, http.StatusRequestEntityTooLarge
+			return nil, nil, nil, tooLarge, http.StatusRequestEntityTooLarge
 		}
-		return nil, nil, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
+		return nil, nil, nil, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
 	}
 	items, e, status := a.decodeBatch(raw)
 	if e != nil {
-		return nil, nil, e, status
+		return nil, nil, nil, e, status
 	}
-	nns := make([]notify.NewNotification, len(items))
-	results := make([]batchResult, len(items))
+	bases = make([]notify.NewNotification, len(items))
+	reqs = make([]notify.CreateRequest, len(items))
+	results = make([]batchResult, len(items))
 	requestID := notify.RequestIDFrom(r.Context())
 	for i, item := range items {
-		nns[i] = notify.NewNotification{RequestID: requestID, Fault: fault}
+		bases[i] = notify.NewNotification{RequestID: requestID, Fault: fault}
 		if int64(len(item)) > a.cfg.MaxBodyBytes {
 			results[i] = itemError(i, http.StatusRequestEntityTooLarge, apiError{Code: "too_large",
 				Message: "the notification is larger than " + strconv.FormatInt(a.cfg.MaxBodyBytes, 10) + " bytes"})
 			continue
 		}
-		if e := a.readItem(&nns[i], item); e != nil {
+		if reqs[i], e = readItem(&bases[i], item, a.cfg.Channels); e != nil {
 			status := http.StatusBadRequest
 			if e.Code == "unsupported_in_batch" {
 				status = http.StatusUnprocessableEntity
@@ -160,7 +197,7 @@ func (a *API) readBatch(w http.ResponseWriter, r *http.Request) ([]notify.NewNot
 			results[i] = itemError(i, status, *e)
 		}
 	}
-	return nns, results, nil, 0
+	return bases, reqs, results, nil, 0
 }
 
 // decodeBatch reads the batch body's shape: one object with exactly the
@@ -220,32 +257,28 @@ func (a *API) decodeBatch(raw []byte) ([]json.RawMessage, *apiError, int) {
 	return items, nil, 0
 }
 
-// readItem decodes and checks one item as a single create's body is
-// (decodeInto, checkCreate), with its idempotency key, into nn.
-func (a *API) readItem(nn *notify.NewNotification, raw []byte) *apiError {
+// readItem decodes one item as a single create's body is (decodeInto),
+// with its idempotency key into nn; createBatch resolves and checks it.
+func readItem(nn *notify.NewNotification, raw []byte, channels notify.Channels) (notify.CreateRequest, *apiError) {
 	var cb createBody
 	ib := itemBody{createBody: &cb}
-	req, e := decodeInto(raw, a.cfg.Channels, itemFields, &ib, &cb)
+	req, e := decodeInto(raw, channels, itemFields, &ib, &cb)
 	if e != nil {
-		return e
+		return req, e
 	}
-	if req.Template != "" {
-		// A batch is written by the store's batch statements, which
-		// take no recipient guard and no rendered parts (yet).
-		return &apiError{Code: "unsupported_in_batch", Field: "template", Message: "template is not supported in a batch yet: create templated notifications one by one"}
-	}
-	if req.Category != "" {
-		// As for templates: the batch statements write no category and
-		// read no preference.
-		return &apiError{Code: "unsupported_in_batch", Field: "category", Message: "category is not supported in a batch yet: create notifications with a category one by one"}
+	if len(req.Channels) > 0 {
+		// A fallback list makes hops the batch statements do not write:
+		// a create with channels goes alone.
+		return req, &apiError{Code: "unsupported_in_batch", Field: "channels",
+			Message: "channels (a fallback list) is not supported in a batch: create notifications with channels one by one"}
 	}
 	if ib.IdempotencyKey != nil {
 		if !validKey(*ib.IdempotencyKey) {
-			return &apiError{Code: "invalid_field", Message: fieldIdempotencyKey + " must be 1 to 255 printable ASCII characters", Field: fieldIdempotencyKey}
+			return req, &apiError{Code: "invalid_field", Message: fieldIdempotencyKey + " must be 1 to 255 printable ASCII characters", Field: fieldIdempotencyKey}
 		}
 		nn.IdempotencyKey = *ib.IdempotencyKey
 	}
-	return a.checkCreate(nn, req)
+	return req, nil
 }
 
 // itemError is the result of item i that failed with e: its field and
@@ -288,4 +321,47 @@ func (a *API) createBatchTraced(ctx context.Context, nns []notify.NewNotificatio
 
 func traceBatch(n int) trace.SpanStartOption {
 	return trace.WithAttributes(attribute.Int("herald.batch_size", n))
+}
+
+// templateMemo holds the templates one request has read, by name and
+// version pin, so that a batch reads each template once: its items then
+// render the same version, as one create at one instant would.
+type templateMemo struct {
+	m map[templateKey]templateRead
+}
+
+type templateKey struct {
+	name string
+	pin  int
+}
+
+type templateRead struct {
+	tpl notify.Template
+	err error
+}
+
+type templateMemoKey struct{}
+
+// withTemplateMemo returns ctx with an empty memo of templates read.
+func withTemplateMemo(ctx context.Context) context.Context {
+	return context.WithValue(ctx, templateMemoKey{}, &templateMemo{m: map[templateKey]templateRead{}})
+}
+
+// readTemplate reads the template name as of pin from ts, or from the
+// request's memo (withTemplateMemo) when it was read before in the
+// request. A store failure is not remembered.
+func readTemplate(ctx context.Context, ts Templates, name string, pin int) (notify.Template, error) {
+	memo, _ := ctx.Value(templateMemoKey{}).(*templateMemo)
+	if memo == nil {
+		return ts.Template(ctx, name, pin)
+	}
+	k := templateKey{name, pin}
+	if got, ok := memo.m[k]; ok {
+		return got.tpl, got.err
+	}
+	tpl, err := ts.Template(ctx, name, pin)
+	if err == nil || errors.Is(err, notify.ErrNotFound) {
+		memo.m[k] = templateRead{tpl, err}
+	}
+	return tpl, err
 }

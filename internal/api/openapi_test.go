@@ -540,9 +540,21 @@ func TestOpenAPISchemasAreStrict(t *testing.T) {
 	detail := func(waiting any) map[string]any {
 		m := with("body", "b")
 		m["waiting"] = waiting
+		m["html"], m["template"], m["template_version"], m["locale"] = nil, nil, nil, nil
 		return m
 	}
 	require.NoError(t, d.Validate(detail(nil)))
+	templated := detail(nil)
+	templated["html"], templated["template"], templated["template_version"], templated["locale"] = "<p>b</p>", "welcome", float64(2), ""
+	require.NoError(t, d.Validate(templated))
+	templated["template_version"] = float64(0)
+	require.Error(t, d.Validate(templated), "versions start at 1")
+	templated = detail(nil)
+	delete(templated, "html")
+	require.Error(t, d.Validate(templated), "html is always there")
+	templated = detail(nil)
+	templated["unsubscribe_url"] = "https://herald.example.com/unsubscribe/x"
+	require.Error(t, d.Validate(templated), "the unsubscribe link is not shown")
 	require.NoError(t, d.Validate(detail(map[string]any{"destination": "email", "state": "failing", "reason": "r", "since": "2026-05-01T12:00:00Z"})))
 	require.Error(t, d.Validate(with("body", "b")), "waiting is always there")
 	require.Error(t, d.Validate(detail(map[string]any{"destination": "email", "state": "up", "reason": "r", "since": "2026-05-01T12:00:00Z"})))

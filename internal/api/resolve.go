@@ -163,7 +163,7 @@ func (a *API) render(ctx context.Context, name string, pin int, channel, locale 
 	if a.cfg.Templates == nil {
 		return fail(unprocessable("template", "this server keeps no templates"), http.StatusUnprocessableEntity)
 	}
-	tpl, err := a.cfg.Templates.Template(ctx, name, pin)
+	tpl, err := readTemplate(ctx, a.cfg.Templates, name, pin)
 	if errors.Is(err, notify.ErrNotFound) {
 		return fail(unprocessable("template", fmt.Sprintf("unknown template %q", name)), http.StatusUnprocessableEntity)
 	}

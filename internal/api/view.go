@@ -93,10 +93,26 @@ func formatTimePtr(t *time.Time) *string {
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // notificationDetail is a notification as GET /notifications/{id} shows it:
-// with its body, and why it waits.
+// with its body, its HTML part and what it was rendered from, and why it
+// waits.
+//
+// The one-click unsubscribe URL stored with an email (its
+// List-Unsubscribe header) is left out on purpose: it opts the user out
+// without a login for a year, a capability meant for the recipient alone,
+// and a read route hands its answers to dashboards, support tools, the
+// console's pages and their logs. An operator who needs a link makes one
+// with POST /recipients/{user_id}/preferences/links, a write.
 type notificationDetail struct {
 	notificationView
 	Body string `json:"body"`
+	// HTML is the email's HTML part; null when it has none.
+	HTML *string `json:"html"`
+	// Template, TemplateVersion and Locale say which template version and
+	// locale variant rendered it; null for a notification created with
+	// its content. Locale is "" for a template's default variant.
+	Template        *string `json:"template"`
+	TemplateVersion *int    `json:"template_version"`
+	Locale          *string `json:"locale"`
 	// Waiting is why a pending notification waits: its destination (or
 	// its channel's provider) is failing or disabled. Null otherwise.
 	Waiting *waitingView `json:"waiting"`
@@ -114,6 +130,12 @@ type waitingView struct {
 // shared by the API and `herald notifications show --json`.
 func NewNotificationDetail(n notify.Notification) any {
 	v := notificationDetail{notificationView: newNotificationView(n), Body: n.Body}
+	if n.HTML != "" {
+		v.HTML = &n.HTML
+	}
+	if n.Template != "" {
+		v.Template, v.TemplateVersion, v.Locale = &n.Template, &n.TemplateVersion, &n.Locale
+	}
 	if w := n.Waiting; w != nil {
 		v.Waiting = &waitingView{Destination: w.Destination, State: w.State, Reason: w.Reason, Since: formatTime(w.Since)}
 	}

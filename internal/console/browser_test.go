@@ -596,3 +596,43 @@ func TestConsoleInBrowser(t *testing.T) {
 var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRecipientsInBrowser: an operator looks a user up on the Recipients
+// page of a real herald serve, sees their record and preferences, and
+// changes one preference with the page's form; the API then shows the
+// change, the user's other preference kept.
+func TestRecipientsInBrowser(t *testing.T) {
+	go startBrowser(chromium(t))
+	s := startHerald(t)
+	require.Equal(t, http.StatusOK, s.call(t, http.MethodPut, "/recipients/u-ada", map[string]string{"email": "ada@example.com", "locale": "de-AT"}, nil))
+	require.Equal(t, http.StatusOK, s.call(t, http.MethodPut, "/recipients/u-ada/preferences",
+		map[string]any{"categories": map[string]any{"digest": map[string]bool{"email": false}}}, nil))
+	b := newTab(t)
+	b.login(s)
+
+	require.Equal(t, http.StatusOK, b.nav(s.url+"/ui/recipients"))
+	require.Empty(t, b.unlabelled())
+	b.do(chromedp.SetValue(chromedp.CSS("#user_id"), "u-ada"))
+	require.Equal(t, http.StatusOK, b.load(chromedp.Click(chromedp.CSS("#lookup-form button"))))
+	require.Equal(t, "/ui/recipients?user_id=u-ada", b.location())
+	require.Equal(t, "ada@example.com", b.text("#recipient-email"))
+	require.Equal(t, "de-AT", b.text("#recipient-locale"))
+	require.Contains(t, b.text("#preferences"), "no (opted out)")
+	require.Empty(t, b.unlabelled())
+
+	b.do(chromedp.SetValue(chromedp.CSS("#category"), "news"), chromedp.SetValue(chromedp.CSS("#allowed"), "false"))
+	require.Equal(t, http.StatusOK, b.load(chromedp.Click(chromedp.CSS("#set-preference"))))
+	require.Contains(t, b.text("#changed"), "opted out of news by email")
+	var prefs struct {
+		Categories map[string]map[string]bool `json:"categories"`
+	}
+	require.Equal(t, http.StatusOK, s.call(t, http.MethodGet, "/recipients/u-ada/preferences", nil, &prefs))
+	require.Equal(t, map[string]map[string]bool{"digest": {"email": false}, "news": {"email": false}}, prefs.Categories)
+
+	// The digest row's button opts the user back in.
+	require.Equal(t, http.StatusOK, b.load(chromedp.Click(chromedp.CSS(`button[aria-label="Allow digest by email"]`))))
+	require.Equal(t, http.StatusOK, s.call(t, http.MethodGet, "/recipients/u-ada/preferences", nil, &prefs))
+	require.Equal(t, map[string]map[string]bool{"digest": {"email": true}, "news": {"email": false}}, prefs.Categories)
+	b.screenshot("recipients")
+	require.False(t, b.dialog.Load())
+}

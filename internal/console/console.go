@@ -158,6 +158,15 @@ type Config struct {
 	// report it. Senders is then not used. Default: nil (the overview
 	// shows this process's senders alone).
 	Deployment Deployment
+	// Recipients, when set, serves the Recipients page: a user's
+	// recipient record and preferences, looked up by user id, and a form
+	// that records one preference as a preference link does (the others
+	// stay). Default: nil (no page).
+	Recipients Recipients
+	// RequiredCategories are the categories no user may opt out of
+	// (HERALD_REQUIRED_CATEGORIES): the Recipients page refuses an opt-out
+	// of one. Default: none.
+	RequiredCategories []string
 	// Registerer, when set, receives the console's metrics
 	// (herald_console_login_failures_total,
 	// herald_console_login_throttled_total). Default: nil (none).
@@ -271,6 +280,10 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+Prefix+"/dead-letters/redrive", c.authed(c.redrive))
 	if c.cfg.Templates != nil {
 		m.HandleFunc("GET "+Prefix+"/templates", c.authed(c.templates))
+	}
+	if c.cfg.Recipients != nil {
+		m.HandleFunc("GET "+Prefix+"/recipients", c.authed(c.recipients))
+		m.HandleFunc("POST "+Prefix+"/recipients/preferences", c.authed(c.setPreference))
 	}
 	if c.cfg.Destinations != nil {
 		m.HandleFunc("GET "+Prefix+"/destinations", c.authed(c.destinations))

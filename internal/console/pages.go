@@ -26,7 +26,9 @@ type page struct {
 	Destinations bool
 	// Templates: the console serves the Templates page.
 	Templates bool
-	Data      any
+	// Recipients: the console serves the Recipients page.
+	Recipients bool
+	Data       any
 }
 
 type errorPage struct {
@@ -45,6 +47,7 @@ var pageTitles = map[string][2]string{
 	"redriven":      {"Redrive result", "deadletters"},
 	"destinations":  {"Destinations", "destinations"},
 	"templates":     {"Templates", "templates"},
+	"recipients":    {"Recipients", "recipients"},
 }
 
 func parseTemplates() (map[string]*template.Template, error) {
@@ -67,7 +70,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 // template failure is a clean 500, never half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	p := page{Title: pageTitles[name][0], Nav: pageTitles[name][1], CSRF: c.csrfToken(w, r), Auth: c.cfg.Token != "",
-		Destinations: c.cfg.Destinations != nil, Templates: c.cfg.Templates != nil, Data: data}
+		Destinations: c.cfg.Destinations != nil, Templates: c.cfg.Templates != nil, Recipients: c.cfg.Recipients != nil, Data: data}
 	if e, ok := data.(errorPage); ok {
 		p.Title = e.Title
 	}
@@ -101,6 +104,7 @@ type stamp struct {
 }
 
 var funcs = template.FuncMap{
+	"recipientLink": recipientLink,
 	"stamp": func(v any) *stamp {
 		var t time.Time
 		switch x := v.(type) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	mgo "go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -22,12 +23,27 @@ import (
 // it stay written (each with its event, so each is delivered); a client
 // that gives every item an idempotency key can send the batch again and
 // gets the written ones replayed. A debug fault on any request is found
-// before anything is written, so it writes nothing. See api.Store.
+// before anything is written, so it writes nothing; so is a recipient
+// whose revision is no longer the one a request read
+// (notify.ErrRecipientChanged): every revision is checked first, the way
+// create checks one (a read, not a lock), so that the API can resolve the
+// batch again without a create written twice.
 func (s *Store) CreateBatch(ctx context.Context, nns []notify.NewNotification) ([]notify.BatchResult, error) {
+	checked := map[string]int64{}
 	for _, nn := range nns {
 		if nn.Fault == notify.FaultAfterOutboxInsert {
 			return nil, fmt.Errorf("create batch: %w", notify.ErrInjectedFault)
 		}
+		if rev := nn.RecipientRevision; rev != 0 && checked[nn.Request.UserID] != rev {
+			if err := s.checkRevision(ctx, nn.Request.UserID, rev); err != nil {
+				return nil, fmt.Errorf("create batch: %w", err)
+			}
+			checked[nn.Request.UserID] = rev
+		}
+	}
+	nns = slices.Clone(nns)
+	for i := range nns {
+		nns[i].RecipientRevision = 0 // checked above
 	}
 	out := make([]notify.BatchResult, len(nns))
 	written := false

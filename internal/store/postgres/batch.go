@@ -29,7 +29,8 @@ WHERE EXISTS (SELECT 1 FROM notifications AS n WHERE n.user_id = k.user_id AND n
 // statements of a single create. A request without an idempotency key, or
 // with a key no notification holds (one lookup for the batch's keys finds
 // which) and not given earlier in the batch, and not timed (send_at,
-// expires_at), goes in a multi-row statement
+// expires_at), and plain (nothing resolved: notify.NewNotification.Plain),
+// goes in a multi-row statement
 // (CreateGroup's, the group committer's), one for each run of such
 // requests; any other request runs CreateInTx, a single keyed create's
 // statements: a key already used replays or conflicts, within the batch
@@ -85,8 +86,10 @@ func fresh(ctx context.Context, tx pgx.Tx, nns []notify.NewNotification) ([]bool
 	out := make([]bool, len(nns))
 	for i, nn := range nns {
 		// A timed request (send_at, expires_at) runs CreateInTx: the
-		// multi-row statement writes neither column (see Create).
-		timed := nn.Request.Timed()
+		// multi-row statement writes neither column (see Create); nor
+		// does it check a recipient's revision or a preference, or write
+		// a template's parts (notify.NewNotification.Plain).
+		timed := nn.Request.Timed() || !nn.Plain()
 		if nn.IdempotencyKey == "" {
 			out[i] = !timed
 			continue

@@ -21,6 +21,8 @@ var batchTests = []subtest{
 	{"BatchFull", testBatchFull},
 	{"BatchKeyRace", testBatchKeyRace},
 	{"BatchKeyExpired", testBatchKeyExpired},
+	{"BatchResolved", testBatchResolved},
+	{"BatchRecipientChanged", testBatchRecipientChanged},
 }
 
 // batchOf returns n distinct create requests, from request(first) on.
@@ -217,4 +219,75 @@ func testBatchKeyExpired(t *testing.T, ctx context.Context, h Harness) {
 	require.True(t, out[1].Created.Replayed)
 	require.Equal(t, out[0].Created.Notification.ID, out[1].Created.Notification.ID)
 	require.Equal(t, 2, h.Count(t, "notifications"))
+}
+
+// A batch may mix plain creates with resolved ones (a recipient's
+// revision, a template's parts, a category to check): each is stored as a
+// single create stores it, a suppressed one with no requested event, and
+// the ids follow the requests' order.
+func testBatchResolved(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	rec, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-2", Email: "ada@example.com"})
+	require.NoError(t, err)
+	require.NoError(t, s.PutPreferences(ctx, "user-3", notify.Preferences{"news": {"email": false}}))
+	nns := batchOf(1, 4)
+	templated := &nns[1]
+	templated.Request.To = rec.Email
+	templated.Request.HTML = "<p>Hello</p>"
+	templated.Request.Template, templated.Request.TemplateVersion, templated.Request.Locale = "welcome", 2, "de"
+	templated.RecipientRevision, templated.Digest = rec.Revision, "digest-2"
+	nns[2] = categorized(3, "news")
+	nns[3].Request.Category, nns[3].CheckPreference = "news", true // user-4 did not opt out
+	out, err := s.CreateBatch(ctx, nns)
+	require.NoError(t, err)
+	require.Len(t, out, 4)
+	var prev int64
+	for i, r := range out {
+		require.NoError(t, r.Err, "request %d", i)
+		require.Greater(t, r.Created.Notification.ID, prev, "ids follow the requests' order")
+		prev = r.Created.Notification.ID
+	}
+	want := []notify.Status{notify.StatusPending, notify.StatusPending, notify.StatusSuppressed, notify.StatusPending}
+	for i, r := range out {
+		require.Equal(t, want[i], r.Created.Notification.Status, "request %d", i)
+		require.Equal(t, want[i], mustGet(t, ctx, h, r.Created.Notification.ID).Status, "request %d", i)
+	}
+	got := mustGet(t, ctx, h, out[1].Created.Notification.ID)
+	require.Equal(t, "ada@example.com", got.To)
+	require.Equal(t, "<p>Hello</p>", got.HTML)
+	require.Equal(t, "welcome", got.Template)
+	require.Equal(t, 2, got.TemplateVersion)
+	require.Equal(t, "de", got.Locale)
+	require.Equal(t, "digest-2", got.Digest)
+	require.Equal(t, "news", mustGet(t, ctx, h, out[3].Created.Notification.ID).Category)
+
+	var requested []string
+	for _, e := range allEvents(t, ctx, s) {
+		if e.Type != notify.EventRequested {
+			continue
+		}
+		var p notify.Requested
+		require.NoError(t, json.Unmarshal(e.Payload, &p))
+		requested = append(requested, p.NotificationID)
+	}
+	require.ElementsMatch(t, []string{notify.FormatID(out[0].Created.Notification.ID), notify.FormatID(out[1].Created.Notification.ID),
+		notify.FormatID(out[3].Created.Notification.ID)}, requested, "the suppressed one has no requested event")
+}
+
+// A batch with a request whose recipient changed since it was read fails
+// with notify.ErrRecipientChanged and writes nothing, not even its plain
+// requests: the API resolves the batch again and sends it whole.
+func testBatchRecipientChanged(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	rec, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-2", Email: "ada@example.com"})
+	require.NoError(t, err)
+	_, err = s.PutRecipient(ctx, notify.Recipient{UserID: "user-2", Email: "ada@example.org"})
+	require.NoError(t, err)
+	nns := batchOf(1, 3)
+	nns[1].Request.To = rec.Email
+	nns[1].RecipientRevision, nns[1].Digest = rec.Revision, "digest-2"
+	_, err = s.CreateBatch(ctx, nns)
+	require.ErrorIs(t, err, notify.ErrRecipientChanged)
+	require.Equal(t, 0, h.Count(t, "notifications"))
+	require.Equal(t, 0, h.Count(t, "outbox"))
 }
