@@ -25,11 +25,11 @@ import (
 // same set (storetest.Store; TestStoreIsConformanceContract keeps the two
 // equal).
 type store interface {
-	api.Store
+	api.Notifications
 	api.Pinger
 	relay.Outbox
 	relay.Waker
-	worker.Store
+	worker.Bookkeeper
 	worker.DestinationBook
 	api.Destinations
 	api.Recipients
@@ -37,13 +37,13 @@ type store interface {
 	api.Preferences
 	table.Queue
 	table.Waker
-	deadletter.Store
+	deadletter.Letters
 	retention.Pruner
 	monitor.Stats
 	api.BacklogStats
-	reconcile.Store
+	reconcile.Reannouncer
 	console.Stats
-	deployment.Store
+	deployment.Records
 	deployment.Beater
 
 	// Prune is retention.Pruner's PruneOlderThan with the cut-off given as

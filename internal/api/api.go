@@ -252,7 +252,7 @@ var probeMethods = []string{
 
 // API serves herald's HTTP API.
 type API struct {
-	store  Store
+	store  Notifications
 	cfg    Config
 	log    *slog.Logger
 	mux    *http.ServeMux
@@ -273,7 +273,7 @@ type API struct {
 
 // New returns the API over store. It fails when the configuration is
 // invalid or the metrics cannot be registered.
-func New(store Store, cfg Config) (*API, error) {
+func New(store Notifications, cfg Config) (*API, error) {
 	if store == nil {
 		return nil, errors.New("new api: store is required")
 	}

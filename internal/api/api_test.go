@@ -23,7 +23,7 @@ import (
 	"github.com/heraldhq/herald/internal/store/sqlite"
 )
 
-var _ api.Store = (*sqlite.Store)(nil)
+var _ api.Notifications = (*sqlite.Store)(nil)
 var _ api.Pinger = (*sqlite.Store)(nil)
 
 // env is one API over its own SQLite file, served over real HTTP.

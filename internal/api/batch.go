@@ -66,7 +66,7 @@ type batchReply struct {
 // a single create is (decodeInto), and resolved and checked as a single
 // create is (resolve: the recipient's address, the template, the
 // category's preference check, checkCreate); the valid ones are written in
-// one store call (Store.CreateBatch: one transaction), and the answer, 207,
+// one store call (Notifications.CreateBatch: one transaction), and the answer, 207,
 // holds one result per item in the request's order. What is wrong with the
 // request as a whole (its headers, its size, its shape, more items than
 // the limit) answers the one error, and so does a store failure or the

@@ -24,12 +24,12 @@ type resolvingStore interface {
 // resolvedSetup is an API over one engine's store with recipients,
 // templates and preferences, over real HTTP. wrap, when not nil, wraps
 // the store the API writes with.
-func resolvedSetup(t *testing.T, open func(t *testing.T) (batchStore, func()), wrap func(resolvingStore) api.Store) (*batchEnv, resolvingStore) {
+func resolvedSetup(t *testing.T, open func(t *testing.T) (batchStore, func()), wrap func(resolvingStore) api.Notifications) (*batchEnv, resolvingStore) {
 	t.Helper()
 	bs, closeStore := open(t)
 	st, ok := bs.(resolvingStore)
 	require.True(t, ok, "the store keeps recipients, templates and preferences")
-	var writes api.Store = st
+	var writes api.Notifications = st
 	if wrap != nil {
 		writes = wrap(st)
 	}
@@ -158,7 +158,7 @@ func TestBatchResolved(t *testing.T) {
 				// its write (once): the store writes nothing, and the
 				// batch is resolved again from the new record.
 				var changed atomic.Bool
-				e, _ := resolvedSetup(t, eng.open, func(st resolvingStore) api.Store {
+				e, _ := resolvedSetup(t, eng.open, func(st resolvingStore) api.Notifications {
 					return &changingStore{resolvingStore: st, change: func(ctx context.Context) error {
 						if changed.Swap(true) {
 							return nil

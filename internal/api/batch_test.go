@@ -26,7 +26,7 @@ import (
 // batchStore is what the batch tests need of a store: the API's seam, the
 // backlog to count events, and a way to stop answering.
 type batchStore interface {
-	api.Store
+	api.Notifications
 	api.BacklogStats
 }
 

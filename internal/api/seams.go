@@ -6,8 +6,8 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// Store keeps notifications. The stores implement it.
-type Store interface {
+// Notifications keeps notifications. The stores implement it.
+type Notifications interface {
 	// Create writes the notification and its notification.requested outbox
 	// event in one transaction (see notify.NewNotification for the
 	// idempotency key and the debug fault). Errors: notify.ErrConflict,

@@ -29,7 +29,7 @@ func (q fixedQueues) QueueDepths(context.Context) ([]notify.QueueDepth, error) {
 
 // statusOf reads st's deployment for GET /status, over a broker that
 // reports its send queue.
-func statusOf(t *testing.T, st deployment.Store, live time.Duration, q deployment.Queues) api.Status {
+func statusOf(t *testing.T, st deployment.Records, live time.Duration, q deployment.Queues) api.Status {
 	t.Helper()
 	r, err := deployment.NewReader(st, deployment.ReaderConfig{Transport: "rabbitmq", Queues: q, LiveWithin: live, QueueTimeout: time.Second})
 	require.NoError(t, err)

@@ -48,7 +48,7 @@ type Notifications interface {
 	// selects, or notify.ErrNotFound.
 	AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error)
 	// Cancel cancels a pending or scheduled notification, as POST
-	// /notifications/{id}/cancel does (see api.Store).
+	// /notifications/{id}/cancel does (see api.Notifications).
 	Cancel(ctx context.Context, id int64) (notify.Notification, error)
 }
 

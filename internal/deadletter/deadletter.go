@@ -12,8 +12,8 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// Store keeps the dead letters. The stores implement it.
-type Store interface {
+// Letters keeps the dead letters. The stores implement it.
+type Letters interface {
 	// DeadLetters lists failed notifications matching f, newest first.
 	DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error)
 	// Redrive moves one failed notification back to pending and writes a
@@ -36,13 +36,13 @@ var ErrNoSelection = errors.New("select dead letters to redrive: ids, all, or a 
 
 // Service inspects and redrives dead letters.
 type Service struct {
-	store Store
+	store Letters
 	queue Queue
 }
 
 // New returns a Service. queue may be nil (the table transport keeps its
 // dead letters in the database only).
-func New(store Store, queue Queue) *Service { return &Service{store: store, queue: queue} }
+func New(store Letters, queue Queue) *Service { return &Service{store: store, queue: queue} }
 
 // List returns the dead letters matching f, newest first.
 func (s *Service) List(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error) {

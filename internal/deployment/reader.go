@@ -11,9 +11,9 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// Store answers the reader's counts and the processes' reports. The stores
+// Records answers the reader's counts and the processes' reports. The stores
 // implement it.
-type Store interface {
+type Records interface {
 	// PendingStats counts the pending notifications and the age of the
 	// oldest.
 	PendingStats(ctx context.Context) (notify.PendingStats, error)
@@ -52,7 +52,7 @@ type ReaderConfig struct {
 
 // Reader gathers a notify.Deployment.
 type Reader struct {
-	st  Store
+	st  Records
 	cfg ReaderConfig
 	log *slog.Logger
 
@@ -63,7 +63,7 @@ type Reader struct {
 }
 
 // NewReader returns a Reader over st.
-func NewReader(st Store, cfg ReaderConfig) (*Reader, error) {
+func NewReader(st Records, cfg ReaderConfig) (*Reader, error) {
 	if st == nil {
 		return nil, errors.New("new deployment reader: a store is required")
 	}

@@ -20,9 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Store finds and re-announces stale pending notifications. The stores
+// Reannouncer finds and re-announces stale pending notifications. The stores
 // implement it.
-type Store interface {
+type Reannouncer interface {
 	// Reconcile gives up to limit pending notifications that have no
 	// unprocessed outbox row and whose last change (or the due time of
 	// their scheduled retry, when later) is at least after ago a fresh
@@ -81,13 +81,13 @@ func (c Config) validate() error {
 
 // Reconciler runs reconcile passes.
 type Reconciler struct {
-	store      Store
+	store      Reannouncer
 	cfg        Config
 	reconciled prometheus.Counter
 }
 
 // New returns a Reconciler.
-func New(store Store, cfg Config) (*Reconciler, error) {
+func New(store Reannouncer, cfg Config) (*Reconciler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -106,7 +106,7 @@ type bookResult struct {
 }
 
 // bookkeeping runs a group of bookOps as one ClaimAndRecord.
-func bookkeeping(store Store, lease time.Duration) func(context.Context, []bookOp) ([]bookResult, error) {
+func bookkeeping(store Bookkeeper, lease time.Duration) func(context.Context, []bookOp) ([]bookResult, error) {
 	return func(ctx context.Context, ops []bookOp) ([]bookResult, error) {
 		var (
 			reqs    []notify.ClaimRequest

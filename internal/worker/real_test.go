@@ -37,7 +37,7 @@ import (
 // the means to create notifications, take their outbox messages and read
 // the outcome.
 type realStore interface {
-	worker.Store
+	worker.Bookkeeper
 	Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error)
 	Get(ctx context.Context, id int64) (notify.Notification, error)
 	Attempts(ctx context.Context, id int64) ([]notify.Attempt, error)
@@ -444,7 +444,7 @@ func TestDropAfterDataSpendsAttemptsOnly(t *testing.T) {
 // failFirstSentRecord fails the first record transaction that holds a
 // sent result, as a database that drops the connection at the commit.
 type failFirstSentRecord struct {
-	worker.Store
+	worker.Bookkeeper
 	failed atomic.Bool
 }
 
@@ -454,7 +454,7 @@ func (s *failFirstSentRecord) ClaimAndRecord(ctx context.Context, reqs []notify.
 			return nil, nil, errors.New("record: connection reset by peer")
 		}
 	}
-	return s.Store.ClaimAndRecord(ctx, reqs, lease, rs)
+	return s.Bookkeeper.ClaimAndRecord(ctx, reqs, lease, rs)
 }
 
 // Issue 16, defect 4: a record that fails after an accepted send is
@@ -467,7 +467,7 @@ func TestFailedRecordDoesNotSendTwice(t *testing.T) {
 			st := open(t)
 			srv := smtptest.Start(t)
 			ids, msgs := create(t, st, "a@example.com")
-			faulty := &failFirstSentRecord{Store: st}
+			faulty := &failFirstSentRecord{Bookkeeper: st}
 			src := newSliceSource(2, msgs)
 			w, err := worker.New(src, faulty, emailChannels(t, newSMTP(t, srv, 2, 10*time.Second), worker.Channel{SendTimeout: 10 * time.Second}), worker.Config{
 				StoreBackoff: 10 * time.Millisecond,

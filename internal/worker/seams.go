@@ -18,11 +18,11 @@ type Source interface {
 	Consume(ctx context.Context, handle notify.Handler) error
 }
 
-// Store keeps the effect's bookkeeping: a claim before each send and a
+// Bookkeeper keeps the effect's bookkeeping: a claim before each send and a
 // record after it, so that no database connection or lock is held across a
 // send. The worker groups the records and the claims of concurrent
 // deliveries into one call, one short transaction. The stores implement it.
-type Store interface {
+type Bookkeeper interface {
 	// ClaimAndRecord records results, then answers claims, in one
 	// transaction.
 	//

@@ -333,7 +333,7 @@ type metrics struct {
 
 // New returns a Worker that delivers on channels, by name. A message of a
 // channel not among them is dead-lettered at once, with the reason.
-func New(src Source, store Store, channels map[string]Channel, cfg Config) (*Worker, error) {
+func New(src Source, store Bookkeeper, channels map[string]Channel, cfg Config) (*Worker, error) {
 	if len(channels) == 0 {
 		return nil, errors.New("no channel to deliver on")
 	}

@@ -195,13 +195,13 @@ func message(t *testing.T, retries int) notify.Message {
 	return notify.Message{ID: 70, Type: notify.EventRequested, Payload: payload(t), RetryCount: retries}
 }
 
-func newWorker(t *testing.T, store worker.Store, snd worker.Sender, cfg worker.Config) *worker.Worker {
+func newWorker(t *testing.T, store worker.Bookkeeper, snd worker.Sender, cfg worker.Config) *worker.Worker {
 	t.Helper()
 	return newWorkerOn(t, store, worker.Channel{Sender: snd, Provider: "mail server"}, cfg)
 }
 
 // newWorkerOn returns a worker whose email channel is ch.
-func newWorkerOn(t *testing.T, store worker.Store, ch worker.Channel, cfg worker.Config) *worker.Worker {
+func newWorkerOn(t *testing.T, store worker.Bookkeeper, ch worker.Channel, cfg worker.Config) *worker.Worker {
 	t.Helper()
 	if cfg.StoreBackoff == 0 {
 		cfg.StoreBackoff = time.Millisecond

@@ -13,7 +13,7 @@ import (
 
 // The seams of the pipeline ceiling: the store methods one notification
 // goes through on its way, each declared where herald's own component
-// declares it (api.Store, worker.Store, table.Queue, relay.Outbox). Both
+// declares it (api.Notifications, worker.Bookkeeper, table.Queue, relay.Outbox). Both
 // stores implement all of them.
 type (
 	// Creator is the API's create transaction.

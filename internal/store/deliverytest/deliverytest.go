@@ -1,5 +1,5 @@
 // Package deliverytest runs deliveries against a store's bookkeeping
-// (worker.Store's ClaimAndRecord) one at a time, for tests and the
+// (worker.Bookkeeper's ClaimAndRecord) one at a time, for tests and the
 // conformance suite: the worker groups many deliveries per transaction and
 // has its own retry limit; these helpers claim, send and record one.
 package deliverytest
@@ -13,7 +13,7 @@ import (
 )
 
 // Bookkeeper is what the helpers need of a store: the worker's grouped
-// claim and record (worker.Store).
+// claim and record (worker.Bookkeeper).
 type Bookkeeper interface {
 	ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error)
 }

@@ -1,4 +1,4 @@
-// Package migrate is the one migration runner of both store engines. It
+// Package migrate is the one migration runner of every store engine. It
 // loads the numbered NNNN_name.sql files an engine embeds and applies, in
 // version order, those its database has not recorded in schema_migrations
 // (version, name, applied_at), all in one transaction that no other migrator

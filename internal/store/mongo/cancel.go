@@ -14,7 +14,7 @@ import (
 // the cancel changes nothing) or after (it finds the notification
 // canceled: duplicate, never sent). The document's open
 // notification.requested events are settled with it, so a scheduled one's
-// event never reaches a worker or a broker. See api.Store.
+// event never reaches a worker or a broker. See api.Notifications.
 func (s *Store) Cancel(ctx context.Context, id int64) (notify.Notification, error) {
 	var (
 		n       notify.Notification

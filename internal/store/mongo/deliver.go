@@ -19,7 +19,7 @@ import (
 // ClaimAndRecord records results, then answers claims. Each is its own
 // change of one document: there is no transaction around the group, and
 // none is needed, since no guarantee spans two notifications. It
-// implements worker.Store.
+// implements worker.Bookkeeper.
 func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
 	if err := notify.CheckBookkeeping(reqs, lease, results); err != nil {
 		return nil, nil, err

@@ -17,7 +17,7 @@ import (
 // event inside it: one insert, so both exist or neither. A duplicate
 // idempotency key (the unique index idempotency_key) answers from the
 // stored notification; a duplicate _id (another process took the id) tries
-// the next one. See api.Store.
+// the next one. See api.Notifications.
 func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {
 	c, err := s.create(ctx, nn)
 	if err != nil {

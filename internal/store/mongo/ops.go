@@ -89,7 +89,7 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 }
 
 // Reconcile gives stale pending notifications (no open event, not claimed,
-// no retry due, untouched for after) a fresh event. See reconcile.Store.
+// no retry due, untouched for after) a fresh event. See reconcile.Reannouncer.
 // The cut-off is this process's clock.
 func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) ([]int64, error) {
 	// First the fallback hops a stopped worker left due (see makeHops).

@@ -37,7 +37,7 @@ WHERE EXISTS (SELECT 1 FROM notifications AS n WHERE n.user_id = k.user_id AND n
 // too (a key given twice answers the first create again, or
 // notify.ErrConflict). Ids follow the requests' order. Any failure but a
 // conflict, and a debug fault on any request, rolls the whole batch back.
-// See api.Store.
+// See api.Notifications.
 func (s *Store) CreateBatch(ctx context.Context, nns []notify.NewNotification) ([]notify.BatchResult, error) {
 	for try := 1; ; try++ {
 		out, err := s.createBatch(ctx, nns)

@@ -39,7 +39,7 @@ WHERE payload->>'notification_id' = $1::text AND event_type = '` + notify.EventR
 
 // Cancel cancels a pending or scheduled notification that no send holds,
 // with its notification.canceled status event, in one transaction. See
-// api.Store.
+// api.Notifications.
 func (s *Store) Cancel(ctx context.Context, id int64) (notify.Notification, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {

@@ -371,7 +371,7 @@ SELECT aid FROM ap`
 // ClaimAndRecord records results, then answers claims, in one short
 // transaction and one round trip (a pipelined batch: the lock of every
 // notification named, in id order, then the record, then the claim): the
-// worker's grouped bookkeeping. It implements worker.Store.
+// worker's grouped bookkeeping. It implements worker.Bookkeeper.
 func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
 	if err := notify.CheckBookkeeping(reqs, lease, results); err != nil {
 		return nil, nil, err

@@ -72,7 +72,7 @@ FOR UPDATE OF n SKIP LOCKED`
 )
 
 // Reconcile gives stale pending notifications a fresh outbox event. See
-// reconcile.Store.
+// reconcile.Reannouncer.
 func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) ([]int64, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {

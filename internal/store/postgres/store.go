@@ -1,6 +1,6 @@
 // Package postgres is the PostgreSQL store of the production shape: it keeps
 // notifications, the outbox and the consumer's dedup table, and implements
-// api.Store, relay.Outbox, relay.Waker, worker.Store and table.Queue on one
+// api.Notifications, relay.Outbox, relay.Waker, worker.Bookkeeper and table.Queue on one
 // *Store, with pgx and a connection pool.
 package postgres
 

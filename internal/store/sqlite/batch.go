@@ -14,7 +14,7 @@ import (
 // idempotency key replays or conflicts, within the batch too (a key given
 // twice answers the first create again, or notify.ErrConflict); any other
 // failure, and a debug fault on any request, rolls the whole batch back.
-// See api.Store.
+// See api.Notifications.
 func (s *Store) CreateBatch(ctx context.Context, nns []notify.NewNotification) ([]notify.BatchResult, error) {
 	out, err := s.createBatch(ctx, nns)
 	if err != nil {

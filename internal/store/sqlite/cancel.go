@@ -34,7 +34,7 @@ WHERE json_extract(payload, '$.notification_id') = ?1 AND event_type = '` + noti
 
 // Cancel cancels a pending or scheduled notification that no send holds,
 // with its notification.canceled status event, in one write transaction.
-// See api.Store.
+// See api.Notifications.
 func (s *Store) Cancel(ctx context.Context, id int64) (notify.Notification, error) {
 	var (
 		n       notify.Notification

@@ -68,7 +68,7 @@ WHERE processed_messages.processed_at IS NULL`
 // ClaimAndRecord records results, then answers claims, in one write
 // transaction: the worker's
 // grouped bookkeeping, one write lock for every delivery that finished or
-// started while the previous group ran. It implements worker.Store.
+// started while the previous group ran. It implements worker.Bookkeeper.
 func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, lease time.Duration, results []notify.DeliveryResult) ([]notify.Claim, []bool, error) {
 	if err := notify.CheckBookkeeping(reqs, lease, results); err != nil {
 		return nil, nil, err

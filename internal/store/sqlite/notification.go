@@ -41,7 +41,7 @@ INSERT INTO outbox (event_type, payload, occurred_at, available_at, traceparent,
 VALUES (?, ?, ?, ?, ?, ?)`
 
 // Create writes the notification and its notification.requested outbox event
-// in one transaction, then wakes the subscribers. See api.Store. Concurrent
+// in one transaction, then wakes the subscribers. See api.Notifications. Concurrent
 // creates commit together (see groupcommit.go): one fsync for the group,
 // each still all or nothing.
 func (s *Store) Create(ctx context.Context, nn notify.NewNotification) (notify.Created, error) {

@@ -34,7 +34,7 @@ LIMIT ?2`
 )
 
 // Reconcile gives stale pending notifications a fresh outbox event. See
-// reconcile.Store.
+// reconcile.Reannouncer.
 // The process's clock is the database's here (SQLite is embedded: one
 // machine, and every timestamp in the file was written by this clock), so
 // the cut-off is taken from it.

@@ -25,11 +25,11 @@ import (
 // same seams (its store type; a test there keeps the two equal), so that
 // no production package sits above the components it unions.
 type Store interface {
-	api.Store
+	api.Notifications
 	api.Pinger
 	relay.Outbox
 	relay.Waker
-	worker.Store
+	worker.Bookkeeper
 	worker.DestinationBook
 	api.Destinations
 	api.Recipients
@@ -37,13 +37,13 @@ type Store interface {
 	api.Preferences
 	table.Queue
 	table.Waker
-	deadletter.Store
+	deadletter.Letters
 	retention.Pruner
 	monitor.Stats
 	api.BacklogStats
-	reconcile.Store
+	reconcile.Reannouncer
 	console.Stats
-	deployment.Store
+	deployment.Records
 	deployment.Beater
 
 	// Prune is retention.Pruner's PruneOlderThan with the cut-off given as

@@ -47,7 +47,7 @@ const RetryDelay = 200 * time.Millisecond
 type Store interface {
 	Create(ctx context.Context, n notify.NewNotification) (notify.Created, error)
 	Get(ctx context.Context, id int64) (notify.Notification, error)
-	worker.Store
+	worker.Bookkeeper
 }
 
 // SourceConfig tunes one source the suite asks for.
