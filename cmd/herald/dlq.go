@@ -155,7 +155,7 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 	sel := notify.RedriveSelection{Filter: f, All: all, DryRun: dryRun}
 	var (
 		res        notify.RedriveResult
-		skips      []api.Skip
+		skips      []notify.Skip
 		queueName  string
 		queueInUse bool
 	)
@@ -190,7 +190,7 @@ func cmdDLQRedrive(ctx context.Context, args []string, e env) error {
 		if res, err = deadletter.New(st, queue).Redrive(ctx, sel); err != nil {
 			return err
 		}
-		if skips, err = api.ExplainSkips(ctx, st.Get, ids, res); err != nil {
+		if skips, err = notify.ExplainSkips(ctx, st.Get, ids, res); err != nil {
 			return err
 		}
 		queueName, queueInUse = tr.deadLetterName, queue != nil
@@ -280,7 +280,7 @@ func (a apiClient) deadLetters(ctx context.Context, ff filterFlags, limit int) (
 
 // redrive redrives through the API, which says why it skipped what it
 // skipped.
-func (a apiClient) redrive(ctx context.Context, ff filterFlags, sel notify.RedriveSelection) (notify.RedriveResult, []api.Skip, error) {
+func (a apiClient) redrive(ctx context.Context, ff filterFlags, sel notify.RedriveSelection) (notify.RedriveResult, []notify.Skip, error) {
 	req := apiclient.RedriveRequest{All: sel.All, Since: ff.since, Error: ff.text, Limit: ff.limit, DryRun: sel.DryRun}
 	for _, id := range sel.Filter.IDs {
 		req.IDs = append(req.IDs, notify.FormatID(id))
@@ -297,13 +297,13 @@ func (a apiClient) redrive(ctx context.Context, ff filterFlags, sel notify.Redri
 		}
 		res.Redriven = append(res.Redriven, id)
 	}
-	var skips []api.Skip
+	var skips []notify.Skip
 	for _, s := range r.Skipped {
 		id, ok := notify.ParseID(s.ID)
 		if !ok {
 			return res, nil, fmt.Errorf("the API answered a notification id %q", s.ID)
 		}
-		skips = append(skips, api.Skip{ID: id, Reason: s.Reason})
+		skips = append(skips, notify.Skip{ID: id, Reason: s.Reason})
 	}
 	return res, skips, nil
 }

@@ -570,9 +570,9 @@ type skipView struct {
 
 // skipReasons say in words why a redrive skipped a notification.
 var skipReasons = map[string]string{
-	api.SkipNotFound:    "skipped: no such notification",
-	api.SkipNotFailed:   "skipped: no longer failed (pending or sent; it is never sent twice)",
-	api.SkipFilteredOut: "skipped: left out by the filters",
+	notify.SkipNotFound:    "skipped: no such notification",
+	notify.SkipNotFailed:   "skipped: no longer failed (pending or sent; it is never sent twice)",
+	notify.SkipFilteredOut: "skipped: left out by the filters",
 }
 
 // redrive handles the dead-letter form: step "confirm" says how many would
@@ -650,7 +650,7 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
 		c.unavailable(w, r, "redrive", err)
 		return
 	}
-	skips, err := api.ExplainSkips(r.Context(), c.notes.Get, sel.Filter.IDs, res)
+	skips, err := notify.ExplainSkips(r.Context(), c.notes.Get, sel.Filter.IDs, res)
 	if err != nil {
 		c.unavailable(w, r, "redrive", err)
 		return
