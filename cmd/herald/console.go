@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/console"
 	"github.com/heraldhq/herald/internal/deadletter"
 )
@@ -24,6 +25,7 @@ func (a *app) withConsole(apiHandler http.Handler, hosts []string) (http.Handler
 		return nil, err
 	}
 	c, err := console.New(a.st, a.st, deadletter.New(a.st, a.tr.deadLetters), console.Config{
+		Filters:      console.Filters{Notifications: api.ParseListFilter, Destinations: api.ParseDestinationFilter},
 		Deployment:   dep,
 		Token:        a.cfg.APIToken,
 		Channels:     channels,

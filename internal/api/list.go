@@ -128,6 +128,10 @@ type ParamError struct {
 // Error returns the message, which names the parameter.
 func (e *ParamError) Error() string { return e.Message }
 
+// Param names the parameter (the console reads it without importing the
+// API).
+func (e *ParamError) Param() string { return e.Field }
+
 // ParseListFilter reads the filters of a listing given as GET
 // /notifications query parameters, with the API's rules (see the OpenAPI
 // document); `herald notifications list` passes its flags through it, so

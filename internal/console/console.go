@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -48,7 +49,7 @@ type Notifications interface {
 	// selects, or notify.ErrNotFound.
 	AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error)
 	// Cancel cancels a pending or scheduled notification, as POST
-	// /notifications/{id}/cancel does (see api.Notifications).
+	// /notifications/{id}/cancel does.
 	Cancel(ctx context.Context, id int64) (notify.Notification, error)
 }
 
@@ -100,6 +101,12 @@ type SenderState struct {
 
 // Config configures the console.
 type Config struct {
+	// Filters read a listing's query parameters with the API's rules, so
+	// that a link the console makes (or a user edits) is read as GET
+	// /notifications and GET /destinations read it. The composition root
+	// gives the API's parsers; the console does not import the API.
+	// Required.
+	Filters Filters
 	// Token, when not empty, is the API token: the console asks for it on a
 	// login form. Default: empty (no login, as the API needs no token).
 	Token string
@@ -136,7 +143,7 @@ type Config struct {
 	// /templates/{name}/preview renders it. Default: nil (no page).
 	Templates Templates
 	// AllowedHosts are the names the console answers to besides IP
-	// literals and localhost, as the API's (api.Config.AllowedHosts):
+	// literals and localhost, as the API's (its Config.AllowedHosts):
 	// exact names, ".example.com" suffixes or "*". A request naming
 	// another Host gets 421 and a plain page, before any page, cookie or
 	// CSRF token is made, and a form's Origin must name an allowed host as
@@ -222,10 +229,31 @@ type Console struct {
 	logins *loginThrottle
 }
 
+// Filters reads the listings' query parameters (see Config.Filters). An
+// error that names the parameter at fault has a method Param() string.
+type Filters struct {
+	Notifications func(q url.Values, channels notify.Channels) (notify.ListFilter, error)
+	Destinations  func(q url.Values) (notify.DestinationFilter, error)
+}
+
+// paramOf is the parameter a filter's error names, "" for none.
+func paramOf(err error) string {
+	if pe, ok := errors.AsType[interface {
+		error
+		Param() string
+	}](err); ok {
+		return pe.Param()
+	}
+	return ""
+}
+
 // New returns the console over its sources.
 func New(notes Notifications, stats Stats, dead DeadLetters, cfg Config) (*Console, error) {
 	if notes == nil || stats == nil || dead == nil {
 		return nil, errors.New("new console: notifications, stats and dead letters are required")
+	}
+	if cfg.Filters.Notifications == nil || cfg.Filters.Destinations == nil {
+		return nil, errors.New("new console: the listings' filters are required")
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

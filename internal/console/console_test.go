@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/sqlite"
@@ -118,7 +119,7 @@ func openConsole(t *testing.T, token string) (*httptest.Server, *sqlite.Store) {
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	require.NoError(t, st.Migrate(t.Context()))
-	c, err := New(st, st, deadletter.New(st, nil), Config{Token: token, SessionTTL: time.Hour, RefreshEvery: time.Second})
+	c, err := New(st, st, deadletter.New(st, nil), withFilters(Config{Token: token, SessionTTL: time.Hour, RefreshEvery: time.Second}))
 	require.NoError(t, err)
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
@@ -243,7 +244,7 @@ func TestOverviewSenders(t *testing.T) {
 		}, []string{"<td data-label=\"Channel\">telegram</td>", ">throttled</span> until <time datetime=\"2026-12-01T20:00:05Z\"", "<td data-label=\"Channel\">webhook</td>", "<td data-label=\"Paused destinations\">2</td>"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := New(st, st, deadletter.New(st, nil), Config{Senders: tc.senders, SessionTTL: time.Hour, RefreshEvery: time.Second})
+			c, err := New(st, st, deadletter.New(st, nil), withFilters(Config{Senders: tc.senders, SessionTTL: time.Hour, RefreshEvery: time.Second}))
 			require.NoError(t, err)
 			srv := httptest.NewServer(c)
 			defer srv.Close()
@@ -267,7 +268,7 @@ func TestListByChannel(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	require.NoError(t, st.Migrate(t.Context()))
 	channels := notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": {JSONBody: true, To: "an http(s) URL"}}
-	c, err := New(st, st, deadletter.New(st, nil), Config{Channels: channels, SessionTTL: time.Hour, RefreshEvery: time.Second})
+	c, err := New(st, st, deadletter.New(st, nil), withFilters(Config{Channels: channels, SessionTTL: time.Hour, RefreshEvery: time.Second}))
 	require.NoError(t, err)
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
@@ -302,7 +303,7 @@ func TestDestinationsPage(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	require.NoError(t, st.Migrate(t.Context()))
-	c, err := New(st, st, deadletter.New(st, nil), Config{SessionTTL: time.Hour, RefreshEvery: time.Second, Destinations: st})
+	c, err := New(st, st, deadletter.New(st, nil), withFilters(Config{SessionTTL: time.Hour, RefreshEvery: time.Second, Destinations: st}))
 	require.NoError(t, err)
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
@@ -358,4 +359,10 @@ func TestDestinationsPage(t *testing.T) {
 	resp, err = newClient(t).Get(plain.URL + "/ui/")
 	require.NoError(t, err)
 	require.NotContains(t, read(t, resp), "/ui/destinations")
+}
+
+// withFilters gives cfg the API's listing parsers, as cmd/herald does.
+func withFilters(cfg Config) Config {
+	cfg.Filters = Filters{Notifications: api.ParseListFilter, Destinations: api.ParseDestinationFilter}
+	return cfg
 }

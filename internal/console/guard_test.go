@@ -41,7 +41,7 @@ func openGuarded(t *testing.T, cfg Config) *guarded {
 	t.Cleanup(func() { st.Close() })
 	require.NoError(t, st.Migrate(t.Context()))
 	cfg.SessionTTL, cfg.RefreshEvery = time.Hour, time.Second
-	c, err := New(st, st, deadletter.New(st, nil), cfg)
+	c, err := New(st, st, deadletter.New(st, nil), withFilters(cfg))
 	require.NoError(t, err)
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
@@ -158,7 +158,7 @@ func (g *guarded) csrf(t *testing.T, cl *http.Client, host string) (string, *htt
 func TestCSRFOriginAllowedHosts(t *testing.T) {
 	t.Parallel()
 	g := openGuarded(t, Config{})
-	c, err := New(g.st, g.st, deadletter.New(g.st, nil), Config{SessionTTL: time.Hour, RefreshEvery: time.Second})
+	c, err := New(g.st, g.st, deadletter.New(g.st, nil), withFilters(Config{SessionTTL: time.Hour, RefreshEvery: time.Second}))
 	require.NoError(t, err)
 	for host, want := range map[string]bool{"127.0.0.1:8080": true, "localhost:8080": true, "attacker.example:8080": false} {
 		r := httptest.NewRequest(http.MethodPost, "http://"+host+"/ui/dead-letters/redrive", strings.NewReader("csrf="+strings.Repeat("a", 64)))

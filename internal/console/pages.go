@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/notify"
 )
 
@@ -320,13 +319,9 @@ func dateInput(v string) string {
 func (c *Console) notifications(w http.ResponseWriter, r *http.Request) {
 	q := cleanQuery(r.URL.Query())
 	d := listData{Query: q, Channels: c.cfg.Channels.Names(), Errors: map[string]string{}}
-	f, err := api.ParseListFilter(utcFilters(q), c.cfg.Channels)
+	f, err := c.cfg.Filters.Notifications(utcFilters(q), c.cfg.Channels)
 	if err != nil {
-		var pe *api.ParamError
-		msg, field := err.Error(), ""
-		if errors.As(err, &pe) {
-			field = pe.Field
-		}
+		msg, field := err.Error(), paramOf(err)
 		if slices.Contains(timeFilters, field) && dateInput(q.Get(field)) == "" {
 			// A date input cannot hold what the link gave: say it.
 			msg += " (the link gave " + strconv.Quote(q.Get(field)) + ")"
@@ -761,7 +756,7 @@ func (c *Console) renderDestinations(w http.ResponseWriter, r *http.Request, sta
 	if r.Method == http.MethodGet {
 		q = cleanQuery(r.URL.Query())
 	}
-	f, err := api.ParseDestinationFilter(q)
+	f, err := c.cfg.Filters.Destinations(q)
 	if err != nil {
 		c.render(w, r, http.StatusBadRequest, "error", errorPage{Title: "Bad link", Message: err.Error()})
 		return

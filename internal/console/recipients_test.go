@@ -30,9 +30,9 @@ func TestRecipientsPage(t *testing.T) {
 	require.NoError(t, st.Migrate(t.Context()))
 	var logs bytes.Buffer
 	channels := notify.Channels{notify.ChannelEmail: notify.EmailSpec, "telegram": {}}
-	c, err := New(st, st, deadletter.New(st, nil), Config{Token: "t0k", SessionTTL: time.Hour, RefreshEvery: time.Second,
+	c, err := New(st, st, deadletter.New(st, nil), withFilters(Config{Token: "t0k", SessionTTL: time.Hour, RefreshEvery: time.Second,
 		Recipients: st, RequiredCategories: []string{"security"}, Channels: channels,
-		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}))
 	require.NoError(t, err)
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)

@@ -24,7 +24,7 @@ func TestTemplatesPage(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	require.NoError(t, st.Migrate(t.Context()))
-	c, err := New(st, st, deadletter.New(st, nil), Config{SessionTTL: time.Hour, RefreshEvery: time.Second, Templates: st})
+	c, err := New(st, st, deadletter.New(st, nil), withFilters(Config{SessionTTL: time.Hour, RefreshEvery: time.Second, Templates: st}))
 	require.NoError(t, err)
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
