@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/heraldhq/herald/internal/store/migrate"
+	"github.com/heraldhq/herald/internal/store/mongo"
+	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/sqlite"
+)
+
+// The store: which engine HERALD_DATABASE_URL names, opened, migrated or
+// checked, and its size of pool (see build.go).
+
+// openStore opens the store HERALD_DATABASE_URL names (url), with
+// HERALD_DATABASE_DIRECT_URL (direct, PostgreSQL only). conns sizes a
+// PostgreSQL pool (0: the store's default); see poolSize. Only create (serve
+// and migrate) may create a SQLite file: every other command on a missing
+// file says so instead of leaving an empty database behind. statusEvents
+// is whether a settling record writes its status event (see
+// writeStatusEvents); only a worker's records settle.
+func openStore(ctx context.Context, url, direct string, conns int, create bool, tp trace.TracerProvider, statusEvents bool) (store, func(), error) {
+	if direct != "" && storeKind(url) != "postgres" {
+		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_DIRECT_URL is for a PostgreSQL store behind a pooler; HERALD_DATABASE_URL is %s", redact(url))}
+	}
+	switch storeKind(url) {
+	case "postgres":
+		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns, TracerProvider: tp, NoStatusEvents: !statusEvents, DirectURL: direct})
+		if err != nil {
+			return nil, nil, fmt.Errorf("open postgres store: %w", err)
+		}
+		return s, s.Close, nil
+	case "sqlite":
+		path := sqlitePath(url)
+		if path == "" {
+			return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_URL %q names no file (want sqlite:PATH)", url)}
+		}
+		if _, err := os.Stat(path); !create && errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("database %s does not exist: run `herald migrate` (or `herald serve`, which migrates) first", path)
+		}
+		s, err := sqlite.Open(ctx, path, sqlite.Config{NoStatusEvents: !statusEvents})
+		if err != nil {
+			return nil, nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+		}
+		return s, func() { _ = s.Close() }, nil
+	case "mongodb":
+		s, err := mongo.Open(ctx, url, mongo.Config{NoStatusEvents: !statusEvents})
+		if err != nil {
+			return nil, nil, fmt.Errorf("open mongodb store: %w", err)
+		}
+		return s, func() { _ = s.Close() }, nil
+	default:
+		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_URL must start with postgres://, sqlite: or mongodb://, got %q", redact(url))}
+	}
+}
+
+// openMigrated opens the store of a one-shot command: it must exist and be
+// migrated.
+func openMigrated(ctx context.Context, cfg Config) (store, func(), error) {
+	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, cfg.DatabaseDirectURL, 0, false, nil, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkMigrated(ctx, st); err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	return st, closeStore, nil
+}
+
+// partitionKeeper is a store whose outbox is partitioned by day
+// (PostgreSQL): the partitions must exist before their day.
+type partitionKeeper interface {
+	EnsurePartitions(ctx context.Context) error
+}
+
+// ensurePartitions makes the outbox partitions of today and the days ahead
+// on a store that has them, before the process serves: a deployment that
+// was stopped for longer than the partitions reach finds today's made
+// before its first create. A process whose database role may not create
+// tables fails only when the present day has no partition (see
+// postgres.ErrNoPartitionNow).
+// Any other failure is logged: creates work today, and the retention
+// passes try again.
+func ensurePartitions(ctx context.Context, st store, log *slog.Logger) error {
+	p, ok := st.(partitionKeeper)
+	if !ok {
+		return nil
+	}
+	err := p.EnsurePartitions(ctx)
+	if err == nil || errors.Is(err, postgres.ErrNoPartitionNow) {
+		return err
+	}
+	log.Warn("could not make the outbox partitions of the days ahead", "err", err)
+	return nil
+}
+
+// checkMigrated fails unless every migration this binary ships is applied.
+func checkMigrated(ctx context.Context, st store) error {
+	states, err := st.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	return migrate.Check(states)
+}
+
+// writeStatusEvents decides HERALD_STATUS_EVENTS: whether the records
+// that settle notifications write their status events. auto writes them
+// when they have a destination: a broker (other services bind to them
+// there), or HERALD_STATUS_WEBHOOK_URL. On the outbox table without a
+// status webhook nobody receives them, and each would cost an outbox row
+// that a status relay only marks processed. on always writes them, off
+// never; off with HERALD_STATUS_WEBHOOK_URL is a contradiction, refused.
+func writeStatusEvents(cfg Config) (bool, error) {
+	switch cfg.StatusEvents {
+	case "on":
+		return true, nil
+	case "off":
+		if cfg.StatusWebhookURL != "" {
+			return false, usageError{errors.New("HERALD_STATUS_EVENTS=off writes no status events, so HERALD_STATUS_WEBHOOK_URL would never receive one: unset HERALD_STATUS_WEBHOOK_URL, or set HERALD_STATUS_EVENTS to auto or on")}
+		}
+		return false, nil
+	}
+	return cfg.BrokerURL != "" || cfg.StatusWebhookURL != "", nil
+}
+
+// schemaCheck is the readiness check "the database is migrated".
+type schemaCheck struct{ st store }
+
+func (c schemaCheck) Ping(ctx context.Context) error { return checkMigrated(ctx, c.st) }
+
+// storeKind names the engine a HERALD_DATABASE_URL picks: "postgres",
+// "sqlite", "mongodb", or "" for none.
+func storeKind(url string) string {
+	switch {
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return "postgres"
+	case strings.HasPrefix(url, "sqlite:"):
+		return "sqlite"
+	case strings.HasPrefix(url, "mongodb://"), strings.HasPrefix(url, "mongodb+srv://"):
+		return "mongodb"
+	}
+	return ""
+}
+
+// sqlitePath is the file of a sqlite:PATH (or sqlite://PATH) URL.
+func sqlitePath(url string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(url, "sqlite:"), "//")
+}
+
+// poolSize is the PostgreSQL pool of a long-running process. Every
+// transaction herald runs is short: no connection is held across a send (a
+// worker claims, commits, sends, then records), and a worker's concurrent
+// deliveries share one claim and one record transaction at a time. So the
+// pool does not follow HERALD_PREFETCH: it serves the API's concurrent
+// creates, the relay, and the worker's two grouped statements.
+func poolSize(Config) int {
+	return 10
+}
