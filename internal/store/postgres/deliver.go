@@ -457,66 +457,13 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		return fail("claim and record deliveries: lock notifications", err)
 	}
 	if n > 0 {
-		rows, err := br.Query()
-		if err != nil {
+		if err := readRecorded(br, aids, recorded); err != nil {
 			return fail("record deliveries", err)
-		}
-		applied := make(map[int64]bool, n)
-		for rows.Next() {
-			var aid int64
-			if err := rows.Scan(&aid); err != nil {
-				rows.Close()
-				return fail("record deliveries", err)
-			}
-			applied[aid] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fail("record deliveries", err)
-		}
-		for i, aid := range aids {
-			recorded[i] = applied[aid]
 		}
 	}
 	if len(msgs) > 0 {
-		rows, err := br.Query()
-		if err != nil {
+		if err := readClaims(br, at, claims, len(msgs)); err != nil {
 			return fail("claim deliveries", err)
-		}
-		got := 0
-		for rows.Next() {
-			var (
-				msg    int64
-				status string
-				until  *time.Time // NULL unless claimed
-				c      notify.Claim
-			)
-			if err := rows.Scan(&msg, &status, &c.AttemptID, &c.Attempt, &until); err != nil {
-				rows.Close()
-				return fail("claim deliveries", err)
-			}
-			i := at[msg]
-			c.MessageID, c.NotificationID, c.Status = msg, claims[i].NotificationID, notify.ClaimStatus(status)
-			c.RetryCount = claims[i].RetryCount
-			switch {
-			case c.Status != notify.ClaimTaken:
-				c.AttemptID, c.Attempt = 0, 0
-			case until == nil:
-				rows.Close()
-				return fail("claim deliveries", fmt.Errorf("message %d claimed without a lease", msg))
-			default:
-				c.Until = *until
-			}
-			claims[i] = c
-			got++
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fail("claim deliveries", err)
-		}
-		if got != len(msgs) {
-			_ = br.Close()
-			return nil, nil, fmt.Errorf("claim deliveries: %d answers to %d requests", got, len(msgs))
 		}
 	}
 	if err := br.Close(); err != nil {
@@ -544,6 +491,75 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		}
 	}
 	return claims, recorded, nil
+}
+
+// readRecorded reads recordDeliveries' answer, the attempt ids it applied,
+// into recorded (in the order of aids).
+func readRecorded(br pgx.BatchResults, aids []int64, recorded []bool) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	applied := make(map[int64]bool, len(aids))
+	for rows.Next() {
+		var aid int64
+		if err := rows.Scan(&aid); err != nil {
+			rows.Close()
+			return err
+		}
+		applied[aid] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, aid := range aids {
+		recorded[i] = applied[aid]
+	}
+	return nil
+}
+
+// readClaims reads claimDeliveries' answer, one row per request it was
+// given (want), into claims at the index at holds for its message id.
+func readClaims(br pgx.BatchResults, at map[int64]int, claims []notify.Claim, want int) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	got := 0
+	for rows.Next() {
+		var (
+			msg    int64
+			status string
+			until  *time.Time // NULL unless claimed
+			c      notify.Claim
+		)
+		if err := rows.Scan(&msg, &status, &c.AttemptID, &c.Attempt, &until); err != nil {
+			return err
+		}
+		i := at[msg]
+		c.MessageID, c.NotificationID, c.Status = msg, claims[i].NotificationID, notify.ClaimStatus(status)
+		c.RetryCount = claims[i].RetryCount
+		switch {
+		case c.Status != notify.ClaimTaken:
+			c.AttemptID, c.Attempt = 0, 0
+		case until == nil:
+			return fmt.Errorf("message %d claimed without a lease", msg)
+		default:
+			c.Until = *until
+		}
+		claims[i] = c
+		got++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("%d answers to %d requests", got, want)
+	}
+	return nil
 }
 
 // statusAt is a status event's at, from ap.at (the notification's sent_at
