@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -57,18 +56,7 @@ func fallbackEnv(botURL string) map[string]string {
 func runFallback(t *testing.T, base string, smtp *smtptest.Server, texts func() []string) (firstID string) {
 	call := func(method, path, body string) map[string]any {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Less(t, resp.StatusCode, 300, "%s %s: %s", method, path, b)
-		var out map[string]any
-		require.NoError(t, json.Unmarshal(b, &out))
-		return out
+		return call(t, base, method, path, body)
 	}
 	call("PUT", "/templates/shipped", `{"channel":"telegram","text":"Order {{.order}} shipped (telegram)"}`)
 	call("PUT", "/templates/shipped", `{"channel":"email","subject":"Order {{.order}} shipped","text":"Order {{.order}} is on its way."}`)
@@ -105,48 +93,39 @@ func runFallback(t *testing.T, base string, smtp *smtptest.Server, texts func() 
 	return id
 }
 
-// TestServeFallbackTelegramToEmail: the fallback scenario on the
-// embedded default (herald serve, SQLite, the outbox table).
-func TestServeFallbackTelegramToEmail(t *testing.T) {
-	t.Parallel()
-	botURL, texts := botAPIRefusing(t)
-	base, smtp, dir := serveEmbedded(t, fallbackEnv(botURL))
-	first := runFallback(t, base, smtp, texts)
-
-	// The command line: a fallback create through the API, and show.
-	env := func(string) string { return "" }
-	herald := func(args ...string) (string, error) {
-		var out bytes.Buffer
-		err := run(t.Context(), args, env, &out, &out)
-		return out.String(), err
-	}
-	out, err := herald("notifications", "create", "--api-url", base, "--user-id", "u-fb", "--channels", "telegram,email",
-		"--template", "shipped", "--data", `{"order":"A-8"}`, "--json")
-	require.NoError(t, err, out)
-	var n struct {
-		Channel          string   `json:"channel"`
-		FallbackChannels []string `json:"fallback_channels"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &n), out)
-	require.Equal(t, "telegram", n.Channel)
-	require.Equal(t, []string{"email"}, n.FallbackChannels)
-	out, err = herald("notifications", "show", "--api-url", base, first)
-	require.NoError(t, err, out)
-	require.Regexp(t, `(?m)^fallback_next\s+[0-9]+$`, out)
-	_, err = herald("notifications", "create", "--database-url", "sqlite:"+filepath.Join(dir, "herald.db"), "--user-id", "u-fb",
-		"--channels", "telegram,email", "--template", "shipped")
-	require.ErrorContains(t, err, "give --api-url")
-}
-
-// TestStackFallbackTelegramToEmail: the fallback scenario on PostgreSQL
-// and RabbitMQ, with herald api, relay and worker as processes of their
-// own.
-func TestStackFallbackTelegramToEmail(t *testing.T) {
-	t.Parallel()
-	botURL, texts := botAPIRefusing(t)
-	s := newStack(t, fallbackEnv(botURL))
-	s.start("relay")
-	s.start("worker")
-	s.startAPI(nil)
-	runFallback(t, s.api.base, s.smtp, texts)
+// TestFallbackTelegramToEmail: the fallback scenario on both shapes
+// (herald serve on SQLite; herald api, relay and worker on PostgreSQL and
+// RabbitMQ), and, on the embedded one, the command line: a fallback
+// create through the API, and show.
+func TestFallbackTelegramToEmail(t *testing.T) {
+	onEachShape(t, func(t *testing.T, sh shape) {
+		botURL, texts := botAPIRefusing(t)
+		r := sh.start(t, fallbackEnv(botURL))
+		first := runFallback(t, r.base, r.smtp, texts)
+		if sh.name != "embedded" {
+			return
+		}
+		env := func(string) string { return "" }
+		herald := func(args ...string) (string, error) {
+			var out bytes.Buffer
+			err := run(t.Context(), args, env, &out, &out)
+			return out.String(), err
+		}
+		out, err := herald("notifications", "create", "--api-url", r.base, "--user-id", "u-fb", "--channels", "telegram,email",
+			"--template", "shipped", "--data", `{"order":"A-8"}`, "--json")
+		require.NoError(t, err, out)
+		var n struct {
+			Channel          string   `json:"channel"`
+			FallbackChannels []string `json:"fallback_channels"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &n), out)
+		require.Equal(t, "telegram", n.Channel)
+		require.Equal(t, []string{"email"}, n.FallbackChannels)
+		out, err = herald("notifications", "show", "--api-url", r.base, first)
+		require.NoError(t, err, out)
+		require.Regexp(t, `(?m)^fallback_next\s+[0-9]+$`, out)
+		_, err = herald("notifications", "create", "--database-url", "sqlite:"+filepath.Join(r.dir, "herald.db"), "--user-id", "u-fb",
+			"--channels", "telegram,email", "--template", "shipped")
+		require.ErrorContains(t, err, "give --api-url")
+	})
 }

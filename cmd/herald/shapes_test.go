@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -186,4 +189,22 @@ func sqliteRowsHolding(t *testing.T, ctx context.Context, db *sql.DB, table stri
 		}
 	}
 	require.NoError(t, rows.Err())
+}
+
+// call sends a JSON request to the API at base and returns the decoded
+// answer, failing the test on any status from 300 up.
+func call(t *testing.T, base, method, path, body string) map[string]any {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Less(t, resp.StatusCode, 300, "%s %s: %s", method, path, b)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
 }

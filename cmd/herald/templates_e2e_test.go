@@ -2,14 +2,11 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"mime"
 	"mime/multipart"
 	"mime/quotedprintable"
-	"net/http"
 	"net/mail"
-	"strings"
 	"testing"
 	"time"
 
@@ -36,18 +33,7 @@ func templatedEmailInTwoLocales(t *testing.T, sh shape) {
 
 	call := func(method, path, body string) map[string]any {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Less(t, resp.StatusCode, 300, "%s %s: %s", method, path, b)
-		var out map[string]any
-		require.NoError(t, json.Unmarshal(b, &out))
-		return out
+		return call(t, base, method, path, body)
 	}
 	call("PUT", "/templates/order_shipped", `{"channel":"email","subject":"Order {{.order}} shipped","text":"Hi {{.name}}, order {{.order}} is on its way.","html":"<p>Hi {{.name}}, order <b>{{.order}}</b> is on its way.</p>"}`)
 	call("PUT", "/templates/order_shipped", `{"channel":"email","locale":"de","subject":"Bestellung {{.order}} verschickt","text":"Hallo {{.name}}, Bestellung {{.order}} ist unterwegs.","html":"<p>Hallo {{.name}}, Bestellung <b>{{.order}}</b> ist unterwegs.</p>"}`)
