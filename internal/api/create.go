@@ -50,15 +50,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) {
 		if len(req.Channels) > 0 {
 			resolve = a.resolveChannels
 		}
-		aerr, status := resolve(r.Context(), &nn, req)
-		if status == http.StatusConflict && try < maxResolveTries-1 {
-			continue // the recipient changed between the channels' reads
-		}
-		if status == http.StatusConflict {
-			err = notify.ErrRecipientChanged
-			break
-		}
-		if aerr != nil {
+		if aerr, status := resolve(r.Context(), &nn, req); aerr != nil {
 			if status == http.StatusServiceUnavailable {
 				a.unavailable(w, r, "resolve notification", errors.New(aerr.Message))
 				return

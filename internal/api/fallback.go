@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -20,10 +21,12 @@ import (
 // (NewNotification.Fallback), made one by one as the one before is
 // dead-lettered. When every channel with an address is opted out of, the
 // first of them is the notification, which the store writes suppressed.
-// Every channel is resolved from the same revision of the recipient: a
-// change between the reads answers notify.ErrRecipientChanged's 409
-// through the create's retries (errRecipientMoved).
+// The recipient and the template are read once for all the channels
+// (withRecipientMemo, withTemplateMemo): every channel is resolved from
+// the same revision of the recipient, which the store checks at the
+// write.
 func (a *API) resolveChannels(ctx context.Context, nn *notify.NewNotification, req notify.CreateRequest) (*apiError, int) {
+	ctx = withRecipientMemo(withTemplateMemo(ctx))
 	var hops []notify.NewNotification
 	var missing []string
 	for i, ch := range req.Channels {
@@ -41,9 +44,6 @@ func (a *API) resolveChannels(ctx context.Context, nn *notify.NewNotification, r
 			}
 			e.Message = fmt.Sprintf("channels[%d] (%s): %s", i, ch, e.Message)
 			return e, status
-		}
-		if len(hops) > 0 && hn.RecipientRevision != hops[0].RecipientRevision {
-			return &apiError{Code: "recipient_changed"}, http.StatusConflict
 		}
 		hops = append(hops, hn)
 	}
@@ -75,4 +75,38 @@ func (a *API) resolveChannels(ctx context.Context, nn *notify.NewNotification, r
 	first.Digest = requestDigest(req)
 	*nn = first
 	return nil, 0
+}
+
+// recipientMemo holds the one recipient a create read (see
+// withRecipientMemo).
+type recipientMemo struct {
+	read bool
+	rec  notify.Recipient
+	err  error
+}
+
+type recipientMemoKey struct{}
+
+// withRecipientMemo returns ctx with an empty memo of the recipient read:
+// a create resolved for several channels reads its user's recipient once.
+func withRecipientMemo(ctx context.Context) context.Context {
+	return context.WithValue(ctx, recipientMemoKey{}, &recipientMemo{})
+}
+
+// readRecipient reads userID's recipient from rs, or from the memo
+// (withRecipientMemo) when it was read before. A store failure is not
+// remembered.
+func readRecipient(ctx context.Context, rs Recipients, userID string) (notify.Recipient, error) {
+	memo, _ := ctx.Value(recipientMemoKey{}).(*recipientMemo)
+	if memo == nil {
+		return rs.Recipient(ctx, userID)
+	}
+	if memo.read {
+		return memo.rec, memo.err
+	}
+	rec, err := rs.Recipient(ctx, userID)
+	if err == nil || errors.Is(err, notify.ErrNotFound) {
+		memo.read, memo.rec, memo.err = true, rec, err
+	}
+	return rec, err
 }

@@ -1,9 +1,18 @@
 package api_test
 
 import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/api"
+	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/webhook"
+	"github.com/heraldhq/herald/internal/store/sqlite"
 )
 
 // A create with a fallback list goes on the first channel the recipient
@@ -88,4 +97,41 @@ func TestFallbackCreate(t *testing.T) {
 	}
 	n, o := e.rows(t)
 	require.Equal(t, []int{nBefore, oBefore}, []int{n, o}, "a refused create writes nothing")
+}
+
+// countingRecipients counts the recipient reads of the store it wraps.
+type countingRecipients struct {
+	api.Recipients
+	reads atomic.Int64
+}
+
+func (c *countingRecipients) Recipient(ctx context.Context, userID string) (notify.Recipient, error) {
+	c.reads.Add(1)
+	return c.Recipients.Recipient(ctx, userID)
+}
+
+// A create with a fallback list reads its recipient and its template once,
+// however many channels it lists.
+func TestFallbackCreateReadsRecipientOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "herald.db"), sqlite.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	require.NoError(t, st.Migrate(ctx))
+	recs := &countingRecipients{Recipients: st}
+	a, err := api.New(st, api.Config{Recipients: recs, Templates: st, Preferences: st,
+		Channels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": notify.ChannelSpec{JSONBody: true, To: "an http(s) URL", Validate: webhook.Validate}}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	h := jsonHeaders()
+	require.Equal(t, 201, do(t, "PUT", srv.URL+"/templates/shipped", h, `{"channel":"webhook","text":"{\"order\":\"{{.order}}\"}"}`).status)
+	require.Equal(t, 201, do(t, "PUT", srv.URL+"/templates/shipped", h, `{"channel":"email","subject":"Order {{.order}}","text":"Order {{.order}}"}`).status)
+	require.Equal(t, 200, do(t, "PUT", srv.URL+"/recipients/both", h, `{"email":"both@example.com","webhook_url":"https://hooks.example.com/both"}`).status)
+	before := recs.reads.Load()
+	c := do(t, "POST", srv.URL+"/notifications", h, `{"user_id":"both","channels":["webhook","email"],"template":"shipped","data":{"order":"A-1"}}`)
+	require.Equal(t, 201, c.status, c.raw)
+	require.Equal(t, []any{"email"}, c.json["fallback_channels"])
+	require.EqualValues(t, 1, recs.reads.Load()-before, "one recipient read for two channels")
 }

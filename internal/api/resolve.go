@@ -44,7 +44,7 @@ func (a *API) resolve(ctx context.Context, nn *notify.NewNotification, req notif
 	asGiven := req
 	var rec *notify.Recipient
 	if a.cfg.Recipients != nil && (needAddr || needZone || req.Template != "") {
-		r, err := a.cfg.Recipients.Recipient(ctx, req.UserID)
+		r, err := readRecipient(ctx, a.cfg.Recipients, req.UserID)
 		switch {
 		case err == nil:
 			rec = &r
