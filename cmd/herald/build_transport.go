@@ -10,6 +10,7 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/kafka"
 	"github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
@@ -185,13 +186,15 @@ func rabbitConfig(cfg Config, log *slog.Logger, prefix, role string) rabbitmq.Co
 	// transport takes the list (one retry queue per distinct delay).
 	// The settings table never yields an empty list.
 	return rabbitmq.Config{
-		URL:            cfg.BrokerURL,
-		Prefix:         prefix,
-		RetryDelays:    cfg.RetryDelays,
+		URL: cfg.BrokerURL,
+		Settings: consume.Settings{
+			Prefix:      prefix,
+			RetryDelays: cfg.RetryDelays,
+			Prefetch:    worker.Window(cfg.Prefetch),
+			Logger:      log.With("component", role),
+		},
 		QueueType:      cfg.QueueType,
-		Prefetch:       worker.Window(cfg.Prefetch),
 		ConnectionName: "herald " + role,
-		Logger:         log.With("component", role),
 	}
 }
 
@@ -272,12 +275,14 @@ func natsTransport(cfg Config, log *slog.Logger, prefix string) (transport, erro
 // natsConfig is the NATS transport's configuration for role.
 func natsConfig(cfg Config, log *slog.Logger, prefix, role string) nats.Config {
 	return nats.Config{
-		URL:            cfg.BrokerURL,
-		Prefix:         prefix,
-		RetryDelays:    cfg.RetryDelays,
-		Prefetch:       worker.Window(cfg.Prefetch),
+		URL: cfg.BrokerURL,
+		Settings: consume.Settings{
+			Prefix:      prefix,
+			RetryDelays: cfg.RetryDelays,
+			Prefetch:    worker.Window(cfg.Prefetch),
+			Logger:      log.With("component", role),
+		},
 		ConnectionName: "herald " + role,
-		Logger:         log.With("component", role),
 	}
 }
 

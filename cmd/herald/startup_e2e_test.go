@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/faultproxy"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
@@ -32,7 +33,7 @@ func TestStartupBroker(t *testing.T) {
 	t.Parallel()
 	broker := testenv.Vhost(t)
 	// The topology as other workers declared it: a 1s retry delay.
-	require.NoError(t, rabbitmq.DeclareTopology(t.Context(), rabbitmq.Config{URL: broker, RetryDelays: []time.Duration{time.Second}}))
+	require.NoError(t, rabbitmq.DeclareTopology(t.Context(), rabbitmq.Config{URL: broker, Settings: consume.Settings{RetryDelays: []time.Duration{time.Second}}}))
 	dir := t.TempDir()
 	db := migratedSQLite(t, dir)
 	base := map[string]string{"HERALD_DATABASE_URL": db, "HERALD_BROKER_URL": broker, "HERALD_SMTP_URL": "mbox:" + filepath.Join(dir, "mbox")}

@@ -4,8 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // Topic names of the public contract, before Config.Prefix.
@@ -85,9 +84,6 @@ const (
 	HeaderSource = "x-source"
 )
 
-// DefaultShutdownGrace is Config.ShutdownGrace's default.
-const DefaultShutdownGrace = 5 * time.Second
-
 // finalCommitTimeout bounds a commit made while giving partitions up (the
 // last one when Consume's context ends, the one of a revoke): what it could
 // not commit is delivered again by the partition's next owner, which is
@@ -131,20 +127,18 @@ type Config struct {
 	Mechanism string
 	// TLS, when set, connects with TLS. Default: plain TCP.
 	TLS *tls.Config
-	// Prefix is prepended to every topic and consumer group name, so that
-	// tests and benchmarks get names of their own. Default "".
-	Prefix string
+	// Settings are the settings every broker shares, with the same
+	// defaults (see consume.Settings). Here Prefix is prepended to every
+	// topic and consumer group name; a zero retry delay retries at once;
+	// ReconnectMin and ReconnectMax bound the backoff of a Consumer that
+	// cannot reach the cluster at start; ShutdownGrace also bounds the
+	// handlers of revoked partitions, and the rest of a stop is bounded too
+	// (the final commit by finalCommitTimeout, leaving the group by
+	// closeTimeout), so Consume returns within about ShutdownGrace + 4s.
+	consume.Settings
 	// Group is the consumer group of the Consumers, before Prefix. Default
 	// "herald-worker".
 	Group string
-	// RetryDelays is the retry schedule: the i-th retry waits
-	// RetryDelays[i-1], the last one repeating. A zero delay retries at
-	// once. Default [30s].
-	RetryDelays []time.Duration
-	// Prefetch is the number of deliveries a Consumer hands its handler at
-	// once (handler goroutines). Zero would take nothing, so it means the
-	// default. Default 10.
-	Prefetch int
 	// MaxBuffered bounds the records of one topic a Consumer holds, waiting
 	// for their key or their due time: past it, fetching that topic pauses.
 	// Zero means the default. Default 1000, or the Prefetch when that is
@@ -173,37 +167,15 @@ type Config struct {
 	// due retry that could not be republished. Zero means the default.
 	// Default 1s.
 	RedeliverDelay time.Duration
-	// ShutdownGrace bounds how long handlers in flight when Consume's
-	// context ends (or when their partitions are revoked) may still run:
-	// their context is cancelled only this long after. The rest of a
-	// shutdown is bounded too (the final commit by finalCommitTimeout,
-	// leaving the group by closeTimeout), so Consume returns within about
-	// ShutdownGrace + 4s of its context ending, when the handlers return
-	// once their context is cancelled. Zero means the default. Default 5s,
-	// which keeps a worker's stop within 10s of SIGTERM.
-	ShutdownGrace time.Duration
-	// ReconnectMin and ReconnectMax bound the backoff of a Consumer that
-	// cannot reach the cluster at start. Zero means the defaults, 100ms and
-	// 5s.
-	ReconnectMin, ReconnectMax time.Duration
 	// ClientID is the client id the brokers see (in their logs and
 	// quotas). Default "herald".
 	ClientID string
-	// Logger receives what the transport cannot return to anybody: fetch
-	// and commit failures, recreated topics, records it dead-letters
-	// itself. Default: discard.
-	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
+	c.Settings = c.Settings.WithDefaults()
 	if c.Group == "" {
 		c.Group = DefaultGroup
-	}
-	if c.RetryDelays == nil {
-		c.RetryDelays = []time.Duration{30 * time.Second}
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 10
 	}
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = max(1000, c.Prefetch)
@@ -223,20 +195,8 @@ func (c Config) withDefaults() Config {
 	if c.RedeliverDelay == 0 {
 		c.RedeliverDelay = time.Second
 	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = DefaultShutdownGrace
-	}
-	if c.ReconnectMin == 0 {
-		c.ReconnectMin = 100 * time.Millisecond
-	}
-	if c.ReconnectMax == 0 {
-		c.ReconnectMax = 5 * time.Second
-	}
 	if c.ClientID == "" {
 		c.ClientID = "herald"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if c.User != "" && c.Mechanism == "" {
 		c.Mechanism = "SCRAM-SHA-512"
@@ -245,6 +205,9 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if err := c.Settings.Validate("kafka"); err != nil {
+		return err
+	}
 	if len(c.Brokers) == 0 {
 		return errors.New("kafka: at least one broker address is required")
 	}
@@ -253,27 +216,15 @@ func (c Config) validate() error {
 			return fmt.Errorf("kafka: broker address %q is not host:port", b)
 		}
 	}
-	if len(c.RetryDelays) == 0 {
-		return errors.New("kafka: the retry schedule needs one delay at least")
-	}
-	for _, d := range c.RetryDelays {
-		if d < 0 {
-			return fmt.Errorf("kafka: retry delay must not be negative, got %s", d)
-		}
-	}
 	switch {
-	case c.Prefetch < 1:
-		return fmt.Errorf("kafka: prefetch must be at least 1, got %d", c.Prefetch)
 	case c.MaxBuffered < c.Prefetch:
 		return fmt.Errorf("kafka: max buffered (%d) must be at least the prefetch (%d)", c.MaxBuffered, c.Prefetch)
 	case c.Partitions < 1:
 		return fmt.Errorf("kafka: partitions must be at least 1, got %d", c.Partitions)
 	case c.ReplicationFactor < 0:
 		return fmt.Errorf("kafka: replication factor must not be negative, got %d", c.ReplicationFactor)
-	case c.ConfirmTimeout <= 0, c.CommitInterval <= 0, c.TopicCheckInterval <= 0, c.RedeliverDelay <= 0, c.ShutdownGrace <= 0:
+	case c.ConfirmTimeout <= 0, c.CommitInterval <= 0, c.TopicCheckInterval <= 0, c.RedeliverDelay <= 0:
 		return errors.New("kafka: timeouts and intervals must be positive")
-	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
-		return fmt.Errorf("kafka: reconnect backoff must satisfy 0 < min <= max, got %s / %s", c.ReconnectMin, c.ReconnectMax)
 	}
 	if _, err := c.mechanism(); err != nil {
 		return err

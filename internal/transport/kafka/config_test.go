@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/kafka"
 )
 
@@ -82,8 +83,8 @@ func TestCredentials(t *testing.T) {
 // explicit MaxBuffered below the prefetch is still refused.
 func TestMaxBufferedFollowsPrefetch(t *testing.T) {
 	t.Parallel()
-	_, err := kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Prefetch: 1200})
+	_, err := kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Settings: consume.Settings{Prefetch: 1200}})
 	require.NoError(t, err)
-	_, err = kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Prefetch: 1200, MaxBuffered: 1000})
+	_, err = kafka.NewConsumer(kafka.Config{Brokers: []string{"127.0.0.1:9092"}, Settings: consume.Settings{Prefetch: 1200}, MaxBuffered: 1000})
 	require.ErrorContains(t, err, "max buffered (1000) must be at least the prefetch (1200)")
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/kafka"
 	"github.com/heraldhq/herald/internal/worker"
 )
@@ -93,17 +94,19 @@ func (c *cluster) kill(t *testing.T, node int32) {
 // timings.
 func (c *cluster) config(prefix string) kafka.Config {
 	return kafka.Config{
-		Brokers:            c.addrs,
-		Prefix:             prefix,
+		Brokers: c.addrs,
+		Settings: consume.Settings{
+			Prefix:        prefix,
+			RetryDelays:   []time.Duration{time.Minute},
+			ShutdownGrace: 10 * time.Second,
+			ReconnectMin:  20 * time.Millisecond,
+			ReconnectMax:  200 * time.Millisecond,
+		},
 		Partitions:         6,
-		RetryDelays:        []time.Duration{time.Minute},
 		ConfirmTimeout:     10 * time.Second,
 		CommitInterval:     50 * time.Millisecond,
 		TopicCheckInterval: 500 * time.Millisecond,
 		RedeliverDelay:     200 * time.Millisecond,
-		ShutdownGrace:      10 * time.Second,
-		ReconnectMin:       20 * time.Millisecond,
-		ReconnectMax:       200 * time.Millisecond,
 	}
 }
 

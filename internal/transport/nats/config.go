@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // DefaultMaxAckPending is Config.MaxAckPending's default: room for, say,
@@ -24,9 +24,6 @@ const DefaultMaxAckPending = 10000
 // DefaultStatusMaxAge is Config.StatusMaxAge's default.
 const DefaultStatusMaxAge = 7 * 24 * time.Hour
 
-// DefaultShutdownGrace is Config.ShutdownGrace's default.
-const DefaultShutdownGrace = 5 * time.Second
-
 // Config configures a Publisher or a Consumer. Every field whose zero is
 // meaningless (the server cannot hold it, or it would spin) gets a default;
 // the others are honoured as given.
@@ -34,19 +31,14 @@ type Config struct {
 	// URL is the server URL, nats://[user:pass@]host:port; several
 	// comma-separated URLs are the seeds of a cluster. Required.
 	URL string
-	// Prefix is prepended to every subject, and (with characters a name
-	// cannot hold replaced by "_") to the stream and consumer names, so that
-	// tests and benchmarks get a topology of their own. Default "".
-	Prefix string
-	// RetryDelays is the retry schedule: retry n waits RetryDelays[n-1],
-	// the last one repeating for every later retry. A zero delay is legal
-	// (the retry is due at once). Nil or empty means the default. Default
-	// [30s].
-	RetryDelays []time.Duration
-	// Prefetch is the number of deliveries a Consumer holds and the number
-	// of handler goroutines it runs. Zero would take nothing, so it means
-	// the default. Default 10.
-	Prefetch int
+	// Settings are the settings every broker shares, with the same
+	// defaults (see consume.Settings). Here Prefix is prepended to every
+	// subject, and (with the characters a name cannot hold replaced by "_")
+	// to the stream and consumer names; a zero retry delay is legal (the
+	// retry is due at once). The rest of a stop after ShutdownGrace is short
+	// (a pull in progress ends within 1s, the hand-backs are flushed for at
+	// most 2s), so Consume returns within about ShutdownGrace + 3s.
+	consume.Settings
 	// MaxAckPending is the worker consumer's MaxAckPending: the most
 	// deliveries handed out and not yet settled across every worker that
 	// shares the durable consumer. It is a shared safety ceiling, not the
@@ -87,25 +79,6 @@ type Config struct {
 	// ConnectionName is shown by the server's monitoring. Default
 	// "herald publisher" / "herald consumer".
 	ConnectionName string
-	// Logger receives the Consumer's connection failures and settlement
-	// failures it cannot return to anybody. Default: discard.
-	Logger *slog.Logger
-	// ReconnectMin is the first wait after a failed connection; it doubles
-	// on each further failure. Zero would reconnect in a busy loop, so it
-	// means the default. Default 100ms.
-	ReconnectMin time.Duration
-	// ReconnectMax caps the wait between reconnection attempts. Zero means
-	// the default. Default 5s.
-	ReconnectMax time.Duration
-	// ShutdownGrace bounds how long handlers in flight when Consume's
-	// context ends may still run: their context is cancelled this long
-	// after. The rest of a stop is short (a pull in progress ends within
-	// 1s, the hand-backs are flushed for at most 2s), so Consume returns
-	// within about ShutdownGrace + 3s when the handlers return once their
-	// context is cancelled. Zero would cancel them mid-settlement, so it
-	// means the default. Default 5s, which keeps a worker's stop within 10s
-	// of SIGTERM.
-	ShutdownGrace time.Duration
 	// CheckInterval is how often a Consumer checks that its consumers still
 	// exist (a stream deleted by hand deletes them), so that it declares
 	// them again instead of waiting for messages that cannot come. Zero
@@ -114,12 +87,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if len(c.RetryDelays) == 0 {
-		c.RetryDelays = []time.Duration{30 * time.Second}
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 10
-	}
+	c.Settings = c.Settings.WithDefaults()
 	if c.MaxAckPending == 0 {
 		c.MaxAckPending = DefaultMaxAckPending
 	}
@@ -138,18 +106,6 @@ func (c Config) withDefaults() Config {
 	if c.ConfirmTimeout == 0 {
 		c.ConfirmTimeout = 15 * time.Second
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.ReconnectMin == 0 {
-		c.ReconnectMin = 100 * time.Millisecond
-	}
-	if c.ReconnectMax == 0 {
-		c.ReconnectMax = 5 * time.Second
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = DefaultShutdownGrace
-	}
 	if c.CheckInterval == 0 {
 		c.CheckInterval = 10 * time.Second
 	}
@@ -157,16 +113,12 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
-	for _, d := range c.RetryDelays {
-		if d < 0 {
-			return fmt.Errorf("nats: retry delays must not be negative, got %s", d)
-		}
+	if err := c.Settings.Validate("nats"); err != nil {
+		return err
 	}
 	switch {
 	case strings.TrimSpace(c.URL) == "":
 		return errors.New("nats: server URL is required")
-	case c.Prefetch < 1:
-		return fmt.Errorf("nats: prefetch must be at least 1, got %d", c.Prefetch)
 	case c.MaxAckPending < 1:
 		return fmt.Errorf("nats: max ack pending must be at least 1, got %d", c.MaxAckPending)
 	case c.AckWait <= 0:
@@ -179,10 +131,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("nats: replicas must be between 1 and 5, got %d", c.Replicas)
 	case c.ConfirmTimeout <= 0:
 		return fmt.Errorf("nats: confirm timeout must be positive, got %s", c.ConfirmTimeout)
-	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
-		return fmt.Errorf("nats: reconnect backoff must satisfy 0 < min <= max, got %s / %s", c.ReconnectMin, c.ReconnectMax)
-	case c.ShutdownGrace <= 0:
-		return fmt.Errorf("nats: shutdown grace must be positive, got %s", c.ShutdownGrace)
 	case c.CheckInterval <= 0:
 		return fmt.Errorf("nats: check interval must be positive, got %s", c.CheckInterval)
 	}

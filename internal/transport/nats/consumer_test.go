@@ -86,7 +86,7 @@ func TestStopUnderLoadIsBounded(t *testing.T) {
 	require.Less(t, first.distinct(), total, "the first consumer settled everything: no load at the stop")
 
 	var second record
-	consume(t, cfg, acking(t, &second))
+	runConsumer(t, cfg, acking(t, &second))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		first.mu.Lock()
 		second.mu.Lock()
@@ -133,7 +133,7 @@ func TestWorkersEachGetTheirPrefetch(t *testing.T) {
 		most     = map[int]int{}
 	)
 	for w := range 2 {
-		consume(t, cfg, func(hctx context.Context, d notify.Delivery) {
+		runConsumer(t, cfg, func(hctx context.Context, d notify.Delivery) {
 			mu.Lock()
 			inFlight[w]++
 			most[w] = max(most[w], inFlight[w])
@@ -234,7 +234,7 @@ func TestRetryDelayIgnoresWritersClock(t *testing.T) {
 	// The copies were stored before the Consumer started, so each was first
 	// delivered after began: arriving before began+delay would be early.
 	began := time.Now()
-	consume(t, cfg, acking(t, &r))
+	runConsumer(t, cfg, acking(t, &r))
 	arrival := func(id int64) (time.Time, bool) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -271,7 +271,7 @@ func TestReleaseAtOnceGoesToTheBack(t *testing.T) {
 
 	const handBacks = 3
 	var r record
-	consume(t, cfg, func(ctx context.Context, d notify.Delivery) {
+	runConsumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		m := d.Message()
 		r.add(m)
 		r.mu.Lock()
@@ -317,7 +317,7 @@ func TestParkHoldsNoAckPending(t *testing.T) {
 		r        record
 		parkedAt = make(chan time.Time, 1)
 	)
-	consume(t, cfg, func(ctx context.Context, d notify.Delivery) {
+	runConsumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		m := d.Message()
 		r.add(m)
 		r.mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	natstr "github.com/heraldhq/herald/internal/transport/nats"
 )
 
@@ -42,7 +43,7 @@ func TestDeclareStreamAtStart(t *testing.T) {
 	require.ErrorIs(t, err, natstr.ErrTopologyMismatch)
 	require.True(t, notify.IsPermanent(err), "%v", err)
 
-	err = natstr.DeclareStream(ctx, natstr.Config{URL: "nats://127.0.0.1:1", ReconnectMin: time.Millisecond, ReconnectMax: time.Millisecond})
+	err = natstr.DeclareStream(ctx, natstr.Config{URL: "nats://127.0.0.1:1", Settings: consume.Settings{ReconnectMin: time.Millisecond, ReconnectMax: time.Millisecond}})
 	require.Error(t, err)
 	require.False(t, notify.IsPermanent(err), "an unreachable server is waited for: %v", err)
 }

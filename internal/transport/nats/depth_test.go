@@ -49,7 +49,7 @@ func TestDepth(t *testing.T) {
 	require.Zero(t, qs[2].Ready)
 
 	// A worker that holds every message: none waiting, three in flight.
-	consume(t, cfg, func(ctx context.Context, _ notify.Delivery) { <-ctx.Done() })
+	runConsumer(t, cfg, func(ctx context.Context, _ notify.Delivery) { <-ctx.Done() })
 	require.Eventually(t, func() bool {
 		qs, err := d.QueueDepths(ctx)
 		require.NoError(t, err)

@@ -76,9 +76,9 @@ func (r *record) total() int {
 	return len(r.msgs)
 }
 
-// consume runs a Consumer with handle until the test ends, and fails the
+// runConsumer runs a Consumer with handle until the test ends, and fails the
 // test if Consume returns an error.
-func consume(t *testing.T, cfg natstr.Config, handle notify.Handler) (stop func()) {
+func runConsumer(t *testing.T, cfg natstr.Config, handle notify.Handler) (stop func()) {
 	t.Helper()
 	c, err := natstr.NewConsumer(cfg)
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func TestServerRestartMidRun(t *testing.T) {
 	pub := newPublisher(t, cfg)
 
 	var r record
-	consume(t, cfg, acking(t, &r))
+	runConsumer(t, cfg, acking(t, &r))
 
 	var (
 		mu       sync.Mutex
@@ -201,7 +201,7 @@ func TestUnreachableAtStart(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 
 	var r record
-	consume(t, cfg, acking(t, &r))
+	runConsumer(t, cfg, acking(t, &r))
 	pub := newPublisher(t, cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	began := time.Now()
@@ -244,7 +244,7 @@ func TestWrongCredentials(t *testing.T) {
 	err = natstr.Pinger{URL: bad.URL}.Ping(ctx)
 	require.ErrorContains(t, err, "rejected the credentials")
 
-	consume(t, bad, func(context.Context, notify.Delivery) { t.Error("delivery with wrong credentials") })
+	runConsumer(t, bad, func(context.Context, notify.Delivery) { t.Error("delivery with wrong credentials") })
 	eventually(t, func() bool {
 		return bytes.Contains([]byte(logs.String()), []byte("level=ERROR msg=\"nats consumer cannot connect: credentials rejected; retrying\""))
 	}, &logs, "no clear error logged")
@@ -271,7 +271,7 @@ func TestDuplicatePublishAbsorbed(t *testing.T) {
 	require.Equal(t, uint64(3), subjectCount(t, cfg, cfg.Topology().Requested), "messages stored")
 
 	var r record
-	consume(t, cfg, acking(t, &r))
+	runConsumer(t, cfg, acking(t, &r))
 	require.Eventually(t, func() bool { return r.distinct() == 3 }, wait, tick)
 	require.Never(t, func() bool { return r.total() != 3 }, time.Second, tick, "a duplicate was delivered")
 }
@@ -304,7 +304,7 @@ func TestStreamDeletedMidRun(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	pub := newPublisher(t, cfg)
 	var r record
-	consume(t, cfg, acking(t, &r))
+	runConsumer(t, cfg, acking(t, &r))
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -342,7 +342,7 @@ func TestForeignMessageDeadLettered(t *testing.T) {
 	require.NoError(t, err)
 
 	var r record
-	consume(t, cfg, acking(t, &r))
+	runConsumer(t, cfg, acking(t, &r))
 	require.Eventually(t, func() bool { return len(peek(t, cfg)) == 1 }, wait, tick, "no dead letter")
 	dl := peek(t, cfg)[0]
 	require.Zero(t, dl.ID)
@@ -367,7 +367,7 @@ func TestDeadLetterCountAndRemove(t *testing.T) {
 	_, err = pub.Publish(ctx, events(t, 1, 4))
 	require.NoError(t, err)
 	var r record
-	consume(t, cfg, func(ctx context.Context, d notify.Delivery) {
+	runConsumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		if d.Message().ID == 4 {
 			assert.NoError(t, d.Ack(ctx))
 		} else {
@@ -405,7 +405,7 @@ func TestRetrySchedule(t *testing.T) {
 	require.NoError(t, err)
 
 	var r record
-	consume(t, cfg, func(ctx context.Context, d notify.Delivery) {
+	runConsumer(t, cfg, func(ctx context.Context, d notify.Delivery) {
 		r.add(d.Message())
 		if d.Message().RetryCount < 3 {
 			assert.NoError(t, d.Retry(ctx, fmt.Sprintf("try %d", d.Message().RetryCount)))

@@ -12,6 +12,7 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/testenv"
 	"github.com/heraldhq/herald/internal/testlog"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	natstr "github.com/heraldhq/herald/internal/transport/nats"
 )
 
@@ -20,12 +21,14 @@ import (
 func config(t *testing.T, srv *testenv.NATS) natstr.Config {
 	t.Helper()
 	cfg := natstr.Config{
-		URL:            srv.URL(),
-		Prefix:         "t" + testenv.Suffix() + ".",
+		URL: srv.URL(),
+		Settings: consume.Settings{
+			Prefix:        "t" + testenv.Suffix() + ".",
+			ReconnectMin:  20 * time.Millisecond,
+			ReconnectMax:  200 * time.Millisecond,
+			ShutdownGrace: 10 * time.Second,
+		},
 		ConfirmTimeout: 5 * time.Second,
-		ReconnectMin:   20 * time.Millisecond,
-		ReconnectMax:   200 * time.Millisecond,
-		ShutdownGrace:  10 * time.Second,
 		CheckInterval:  500 * time.Millisecond,
 		ConnectionName: "herald-test",
 	}

@@ -129,7 +129,7 @@ func TestStatusEventsGoToTheStatusStream(t *testing.T) {
 
 			// The worker gets the request and nothing else.
 			var r record
-			consume(t, cfg, acking(t, &r))
+			runConsumer(t, cfg, acking(t, &r))
 			require.Eventually(t, func() bool { return r.distinct() == 1 }, wait, tick, "the request was not delivered")
 			worker, err := j.Consumer(ctx, topo.Stream, topo.WorkerConsumer)
 			require.NoError(t, err)

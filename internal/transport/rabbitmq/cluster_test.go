@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
@@ -95,14 +96,16 @@ func TestClusterLeaderLoss(t *testing.T) {
 		urls = append(urls, nd.url())
 	}
 	cfg := rabbitmq.Config{
-		URL:            strings.Join(urls, ","),
-		Prefix:         "cluster.",
+		URL: strings.Join(urls, ","),
+		Settings: consume.Settings{
+			Prefix:        "cluster.",
+			Prefetch:      50,
+			ReconnectMin:  50 * time.Millisecond,
+			ReconnectMax:  time.Second,
+			ShutdownGrace: 5 * time.Second,
+		},
 		RetryDelay:     time.Second,
-		Prefetch:       50,
 		ConfirmTimeout: 10 * time.Second,
-		ReconnectMin:   50 * time.Millisecond,
-		ReconnectMax:   time.Second,
-		ShutdownGrace:  5 * time.Second,
 	}
 	pubCfg, conCfg := cfg, cfg
 	pubCfg.ConnectionName = "cluster publisher"
@@ -219,13 +222,15 @@ func TestBlockedForwardDoesNotHoldAcks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	cfg := rabbitmq.Config{
-		URL:            nd.url(),
-		Prefix:         "blocked.",
+		URL: nd.url(),
+		Settings: consume.Settings{
+			Prefix:        "blocked.",
+			Prefetch:      2,
+			ShutdownGrace: 10 * time.Second,
+		},
 		RetryDelay:     time.Minute,
-		Prefetch:       2,
 		ConfirmTimeout: 3 * time.Second,
 		ConnectionName: "blocked consumer",
-		ShutdownGrace:  10 * time.Second,
 	}
 	pub := newPublisher(t, cfg)
 	_, err := pub.Publish(ctx, events(1, 2))

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -13,6 +11,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // Config configures a Publisher or a Consumer. Every field whose zero is
@@ -25,18 +25,14 @@ type Config struct {
 	// next one starts with the node after the one lost, so that a node that
 	// went down is tried last. Required.
 	URL string
-	// Prefix is prepended to every exchange and queue name so that tests
-	// and benchmarks get a topology of their own. The routing key is not
-	// prefixed. Default "".
-	Prefix string
-	// RetryDelays is the retry schedule: the i-th retry of a message waits
-	// RetryDelays[i-1], the last delay repeating. Each distinct delay has a
-	// retry queue of its own whose x-message-ttl it is (see
-	// Topology.RetryQueueFor). Changing a delay for an existing queue makes
-	// the declaration fail: the queue has to be deleted first. Empty means
-	// the one delay RetryDelay (every process of an installation must use
-	// the same schedule).
-	RetryDelays []time.Duration
+	// Settings are the settings every broker shares, with the same
+	// defaults (see consume.Settings). Here Prefix is prepended to every
+	// exchange and queue name, not to the routing key. Each distinct delay
+	// of RetryDelays has a retry queue of its own whose x-message-ttl it is
+	// (see Topology.RetryQueueFor): changing a delay for an existing queue
+	// makes the declaration fail, and the queue has to be deleted first.
+	// Empty RetryDelays means the one delay RetryDelay.
+	consume.Settings
 	// RetryDelay is the schedule when RetryDelays is empty: every retry
 	// waits this long in the queue "notifications.retry". The broker needs
 	// a TTL of at least 1ms, so zero means the default. Default 30s.
@@ -46,10 +42,6 @@ type Config struct {
 	// declaration fail with ErrTopologyMismatch. Empty means the default.
 	// Default QueueQuorum.
 	QueueType string
-	// Prefetch is the number of unacknowledged deliveries a Consumer holds,
-	// and the number of handler goroutines it runs. Zero would take
-	// nothing, so it means the default. Default 10.
-	Prefetch int
 	// ConfirmTimeout bounds the wait for the broker's publisher confirms.
 	// Zero would give up on every publish, so it means the default.
 	// Default 15s.
@@ -57,55 +49,23 @@ type Config struct {
 	// ConnectionName is shown by rabbitmqctl list_connections and the
 	// management UI. Default "herald publisher" / "herald consumer".
 	ConnectionName string
-	// Logger receives the Consumer's connection failures (one per attempt,
-	// at WARN) and settlement failures it cannot return to anybody.
-	// Default: discard.
-	Logger *slog.Logger
-	// ReconnectMin is the Consumer's first wait after a failed connection;
-	// it doubles on each further failure. Zero would reconnect in a busy
-	// loop, so it means the default. Default 100ms.
-	ReconnectMin time.Duration
-	// ReconnectMax caps the wait between reconnection attempts. Zero means
-	// the default. Default 5s.
-	ReconnectMax time.Duration
-	// ShutdownGrace bounds how long handlers in flight when Consume's
-	// context ends may still run: their context is cancelled only this long
-	// after the shutdown began. Zero would cancel them mid-settlement, so
-	// it means the default. Default 5s: with the hand-back that follows,
-	// a process stops within 10s of SIGTERM, a usual grace period before
-	// a SIGKILL.
-	ShutdownGrace time.Duration
 }
 
 func (c Config) withDefaults() Config {
 	if c.RetryDelay == 0 {
-		c.RetryDelay = 30 * time.Second
+		c.RetryDelay = consume.DefaultRetryDelay
 	}
 	if len(c.RetryDelays) == 0 {
 		c.RetryDelays = []time.Duration{c.RetryDelay}
 	} else {
 		c.RetryDelay = c.RetryDelays[0]
 	}
+	c.Settings = c.Settings.WithDefaults()
 	if c.QueueType == "" {
 		c.QueueType = QueueQuorum
 	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 10
-	}
 	if c.ConfirmTimeout == 0 {
 		c.ConfirmTimeout = 15 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.ReconnectMin == 0 {
-		c.ReconnectMin = 100 * time.Millisecond
-	}
-	if c.ReconnectMax == 0 {
-		c.ReconnectMax = 5 * time.Second
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 5 * time.Second
 	}
 	return c
 }
@@ -114,6 +74,9 @@ func (c Config) withDefaults() Config {
 const maxTTL = 1<<32 - 1
 
 func (c Config) validate() error {
+	if err := c.Settings.Validate("rabbitmq"); err != nil {
+		return err
+	}
 	for _, d := range c.RetryDelays {
 		if d < time.Millisecond || d.Milliseconds() > maxTTL {
 			return fmt.Errorf("rabbitmq: retry delay must be between 1ms and %s, got %s", time.Duration(maxTTL)*time.Millisecond, d)
@@ -122,16 +85,12 @@ func (c Config) validate() error {
 	switch {
 	case c.URL == "":
 		return errors.New("rabbitmq: broker URL is required")
+	case c.Prefetch > 65535:
+		return fmt.Errorf("rabbitmq: prefetch must be between 1 and 65535, got %d", c.Prefetch)
 	case c.QueueType != QueueQuorum && c.QueueType != QueueClassic:
 		return fmt.Errorf("rabbitmq: queue type must be %q or %q, got %q", QueueQuorum, QueueClassic, c.QueueType)
-	case c.Prefetch < 1 || c.Prefetch > 65535:
-		return fmt.Errorf("rabbitmq: prefetch must be between 1 and 65535, got %d", c.Prefetch)
 	case c.ConfirmTimeout <= 0:
 		return fmt.Errorf("rabbitmq: confirm timeout must be positive, got %s", c.ConfirmTimeout)
-	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
-		return fmt.Errorf("rabbitmq: reconnect backoff must satisfy 0 < min <= max, got %s / %s", c.ReconnectMin, c.ReconnectMax)
-	case c.ShutdownGrace <= 0:
-		return fmt.Errorf("rabbitmq: shutdown grace must be positive, got %s", c.ShutdownGrace)
 	}
 	for i, u := range c.urls() {
 		// The parse error never quotes the URL, which may hold a password.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/testlog"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
@@ -310,10 +311,12 @@ func TestConsumeOutlivesUnreachableBroker(t *testing.T) {
 	t.Parallel()
 	var logs testlog.Buffer
 	cfg := rabbitmq.Config{
-		URL:          "amqp://guest:secret@127.0.0.1:1/", // nothing listens on port 1
-		ReconnectMin: time.Millisecond,
-		ReconnectMax: 5 * time.Millisecond,
-		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+		URL: "amqp://guest:secret@127.0.0.1:1/", // nothing listens on port 1
+		Settings: consume.Settings{
+			ReconnectMin: time.Millisecond,
+			ReconnectMax: 5 * time.Millisecond,
+			Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+		},
 	}
 	stop, done := consumer(t, cfg, func(context.Context, notify.Delivery) {
 		t.Error("no delivery can come from an unreachable broker")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
@@ -113,7 +114,7 @@ func TestDeadLettersWithoutQueue(t *testing.T) {
 	// Nothing declared under this prefix: no dead letters, and nothing is
 	// created by looking.
 	url, prefix := testenv.AMQP(t)
-	cfg := rabbitmq.Config{URL: url, Prefix: prefix}
+	cfg := rabbitmq.Config{URL: url, Settings: consume.Settings{Prefix: prefix}}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	n, err := rabbitmq.DeadLetterCount(ctx, cfg)

@@ -17,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 	"github.com/heraldhq/herald/internal/worker"
 )
@@ -44,14 +45,16 @@ func setup(t *testing.T) rabbitmq.Config {
 	t.Helper()
 	url, prefix := testenv.AMQP(t)
 	cfg := rabbitmq.Config{
-		URL:            url,
-		Prefix:         prefix,
+		URL: url,
+		Settings: consume.Settings{
+			Prefix:        prefix,
+			ReconnectMin:  20 * time.Millisecond,
+			ReconnectMax:  200 * time.Millisecond,
+			ShutdownGrace: 5 * time.Second,
+		},
 		RetryDelay:     time.Minute,
 		ConfirmTimeout: 5 * time.Second,
 		ConnectionName: "herald-test-" + prefix,
-		ReconnectMin:   20 * time.Millisecond,
-		ReconnectMax:   200 * time.Millisecond,
-		ShutdownGrace:  5 * time.Second,
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -15,6 +15,7 @@ import (
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/pipelinetest"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 	"github.com/heraldhq/herald/internal/worker"
@@ -70,15 +71,17 @@ func pipelineHarnessOn(t *testing.T, pooled bool) pipelinetest.Harness {
 	require.NoError(t, s.Migrate(ctx))
 
 	base := rabbitmq.Config{
-		URL:    amqpURL,
-		Prefix: prefix,
+		URL: amqpURL,
+		Settings: consume.Settings{
+			Prefix:        prefix,
+			ReconnectMin:  20 * time.Millisecond,
+			ReconnectMax:  200 * time.Millisecond,
+			ShutdownGrace: 10 * time.Second,
+		},
 		// Every consumer declares the retry queue, whose TTL this is: they
 		// all have to agree (the publisher declares none).
 		RetryDelay:     pipelinetest.RetryDelay,
 		ConfirmTimeout: 5 * time.Second,
-		ReconnectMin:   20 * time.Millisecond,
-		ReconnectMax:   200 * time.Millisecond,
-		ShutdownGrace:  10 * time.Second,
 	}
 	// Registered before anything that uses the topology, so it runs last.
 	t.Cleanup(func() {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 )
 
@@ -37,7 +38,7 @@ func TestNewTopologyNames(t *testing.T) {
 func TestRetryScheduleQueues(t *testing.T) {
 	t.Parallel()
 	s, m := time.Second, time.Minute
-	cfg := rabbitmq.Config{Prefix: "p.", RetryDelays: []time.Duration{30 * s, 5 * m, 30 * s, 90 * m, 2 * time.Hour, 1500 * time.Millisecond}}
+	cfg := rabbitmq.Config{Settings: consume.Settings{Prefix: "p.", RetryDelays: []time.Duration{30 * s, 5 * m, 30 * s, 90 * m, 2 * time.Hour, 1500 * time.Millisecond}}}
 	top := cfg.Topology()
 	require.Equal(t, 30*s, top.RetryDelay, "the first delay is the retry queue's")
 	require.Equal(t, []rabbitmq.RetryQueue{
@@ -101,14 +102,14 @@ func TestConfigValidate(t *testing.T) {
 	for name, cfg := range map[string]rabbitmq.Config{
 		"no url":          {},
 		"bad url":         {URL: "http://example.com/"},
-		"prefetch":        {URL: "amqp://127.0.0.1/", Prefetch: -1},
+		"prefetch":        {URL: "amqp://127.0.0.1/", Settings: consume.Settings{Prefetch: -1}},
 		"retry delay":     {URL: "amqp://127.0.0.1/", RetryDelay: time.Microsecond},
-		"retry delays":    {URL: "amqp://127.0.0.1/", RetryDelays: []time.Duration{time.Second, -time.Second}},
+		"retry delays":    {URL: "amqp://127.0.0.1/", Settings: consume.Settings{RetryDelays: []time.Duration{time.Second, -time.Second}}},
 		"queue type":      {URL: "amqp://127.0.0.1/", QueueType: "stream"},
 		"bad url in list": {URL: "amqp://127.0.0.1/,http://example.com/"},
 		"confirm":         {URL: "amqp://127.0.0.1/", ConfirmTimeout: -time.Second},
-		"backoff":         {URL: "amqp://127.0.0.1/", ReconnectMin: time.Second, ReconnectMax: time.Millisecond},
-		"shutdown grace":  {URL: "amqp://127.0.0.1/", ShutdownGrace: -time.Second},
+		"backoff":         {URL: "amqp://127.0.0.1/", Settings: consume.Settings{ReconnectMin: time.Second, ReconnectMax: time.Millisecond}},
+		"shutdown grace":  {URL: "amqp://127.0.0.1/", Settings: consume.Settings{ShutdownGrace: -time.Second}},
 	} {
 		_, err := rabbitmq.NewPublisher(cfg)
 		require.Error(t, err, name)

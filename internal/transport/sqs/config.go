@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -14,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // DefaultPrefix is the queue-name prefix of an sqs:// URL without a path.
@@ -30,9 +30,6 @@ const DefaultMaxReceiveCount = 1000
 // takes.
 const minFIFOReceiveCount = 4
 
-// DefaultShutdownGrace is Config.ShutdownGrace's default.
-const DefaultShutdownGrace = 5 * time.Second
-
 // maxDelay is the longest DelaySeconds SQS accepts on a message (15
 // minutes); a longer retry delay hops (see Consumer).
 const maxDelay = 900 * time.Second
@@ -46,10 +43,13 @@ const maxVisibility = 12 * time.Hour
 type Config struct {
 	// Region is the AWS region (us-east-1). Required.
 	Region string
-	// Prefix names the queues: Prefix-send, Prefix-send-dlq and
-	// Prefix-status (with ".fifo" appended when FIFO). Default
-	// DefaultPrefix.
-	Prefix string
+	// Settings are the settings every broker shares, with the same
+	// defaults (see consume.Settings), but for Prefix. Here Prefix names the
+	// queues, Prefix-send, Prefix-send-dlq and Prefix-status (with ".fifo"
+	// appended when FIFO), and defaults to DefaultPrefix; SQS delays whole
+	// seconds, so a retry delay is rounded up to the next second;
+	// ReconnectMin is the first wait after a failed receive.
+	consume.Settings
 	// Endpoint, when set, replaces the region's endpoint (a local
 	// SQS-compatible server: http://127.0.0.1:4100). Default: the region's.
 	Endpoint string
@@ -57,14 +57,6 @@ type Config struct {
 	// (per-user order), MessageDeduplicationId the outbox id (a relay's
 	// re-publish within SQS's five minutes is stored once).
 	FIFO bool
-	// RetryDelays is the retry schedule: retry n waits RetryDelays[n-1],
-	// the last one repeating. SQS delays whole seconds: a delay is rounded
-	// up to the next second. Nil or empty means the default. Default [30s].
-	RetryDelays []time.Duration
-	// Prefetch is the number of deliveries a Consumer holds at once and
-	// the number of handler goroutines it runs. Zero means the default.
-	// Default 10.
-	Prefetch int
 	// VisibilityTimeout is how long a message this Consumer received stays
 	// invisible to the other consumers. Each receive asks for it
 	// (ReceiveMessage's VisibilityTimeout) and the Consumer extends it
@@ -93,18 +85,6 @@ type Config struct {
 	// keeps it, and herald goes by the queue's (see DeclareQueues). Zero
 	// means the default. Default DefaultMaxReceiveCount.
 	MaxReceiveCount int
-	// Logger receives what the Consumer cannot return to anybody. Default:
-	// discard.
-	Logger *slog.Logger
-	// ReconnectMin is the first wait after a failed receive; it doubles on
-	// each further failure. Zero means the default. Default 100ms.
-	ReconnectMin time.Duration
-	// ReconnectMax caps that wait. Zero means the default. Default 5s.
-	ReconnectMax time.Duration
-	// ShutdownGrace bounds how long handlers in flight when Consume's
-	// context ends may still run before their context is cancelled. Zero
-	// means the default. Default 5s.
-	ShutdownGrace time.Duration
 	// Client, when set, is used instead of a client built from the SDK's
 	// default chain (environment, shared files, the instance's role). For
 	// tests and tools; Region and Endpoint are then not used.
@@ -122,7 +102,7 @@ func ParseURL(s string) (Config, error) {
 	if u.User != nil {
 		return Config{}, errors.New("sqs: the broker URL must not hold credentials: they come from the AWS SDK's chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, the instance's role)")
 	}
-	c := Config{Region: u.Host, Prefix: strings.Trim(u.Path, "/")}
+	c := Config{Region: u.Host, Settings: consume.Settings{Prefix: strings.Trim(u.Path, "/")}}
 	if c.Region == "" {
 		return Config{}, errors.New("sqs: the broker URL names no region: sqs://REGION/QUEUE-PREFIX")
 	}
@@ -155,12 +135,7 @@ func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
-	if len(c.RetryDelays) == 0 {
-		c.RetryDelays = []time.Duration{30 * time.Second}
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 10
-	}
+	c.Settings = c.Settings.WithDefaults()
 	if c.VisibilityTimeout == 0 {
 		c.VisibilityTimeout = DefaultVisibilityTimeout
 	}
@@ -170,34 +145,18 @@ func (c Config) withDefaults() Config {
 	if c.MaxReceiveCount == 0 {
 		c.MaxReceiveCount = DefaultMaxReceiveCount
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.ReconnectMin == 0 {
-		c.ReconnectMin = 100 * time.Millisecond
-	}
-	if c.ReconnectMax == 0 {
-		c.ReconnectMax = 5 * time.Second
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = DefaultShutdownGrace
-	}
 	return c
 }
 
 func (c Config) validate() error {
-	for _, d := range c.RetryDelays {
-		if d < 0 {
-			return fmt.Errorf("sqs: retry delays must not be negative, got %s", d)
-		}
+	if err := c.Settings.Validate("sqs"); err != nil {
+		return err
 	}
 	switch {
 	case c.Client == nil && strings.TrimSpace(c.Region) == "":
 		return errors.New("sqs: region is required")
 	case !validName(c.Topology().DeadLetter):
 		return fmt.Errorf("sqs: queue prefix %q makes an invalid queue name (letters, digits, - and _, at most 80 characters with the suffix)", c.Prefix)
-	case c.Prefetch < 1:
-		return fmt.Errorf("sqs: prefetch must be at least 1, got %d", c.Prefetch)
 	case c.VisibilityTimeout < time.Second || c.VisibilityTimeout > maxVisibility:
 		return fmt.Errorf("sqs: visibility timeout must be between 1s and 12h, got %s", c.VisibilityTimeout)
 	case c.WaitTime < 0 || c.WaitTime > 20*time.Second:
@@ -209,10 +168,6 @@ func (c Config) validate() error {
 		// visibility, and each wait costs a receipt: below this, no wait
 		// would stay within half of the count (see Consumer.mayWait).
 		return fmt.Errorf("sqs: on FIFO queues the max receive count must be at least %d (parks and retry delays wait by visibility, which counts receipts), got %d", minFIFOReceiveCount, c.MaxReceiveCount)
-	case c.ReconnectMin <= 0 || c.ReconnectMax < c.ReconnectMin:
-		return fmt.Errorf("sqs: reconnect backoff must satisfy 0 < min <= max, got %s / %s", c.ReconnectMin, c.ReconnectMax)
-	case c.ShutdownGrace <= 0:
-		return fmt.Errorf("sqs: shutdown grace must be positive, got %s", c.ShutdownGrace)
 	}
 	return nil
 }

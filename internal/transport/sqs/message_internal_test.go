@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 func event(id int64, user string) notify.Event {
@@ -126,7 +127,7 @@ func TestDecode(t *testing.T) {
 func TestParseURL(t *testing.T) {
 	c, err := ParseURL("sqs://eu-west-1/orders?endpoint=http://127.0.0.1:4100&fifo=true")
 	require.NoError(t, err)
-	require.Equal(t, Config{Region: "eu-west-1", Prefix: "orders", Endpoint: "http://127.0.0.1:4100", FIFO: true}, c)
+	require.Equal(t, Config{Region: "eu-west-1", Settings: consume.Settings{Prefix: "orders"}, Endpoint: "http://127.0.0.1:4100", FIFO: true}, c)
 	require.Equal(t, Topology{Send: "orders-send.fifo", DeadLetter: "orders-send-dlq.fifo", Status: "orders-status.fifo", FIFO: true}, c.Topology())
 
 	c, err = ParseURL("sqs://us-east-1")
@@ -145,7 +146,7 @@ func TestParseURL(t *testing.T) {
 		require.Error(t, err, bad)
 		require.NotContains(t, err.Error(), "hunter2", bad)
 	}
-	_, err = NewPublisher(Config{Region: "us-east-1", Prefix: "bad name"})
+	_, err = NewPublisher(Config{Region: "us-east-1", Settings: consume.Settings{Prefix: "bad name"}})
 	require.ErrorContains(t, err, "invalid queue name")
 }
 
