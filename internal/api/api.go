@@ -92,7 +92,7 @@ type Config struct {
 	// DeadLetters, when set, serves GET /dead-letters and
 	// POST /dead-letters/redrive (behind the token). Default: nil (no
 	// dead-letter routes).
-	DeadLetters DeadLetters
+	DeadLetters notify.DeadLetters
 	// Destinations, when set, serves GET /destinations and POST
 	// /destinations/{key}/enable (behind the token). Default: nil (no
 	// destination routes).
@@ -281,7 +281,7 @@ func New(store Notifications, cfg Config) (*API, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("new api: %w", err)
 	}
-	a := &API{store: store, cfg: cfg, log: slog.New(notify.NewLogHandler(cfg.Logger.Handler())), mux: http.NewServeMux(), routes: map[string]bool{}, open: map[string]bool{},
+	a := &API{store: store, cfg: cfg, log: slog.New(tracing.NewLogHandler(cfg.Logger.Handler())), mux: http.NewServeMux(), routes: map[string]bool{}, open: map[string]bool{},
 		tracer: tracing.Tracer(cfg.TracerProvider), traced: cfg.TracerProvider != nil}
 	if cfg.Token != "" {
 		a.tokenH = sha256.Sum256([]byte(cfg.Token))

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,12 +13,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 )
-
-// DeadLetters inspects and redrives dead letters.
-type DeadLetters interface {
-	List(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error)
-	Redrive(ctx context.Context, sel notify.RedriveSelection) (notify.RedriveResult, error)
-}
 
 // The page size of GET /dead-letters, as for GET /notifications: above the
 // maximum is refused (400), not clamped. A redrive's limit is a selection,

@@ -30,7 +30,7 @@ func newRequestID() string {
 // an odd one should not break the request. The id is set on the reply
 // before anything else runs (so every answer, a 401 or a panic's 500
 // included, carries it) and travels in the request's context, where the
-// API's logger (notify.NewLogHandler) and the create (into the outbox event,
+// API's logger (tracing.NewLogHandler) and the create (into the outbox event,
 // hence the delivery's logs) find it.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -210,7 +210,7 @@ func (r *Recorder) snapshot() snapshot {
 }
 
 // NotificationID returns the notification id inside a Message-ID of the
-// form <ID@DOMAIN> (notify.NewEmail), or the Message-ID unchanged when it
+// form <ID@DOMAIN> (notify.MessageID), or the Message-ID unchanged when it
 // has another form.
 func NotificationID(messageID string) string {
 	s := strings.TrimPrefix(messageID, "<")

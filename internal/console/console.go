@@ -61,13 +61,6 @@ type Stats interface {
 	Activity(ctx context.Context, since time.Time) (notify.Activity, error)
 }
 
-// DeadLetters lists and redrives dead letters. internal/deadletter's Service
-// implements it: the console redrives exactly as POST /dead-letters/redrive.
-type DeadLetters interface {
-	List(ctx context.Context, f notify.DeadLetterFilter) ([]notify.Notification, error)
-	Redrive(ctx context.Context, sel notify.RedriveSelection) (notify.RedriveResult, error)
-}
-
 // Destinations lists the destinations that are not up and enables one.
 // The stores implement it, as for GET /destinations.
 type Destinations interface {
@@ -218,7 +211,7 @@ var assetFS embed.FS
 type Console struct {
 	notes  Notifications
 	stats  Stats
-	dead   DeadLetters
+	dead   notify.DeadLetters
 	cfg    Config
 	log    *slog.Logger
 	pages  map[string]*template.Template
@@ -248,7 +241,7 @@ func paramOf(err error) string {
 }
 
 // New returns the console over its sources.
-func New(notes Notifications, stats Stats, dead DeadLetters, cfg Config) (*Console, error) {
+func New(notes Notifications, stats Stats, dead notify.DeadLetters, cfg Config) (*Console, error) {
 	if notes == nil || stats == nil || dead == nil {
 		return nil, errors.New("new console: notifications, stats and dead letters are required")
 	}

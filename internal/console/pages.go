@@ -413,7 +413,7 @@ func (c *Console) detail(w http.ResponseWriter, r *http.Request) {
 	slices.Reverse(chrono)
 	d.History = history(n, chrono)
 	if n.Channel == notify.ChannelEmail {
-		d.MessageID = notify.NewEmail(notify.Outgoing{NotificationID: notify.FormatID(n.ID)}, c.cfg.From).MessageID
+		d.MessageID = notify.MessageID(notify.FormatID(n.ID), c.cfg.From)
 	}
 	c.render(w, r, http.StatusOK, "detail", d)
 }

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"context"
 	"strconv"
 	"time"
 )
@@ -208,6 +209,14 @@ type Created struct {
 	// Replayed is true when an earlier create with the same idempotency key
 	// is answered again; nothing new was written.
 	Replayed bool
+}
+
+// DeadLetters lists and redrives dead letters: the seam both the API (GET
+// /dead-letters, POST /dead-letters/redrive) and the console use, so that
+// they redrive exactly alike. internal/deadletter's Service implements it.
+type DeadLetters interface {
+	List(ctx context.Context, f DeadLetterFilter) ([]Notification, error)
+	Redrive(ctx context.Context, sel RedriveSelection) (RedriveResult, error)
 }
 
 // DeadLetterFilter selects dead letters (notifications in status failed).

@@ -2,7 +2,6 @@ package notify
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 )
 
@@ -44,33 +43,4 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 func RequestIDFrom(ctx context.Context) string {
 	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
-}
-
-// NewLogHandler wraps h so that every record logged with a context that
-// carries a request id (WithRequestID) gets a request_id attribute: the
-// API's lines of one request and the worker's lines of its delivery share
-// it.
-func NewLogHandler(h slog.Handler) slog.Handler {
-	if _, ok := h.(requestIDHandler); ok {
-		return h
-	}
-	return requestIDHandler{h}
-}
-
-type requestIDHandler struct{ slog.Handler }
-
-func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
-	if id := RequestIDFrom(ctx); id != "" {
-		r = r.Clone()
-		r.AddAttrs(slog.String("request_id", id))
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return requestIDHandler{h.Handler.WithAttrs(as)}
-}
-
-func (h requestIDHandler) WithGroup(name string) slog.Handler {
-	return requestIDHandler{h.Handler.WithGroup(name)}
 }

@@ -1,8 +1,8 @@
 // Package tracing holds what herald's parts share about OpenTelemetry
 // traces: the tracer they start spans with, the W3C traceparent that
 // carries a trace across the outbox row and the broker, and a slog handler
-// that writes the trace and span ids into every log record made with a
-// context carrying a span. The tracer provider itself is built once, in
+// that writes the trace and span ids (and the request id) into every log
+// record made with a context carrying them. The tracer provider itself is built once, in
 // cmd/herald, from the standard OTEL_* variables; without an endpoint every
 // part gets the no-op provider and this package costs a few nil checks.
 package tracing

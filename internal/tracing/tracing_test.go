@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/tracing"
 )
 
@@ -67,6 +68,24 @@ func TestLogHandlerAddsIDs(t *testing.T) {
 	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", with["trace_id"])
 	require.Equal(t, "00f067aa0ba902b7", with["span_id"])
 	require.NotContains(t, without, "trace_id")
+}
+
+// A context carrying a request id adds request_id, with or without a span;
+// wrapping a LogHandler again adds nothing twice.
+func TestLogHandlerAddsRequestID(t *testing.T) {
+	t.Parallel()
+	var text bytes.Buffer
+	l := slog.New(tracing.NewLogHandler(tracing.NewLogHandler(slog.NewTextHandler(&text, nil))))
+	l.InfoContext(notify.WithRequestID(context.Background(), "req-1"), "request only")
+	l.InfoContext(notify.WithRequestID(tracing.Extract(context.Background(), parent), "req-2"), "both")
+	l.InfoContext(context.Background(), "neither")
+	lines := strings.Split(strings.TrimSpace(text.String()), "\n")
+	require.Len(t, lines, 3)
+	require.Contains(t, lines[0], "request_id=req-1")
+	require.NotContains(t, lines[0], "trace_id")
+	require.Contains(t, lines[1], "request_id=req-2 trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00f067aa0ba902b7")
+	require.Equal(t, 1, strings.Count(lines[1], "request_id="), "wrapped twice, added once")
+	require.NotContains(t, lines[2], "request_id")
 }
 
 func TestObserveExemplar(t *testing.T) {

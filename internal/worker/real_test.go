@@ -225,7 +225,7 @@ type timedSender struct {
 	starts []time.Time
 }
 
-func (s *timedSender) Send(ctx context.Context, e notify.Email) error {
+func (s *timedSender) Send(ctx context.Context, e mail.Email) error {
 	s.mu.Lock()
 	s.starts = append(s.starts, time.Now())
 	s.mu.Unlock()
@@ -314,7 +314,7 @@ func outcomes(t *testing.T, reg *prometheus.Registry) map[notify.Outcome]float64
 // issue 16 does, whatever the sender in this tree says.
 type throttling struct{ *smtp.Sender }
 
-func (s throttling) Send(ctx context.Context, e notify.Email) error {
+func (s throttling) Send(ctx context.Context, e mail.Email) error {
 	err := s.Sender.Send(ctx, e)
 	var serr *gosmtp.SMTPError
 	if errors.As(err, &serr) && serr.Code == 421 {
@@ -397,7 +397,7 @@ func TestGateDoesNotHammerAThrottlingServer(t *testing.T) {
 // whatever the sender in this tree says.
 type transactionFailure struct{ *smtp.Sender }
 
-func (s transactionFailure) Send(ctx context.Context, e notify.Email) error {
+func (s transactionFailure) Send(ctx context.Context, e mail.Email) error {
 	err := s.Sender.Send(ctx, e)
 	if notify.IsSenderDown(err) && (strings.Contains(err.Error(), "end data:") || strings.Contains(err.Error(), "write data:")) {
 		return errors.New(err.Error())

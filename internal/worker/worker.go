@@ -342,7 +342,7 @@ func New(src Source, store Bookkeeper, channels map[string]Channel, cfg Config) 
 	if err := cfg.validate(longest); err != nil {
 		return nil, err
 	}
-	w := &Worker{src: src, cfg: cfg, log: slog.New(notify.NewLogHandler(cfg.Logger.Handler())), lanes: make(map[string]*lane, len(channels)), tracer: tracing.Tracer(cfg.TracerProvider)}
+	w := &Worker{src: src, cfg: cfg, log: slog.New(tracing.NewLogHandler(cfg.Logger.Handler())), lanes: make(map[string]*lane, len(channels)), tracer: tracing.Tracer(cfg.TracerProvider)}
 	w.metrics.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_worker_deliveries_total",
 		Help: "Deliveries handled by the worker, by channel and outcome.",

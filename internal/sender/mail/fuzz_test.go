@@ -37,7 +37,7 @@ func FuzzValidate(f *testing.F) {
 		if err != nil {
 			t.Fatalf("a valid request does not decode as an event: %v", err)
 		}
-		raw := mail.Render(notify.NewEmail(notify.NewOutgoing(r), "herald@example.com"), time.Unix(0, 0))
+		raw := mail.Render(mail.NewEmail(notify.NewOutgoing(r), "herald@example.com"), time.Unix(0, 0))
 		m, err := netmail.ReadMessage(bytes.NewReader(raw))
 		if err != nil {
 			t.Fatalf("rendered email does not parse: %v", err)

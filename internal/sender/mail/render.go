@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/heraldhq/herald/internal/notify"
 )
 
 // maxHeaderLine is the length RFC 5322 asks header lines to stay within;
@@ -34,7 +32,7 @@ const maxQPLine = 76
 // not add one when the body is decoded. Header values never carry a line
 // break: one would let a value inject headers, so any control character in
 // them is replaced by a space.
-func Render(e notify.Email, date time.Time) []byte {
+func Render(e Email, date time.Time) []byte {
 	var b bytes.Buffer
 	writeHeader(&b, "From", addressValue(e.From))
 	writeHeader(&b, "To", addressValue(e.To))

@@ -60,7 +60,7 @@ func TestRender(t *testing.T) {
 			if from == "" {
 				from = "Herald <herald@example.com>"
 			}
-			e := notify.Email{
+			e := mail.Email{
 				MessageID: "<42@example.com>",
 				From:      from,
 				To:        "Ann <ann@example.org>",
@@ -136,7 +136,7 @@ func checkWellFormed(t *testing.T, raw []byte) {
 
 func TestRenderRefusesHeaderInjection(t *testing.T) {
 	t.Parallel()
-	e := notify.Email{
+	e := mail.Email{
 		MessageID: "<1@example.com>\r\nBcc: victim@example.net",
 		From:      "herald@example.com\nX-Evil: 1",
 		To:        "ann@example.org\r\nCc: other@example.net",
@@ -158,7 +158,7 @@ func TestRenderRefusesHeaderInjection(t *testing.T) {
 
 func TestRenderUsesNewEmailMessageID(t *testing.T) {
 	t.Parallel()
-	e := notify.NewEmail(notify.Outgoing{NotificationID: "7", To: "a@example.org", Subject: "s", Body: "b"}, "Herald <herald@mail.example.com>")
+	e := mail.NewEmail(notify.Outgoing{NotificationID: "7", To: "a@example.org", Subject: "s", Body: "b"}, "Herald <herald@mail.example.com>")
 	msg, err := netmail.ReadMessage(bytes.NewReader(mail.Render(e, time.Now())))
 	require.NoError(t, err)
 	require.Equal(t, "<7@mail.example.com>", msg.Header.Get("Message-ID"))
@@ -170,7 +170,7 @@ func TestRenderListUnsubscribe(t *testing.T) {
 	t.Parallel()
 	url := "https://herald.example.com/unsubscribe/eyJ1IjoiNDIifQ.c2ln"
 	for _, html := range []string{"", "<p>hi</p>"} {
-		raw := mail.Render(notify.Email{MessageID: "<1@example.com>", From: "herald@example.com", To: "a@example.org",
+		raw := mail.Render(mail.Email{MessageID: "<1@example.com>", From: "herald@example.com", To: "a@example.org",
 			Subject: "s", Body: "b\n", HTML: html, Unsubscribe: url}, time.Now())
 		checkWellFormed(t, raw)
 		msg, err := netmail.ReadMessage(bytes.NewReader(raw))
@@ -178,13 +178,13 @@ func TestRenderListUnsubscribe(t *testing.T) {
 		require.Equal(t, "<"+url+">", msg.Header.Get("List-Unsubscribe"))
 		require.Equal(t, "List-Unsubscribe=One-Click", msg.Header.Get("List-Unsubscribe-Post"))
 	}
-	raw := mail.Render(notify.Email{MessageID: "<1@example.com>", From: "herald@example.com", To: "a@example.org", Subject: "s", Body: "b\n"}, time.Now())
+	raw := mail.Render(mail.Email{MessageID: "<1@example.com>", From: "herald@example.com", To: "a@example.org", Subject: "s", Body: "b\n"}, time.Now())
 	msg, err := netmail.ReadMessage(bytes.NewReader(raw))
 	require.NoError(t, err)
 	require.Empty(t, msg.Header["List-Unsubscribe"])
 	require.Empty(t, msg.Header["List-Unsubscribe-Post"])
 
-	raw = mail.Render(notify.Email{MessageID: "<1@example.com>", From: "herald@example.com", To: "a@example.org", Subject: "s", Body: "b\n",
+	raw = mail.Render(mail.Email{MessageID: "<1@example.com>", From: "herald@example.com", To: "a@example.org", Subject: "s", Body: "b\n",
 		Unsubscribe: url + "\r\nBcc: victim@example.net"}, time.Now())
 	checkWellFormed(t, raw)
 	msg, err = netmail.ReadMessage(bytes.NewReader(raw))

@@ -10,7 +10,7 @@ import (
 
 // EmailSender delivers one email: the SMTP sender and the mbox file.
 type EmailSender interface {
-	Send(ctx context.Context, e notify.Email) error
+	Send(ctx context.Context, e Email) error
 }
 
 // Sender is the email channel's sender: it makes the email of an outgoing
@@ -41,7 +41,7 @@ func (s *Sender) Send(ctx context.Context, m notify.Outgoing) error {
 	if err := notify.ValidateEmail(req); err != nil {
 		return notify.Permanent(fmt.Errorf("email: %w", err))
 	}
-	e := notify.NewEmail(m, s.from)
+	e := NewEmail(m, s.from)
 	to, err := asciiDomain(e.To)
 	if err != nil {
 		return notify.Permanent(fmt.Errorf("email: to: %w", err))

@@ -63,11 +63,11 @@ func TestSenderSendsTheEmailOfAnOutgoing(t *testing.T) {
 // A sender without a probe (an mbox file) is taken as up.
 func TestSenderProbeWithoutOne(t *testing.T) {
 	t.Parallel()
-	s, err := mail.NewSender("herald@example.com", emailFunc(func(context.Context, notify.Email) error { return errors.New("x") }))
+	s, err := mail.NewSender("herald@example.com", emailFunc(func(context.Context, mail.Email) error { return errors.New("x") }))
 	require.NoError(t, err)
 	require.NoError(t, s.Probe(context.Background()))
 }
 
-type emailFunc func(context.Context, notify.Email) error
+type emailFunc func(context.Context, mail.Email) error
 
-func (f emailFunc) Send(ctx context.Context, e notify.Email) error { return f(ctx, e) }
+func (f emailFunc) Send(ctx context.Context, e mail.Email) error { return f(ctx, e) }

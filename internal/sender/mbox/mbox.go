@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/sender/mail"
 )
 
@@ -50,7 +49,7 @@ func New(path string) (*Sender, error) {
 
 // Send appends e to the mbox and returns once it is on disk: the worker
 // records the email as sent as soon as Send returns.
-func (s *Sender) Send(ctx context.Context, e notify.Email) error {
+func (s *Sender) Send(ctx context.Context, e mail.Email) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mbox send: %w", err)
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/notify"
 	heraldmail "github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/mbox"
 )
@@ -122,7 +121,7 @@ func TestSendRoundTrips(t *testing.T) {
 		if body == "" {
 			body = " " // the smallest body validation lets through
 		}
-		e := notify.Email{
+		e := heraldmail.Email{
 			MessageID: fmt.Sprintf("<%d@example.com>", i+1),
 			From:      "Herald <herald@example.com>",
 			To:        "ann@example.org",
@@ -156,7 +155,7 @@ func TestSendConcurrent(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			errs <- s.Send(context.Background(), notify.Email{
+			errs <- s.Send(context.Background(), heraldmail.Email{
 				MessageID: fmt.Sprintf("<%d@example.com>", i),
 				From:      "herald@example.com",
 				To:        "ann@example.org",
@@ -211,7 +210,7 @@ func TestNew(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("From x Fri Jan  2 15:04:05 2026\nSubject: old\n\nold\n\n"), 0o600))
 	s, err := mbox.New(path)
 	require.NoError(t, err)
-	require.NoError(t, s.Send(context.Background(), notify.Email{MessageID: "<1@x>", From: "a@x", To: "b@x", Subject: "new", Body: "new"}))
+	require.NoError(t, s.Send(context.Background(), heraldmail.Email{MessageID: "<1@x>", From: "a@x", To: "b@x", Subject: "new", Body: "new"}))
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(data), "From x Fri Jan  2 15:04:05 2026\nSubject: old\n\nold\n\nFrom herald@localhost "))
@@ -222,7 +221,7 @@ func TestSendCancelled(t *testing.T) {
 	s, path := newSender(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := s.Send(ctx, notify.Email{MessageID: "<1@x>", From: "a@x", To: "b@x", Subject: "s", Body: "b"})
+	err := s.Send(ctx, heraldmail.Email{MessageID: "<1@x>", From: "a@x", To: "b@x", Subject: "s", Body: "b"})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Empty(t, readMbox(t, path))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/smtptest"
 )
@@ -203,7 +204,7 @@ func TestSendServerFailures(t *testing.T) {
 }
 
 // emailTo is email(id) to another recipient.
-func emailTo(id, to string) notify.Email {
+func emailTo(id, to string) mail.Email {
 	e := email(id)
 	e.To = to
 	return e

@@ -297,14 +297,14 @@ func (s *Sender) Timeout() time.Duration { return s.cfg.Timeout }
 // was handed over (no attempt spent); unmarked, this message's attempt
 // failed (a 4xx reply, the connection lost or no answer in time once MAIL
 // FROM was sent) or ctx ended.
-func (s *Sender) Send(ctx context.Context, e notify.Email) error {
+func (s *Sender) Send(ctx context.Context, e mail.Email) error {
 	if err := s.send(ctx, e); err != nil {
 		return fmt.Errorf("smtp send: %w", err)
 	}
 	return nil
 }
 
-func (s *Sender) send(parent context.Context, e notify.Email) error {
+func (s *Sender) send(parent context.Context, e mail.Email) error {
 	to, err := notify.ParseAddress(e.To)
 	if err != nil {
 		return notify.Permanent(fmt.Errorf("recipient: %w", err))

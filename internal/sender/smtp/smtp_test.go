@@ -21,8 +21,8 @@ import (
 
 var _ mail.EmailSender = (*smtp.Sender)(nil)
 
-func email(id string) notify.Email {
-	return notify.Email{
+func email(id string) mail.Email {
+	return mail.Email{
 		MessageID: "<" + id + "@example.com>",
 		From:      "Herald <herald@example.com>",
 		To:        "Ann <ann@example.org>",

@@ -279,7 +279,7 @@ func (e *env) createN(t *testing.T, n int) []notify.Notification {
 
 // messageID is the Message-ID every email for n carries.
 func messageID(n notify.Notification) string {
-	return notify.NewEmail(notify.NewOutgoing(notify.NewRequested(n)), from).MessageID
+	return notify.MessageID(notify.FormatID(n.ID), from)
 }
 
 // oneEach is the CountByMessageID of exactly one email per notification.
@@ -352,7 +352,7 @@ type failFirst struct {
 	n    int
 }
 
-func (f *failFirst) Send(ctx context.Context, e notify.Email) error {
+func (f *failFirst) Send(ctx context.Context, e mail.Email) error {
 	err := f.next.Send(ctx, e)
 	if f.srv.Attempts() >= f.n {
 		f.srv.Fail(0, "")
@@ -485,7 +485,7 @@ type gated struct {
 	open    chan struct{}
 }
 
-func (g *gated) Send(ctx context.Context, e notify.Email) error {
+func (g *gated) Send(ctx context.Context, e mail.Email) error {
 	if g.started.Add(1) > g.free {
 		select {
 		case <-g.open:

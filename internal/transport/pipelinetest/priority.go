@@ -129,7 +129,7 @@ func newOrderSink() *orderSink {
 	return &orderSink{order: map[string]int{}, at: map[string]time.Time{}}
 }
 
-func (s *orderSink) Send(_ context.Context, m notify.Email) error {
+func (s *orderSink) Send(_ context.Context, m mail.Email) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.order[m.MessageID]; !ok {
