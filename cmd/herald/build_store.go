@@ -20,6 +20,61 @@ import (
 // The store: which engine HERALD_DATABASE_URL names, opened, migrated or
 // checked, and its size of pool (see build.go).
 
+// storeOptions is what a process asks of the store it opens, beside the
+// URL: see openStore.
+type storeOptions struct {
+	direct       string // HERALD_DATABASE_DIRECT_URL
+	conns        int    // the pool's size, 0 for the engine's default
+	create       bool   // whether the database may be created (a SQLite file)
+	tp           trace.TracerProvider
+	statusEvents bool
+}
+
+// storeEngine is one row of the store table: the URL schemes that pick the
+// engine and its constructor. A new store engine is its package plus one
+// row here (and its settings rows, if it has any).
+type storeEngine struct {
+	// name is the engine as reports, bench and the tests name it.
+	name string
+	// title is the engine as a person reads it: "PostgreSQL".
+	title string
+	// schemes are the prefixes of HERALD_DATABASE_URL that pick it.
+	schemes []string
+	// file is whether the database is a local file (the URL's path) rather
+	// than a server: SQLite.
+	file bool
+	// direct is whether HERALD_DATABASE_DIRECT_URL applies (a store behind
+	// a pooler).
+	direct bool
+	open   func(ctx context.Context, url string, o storeOptions) (store, func(), error)
+}
+
+// stores is the store choice: the first row whose scheme starts
+// HERALD_DATABASE_URL opens the store.
+var stores = []storeEngine{
+	{name: "postgres", title: "PostgreSQL", schemes: []string{"postgres://", "postgresql://"}, direct: true, open: openPostgres},
+	{name: "sqlite", title: "SQLite", schemes: []string{"sqlite:"}, file: true, open: openSQLite},
+	{name: "mongodb", title: "MongoDB", schemes: []string{"mongodb://", "mongodb+srv://"}, open: openMongo},
+}
+
+// storeFor finds the row of a HERALD_DATABASE_URL.
+func storeFor(url string) (storeEngine, bool) {
+	for _, e := range stores {
+		for _, s := range e.schemes {
+			if strings.HasPrefix(url, s) {
+				return e, true
+			}
+		}
+	}
+	return storeEngine{}, false
+}
+
+// storeKind names the engine a HERALD_DATABASE_URL picks ("" for none).
+func storeKind(url string) string {
+	e, _ := storeFor(url)
+	return e.name
+}
+
 // openStore opens the store HERALD_DATABASE_URL names (url), with
 // HERALD_DATABASE_DIRECT_URL (direct, PostgreSQL only). conns sizes a
 // PostgreSQL pool (0: the store's default); see poolSize. Only create (serve
@@ -28,38 +83,69 @@ import (
 // is whether a settling record writes its status event (see
 // writeStatusEvents); only a worker's records settle.
 func openStore(ctx context.Context, url, direct string, conns int, create bool, tp trace.TracerProvider, statusEvents bool) (store, func(), error) {
-	if direct != "" && storeKind(url) != "postgres" {
+	e, ok := storeFor(url)
+	if !ok {
+		var schemes []string
+		for _, e := range stores {
+			schemes = append(schemes, e.schemes[0])
+		}
+		last := len(schemes) - 1
+		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_URL must start with %s or %s, got %q", strings.Join(schemes[:last], ", "), schemes[last], redact(url))}
+	}
+	if direct != "" && !e.direct {
 		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_DIRECT_URL is for a PostgreSQL store behind a pooler; HERALD_DATABASE_URL is %s", redact(url))}
 	}
-	switch storeKind(url) {
-	case "postgres":
-		s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: conns, TracerProvider: tp, NoStatusEvents: !statusEvents, DirectURL: direct})
-		if err != nil {
-			return nil, nil, fmt.Errorf("open postgres store: %w", err)
-		}
-		return s, s.Close, nil
-	case "sqlite":
-		path := sqlitePath(url)
-		if path == "" {
-			return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_URL %q names no file (want sqlite:PATH)", url)}
-		}
-		if _, err := os.Stat(path); !create && errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, fmt.Errorf("database %s does not exist: run `herald migrate` (or `herald serve`, which migrates) first", path)
-		}
-		s, err := sqlite.Open(ctx, path, sqlite.Config{NoStatusEvents: !statusEvents})
-		if err != nil {
-			return nil, nil, fmt.Errorf("open sqlite store %s: %w", path, err)
-		}
-		return s, func() { _ = s.Close() }, nil
-	case "mongodb":
-		s, err := mongo.Open(ctx, url, mongo.Config{NoStatusEvents: !statusEvents})
-		if err != nil {
-			return nil, nil, fmt.Errorf("open mongodb store: %w", err)
-		}
-		return s, func() { _ = s.Close() }, nil
-	default:
-		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_URL must start with postgres://, sqlite: or mongodb://, got %q", redact(url))}
+	return e.open(ctx, url, storeOptions{direct: direct, conns: conns, create: create, tp: tp, statusEvents: statusEvents})
+}
+
+func openPostgres(ctx context.Context, url string, o storeOptions) (store, func(), error) {
+	s, err := postgres.Open(ctx, url, postgres.Config{MaxConns: o.conns, TracerProvider: o.tp, NoStatusEvents: !o.statusEvents, DirectURL: o.direct})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open postgres store: %w", err)
 	}
+	return s, s.Close, nil
+}
+
+func openSQLite(ctx context.Context, url string, o storeOptions) (store, func(), error) {
+	path := sqlitePath(url)
+	if path == "" {
+		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_URL %q names no file (want sqlite:PATH)", url)}
+	}
+	if _, err := os.Stat(path); !o.create && errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("database %s does not exist: run `herald migrate` (or `herald serve`, which migrates) first", path)
+	}
+	s, err := sqlite.Open(ctx, path, sqlite.Config{NoStatusEvents: !o.statusEvents})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	return s, func() { _ = s.Close() }, nil
+}
+
+func openMongo(ctx context.Context, url string, o storeOptions) (store, func(), error) {
+	s, err := mongo.Open(ctx, url, mongo.Config{NoStatusEvents: !o.statusEvents})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open mongodb store: %w", err)
+	}
+	return s, func() { _ = s.Close() }, nil
+}
+
+// describeStore names the database a URL opens for a person: the engine
+// and where, no secrets; a file engine names its file (and, with isNew,
+// whether it is about to be created). at says where a server is (redact or
+// where).
+func describeStore(url string, at func(string) string, isNew bool) string {
+	e, ok := storeFor(url)
+	switch {
+	case !ok:
+		return redact(url)
+	case !e.file:
+		return e.title + " " + at(url)
+	}
+	path := sqlitePath(url)
+	if _, err := os.Stat(path); isNew && errors.Is(err, fs.ErrNotExist) {
+		return e.title + " file " + path + " (new: it will be created)"
+	}
+	return e.title + " file " + path
 }
 
 // openMigrated opens the store of a one-shot command: it must exist and be
@@ -136,20 +222,6 @@ func writeStatusEvents(cfg Config) (bool, error) {
 type schemaCheck struct{ st store }
 
 func (c schemaCheck) Ping(ctx context.Context) error { return checkMigrated(ctx, c.st) }
-
-// storeKind names the engine a HERALD_DATABASE_URL picks: "postgres",
-// "sqlite", "mongodb", or "" for none.
-func storeKind(url string) string {
-	switch {
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		return "postgres"
-	case strings.HasPrefix(url, "sqlite:"):
-		return "sqlite"
-	case strings.HasPrefix(url, "mongodb://"), strings.HasPrefix(url, "mongodb+srv://"):
-		return "mongodb"
-	}
-	return ""
-}
 
 // sqlitePath is the file of a sqlite:PATH (or sqlite://PATH) URL.
 func sqlitePath(url string) string {

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -270,18 +267,4 @@ func databaseFlagGiven(args []string, e env) bool {
 // describeDatabase names the database a URL opens, for the line a command
 // prints before it changes it: the engine and where (no secrets), and
 // whether a SQLite file is about to be created.
-func describeDatabase(url string) string {
-	switch storeKind(url) {
-	case "sqlite":
-		path := sqlitePath(url)
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return "SQLite file " + path + " (new: it will be created)"
-		}
-		return "SQLite file " + path
-	case "postgres":
-		return "PostgreSQL " + where(url)
-	case "mongodb":
-		return "MongoDB " + where(url)
-	}
-	return redact(url)
-}
+func describeDatabase(url string) string { return describeStore(url, where, true) }

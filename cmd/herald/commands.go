@@ -120,13 +120,7 @@ func senderKind(cfg Config) string {
 // it to the production parts or enable the other channels.
 func (a *app) logStartup(w io.Writer) {
 	c := a.cfg
-	store, transport, mail := "PostgreSQL "+redact(c.DatabaseURL), a.tr.name+" "+redact(c.BrokerURL)+" (relay + worker)", "SMTP "+redact(c.SMTPURL)
-	switch storeKind(c.DatabaseURL) {
-	case "sqlite":
-		store = "SQLite file " + sqlitePath(c.DatabaseURL)
-	case "mongodb":
-		store = "MongoDB " + redact(c.DatabaseURL)
-	}
+	store, transport, mail := describeStore(c.DatabaseURL, redact, false), a.tr.name+" "+redact(c.BrokerURL)+" (relay + worker)", "SMTP "+redact(c.SMTPURL)
 	if a.tr.publisher == nil {
 		transport = "outbox table (no broker)"
 	}
