@@ -393,8 +393,17 @@ func testRedriveNotFailed(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, 3, h.Count(t, "outbox"))
 }
 
-func testPrune(t *testing.T, ctx context.Context, h Harness) {
-	s := h.Store
+// pruneRows are the rows testPrune prunes around its cut.
+type pruneRows struct {
+	cut                          time.Time
+	dead, unmarked, late, recent notify.Notification
+	unmarkedID, lateID, recentID int64
+}
+
+// pruneSetup writes testPrune's rows: relayed and delivered ones before
+// the cut, a dead letter, rows delivered before they were marked, and a
+// recent processed row after the cut.
+func pruneSetup(t *testing.T, ctx context.Context, s Store) pruneRows {
 	noSend := func(context.Context) error { return nil }
 	relayOnly := func(want ...int64) {
 		t.Helper()
@@ -467,12 +476,19 @@ func testPrune(t *testing.T, ctx context.Context, h Harness) {
 	_, err = deliverytest.Deliver(ctx, s, recentID, recent.ID, noSend)
 	require.NoError(t, err)
 	require.Len(t, relayStatus(t, ctx, s), 1, "the recent row's status event, processed after the cut")
+	return pruneRows{cut: cut, dead: dead, unmarked: unmarked, late: late, recent: recent, unmarkedID: unmarkedID, lateID: lateID, recentID: recentID}
+}
 
+func testPrune(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	r := pruneSetup(t, ctx, s)
+	cut, dead, unmarked, late, recent := r.cut, r.dead, r.unmarked, r.late, r.recent
+	unmarkedID, lateID, recentID := r.unmarkedID, r.lateID, r.recentID
 	require.Equal(t, 20, h.Count(t, "outbox"))
 	require.Equal(t, 11, h.Count(t, "processed_messages"))
 	notifications := h.Count(t, "notifications")
 
-	_, err = s.Prune(ctx, cut, 0)
+	_, err := s.Prune(ctx, cut, 0)
 	require.Error(t, err, "batch 0")
 	require.Equal(t, 20, h.Count(t, "outbox"))
 
