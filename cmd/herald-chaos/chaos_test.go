@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/pgcluster"
-	"github.com/heraldhq/herald/internal/proctest"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/pgcluster"
+	"github.com/heraldhq/herald/internal/testkit/proctest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 )
 
 // TestChaosShort runs the harness on the table transport and on RabbitMQ

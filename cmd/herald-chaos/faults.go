@@ -11,10 +11,10 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/heraldhq/herald/internal/faultproxy"
-	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/testkit/faultproxy"
+	"github.com/heraldhq/herald/internal/testkit/proctest"
+	"github.com/heraldhq/herald/internal/testkit/sqstest"
 	"github.com/heraldhq/herald/internal/transport/kafka"
-	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
 
 // faultRecord is one fault as it happened.

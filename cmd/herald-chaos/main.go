@@ -49,7 +49,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/testkit/proctest"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	mopts "go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/testkit/proctest"
 )
 
 // mongoDatabase is the MongoDB database herald uses in the mongodb run.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/heraldhq/herald/internal/pgcluster"
+	"github.com/heraldhq/herald/internal/testkit/pgcluster"
 )
 
 // The database topologies a run can have (--pg).

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/testkit/proctest"
 )
 
 // proc is one herald process of the run.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/heraldhq/herald/internal/webhooktest"
+	"github.com/heraldhq/herald/internal/testkit/webhooktest"
 )
 
 // receiver is the webhook side of the run: endpoints on loopback ports of

@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/heraldhq/herald/internal/faultproxy"
-	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/faultproxy"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
 )
 
 // result is what one transport's run found.

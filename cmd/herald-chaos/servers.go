@@ -12,7 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/testkit/proctest"
 )
 
 // natsServer is a nats-server with JetStream of the harness's own, on a

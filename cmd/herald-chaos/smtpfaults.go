@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
 )
 
 // throttlePause is how long the sink answers 421 to MAIL FROM in the

@@ -9,8 +9,8 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/heraldhq/herald/internal/testkit/sqstest"
 	"github.com/heraldhq/herald/internal/transport/sqs"
-	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
 
 // sqsBroker is goaws inside the harness's process: the queues of herald's

@@ -9,7 +9,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/bench/raw"
-	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
 )
 
 // benchTarget is the provider a bench's notifications go to, in process:

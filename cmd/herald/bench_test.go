@@ -16,9 +16,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/sqstest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
-	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
 
 // benchFields are the fields `herald bench --json` promises.

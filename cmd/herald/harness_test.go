@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/proctest"
-	"github.com/heraldhq/herald/internal/smtptest"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/proctest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 )
 
 // The end-to-end tests run the real binary, as a user would, against the

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/heraldhq/herald/internal/smtptest"
-	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
+	"github.com/heraldhq/herald/internal/testkit/pgtest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
 )
 
 // kafkaStack is the production shape on Kafka: PostgreSQL, a three-broker

@@ -18,8 +18,8 @@ import (
 	mgo "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/heraldhq/herald/internal/store/mongo/mongotest"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/mongotest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 )
 
 // herald serve on MongoDB (embedded FerretDB) with the outbox table as the

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/proctest"
+	"github.com/heraldhq/herald/internal/testkit/proctest"
 )
 
 // These tests stop a shared service. They are built only with the outage tag

@@ -14,7 +14,7 @@ import (
 	"github.com/emersion/go-smtp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 )
 
 // slowSMTP is an SMTP server that takes hold before it answers DATA: a

@@ -9,9 +9,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/smtptest"
-	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/pgtest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 )
 
 // stack is the production shape: PostgreSQL, RabbitMQ (a vhost of the

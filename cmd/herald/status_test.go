@@ -19,9 +19,9 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
-	"github.com/heraldhq/herald/internal/webhooktest"
+	"github.com/heraldhq/herald/internal/testkit/deliverytest"
+	"github.com/heraldhq/herald/internal/testkit/webhooktest"
 )
 
 // statusEvent is a status event's payload as a consumer reads it.

@@ -1,6 +1,6 @@
 package main
 
-import "github.com/heraldhq/herald/internal/store/storetest"
+import "github.com/heraldhq/herald/internal/testkit/storetest"
 
 // The builder's store and the conformance suite's contract are the same
 // set of seams: each is assignable to the other, so an engine the suite

@@ -19,8 +19,8 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/testkit/pgtest"
 )
 
 // batchStore is what the batch tests need of a store: the API's seam, the

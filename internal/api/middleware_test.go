@@ -12,7 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/testlog"
+	"github.com/heraldhq/herald/internal/testkit/testlog"
 )
 
 func TestRequestID(t *testing.T) {

@@ -43,7 +43,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
+	"github.com/heraldhq/herald/internal/testkit/pgtest"
 )
 
 func figEnv(t *testing.T, name string, def int) int {

@@ -23,11 +23,11 @@ import (
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/smtp"
-	"github.com/heraldhq/herald/internal/smtptest"
-	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/deliverytest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 )
 
 func TestPercentile(t *testing.T) {

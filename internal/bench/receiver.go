@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/heraldhq/herald/internal/webhooktest"
+	"github.com/heraldhq/herald/internal/testkit/webhooktest"
 )
 
 // Paths a Receiver serves.

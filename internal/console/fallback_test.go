@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store/deliverytest"
+	"github.com/heraldhq/herald/internal/testkit/deliverytest"
 )
 
 // A notification's page shows its fallback list, and links a dead

@@ -12,7 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/testlog"
+	"github.com/heraldhq/herald/internal/testkit/testlog"
 )
 
 // busyWaker fires as fast as the relay takes its wake-ups: creates

@@ -21,9 +21,9 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/sender/webhook"
-	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
-	"github.com/heraldhq/herald/internal/testlog"
+	"github.com/heraldhq/herald/internal/testkit/deliverytest"
+	"github.com/heraldhq/herald/internal/testkit/testlog"
 )
 
 var (

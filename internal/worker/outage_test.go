@@ -17,7 +17,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/sender/webhook"
-	"github.com/heraldhq/herald/internal/webhooktest"
+	"github.com/heraldhq/herald/internal/testkit/webhooktest"
 	"github.com/heraldhq/herald/internal/worker"
 )
 

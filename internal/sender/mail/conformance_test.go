@@ -8,9 +8,9 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/sender/mail"
-	"github.com/heraldhq/herald/internal/sender/sendertest"
 	"github.com/heraldhq/herald/internal/sender/smtp"
-	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/sendertest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
 )
 
 // The email channel (mail.Sender over the real SMTP sender) passes the

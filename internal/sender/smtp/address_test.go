@@ -9,7 +9,7 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/sender/mail"
 	"github.com/heraldhq/herald/internal/sender/smtp"
-	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
 )
 
 // sendTo sends one email to to through the email channel's sender over an

@@ -11,7 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/sender/smtp"
-	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
 )
 
 // Sends one after another share one kept session.

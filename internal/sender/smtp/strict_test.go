@@ -15,7 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/sender/smtp"
-	"github.com/heraldhq/herald/internal/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/smtptest"
 )
 
 // clearHellos counts the EHLO and HELO commands a capture of the wire

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/sender/sendertest"
 	"github.com/heraldhq/herald/internal/sender/telegram"
+	"github.com/heraldhq/herald/internal/testkit/sendertest"
 )
 
 // A black-holed Bot API (a firewall that drops packets: the connect never

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/sender/sendertest"
 	"github.com/heraldhq/herald/internal/sender/telegram"
+	"github.com/heraldhq/herald/internal/testkit/sendertest"
 )
 
 func TestConformance(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/sender/sendertest"
 	"github.com/heraldhq/herald/internal/sender/webhook"
+	"github.com/heraldhq/herald/internal/testkit/sendertest"
 )
 
 // A black-holed endpoint (a firewall that drops packets: the connect

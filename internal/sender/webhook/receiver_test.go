@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/sender/sendertest"
 	"github.com/heraldhq/herald/internal/sender/webhook"
+	"github.com/heraldhq/herald/internal/testkit/sendertest"
 )
 
 // Test secrets: whsec_ + base64 of a 32-byte key.

@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/sender/sendertest"
 	"github.com/heraldhq/herald/internal/sender/webhook"
+	"github.com/heraldhq/herald/internal/testkit/sendertest"
 )
 
 // verify checks a request's Standard Webhooks signature as a receiver

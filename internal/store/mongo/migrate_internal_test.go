@@ -8,7 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store/mongo/mongotest"
+	"github.com/heraldhq/herald/internal/testkit/mongotest"
 )
 
 // Migration 3 on a database at version 2: the global unique index on

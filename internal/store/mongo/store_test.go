@@ -14,8 +14,8 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/mongo"
-	"github.com/heraldhq/herald/internal/store/mongo/mongotest"
-	"github.com/heraldhq/herald/internal/store/storetest"
+	"github.com/heraldhq/herald/internal/testkit/mongotest"
+	"github.com/heraldhq/herald/internal/testkit/storetest"
 )
 
 var _ storetest.Store = (*mongo.Store)(nil)

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/migrate"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/deliverytest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 )
 
 // Migration 0008 (the stale-copy guard) applies to a database with rows in

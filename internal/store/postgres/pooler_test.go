@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/store/storetest"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/storetest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 )
 
 // The conformance suite through PgBouncer in transaction mode (issue 36),

@@ -14,10 +14,10 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/migrate"
-	"github.com/heraldhq/herald/internal/store/storetest"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/deliverytest"
+	"github.com/heraldhq/herald/internal/testkit/storetest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 )
 
 // The engine implements the whole store contract.

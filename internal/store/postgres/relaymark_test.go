@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/faultproxy"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/testkit/faultproxy"
 )
 
 // A relay batch whose connections drop between the publish and the mark

@@ -12,7 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store/deliverytest"
+	"github.com/heraldhq/herald/internal/testkit/deliverytest"
 )
 
 func openTemp(t *testing.T) *Store {

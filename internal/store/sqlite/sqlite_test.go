@@ -11,7 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/sqlite"
-	"github.com/heraldhq/herald/internal/store/storetest"
+	"github.com/heraldhq/herald/internal/testkit/storetest"
 )
 
 // The engine implements the whole store contract.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store/deliverytest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/testkit/deliverytest"
 )
 
 func request(i int) notify.CreateRequest {

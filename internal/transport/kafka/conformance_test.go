@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testkit/transporttest"
 	"github.com/heraldhq/herald/internal/transport/kafka"
-	"github.com/heraldhq/herald/internal/transport/transporttest"
 )
 
 // TestConformance runs the seam suite, each subtest on a three-broker

@@ -13,9 +13,9 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
+	"github.com/heraldhq/herald/internal/testkit/pgtest"
+	"github.com/heraldhq/herald/internal/testkit/pipelinetest"
 	"github.com/heraldhq/herald/internal/transport/kafka"
-	"github.com/heraldhq/herald/internal/transport/pipelinetest"
 	"github.com/heraldhq/herald/internal/worker"
 )
 

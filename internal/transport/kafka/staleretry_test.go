@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/testlog"
+	"github.com/heraldhq/herald/internal/testkit/testlog"
 )
 
 // heldFailingSender fails every send (a transient error, so each spends an

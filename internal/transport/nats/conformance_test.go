@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
+	"github.com/heraldhq/herald/internal/testkit/transporttest"
 	natstr "github.com/heraldhq/herald/internal/transport/nats"
-	"github.com/heraldhq/herald/internal/transport/transporttest"
 )
 
 // TestConformance runs the seam suite on a nats-server of the test's own,

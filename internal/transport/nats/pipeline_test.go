@@ -15,10 +15,10 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
-	"github.com/heraldhq/herald/internal/testenv"
+	"github.com/heraldhq/herald/internal/testkit/pgtest"
+	"github.com/heraldhq/herald/internal/testkit/pipelinetest"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
 	natstr "github.com/heraldhq/herald/internal/transport/nats"
-	"github.com/heraldhq/herald/internal/transport/pipelinetest"
 	"github.com/heraldhq/herald/internal/worker"
 )
 

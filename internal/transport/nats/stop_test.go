@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/internal/faultproxy"
-	"github.com/heraldhq/herald/internal/testenv"
-	"github.com/heraldhq/herald/internal/testlog"
+	"github.com/heraldhq/herald/internal/testkit/faultproxy"
+	"github.com/heraldhq/herald/internal/testkit/testenv"
+	"github.com/heraldhq/herald/internal/testkit/testlog"
 	natstr "github.com/heraldhq/herald/internal/transport/nats"
 )
 

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testkit/transporttest"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
-	"github.com/heraldhq/herald/internal/transport/transporttest"
 )
 
 // TestConformance runs the seam suite on a topology of each subtest's own,

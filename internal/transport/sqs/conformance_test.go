@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testkit/transporttest"
 	sqstr "github.com/heraldhq/herald/internal/transport/sqs"
-	"github.com/heraldhq/herald/internal/transport/transporttest"
 )
 
 // TestConformance runs the seam suite on goaws, each subtest on queues of

@@ -23,9 +23,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/testlog"
+	"github.com/heraldhq/herald/internal/testkit/sqstest"
+	"github.com/heraldhq/herald/internal/testkit/testlog"
 	sqstr "github.com/heraldhq/herald/internal/transport/sqs"
-	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
 
 const (

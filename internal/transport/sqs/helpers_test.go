@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testkit/sqstest"
 	sqstr "github.com/heraldhq/herald/internal/transport/sqs"
-	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
 
 // config returns a configuration on queues of the test's own, on the

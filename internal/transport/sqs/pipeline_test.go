@@ -14,8 +14,8 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
-	"github.com/heraldhq/herald/internal/transport/pipelinetest"
+	"github.com/heraldhq/herald/internal/testkit/pgtest"
+	"github.com/heraldhq/herald/internal/testkit/pipelinetest"
 	sqstr "github.com/heraldhq/herald/internal/transport/sqs"
 	"github.com/heraldhq/herald/internal/worker"
 )

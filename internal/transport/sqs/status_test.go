@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/testkit/sqstest"
 	sqstr "github.com/heraldhq/herald/internal/transport/sqs"
-	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
 )
 
 // statusEvent is the outbox event of a settled notification, as the

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/testlog"
+	"github.com/heraldhq/herald/internal/testkit/sqstest"
+	"github.com/heraldhq/herald/internal/testkit/testlog"
+	"github.com/heraldhq/herald/internal/testkit/transporttest"
 	sqstr "github.com/heraldhq/herald/internal/transport/sqs"
-	"github.com/heraldhq/herald/internal/transport/sqs/sqstest"
-	"github.com/heraldhq/herald/internal/transport/transporttest"
 )
 
 // The tests in this file run on local-aws-sqs (sqstest.StartStrict), which

@@ -13,10 +13,10 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/mongo"
-	"github.com/heraldhq/herald/internal/store/mongo/mongotest"
 	"github.com/heraldhq/herald/internal/store/postgres"
-	"github.com/heraldhq/herald/internal/store/postgres/pgtest"
 	"github.com/heraldhq/herald/internal/store/sqlite"
+	"github.com/heraldhq/herald/internal/testkit/mongotest"
+	"github.com/heraldhq/herald/internal/testkit/pgtest"
 	"github.com/heraldhq/herald/internal/transport/table"
 )
 
