@@ -239,6 +239,11 @@ func connectionPIDs(t *testing.T, names ...string) map[string][]string {
 	return pids
 }
 
+// reconnectWait bounds the wait for a closed connection's successor: the
+// client's backoff (up to ReconnectMax, 5s) plus rabbitmqctl's listing, which
+// takes seconds on a loaded machine, so longer than waitFor.
+const reconnectWait = 3 * waitFor
+
 // closeConnections closes the broker connections named names, one each and
 // no other, side by side, and returns their pids.
 func closeConnections(t *testing.T, names ...string) map[string]string {
@@ -253,7 +258,7 @@ func closeConnections(t *testing.T, names ...string) map[string]string {
 			old[name] = pids[name][0]
 		}
 		return true
-	}, waitFor, 100*time.Millisecond, "connections %v not found, one each", names)
+	}, reconnectWait, 100*time.Millisecond, "connections %v not found, one each", names)
 	var wg sync.WaitGroup
 	for _, pid := range old {
 		wg.Go(func() { rabbitmqctl(t, "close_connection", pid, "herald test: simulated outage") })
