@@ -50,6 +50,19 @@ type ListPage struct {
 	Next *ListPosition
 }
 
+// NewListPage is the page of a listing that read limit+1 items (one more
+// than the page holds, to learn whether there is a next page): the first
+// limit, and the position after the last of them when there were more.
+func NewListPage(items []Notification, limit int) ListPage {
+	page := ListPage{Items: items}
+	if len(items) > limit {
+		page.Items = items[:limit]
+		next := page.Items[limit-1].Position()
+		page.Next = &next
+	}
+	return page
+}
+
 // Position returns n's place in a listing's order.
 func (n Notification) Position() ListPosition {
 	return ListPosition{CreatedAt: n.CreatedAt, ID: n.ID}

@@ -300,13 +300,7 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 	for i := range ds {
 		items[i] = ds[i].notification()
 	}
-	page := notify.ListPage{Items: items}
-	if len(items) > f.Limit {
-		page.Items = items[:f.Limit]
-		next := page.Items[f.Limit-1].Position()
-		page.Next = &next
-	}
-	return page, nil
+	return notify.NewListPage(items, f.Limit), nil
 }
 
 // listFilter is the query of a listing.

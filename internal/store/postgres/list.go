@@ -169,13 +169,7 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 	if err := br.Close(); err != nil {
 		return notify.ListPage{}, wrap("list notifications", err)
 	}
-	page := notify.ListPage{Items: items}
-	if len(items) > f.Limit {
-		page.Items = items[:f.Limit]
-		next := page.Items[f.Limit-1].Position()
-		page.Next = &next
-	}
-	return page, nil
+	return notify.NewListPage(items, f.Limit), nil
 }
 
 // Attempts returns every delivery attempt of a notification in the order

@@ -127,13 +127,7 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 	if err := rows.Err(); err != nil {
 		return notify.ListPage{}, fmt.Errorf("list notifications: %w", classify(err))
 	}
-	page := notify.ListPage{Items: items}
-	if len(items) > f.Limit {
-		page.Items = items[:f.Limit]
-		next := page.Items[f.Limit-1].Position()
-		page.Next = &next
-	}
-	return page, nil
+	return notify.NewListPage(items, f.Limit), nil
 }
 
 // Attempts returns every delivery attempt of a notification in the order
