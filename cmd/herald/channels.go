@@ -263,3 +263,44 @@ func newSender(cfg Config) (mail.EmailSender, func(), error) {
 	}
 	return s, func() { _ = s.Close() }, nil
 }
+
+// checkEmail checks the email channel's sender as openEmail builds it,
+// without creating its mbox file: the mail target, the SMTP server's URL
+// and CA file, the From address.
+func checkEmail(cfg Config) error {
+	if _, err := mail.NewSender(cfg.SMTPFrom, nil); err != nil {
+		return fmt.Errorf("HERALD_SMTP_FROM: %w", err)
+	}
+	if path, ok := mailTarget(cfg); ok {
+		if path == "" {
+			return errors.New("HERALD_SMTP_URL=mbox: needs a file: mbox:PATH")
+		}
+		return nil
+	}
+	s, err := smtp.New(smtp.Config{URL: cfg.SMTPURL, From: cfg.SMTPFrom, CAFile: cfg.SMTPCAFile, Timeout: cfg.SMTPTimeout})
+	if err != nil {
+		return fmt.Errorf("HERALD_SMTP_URL, HERALD_SMTP_CA_FILE: %w", err)
+	}
+	return s.Close()
+}
+
+// checkWebhookChannel checks the webhook channel's sender as openWebhook
+// builds it.
+func checkWebhookChannel(cfg Config) error {
+	_, closeSender, err := openWebhook(cfg)
+	if err != nil {
+		return err
+	}
+	closeSender()
+	return nil
+}
+
+// checkTelegramChannel checks the telegram channel's sender as
+// openTelegram builds it.
+func checkTelegramChannel(cfg Config) error {
+	s, err := telegram.New(telegram.Config{Token: cfg.TelegramBotToken, APIBase: cfg.TelegramAPI, Timeout: cfg.TelegramTimeout})
+	if err != nil {
+		return fmt.Errorf("HERALD_TELEGRAM_BOT_TOKEN, HERALD_TELEGRAM_API: %w", err)
+	}
+	return s.Close()
+}
