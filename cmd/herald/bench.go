@@ -23,10 +23,6 @@ import (
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/store/mongo"
-	"github.com/heraldhq/herald/internal/transport/kafka"
-	"github.com/heraldhq/herald/internal/transport/nats"
-	"github.com/heraldhq/herald/internal/transport/rabbitmq"
-	"github.com/heraldhq/herald/internal/transport/sqs"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
@@ -435,8 +431,8 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 	if sc.tr, err = newTransport(sc.cfg, slog.New(slog.NewTextHandler(e.stderr, nil)), sc.prefix); err != nil {
 		return nil, err
 	}
-	if open := benchBrokers[sc.tr.name]; open != nil {
-		if sc.broker, err = open(sc.cfg, sc.prefix); err != nil {
+	if k, _ := transportFor(sc.cfg.BrokerURL); k.bench != nil {
+		if sc.broker, err = k.bench(sc.cfg, sc.prefix); err != nil {
 			return nil, err
 		}
 	}
@@ -779,99 +775,5 @@ func scratchMongo(ctx context.Context, rawURL, name string) (string, func() erro
 		}
 		defer s.Close()
 		return s.Drop(ctx)
-	}, nil
-}
-
-// benchBroker is what herald bench needs of a broker beyond the transport
-// every command builds: its scratch names removed, and its raw publish
-// ceiling.
-type benchBroker struct {
-	// remove deletes the broker objects under the scratch prefix.
-	remove func(ctx context.Context) error
-	// rawPublish measures the broker's raw publish ceiling.
-	rawPublish func(ctx context.Context, n int) (float64, error)
-}
-
-// benchBrokers is bench's table, by transport name; a transport without a
-// row (the outbox table) has no broker.
-var benchBrokers = map[string]func(cfg Config, prefix string) (benchBroker, error){
-	"rabbitmq": rabbitBench,
-	"nats":     natsBench,
-	"kafka":    kafkaBench,
-	"sqs":      sqsBench,
-}
-
-var benchLog = slog.New(slog.DiscardHandler)
-
-func rabbitBench(cfg Config, prefix string) (benchBroker, error) {
-	return benchBroker{
-		remove: func(ctx context.Context) error {
-			if err := rabbitmq.Delete(ctx, rabbitConfig(cfg, benchLog, prefix, "bench")); err != nil {
-				return fmt.Errorf("delete broker topology %s*: %w", prefix, err)
-			}
-			return nil
-		},
-		rawPublish: func(ctx context.Context, n int) (float64, error) {
-			// The ceiling of one node: the first of a cluster's list.
-			first, _, _ := strings.Cut(cfg.BrokerURL, ",")
-			return raw.Publish(ctx, strings.TrimSpace(first), raw.PublishOptions{Queue: prefix + "raw", N: n, QueueType: cfg.QueueType})
-		},
-	}, nil
-}
-
-func natsBench(cfg Config, prefix string) (benchBroker, error) {
-	return benchBroker{
-		remove: func(ctx context.Context) error {
-			if err := nats.Delete(ctx, natsConfig(cfg, benchLog, prefix, "bench")); err != nil {
-				return fmt.Errorf("delete broker stream %s*: %w", prefix, err)
-			}
-			return nil
-		},
-		rawPublish: func(ctx context.Context, n int) (float64, error) {
-			topo := nats.NewTopology(prefix + "raw.")
-			return raw.PublishNATS(ctx, cfg.BrokerURL, raw.NATSPublishOptions{Stream: topo.Stream, Subject: topo.Requested, N: n})
-		},
-	}, nil
-}
-
-func kafkaBench(cfg Config, prefix string) (benchBroker, error) {
-	base, err := kafka.ParseURL(cfg.BrokerURL)
-	if err != nil {
-		return benchBroker{}, fmt.Errorf("HERALD_BROKER_URL: %w", err)
-	}
-	conf := kafkaConfig(cfg, benchLog, base, prefix, "bench")
-	return benchBroker{
-		remove: func(ctx context.Context) error {
-			if err := kafka.Delete(ctx, conf); err != nil {
-				return fmt.Errorf("delete broker topics %s*: %w", prefix, err)
-			}
-			return nil
-		},
-		rawPublish: func(ctx context.Context, n int) (float64, error) {
-			return raw.KafkaPublish(ctx, conf.ConnOpts(), raw.KafkaPublishOptions{Topic: prefix + "raw", N: n})
-		},
-	}, nil
-}
-
-func sqsBench(cfg Config, prefix string) (benchBroker, error) {
-	conf, err := sqsConfig(cfg, benchLog, prefix)
-	if err != nil {
-		return benchBroker{}, err
-	}
-	c := conf("bench")
-	return benchBroker{
-		remove: func(ctx context.Context) error {
-			if err := sqs.Delete(ctx, c); err != nil {
-				return fmt.Errorf("delete broker queues %s*: %w", c.Prefix, err)
-			}
-			return nil
-		},
-		rawPublish: func(ctx context.Context, n int) (float64, error) {
-			client, err := c.NewClient(ctx)
-			if err != nil {
-				return 0, err
-			}
-			return raw.SQSPublish(ctx, client, raw.SQSPublishOptions{Queue: c.Prefix + "-raw", N: n})
-		},
 	}, nil
 }

@@ -10,24 +10,21 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/transport/consume"
-	"github.com/heraldhq/herald/internal/transport/kafka"
-	"github.com/heraldhq/herald/internal/transport/nats"
-	"github.com/heraldhq/herald/internal/transport/rabbitmq"
-	"github.com/heraldhq/herald/internal/transport/sqs"
 	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
 // The transports: one row per broker in transports, each with its
-// constructor from the configuration, and the outbox table when
+// constructor from the configuration and its bench hook (the functions of a
+// broker's row are in transport_<name>.go), and the outbox table when
 // HERALD_BROKER_URL is unset (see build.go).
 
 // transport is the broker (or the outbox table) as herald's processes use
-// it. A new transport is one package plus one row in transports (and, for
-// herald bench, one in benchBrokers).
+// it. A new transport is one package, one file transport_<name>.go with
+// its row's functions, and one row in transports.
 type transport struct {
-	// name is the transport as reports and logs name it.
+	// name is the transport as reports and logs name it: its row's name
+	// (newTransport sets it).
 	name string
 	// publisher builds the relay's publisher and its close func; nil when
 	// the transport has no relay (the outbox table is its own queue).
@@ -52,23 +49,41 @@ type transport struct {
 }
 
 // transportKind is one row of the transport table: the URL schemes that
-// pick it and its constructor. prefix is prepended to every broker object
-// name (bench's scratch topology).
+// pick it, its constructor and herald bench's hook. prefix is prepended to
+// every broker object name (bench's scratch topology).
 type transportKind struct {
 	name    string
 	schemes []string // "" alone: HERALD_BROKER_URL unset
 	open    func(cfg Config, log *slog.Logger, prefix string) (transport, error)
+	// bench builds what herald bench needs of the broker beyond the
+	// transport; nil without a broker (the outbox table).
+	bench func(cfg Config, prefix string) (benchBroker, error)
 }
+
+// benchBroker is what herald bench needs of a broker beyond the transport
+// every command builds: its scratch names removed, and its raw publish
+// ceiling. A binary built with -tags nobench links the hooks that make it
+// but never calls them.
+type benchBroker struct {
+	// remove deletes the broker objects under the scratch prefix.
+	remove func(ctx context.Context) error
+	// rawPublish measures the broker's raw publish ceiling.
+	rawPublish func(ctx context.Context, n int) (float64, error)
+}
+
+// benchLog is the logger of the configurations the bench hooks build: their
+// clients log nothing the bench reports.
+var benchLog = slog.New(slog.DiscardHandler)
 
 // transports is the transport choice: the first row whose scheme starts
 // HERALD_BROKER_URL builds the transport.
 var transports = []transportKind{
 	{name: "table", schemes: []string{""}, open: tableTransport},
-	{name: "rabbitmq", schemes: []string{"amqp://", "amqps://"}, open: rabbitTransport},
+	{name: "rabbitmq", schemes: []string{"amqp://", "amqps://"}, open: rabbitTransport, bench: rabbitBench},
 	// nats://host:4222[,nats://host2:4222...]: the seeds of a cluster.
-	{name: "nats", schemes: []string{"nats://"}, open: natsTransport},
-	{name: "kafka", schemes: []string{"kafka://", "kafkas://"}, open: kafkaTransport},
-	{name: "sqs", schemes: []string{"sqs://"}, open: sqsTransport},
+	{name: "nats", schemes: []string{"nats://"}, open: natsTransport, bench: natsBench},
+	{name: "kafka", schemes: []string{"kafka://", "kafkas://"}, open: kafkaTransport, bench: kafkaBench},
+	{name: "sqs", schemes: []string{"sqs://"}, open: sqsTransport, bench: sqsBench},
 }
 
 // newTransport builds the transport HERALD_BROKER_URL names.
@@ -85,7 +100,12 @@ func newTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 		}
 		return transport{}, usageError{fmt.Errorf("HERALD_BROKER_URL must start with %s (or be unset for the outbox table), got %q", strings.Join(schemes, ", "), redact(cfg.BrokerURL))}
 	}
-	return k.open(cfg, log, prefix)
+	tr, err := k.open(cfg, log, prefix)
+	if err != nil {
+		return transport{}, err
+	}
+	tr.name = k.name
+	return tr, nil
 }
 
 // transportFor finds the row of a HERALD_BROKER_URL.
@@ -106,13 +126,27 @@ func brokerKind(url string) string {
 	return k.name
 }
 
+// brokerPublisher is a transport's publisher field for a broker whose
+// package builds its publisher from a configuration of a role.
+func brokerPublisher[C any, P interface {
+	relay.Publisher
+	Close() error
+}](newPublisher func(C) (P, error), conf func(role string) C) func(role string) (relay.Publisher, func(), error) {
+	return func(role string) (relay.Publisher, func(), error) {
+		p, err := newPublisher(conf(role))
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, func() { _ = p.Close() }, nil
+	}
+}
+
 // tableTransport is the outbox table as the queue. Its row lease comes from
 // deliveryLeases: longer than the worker's claim, so a row stays with the
 // worker that claimed it until that worker has sent, recorded and settled it.
 func tableTransport(cfg Config, log *slog.Logger, _ string) (transport, error) {
 	_, rowLease := deliveryLeases(cfg)
 	return transport{
-		name: "table",
 		source: func(st store, role string) (worker.Source, error) {
 			return table.New(st, st, table.Config{
 				Prefetch:     worker.Window(cfg.Prefetch),
@@ -152,211 +186,4 @@ const settleMargin = 15 * time.Second
 func deliveryLeases(cfg Config) (claim, row time.Duration) {
 	claim = worker.DefaultLease(longestSendTimeout(cfg))
 	return claim, claim + settleMargin
-}
-
-func rabbitTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
-	conf := func(role string) rabbitmq.Config { return rabbitConfig(cfg, log, prefix, role) }
-	return transport{
-		name: "rabbitmq",
-		publisher: func(role string) (relay.Publisher, func(), error) {
-			p, err := rabbitmq.NewPublisher(conf(role))
-			if err != nil {
-				return nil, nil, err
-			}
-			return p, func() { _ = p.Close() }, nil
-		},
-		source: func(_ store, role string) (worker.Source, error) {
-			return rabbitmq.NewConsumer(conf(role))
-		},
-		deadLetters:    rabbitDeadLetters{cfg: conf("dlq")},
-		deadLetterName: prefix + "notifications.send.dlq",
-		probe:          rabbitmq.Pinger{URL: cfg.BrokerURL},
-		declare: func(ctx context.Context, worker bool) error {
-			if worker {
-				return rabbitmq.DeclareTopology(ctx, conf("start-up check"))
-			}
-			return rabbitmq.DeclareRouteTopology(ctx, conf("start-up check"))
-		},
-	}, nil
-}
-
-// rabbitConfig is the RabbitMQ transport's configuration for role.
-func rabbitConfig(cfg Config, log *slog.Logger, prefix, role string) rabbitmq.Config {
-	// RetryDelay is the list's first delay only, until the RabbitMQ
-	// transport takes the list (one retry queue per distinct delay).
-	// The settings table never yields an empty list.
-	return rabbitmq.Config{
-		URL: cfg.BrokerURL,
-		Settings: consume.Settings{
-			Prefix:      prefix,
-			RetryDelays: cfg.RetryDelays,
-			Prefetch:    worker.Window(cfg.Prefetch),
-			Logger:      log.With("component", role),
-		},
-		QueueType:      cfg.QueueType,
-		ConnectionName: "herald " + role,
-	}
-}
-
-// kafkaTransport is the Kafka transport on kafka://[user:pass@]host:port[,...]
-// (options in kafka.ParseURL). It has no deadLetters: a Kafka topic cannot
-// delete single records, so a redrive leaves notifications.dlq as it is (an
-// append-only log of what died) and the database stays the record.
-func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
-	base, err := kafka.ParseURL(cfg.BrokerURL)
-	if err != nil {
-		return transport{}, usageError{fmt.Errorf("HERALD_BROKER_URL: %w", err)}
-	}
-	conf := func(role string) kafka.Config { return kafkaConfig(cfg, log, base, prefix, role) }
-	return transport{
-		name: "kafka",
-		publisher: func(role string) (relay.Publisher, func(), error) {
-			p, err := kafka.NewPublisher(conf(role))
-			if err != nil {
-				return nil, nil, err
-			}
-			return p, func() { _ = p.Close() }, nil
-		},
-		source: func(_ store, role string) (worker.Source, error) {
-			return kafka.NewConsumer(conf(role))
-		},
-		probe: kafka.Pinger{Config: base},
-		// The topics carry no setting of one process: a retry's delay
-		// travels in its record's headers.
-		declare: func(ctx context.Context, _ bool) error { return kafka.EnsureTopics(ctx, conf("start-up check")) },
-	}, nil
-}
-
-// kafkaConfig is the Kafka transport's configuration for role, on base
-// (what the URL says).
-func kafkaConfig(cfg Config, log *slog.Logger, base kafka.Config, prefix, role string) kafka.Config {
-	c := base
-	c.Prefix = prefix
-	c.RetryDelays = cfg.RetryDelays
-	c.Prefetch = worker.Window(cfg.Prefetch)
-	c.ClientID = "herald-" + role
-	c.Logger = log.With("component", role)
-	return c
-}
-
-// rabbitDeadLetters removes redriven messages from the RabbitMQ dead-letter
-// queue.
-type rabbitDeadLetters struct{ cfg rabbitmq.Config }
-
-func (d rabbitDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
-	return rabbitmq.RemoveDeadLetters(ctx, d.cfg, ids)
-}
-
-// natsTransport is NATS JetStream: stream NOTIFICATIONS, the relay
-// publishing with acknowledgements, workers on the durable pull consumer.
-func natsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
-	conf := func(role string) nats.Config { return natsConfig(cfg, log, prefix, role) }
-	return transport{
-		name: "nats",
-		publisher: func(role string) (relay.Publisher, func(), error) {
-			p, err := nats.NewPublisher(conf(role))
-			if err != nil {
-				return nil, nil, err
-			}
-			return p, func() { _ = p.Close() }, nil
-		},
-		source: func(_ store, role string) (worker.Source, error) {
-			return nats.NewConsumer(conf(role))
-		},
-		deadLetters:    natsDeadLetters{cfg: conf("dlq")},
-		deadLetterName: nats.NewTopology(prefix).DeadLetter,
-		probe:          nats.Pinger{URL: cfg.BrokerURL},
-		// The stream carries no setting of one process: a retry's delay
-		// travels in its message's headers.
-		declare: func(ctx context.Context, _ bool) error { return nats.DeclareStream(ctx, conf("start-up check")) },
-	}, nil
-}
-
-// natsConfig is the NATS transport's configuration for role.
-func natsConfig(cfg Config, log *slog.Logger, prefix, role string) nats.Config {
-	return nats.Config{
-		URL: cfg.BrokerURL,
-		Settings: consume.Settings{
-			Prefix:      prefix,
-			RetryDelays: cfg.RetryDelays,
-			Prefetch:    worker.Window(cfg.Prefetch),
-			Logger:      log.With("component", role),
-		},
-		ConnectionName: "herald " + role,
-	}
-}
-
-// natsDeadLetters removes redriven messages from notifications.dlq.
-type natsDeadLetters struct{ cfg nats.Config }
-
-func (d natsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
-	return nats.RemoveDeadLetters(ctx, d.cfg, ids)
-}
-
-// sqsTransport is Amazon SQS on sqs://REGION/PREFIX[?endpoint=...&fifo=true]
-// (credentials from the AWS SDK's chain): the relay sends with
-// SendMessageBatch, workers long-poll PREFIX-send.
-func sqsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
-	conf, err := sqsConfig(cfg, log, prefix)
-	if err != nil {
-		return transport{}, err
-	}
-	return transport{
-		name: "sqs",
-		publisher: func(role string) (relay.Publisher, func(), error) {
-			c := conf(role)
-			p, err := sqs.NewPublisher(c)
-			if err != nil {
-				return nil, nil, err
-			}
-			return p, func() { _ = p.Close() }, nil
-		},
-		source: func(_ store, role string) (worker.Source, error) {
-			return sqs.NewConsumer(conf(role))
-		},
-		deadLetters:    sqsDeadLetters{cfg: conf("dlq")},
-		deadLetterName: conf("dlq").Topology().DeadLetter,
-		probe:          sqs.Pinger{Config: conf("probe")},
-		declare:        func(ctx context.Context, _ bool) error { return sqs.DeclareQueues(ctx, conf("start-up check")) },
-	}, nil
-}
-
-// sqsConfig returns the SQS transport's configuration for a role. Its
-// visibility timeout is the table transport's row lease (see
-// deliveryLeases): longer than the worker's claim, and extended while a
-// send runs, so a message reaches another worker only when its holder
-// stopped extending it; that worker's claim then stops a second send. It
-// follows this process's send timeouts, so the transport asks for it on
-// each receive and never declares it on the queues: a relay and a worker
-// with different HERALD_SMTP_TIMEOUTs share them. MaxReceiveCount, which
-// is declared (the send queue's redrive policy), is left at its default
-// in every process. The bench's scratch prefix (whose dots a queue name
-// cannot hold) is prepended with dashes.
-func sqsConfig(cfg Config, log *slog.Logger, prefix string) (func(role string) sqs.Config, error) {
-	base, err := sqs.ParseURL(cfg.BrokerURL)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("HERALD_BROKER_URL: %w", err)}
-	}
-	if prefix != "" {
-		if base.Prefix == "" {
-			base.Prefix = sqs.DefaultPrefix
-		}
-		base.Prefix = strings.NewReplacer(".", "-").Replace(prefix) + base.Prefix
-	}
-	_, row := deliveryLeases(cfg)
-	base.VisibilityTimeout = row
-	base.RetryDelays = cfg.RetryDelays
-	base.Prefetch = worker.Window(cfg.Prefetch)
-	return func(role string) sqs.Config {
-		c := base
-		c.Logger = log.With("component", role)
-		return c
-	}, nil
-}
-
-// sqsDeadLetters removes redriven messages from PREFIX-send-dlq.
-type sqsDeadLetters struct{ cfg sqs.Config }
-
-func (d sqsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
-	return sqs.RemoveDeadLetters(ctx, d.cfg, ids)
 }

@@ -1,12 +1,13 @@
 // Package raw measures what herald's dependencies can do without herald: the
-// bare create transaction on PostgreSQL and SQLite, and bare persistent
-// publishes with confirms on RabbitMQ. herald bench divides its own rates by
-// these to show how much of the ceiling herald reaches.
+// bare create transaction on PostgreSQL and SQLite, the store's own pipeline
+// and multi-row insert, and bare POSTs to a receiver. herald bench divides
+// its own rates by these to show how much of the ceiling herald reaches.
+// The brokers' raw publish ceilings are in package publish, which each
+// transport's row names.
 //
 // It also makes the scratch databases herald bench works in, so that a bench
 // never touches a user's data. Everything here runs against scratch objects:
-// tables prefixed bench_raw_ in a scratch database, a queue with the bench's
-// own name prefix.
+// tables prefixed bench_raw_ in a scratch database or file.
 package raw
 
 import (

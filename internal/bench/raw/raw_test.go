@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/bench"
@@ -110,26 +109,6 @@ func TestSQLiteTx(t *testing.T) {
 	for _, f := range files {
 		require.True(t, strings.HasPrefix(filepath.Base(f), "herald.db"), "left behind: %s", f)
 	}
-}
-
-func TestPublish(t *testing.T) {
-	t.Parallel()
-	amqpURL, prefix := testenv.AMQP(t)
-	queue := prefix + "raw"
-	rate, err := raw.Publish(t.Context(), amqpURL, raw.PublishOptions{Queue: queue, N: 500, Window: 64})
-	require.NoError(t, err)
-	require.Greater(t, rate, 0.0)
-
-	// The scratch queue is deleted afterwards.
-	conn, err := amqp.Dial(amqpURL)
-	require.NoError(t, err)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	_, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	var aerr *amqp.Error
-	require.ErrorAs(t, err, &aerr)
-	require.Equal(t, amqp.NotFound, aerr.Code)
 }
 
 // BenchmarkPostgresTx measures the bare create transaction from 16 clients,

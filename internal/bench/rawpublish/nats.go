@@ -1,4 +1,4 @@
-package raw
+package rawpublish
 
 import (
 	"context"
@@ -9,12 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/heraldhq/herald/internal/notify"
 )
 
-// NATSPublishOptions shapes the raw JetStream publish ceiling.
-type NATSPublishOptions struct {
+// NATSOptions shapes the raw JetStream publish ceiling.
+type NATSOptions struct {
 	// Stream is the scratch stream published to, created with file storage
 	// and deleted afterwards, with its messages. Required: give it the
 	// bench's own name prefix.
@@ -28,12 +26,12 @@ type NATSPublishOptions struct {
 	Window int
 }
 
-// PublishNATS measures bare JetStream publishes per second, asynchronous
+// NATS measures bare JetStream publishes per second, asynchronous
 // and pipelined (up to o.Window awaiting the stream's acknowledgement),
 // each the size of a notification.requested event and with a Nats-Msg-Id,
 // as herald's publisher sends them. It counts a message when the stream
 // acknowledged it; a refusal fails the measurement.
-func PublishNATS(ctx context.Context, url string, o NATSPublishOptions) (float64, error) {
+func NATS(ctx context.Context, url string, o NATSOptions) (float64, error) {
 	if o.Window == 0 {
 		o.Window = 1000
 	}
@@ -106,10 +104,4 @@ func PublishNATS(ctx context.Context, url string, o NATSPublishOptions) (float64
 		}
 	}
 	return float64(acked) / time.Since(start).Seconds(), nil
-}
-
-// requestedBody is the payload of a notification.requested event, as the
-// relay publishes it.
-func requestedBody() ([]byte, error) {
-	return notify.RequestedPayload(newNotification(0).Pending(1, time.Now()))
 }

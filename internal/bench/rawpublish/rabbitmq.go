@@ -1,4 +1,4 @@
-package raw
+package rawpublish
 
 import (
 	"context"
@@ -8,12 +8,10 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/heraldhq/herald/internal/notify"
 )
 
-// PublishOptions shapes the raw publish ceiling.
-type PublishOptions struct {
+// RabbitMQOptions shapes the raw publish ceiling.
+type RabbitMQOptions struct {
 	// Queue is the scratch queue published to; it is declared durable and
 	// deleted afterwards, with its messages. Required: give it the bench's
 	// own name prefix.
@@ -29,11 +27,11 @@ type PublishOptions struct {
 	QueueType string
 }
 
-// Publish measures bare persistent publishes per second with publisher
+// RabbitMQ measures bare persistent publishes per second with publisher
 // confirms on one channel, pipelined: up to o.Window messages in flight,
 // each the size of a notification.requested event. It counts a message when
 // the broker confirmed it; a nack fails the measurement.
-func Publish(ctx context.Context, amqpURL string, o PublishOptions) (float64, error) {
+func RabbitMQ(ctx context.Context, amqpURL string, o RabbitMQOptions) (float64, error) {
 	if o.Window == 0 {
 		o.Window = 1000
 	}
@@ -70,9 +68,7 @@ func Publish(ctx context.Context, amqpURL string, o PublishOptions) (float64, er
 	}
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, o.Window+1))
 
-	// The payload of a notification.requested event, as the relay
-	// publishes it.
-	body, err := notify.RequestedPayload(newNotification(0).Pending(1, time.Now()))
+	body, err := requestedBody()
 	if err != nil {
 		return 0, fmt.Errorf("raw publish: %w", err)
 	}

@@ -1,4 +1,4 @@
-package raw
+package rawpublish
 
 import (
 	"context"
@@ -9,12 +9,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/heraldhq/herald/internal/notify"
 )
 
-// KafkaPublishOptions shapes the raw Kafka publish ceiling.
-type KafkaPublishOptions struct {
+// KafkaOptions shapes the raw Kafka publish ceiling.
+type KafkaOptions struct {
 	// Topic is the scratch topic produced to; it is created (one
 	// partition per broker, replicated like herald's topics: up to 3) and
 	// deleted afterwards. Required: give it the bench's own name prefix.
@@ -26,12 +24,12 @@ type KafkaPublishOptions struct {
 	Window int
 }
 
-// KafkaPublish measures bare produces per second with acks from all
+// Kafka measures bare produces per second with acks from all
 // in-sync replicas and the idempotent producer (as herald's relay
 // produces), pipelined: up to o.Window records in flight, each the size of
 // a notification.requested event and keyed like one. conn reaches the
 // cluster (seeds, TLS, SASL). A failed record fails the measurement.
-func KafkaPublish(ctx context.Context, conn []kgo.Opt, o KafkaPublishOptions) (float64, error) {
+func Kafka(ctx context.Context, conn []kgo.Opt, o KafkaOptions) (float64, error) {
 	if o.Window == 0 {
 		o.Window = 1000
 	}
@@ -67,9 +65,7 @@ func KafkaPublish(ctx context.Context, conn []kgo.Opt, o KafkaPublishOptions) (f
 		_, _ = adm.DeleteTopics(dctx, o.Topic)
 	}()
 
-	// The payload of a notification.requested event, as the relay
-	// publishes it.
-	body, err := notify.RequestedPayload(newNotification(0).Pending(1, time.Now()))
+	body, err := requestedBody()
 	if err != nil {
 		return 0, fmt.Errorf("raw kafka publish: %w", err)
 	}

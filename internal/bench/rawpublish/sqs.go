@@ -1,4 +1,4 @@
-package raw
+package rawpublish
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// SQSPublishOptions shapes the raw SQS publish ceiling.
-type SQSPublishOptions struct {
+// SQSOptions shapes the raw SQS publish ceiling.
+type SQSOptions struct {
 	// Queue is the scratch queue sent to, created and deleted afterwards
 	// with its messages. Required: give it the bench's own name prefix
 	// (letters, digits, - and _).
@@ -27,12 +27,12 @@ type SQSPublishOptions struct {
 	Window int
 }
 
-// SQSPublish measures bare SendMessageBatch sends per second: batches of
+// SQS measures bare SendMessageBatch sends per second: batches of
 // ten messages, each the size of a notification.requested event with an
 // outbox id attribute as herald's relay sends them, up to o.Window batches
 // under way at once. It counts a message when SQS reported its entry
 // stored; a refused entry or request fails the measurement.
-func SQSPublish(ctx context.Context, c *awssqs.Client, o SQSPublishOptions) (float64, error) {
+func SQS(ctx context.Context, c *awssqs.Client, o SQSOptions) (float64, error) {
 	if o.Window == 0 {
 		o.Window = 10
 	}

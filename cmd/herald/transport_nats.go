@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/heraldhq/herald/internal/bench/rawpublish"
+	"github.com/heraldhq/herald/internal/transport/consume"
+	"github.com/heraldhq/herald/internal/transport/nats"
+	"github.com/heraldhq/herald/internal/worker"
+)
+
+// The NATS JetStream transport's row functions: its constructor, its
+// configuration and its bench hook.
+
+// natsTransport is NATS JetStream: stream NOTIFICATIONS, the relay
+// publishing with acknowledgements, workers on the durable pull consumer.
+func natsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
+	conf := func(role string) nats.Config { return natsConfig(cfg, log, prefix, role) }
+	return transport{
+		publisher: brokerPublisher(nats.NewPublisher, conf),
+		source: func(_ store, role string) (worker.Source, error) {
+			return nats.NewConsumer(conf(role))
+		},
+		deadLetters:    natsDeadLetters{cfg: conf("dlq")},
+		deadLetterName: nats.NewTopology(prefix).DeadLetter,
+		probe:          nats.Pinger{URL: cfg.BrokerURL},
+		// The stream carries no setting of one process: a retry's delay
+		// travels in its message's headers.
+		declare: func(ctx context.Context, _ bool) error { return nats.DeclareStream(ctx, conf("start-up check")) },
+	}, nil
+}
+
+// natsConfig is the NATS transport's configuration for role.
+func natsConfig(cfg Config, log *slog.Logger, prefix, role string) nats.Config {
+	return nats.Config{
+		URL: cfg.BrokerURL,
+		Settings: consume.Settings{
+			Prefix:      prefix,
+			RetryDelays: cfg.RetryDelays,
+			Prefetch:    worker.Window(cfg.Prefetch),
+			Logger:      log.With("component", role),
+		},
+		ConnectionName: "herald " + role,
+	}
+}
+
+// natsDeadLetters removes redriven messages from notifications.dlq.
+type natsDeadLetters struct{ cfg nats.Config }
+
+func (d natsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
+	return nats.RemoveDeadLetters(ctx, d.cfg, ids)
+}
+
+// natsBench is herald bench's hook of NATS: the scratch stream's removal
+// and the raw JetStream publish ceiling.
+func natsBench(cfg Config, prefix string) (benchBroker, error) {
+	return benchBroker{
+		remove: func(ctx context.Context) error {
+			if err := nats.Delete(ctx, natsConfig(cfg, benchLog, prefix, "bench")); err != nil {
+				return fmt.Errorf("delete broker stream %s*: %w", prefix, err)
+			}
+			return nil
+		},
+		rawPublish: func(ctx context.Context, n int) (float64, error) {
+			topo := nats.NewTopology(prefix + "raw.")
+			return rawpublish.NATS(ctx, cfg.BrokerURL, rawpublish.NATSOptions{Stream: topo.Stream, Subject: topo.Requested, N: n})
+		},
+	}, nil
+}
