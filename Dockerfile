@@ -13,8 +13,10 @@ COPY client/go.mod client/
 RUN go mod download
 COPY . .
 # CGO off: the SQLite driver is pure Go, so the binary is static and runs on
-# distroless/static.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/herald ./cmd/herald
+# distroless/static. -tags nobench: the shipped binary links no test server
+# (herald bench's in-process SMTP sink and receivers); its `herald bench`
+# says how to get one that has it (docs/benchmarks.md).
+RUN CGO_ENABLED=0 go build -trimpath -tags nobench -ldflags='-s -w' -o /out/herald ./cmd/herald
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/herald /usr/local/bin/herald

@@ -136,6 +136,7 @@ lint: ## gofmt, go vet and staticcheck (the client module's too, and its go.mod 
 	$(GO) vet -tags outage ./cmd/...
 	$(GO) vet -tags long ./cmd/herald/
 	$(GO) vet -tags deploycheck ./cmd/herald/
+	$(GO) vet -tags nobench ./cmd/herald/
 	$(GO) vet -tags study ./internal/store/postgres/
 	$(GO) vet -tags bulkbench ./internal/api/
 	$(GO) vet -tags figures ./internal/api/
