@@ -51,7 +51,97 @@ type benchOptions struct {
 	highRate       float64
 }
 
+// cmdBench is herald bench: the scratch objects and the provider, the raw
+// ceilings before the stack starts, the stack warmed up, then the
+// measurement the flags choose (a run, --find-rate or --broadcast).
 func cmdBench(ctx context.Context, args []string, e env) (err error) {
+	cfg, o, err := parseBenchFlags(args, e)
+	if err != nil {
+		return err
+	}
+	var cleanups []func() error
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			err = errors.Join(err, cleanups[i]())
+		}
+	}()
+	sc, err := newScratch(ctx, cfg, e)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, sc.cleanup...)
+	fmt.Fprintf(e.stderr, "herald bench: working in %s (removed at the end)\n", sc.describe())
+	target, err := benchTargets[o.channel](o)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, func() error { target.close(); return nil })
+	target.configure(&sc.cfg)
+
+	var (
+		before    runBefore
+		rawInsert float64
+	)
+	if o.broadcast {
+		if rawInsert, before.notes, err = measureInsertCeiling(ctx, sc, o); err != nil {
+			return err
+		}
+	} else if !o.findRate {
+		if before.ceilings, before.notes, err = measureCeilings(ctx, sc, target, o); err != nil {
+			return err
+		}
+	}
+
+	if o.preload > 0 {
+		start := time.Now()
+		if err := raw.PreloadPostgres(ctx, sc.rawURL(), o.preload); err != nil {
+			return fmt.Errorf("herald bench: %w", err)
+		}
+		fmt.Fprintf(e.stderr, "herald bench: preloaded %d sent notifications in %s\n", o.preload, time.Since(start).Round(time.Millisecond))
+	}
+	// The sequential scans are counted from before the stack starts to
+	// after it stops: every connection reports its counts when it closes.
+	before.seqScans = func() (map[string]int64, error) { return nil, nil }
+	if sc.store == "postgres" {
+		before.seqScans = func() (map[string]int64, error) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
+			defer cancel()
+			return raw.SeqScans(ctx, sc.rawURL())
+		}
+	}
+	if before.scans, err = before.seqScans(); err != nil {
+		return fmt.Errorf("herald bench: %w", err)
+	}
+
+	st, err := startBenchStack(ctx, sc, e)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, st.stop)
+
+	if o.cpuProfile != "" {
+		stop, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, stop)
+	}
+	bcfg := benchConfig(sc, st, target, o, e)
+	if before.warmedUp, err = warmUp(ctx, st, target, bcfg, o); err != nil {
+		return err
+	}
+	if o.findRate {
+		return findRate(ctx, sc, st, target, bcfg, o, e)
+	}
+	if o.broadcast {
+		return broadcast(ctx, sc, st, target, bcfg, o, e, rawInsert, before.notes)
+	}
+	return measuredRun(ctx, sc, st, target, bcfg, o, e, before)
+}
+
+// parseBenchFlags parses herald bench's command line: the settings and the
+// bench's own flags, checked.
+func parseBenchFlags(args []string, e env) (Config, benchOptions, error) {
 	var o benchOptions
 	cfg, err := parseFlags("bench",
 		"Loads the configured stack (HERALD_DATABASE_URL, HERALD_BROKER_URL) and measures it: herald's api, relay and\n"+
@@ -82,8 +172,14 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 			fs.Float64Var(&o.highRate, "high-rate", 10, "--broadcast: high-priority creates per second during the broadcast")
 		})
 	if err != nil {
-		return err
+		return cfg, o, err
 	}
+	return cfg, o, o.check(cfg)
+}
+
+// check rejects, as usage errors, flags out of range and flags that do not
+// go together.
+func (o benchOptions) check(cfg Config) error {
 	switch {
 	case o.n < 1:
 		return usageError{fmt.Errorf("herald bench: --n: want at least 1, got %d", o.n)}
@@ -120,82 +216,17 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	case o.highRate < 0:
 		return usageError{fmt.Errorf("herald bench: --high-rate: want 0 or more, got %g", o.highRate)}
 	}
+	return nil
+}
 
-	var cleanups []func() error
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			err = errors.Join(err, cleanups[i]())
-		}
-	}()
-	sc, err := newScratch(ctx, cfg, e)
-	if err != nil {
-		return err
-	}
-	cleanups = append(cleanups, sc.cleanup...)
-	fmt.Fprintf(e.stderr, "herald bench: working in %s (removed at the end)\n", sc.describe())
-	target, err := benchTargets[o.channel](o)
-	if err != nil {
-		return err
-	}
-	cleanups = append(cleanups, func() error { target.close(); return nil })
-	target.configure(&sc.cfg)
-
-	var (
-		ceilings  bench.Ceilings
-		notes     []string
-		rawInsert float64
-	)
-	if o.broadcast {
-		if rawInsert, notes, err = measureInsertCeiling(ctx, sc, o); err != nil {
-			return err
-		}
-	} else if !o.findRate {
-		if ceilings, notes, err = measureCeilings(ctx, sc, target, o); err != nil {
-			return err
-		}
-	}
-
-	if o.preload > 0 {
-		start := time.Now()
-		if err := raw.PreloadPostgres(ctx, sc.rawURL(), o.preload); err != nil {
-			return fmt.Errorf("herald bench: %w", err)
-		}
-		fmt.Fprintf(e.stderr, "herald bench: preloaded %d sent notifications in %s\n", o.preload, time.Since(start).Round(time.Millisecond))
-	}
-	// The sequential scans are counted from before the stack starts to
-	// after it stops: every connection reports its counts when it closes.
-	seqScans := func() (map[string]int64, error) { return nil, nil }
-	if sc.store == "postgres" {
-		seqScans = func() (map[string]int64, error) {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
-			defer cancel()
-			return raw.SeqScans(ctx, sc.rawURL())
-		}
-	}
-	scansBefore, err := seqScans()
-	if err != nil {
-		return fmt.Errorf("herald bench: %w", err)
-	}
-
-	st, err := startBenchStack(ctx, sc, e)
-	if err != nil {
-		return err
-	}
-	cleanups = append(cleanups, st.stop)
-
-	if o.cpuProfile != "" {
-		stop, err := startCPUProfile(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		cleanups = append(cleanups, stop)
-	}
+// benchConfig is the measured run's configuration, on the started stack.
+func benchConfig(sc *scratch, st *benchStack, target *benchTarget, o benchOptions, e env) bench.Config {
 	// A delivery the transport lost track of (an SQS receive whose answer
 	// never arrived, a row leased by a worker that died) comes back when its
 	// row lease or visibility timeout runs out: the bench waits longer than
 	// that before it calls the delivery stalled.
 	_, rowLease := deliveryLeases(sc.cfg)
-	bcfg := bench.Config{
+	return bench.Config{
 		Stall:       rowLease + 30*time.Second,
 		URL:         st.url,
 		N:           o.n,
@@ -206,31 +237,58 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		Sink:        target.sink,
 		Progress:    terminal(e),
 	}
-	warmedUp := 0
-	if o.warmup > 0 {
-		wcfg := bcfg
-		wcfg.N, wcfg.Rate, wcfg.Progress = o.warmup, 0, nil
-		wres, err := bench.Run(ctx, st.rec, wcfg)
-		if err != nil {
-			return fmt.Errorf("herald bench: warm-up: %w", err)
-		}
-		warmedUp = wres.Delivered
-		st.rec.Reset()
-		if target.reset != nil {
-			target.reset()
-		}
+}
+
+// warmUp sends --warmup creates through the stack as fast as the clients
+// can, not counted: the recorder and the provider forget them. It returns
+// how many were delivered.
+func warmUp(ctx context.Context, st *benchStack, target *benchTarget, bcfg bench.Config, o benchOptions) (int, error) {
+	if o.warmup <= 0 {
+		return 0, nil
 	}
-	if o.findRate {
-		return findRate(ctx, sc, st, target, bcfg, o, e)
+	wcfg := bcfg
+	wcfg.N, wcfg.Rate, wcfg.Progress = o.warmup, 0, nil
+	wres, err := bench.Run(ctx, st.rec, wcfg)
+	if err != nil {
+		return 0, fmt.Errorf("herald bench: warm-up: %w", err)
 	}
-	if o.broadcast {
-		return broadcast(ctx, sc, st, target, bcfg, o, e, rawInsert, notes)
+	st.rec.Reset()
+	if target.reset != nil {
+		target.reset()
 	}
+	return wres.Delivered, nil
+}
+
+// runBefore is what the measured run's report takes from before the run:
+// the raw ceilings and their notes, the warm-up's deliveries, and the
+// sequential scans counted before the stack started.
+type runBefore struct {
+	ceilings bench.Ceilings
+	notes    []string
+	warmedUp int
+	seqScans func() (map[string]int64, error)
+	scans    map[string]int64
+}
+
+// runCounters are the database's and the machine's counters of the
+// measured run.
+type runCounters struct {
+	cpu      bench.CPUSplit
+	cpuErr   error // why cpu was not measured
+	conns    int64
+	activity bench.Activity
+	scans    map[string]int64 // the sequential scans after the stack stopped
+}
+
+// measuredRun runs herald bench's measured run on the started, warmed-up
+// stack, with the database's counters around it, stops the stack and
+// writes the report.
+func measuredRun(ctx context.Context, sc *scratch, st *benchStack, target *benchTarget, bcfg bench.Config, o benchOptions, e env, before runBefore) (err error) {
 	// The database's activity is counted from after the warm-up to after
 	// the stack stopped (see raw.WatchActivity).
 	stopActivity := func(context.Context) (bench.Activity, error) { return bench.Activity{}, nil }
 	if sc.store == "postgres" {
-		if warmedUp > 0 && o.statsSettle > 0 {
+		if before.warmedUp > 0 && o.statsSettle > 0 {
 			fmt.Fprintf(e.stderr, "herald bench: waiting %s for the warm-up's statistics to reach pg_stat\n", o.statsSettle)
 			if err := sleepCtx(ctx, o.statsSettle); err != nil {
 				return fmt.Errorf("herald bench: %w", err)
@@ -242,7 +300,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	}
 	stopSampler := func() (int64, error) { return 0, nil }
 	if sc.store == "postgres" {
-		if stopSampler, err = raw.SampleConns(ctx, serverURL(cfg), sc.pgDatabase, 20*time.Millisecond); err != nil {
+		if stopSampler, err = raw.SampleConns(ctx, sc.server, sc.pgDatabase, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("herald bench: %w", err)
 		}
 	}
@@ -250,10 +308,12 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	if sc.store == "postgres" {
 		dbProcs = "postgres"
 	}
+	var c runCounters
 	cpu0, cpuErr := raw.ReadCPUClock(dbProcs)
 	res, err := bench.Run(ctx, st.rec, bcfg)
 	cpu1, cpuErr1 := raw.ReadCPUClock(dbProcs)
 	conns, serr := stopSampler()
+	c.conns = conns
 	if target.check != nil && ctx.Err() == nil {
 		// The provider's own account comes first: a bad signature also
 		// shows as a delivery the sink misses.
@@ -270,7 +330,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	if err := st.stop(); err != nil {
 		return fmt.Errorf("herald bench: stop the stack: %w", err)
 	}
-	activity, err := func() (bench.Activity, error) {
+	c.activity, err = func() (bench.Activity, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
 		defer cancel()
 		return stopActivity(ctx)
@@ -278,22 +338,34 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	if err != nil {
 		return fmt.Errorf("herald bench: %w", err)
 	}
-	scansAfter, err := seqScans()
-	if err != nil {
+	if c.scans, err = before.seqScans(); err != nil {
 		return fmt.Errorf("herald bench: %w", err)
 	}
-	report := bench.NewReport(sc.store, sc.tr.name, bcfg, res, ceilings)
+	if c.cpuErr = errors.Join(cpuErr, cpuErr1); c.cpuErr == nil {
+		c.cpu = cpu1.Sub(cpu0)
+	}
+	report := runReport(sc, st, target, bcfg, o, res, before, c)
+	if o.json {
+		return report.WriteJSON(e.stdout)
+	}
+	return report.WriteText(e.stdout)
+}
+
+// runReport is the measured run's report: its figures, and notes on how
+// each was counted.
+func runReport(sc *scratch, st *benchStack, target *benchTarget, bcfg bench.Config, o benchOptions, res bench.Result, before runBefore, c runCounters) bench.Report {
+	report := bench.NewReport(sc.store, sc.tr.name, bcfg, res, before.ceilings)
 	report.Preload = o.preload
-	if cpuErr == nil && cpuErr1 == nil {
-		report.SetCPU(cpu1.Sub(cpu0))
+	if c.cpuErr == nil {
+		report.SetCPU(c.cpu)
 		report.Notes = append(report.Notes, "cpu_*_ms split the machine's CPU over the measured run (from /proc): herald is this process (api, relay, worker, and the bench's clients and SMTP sink or receiver), database the PostgreSQL server's processes on this machine (SQLite and FerretDB run inside herald), broker RabbitMQ's or nats-server's processes; a database or broker on another machine is not counted")
 	} else {
-		report.Notes = append(report.Notes, "cpu_*_ms not measured: "+errors.Join(cpuErr, cpuErr1).Error())
+		report.Notes = append(report.Notes, "cpu_*_ms not measured: "+c.cpuErr.Error())
 	}
 	if sc.store == "postgres" {
-		report.SetActivity(activity)
+		report.SetActivity(c.activity)
 		how := "pg_stat counts reported lazily are read exactly at the end (after every connection of the stack closed: a backend reports all it counted when it exits)"
-		if warmedUp > 0 {
+		if before.warmedUp > 0 {
 			how += fmt.Sprintf(", and at the start after %s without warm-up work (a PostgreSQL 15+ connection reports within 10s of going idle; 0 = at once, then some of the warm-up's counts may be in the run's)", o.statsSettle)
 		}
 		report.Notes = append(report.Notes, "rows, commits and WAL cover the measured run only: "+how+"; commits include the idle polls of the relay and the workers")
@@ -302,12 +374,12 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	} else {
 		report.Notes = append(report.Notes, "SQLite: rows_per_notification, commits_per_notification and wal_bytes_per_notification are not measured (no statistics views; the store commits through its own connections, which the bench cannot count without changing it)")
 	}
-	if deliveries := warmedUp + res.Delivered; sc.store == "postgres" && deliveries > 0 {
+	if deliveries := before.warmedUp + res.Delivered; sc.store == "postgres" && deliveries > 0 {
 		per1k := func(n int64) float64 { return math.Round(float64(n)*10000/float64(deliveries)) / 10 }
 		var total int64
-		parts := make([]string, 0, len(scansAfter))
-		for _, table := range slices.Sorted(maps.Keys(scansAfter)) {
-			n := scansAfter[table] - scansBefore[table]
+		parts := make([]string, 0, len(c.scans))
+		for _, table := range slices.Sorted(maps.Keys(c.scans)) {
+			n := c.scans[table] - before.scans[table]
 			total += n
 			parts = append(parts, fmt.Sprintf("%s %.1f", table, per1k(n)))
 		}
@@ -323,17 +395,14 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 		report.ReceiverLatencyMs = float64(target.latency) / float64(time.Millisecond)
 	}
 	report.SendsInFlightMax = st.rec.SendsInFlightMax()
-	report.DBConnsMax = conns
+	report.DBConnsMax = c.conns
 	if sc.store == "sqlite" {
 		report.Notes = append(report.Notes, "SQLite: one write connection and a read pool per store; db_conns_max is sampled on PostgreSQL only")
 	}
-	report.Notes = append(report.Notes, notes...)
+	report.Notes = append(report.Notes, before.notes...)
 	report.Notes = append(report.Notes, target.notes...)
 	report.Notes = append(report.Notes, st.notes...)
-	if o.json {
-		return report.WriteJSON(e.stdout)
-	}
-	return report.WriteText(e.stdout)
+	return report
 }
 
 // scratch is where a bench works: its own database (or file) and broker
@@ -345,6 +414,7 @@ type scratch struct {
 	broker     benchBroker // the bench's own needs of the broker
 	sqlitePath string      // the scratch file (SQLite only)
 	pgDatabase string      // the scratch database (PostgreSQL and MongoDB)
+	server     string      // the database server, for counters of pg_stat_activity (serverURL of the user's configuration)
 	prefix     string      // the scratch broker names
 	cleanup    []func() error
 }
@@ -385,7 +455,7 @@ func (sc *scratch) rawURL() string {
 // newScratch makes the scratch database (or file), migrates it, and picks
 // the scratch broker prefix; its cleanup funcs remove both.
 func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error) {
-	sc = &scratch{cfg: cfg, store: storeKind(cfg.DatabaseURL), prefix: "bench-" + raw.Suffix() + "."}
+	sc = &scratch{cfg: cfg, store: storeKind(cfg.DatabaseURL), server: serverURL(cfg), prefix: "bench-" + raw.Suffix() + "."}
 	defer func() {
 		if err != nil {
 			for i := len(sc.cleanup) - 1; i >= 0; i-- {

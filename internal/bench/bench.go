@@ -169,70 +169,17 @@ func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
-	var (
-		next     atomic.Int64 // index of the next create to send
-		accepted atomic.Int64
-		rejected atomic.Int64
-		mu       sync.Mutex
-		samples  = make([]sample, 0, cfg.N)
-		statuses = map[int]int{}
-		firstErr error
-	)
-	stopProgress := progress(cfg.Progress, cfg.N, &accepted, &rejected, rec)
+	l := &load{cfg: cfg, samples: make([]sample, 0, cfg.N), statuses: map[int]int{}}
+	stopProgress := progress(cfg.Progress, cfg.N, &l.accepted, &l.rejected, rec)
 	defer stopProgress()
-
-	url := cfg.URL + "/notifications"
-	request := requestFunc(cfg.Channel, cfg.To, "")
-	start := time.Now()
-	var interval time.Duration
-	if cfg.Rate > 0 {
-		interval = time.Duration(float64(time.Second) / cfg.Rate)
-	}
-	var wg sync.WaitGroup
-	for range cfg.Concurrency {
-		wg.Go(func() {
-			var mine []sample
-			defer func() {
-				mu.Lock()
-				samples = append(samples, mine...)
-				mu.Unlock()
-			}()
-			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= cfg.N {
-					return
-				}
-				began := time.Now()
-				if interval > 0 {
-					began = start.Add(time.Duration(i) * interval)
-					if err := sleepUntil(ctx, began); err != nil {
-						return
-					}
-				}
-				id, status, err := create(ctx, cfg.Client, url, request(i))
-				now := time.Now()
-				if status == http.StatusCreated {
-					accepted.Add(1)
-					mine = append(mine, sample{id: id, latency: now.Sub(began), at: now})
-					continue
-				}
-				rejected.Add(1)
-				mu.Lock()
-				statuses[status]++
-				if firstErr == nil && err != nil && ctx.Err() == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	l.send(ctx)
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("bench: interrupted: %w", err)
 	}
-	res := Result{Accepted: len(samples), Rejected: statuses}
+	samples := l.samples
+	res := Result{Accepted: len(samples), Rejected: l.statuses}
 	if len(samples) == 0 {
-		return res, fmt.Errorf("bench: no create was accepted (answers by status: %v): %w", statuses, firstErr)
+		return res, fmt.Errorf("bench: no create was accepted (answers by status: %v): %w", l.statuses, l.firstErr)
 	}
 	lastAccept := slices.MaxFunc(samples, func(a, b sample) int { return a.at.Compare(b.at) }).at
 
@@ -240,8 +187,90 @@ func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
 		return res, err
 	}
 	stopProgress()
-	snap := rec.snapshot()
+	l.measure(&res, rec, lastAccept)
+	if cfg.Sink != nil {
+		if err := checkSink(cfg.Sink(), samples); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
 
+// load is the sending side of a Run: its clients, and what they share.
+type load struct {
+	cfg Config
+	// start is when the clients started; interval, with a Rate, is the
+	// time between two creates' scheduled starts (0 without).
+	start    time.Time
+	interval time.Duration
+	next     atomic.Int64 // index of the next create to send
+	accepted atomic.Int64
+	rejected atomic.Int64
+	mu       sync.Mutex // guards the rest
+	samples  []sample
+	statuses map[int]int
+	firstErr error
+}
+
+// send runs cfg.Concurrency clients until cfg.N creates are sent or ctx
+// ends.
+func (l *load) send(ctx context.Context) {
+	url := l.cfg.URL + "/notifications"
+	request := requestFunc(l.cfg.Channel, l.cfg.To, "")
+	l.start = time.Now()
+	if l.cfg.Rate > 0 {
+		l.interval = time.Duration(float64(time.Second) / l.cfg.Rate)
+	}
+	var wg sync.WaitGroup
+	for range l.cfg.Concurrency {
+		wg.Go(func() { l.client(ctx, url, request) })
+	}
+	wg.Wait()
+}
+
+// client sends creates, the next index each time, until there are none
+// left or ctx ends; with a Rate each waits for its scheduled start.
+func (l *load) client(ctx context.Context, url string, request func(int) []byte) {
+	var mine []sample
+	defer func() {
+		l.mu.Lock()
+		l.samples = append(l.samples, mine...)
+		l.mu.Unlock()
+	}()
+	for ctx.Err() == nil {
+		i := int(l.next.Add(1)) - 1
+		if i >= l.cfg.N {
+			return
+		}
+		began := time.Now()
+		if l.interval > 0 {
+			began = l.start.Add(time.Duration(i) * l.interval)
+			if err := sleepUntil(ctx, began); err != nil {
+				return
+			}
+		}
+		id, status, err := create(ctx, l.cfg.Client, url, request(i))
+		now := time.Now()
+		if status == http.StatusCreated {
+			l.accepted.Add(1)
+			mine = append(mine, sample{id: id, latency: now.Sub(began), at: now})
+			continue
+		}
+		l.rejected.Add(1)
+		l.mu.Lock()
+		l.statuses[status]++
+		if l.firstErr == nil && err != nil && ctx.Err() == nil {
+			l.firstErr = err
+		}
+		l.mu.Unlock()
+	}
+}
+
+// measure fills res with the drained run's latencies and rates, from the
+// samples and what rec recorded.
+func (l *load) measure(res *Result, rec *Recorder, lastAccept time.Time) {
+	samples, start := l.samples, l.start
+	snap := rec.snapshot()
 	lat := make([]time.Duration, len(samples))
 	e2e := make([]time.Duration, 0, len(samples))
 	for i, s := range samples {
@@ -263,8 +292,8 @@ func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
 	res.DeliveredPerSec = PerSecond(res.Delivered, res.Elapsed)
 	res.Drain = max(snap.lastSent.Sub(lastAccept), 0)
 	res.Published, res.RelayBatches = snap.published, snap.batches
-	if interval > 0 {
-		res.Window = time.Duration(cfg.N) * interval
+	if l.interval > 0 {
+		res.Window = time.Duration(l.cfg.N) * l.interval
 		end := start.Add(res.Window)
 		for _, s := range samples {
 			if !s.at.After(end) {
@@ -278,12 +307,6 @@ func Run(ctx context.Context, rec *Recorder, cfg Config) (Result, error) {
 	if snap.published > 0 {
 		res.RelayPerSec = PerSecond(int(snap.published), snap.lastPub.Sub(snap.firstPub))
 	}
-	if cfg.Sink != nil {
-		if err := checkSink(cfg.Sink(), samples); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
 }
 
 // create posts one create request and returns the notification's id and

@@ -185,21 +185,12 @@ func Broadcast(ctx context.Context, rec *Recorder, cfg BroadcastConfig) (Broadca
 	if err := cfg.validate(); err != nil {
 		return BroadcastResult{}, err
 	}
-	var (
-		next      atomic.Int64 // index of the next bulk create
-		accepted  atomic.Int64
-		highSent  atomic.Int64 // high creates accepted
-		mu        sync.Mutex
-		bulkIDs   = make([]string, 0, cfg.N)
-		statuses  = map[int]int{}
-		firstErr  error
-		lastBatch time.Time
-	)
-	stopProgress := progress(cfg.Progress, cfg.N, &accepted, &atomic.Int64{}, rec)
+	b := &broadcast{cfg: cfg, rec: rec, bulkIDs: make([]string, 0, cfg.N), statuses: map[int]int{}}
+	stopProgress := progress(cfg.Progress, cfg.N, &b.accepted, &atomic.Int64{}, rec)
 	defer stopProgress()
 	bulk := requestFunc(cfg.Channel, cfg.To, "bulk")
 	high := requestFunc(cfg.Channel, cfg.To, "high")
-	start := time.Now()
+	b.start = time.Now()
 
 	// The high-priority creates run until the bulk ones are delivered;
 	// one under way when they stop is answered (a create cut off would be
@@ -209,88 +200,37 @@ func Broadcast(ctx context.Context, rec *Recorder, cfg BroadcastConfig) (Broadca
 	var stopOnce sync.Once
 	stopHigh := func() { stopOnce.Do(func() { close(stopped) }) }
 	defer stopHigh()
-	var (
-		highs  []highSample
-		highWG sync.WaitGroup
-	)
+	var highWG sync.WaitGroup
 	if cfg.HighRate > 0 {
-		interval := time.Duration(float64(time.Second) / cfg.HighRate)
-		highWG.Go(func() {
-			url := cfg.URL + "/notifications"
-			for i := 0; ; i++ {
-				if !waitUntil(ctx, stopped, start.Add(time.Duration(i)*interval)) {
-					return
-				}
-				id, status, err := create(ctx, cfg.Client, url, high(cfg.N+i))
-				if status != http.StatusCreated {
-					if ctx.Err() == nil {
-						mu.Lock()
-						statuses[status]++
-						if firstErr == nil {
-							firstErr = fmt.Errorf("high-priority create: %w", err)
-						}
-						mu.Unlock()
-					}
-					continue
-				}
-				highSent.Add(1)
-				backlog := int(accepted.Load()) + int(highSent.Load()) - rec.Sent()
-				highs = append(highs, highSample{id: id, at: time.Now(), backlog: max(backlog, 0)})
-			}
-		})
+		highWG.Go(func() { b.sendHigh(ctx, stopped, high) })
 	}
-
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
-		wg.Go(func() {
-			url := cfg.URL + "/notifications/batch"
-			for ctx.Err() == nil {
-				first := int(next.Add(int64(cfg.BatchSize))) - cfg.BatchSize
-				if first >= cfg.N {
-					return
-				}
-				k := min(cfg.BatchSize, cfg.N-first)
-				ids, st, err := createBatch(ctx, cfg.Client, url, bulk, first, k)
-				now := time.Now()
-				mu.Lock()
-				bulkIDs = append(bulkIDs, ids...)
-				for s, n := range st {
-					statuses[s] += n
-				}
-				if err != nil && firstErr == nil && ctx.Err() == nil {
-					firstErr = err
-				}
-				if now.After(lastBatch) {
-					lastBatch = now
-				}
-				mu.Unlock()
-				accepted.Add(int64(len(ids)))
-			}
-		})
+		wg.Go(func() { b.sendBulk(ctx, bulk) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return BroadcastResult{}, fmt.Errorf("bench: interrupted: %w", err)
 	}
-	res := BroadcastResult{Accepted: len(bulkIDs), Rejected: statuses, Accept: lastBatch.Sub(start)}
-	if len(bulkIDs) == 0 {
-		return res, fmt.Errorf("bench: no bulk notification was accepted (answers by status: %v): %w", statuses, firstErr)
+	res := BroadcastResult{Accepted: len(b.bulkIDs), Rejected: b.statuses, Accept: b.lastBatch.Sub(b.start)}
+	if len(b.bulkIDs) == 0 {
+		return res, fmt.Errorf("bench: no bulk notification was accepted (answers by status: %v): %w", b.statuses, b.firstErr)
 	}
 
 	// The drain: until every bulk notification is delivered; then the
 	// high creates stop, and the last of them are waited for too.
-	samples := make([]sample, len(bulkIDs))
-	for i, id := range bulkIDs {
+	samples := make([]sample, len(b.bulkIDs))
+	for i, id := range b.bulkIDs {
 		samples[i] = sample{id: id}
 	}
-	if err := drainIDs(ctx, rec, bulkIDs, cfg.Stall); err != nil {
+	if err := drainIDs(ctx, rec, b.bulkIDs, cfg.Stall); err != nil {
 		return res, err
 	}
 	stopHigh()
 	highWG.Wait()
-	res.HighCreated = len(highs)
-	highIDs := make([]string, len(highs))
-	for i, h := range highs {
+	res.HighCreated = len(b.highs)
+	highIDs := make([]string, len(b.highs))
+	for i, h := range b.highs {
 		highIDs[i] = h.id
 		samples = append(samples, sample{id: h.id})
 	}
@@ -298,35 +238,9 @@ func Broadcast(ctx context.Context, rec *Recorder, cfg BroadcastConfig) (Broadca
 		return res, err
 	}
 	stopProgress()
-
-	var lastBulk time.Time
-	for _, id := range bulkIDs {
-		if t, ok := rec.sentTime(id); ok {
-			res.Delivered++
-			if t.After(lastBulk) {
-				lastBulk = t
-			}
-		}
-	}
-	res.Elapsed = lastBulk.Sub(start)
-	res.Drain = max(lastBulk.Sub(lastBatch), 0)
-	res.Repeats = rec.snapshot().repeats
-
-	// Only the high creates made while bulk notifications waited count:
-	// the last few, after the bulk drained, measure an idle stack.
-	var accepting, draining []highSample
-	for _, h := range highs {
-		switch {
-		case h.backlog == 0 || h.at.After(lastBulk):
-		case h.at.After(lastBatch):
-			draining = append(draining, h)
-		default:
-			accepting = append(accepting, h)
-		}
-	}
-	res.WhileAccepting, res.WhileDraining = highPhase(rec, accepting), highPhase(rec, draining)
-	if firstErr != nil {
-		return res, firstErr
+	b.measure(&res)
+	if b.firstErr != nil {
+		return res, b.firstErr
 	}
 	if cfg.Sink != nil {
 		if err := checkSink(cfg.Sink(), samples); err != nil {
@@ -334,6 +248,111 @@ func Broadcast(ctx context.Context, rec *Recorder, cfg BroadcastConfig) (Broadca
 		}
 	}
 	return res, nil
+}
+
+// broadcast is one Broadcast under way: what its bulk clients and its
+// high-priority sender share.
+type broadcast struct {
+	cfg      BroadcastConfig
+	rec      *Recorder
+	start    time.Time    // the first request
+	next     atomic.Int64 // index of the next bulk create
+	accepted atomic.Int64
+	highSent atomic.Int64 // high creates accepted
+	// highs are the high creates answered 201, in order; the high sender
+	// alone writes them.
+	highs     []highSample
+	mu        sync.Mutex // guards the rest
+	bulkIDs   []string
+	statuses  map[int]int
+	firstErr  error
+	lastBatch time.Time // the last batch's answer
+}
+
+// sendHigh creates high-priority notifications one at a time at
+// cfg.HighRate until stopped is closed or ctx ends.
+func (b *broadcast) sendHigh(ctx context.Context, stopped <-chan struct{}, high func(int) []byte) {
+	interval := time.Duration(float64(time.Second) / b.cfg.HighRate)
+	url := b.cfg.URL + "/notifications"
+	for i := 0; ; i++ {
+		if !waitUntil(ctx, stopped, b.start.Add(time.Duration(i)*interval)) {
+			return
+		}
+		id, status, err := create(ctx, b.cfg.Client, url, high(b.cfg.N+i))
+		if status != http.StatusCreated {
+			if ctx.Err() == nil {
+				b.mu.Lock()
+				b.statuses[status]++
+				if b.firstErr == nil {
+					b.firstErr = fmt.Errorf("high-priority create: %w", err)
+				}
+				b.mu.Unlock()
+			}
+			continue
+		}
+		b.highSent.Add(1)
+		backlog := int(b.accepted.Load()) + int(b.highSent.Load()) - b.rec.Sent()
+		b.highs = append(b.highs, highSample{id: id, at: time.Now(), backlog: max(backlog, 0)})
+	}
+}
+
+// sendBulk is one bulk client: it posts the next batch of bulk creates
+// until there are none left or ctx ends.
+func (b *broadcast) sendBulk(ctx context.Context, bulk func(int) []byte) {
+	url := b.cfg.URL + "/notifications/batch"
+	for ctx.Err() == nil {
+		first := int(b.next.Add(int64(b.cfg.BatchSize))) - b.cfg.BatchSize
+		if first >= b.cfg.N {
+			return
+		}
+		k := min(b.cfg.BatchSize, b.cfg.N-first)
+		ids, st, err := createBatch(ctx, b.cfg.Client, url, bulk, first, k)
+		now := time.Now()
+		b.mu.Lock()
+		b.bulkIDs = append(b.bulkIDs, ids...)
+		for s, n := range st {
+			b.statuses[s] += n
+		}
+		if err != nil && b.firstErr == nil && ctx.Err() == nil {
+			b.firstErr = err
+		}
+		if now.After(b.lastBatch) {
+			b.lastBatch = now
+		}
+		b.mu.Unlock()
+		b.accepted.Add(int64(len(ids)))
+	}
+}
+
+// measure fills res with the drained broadcast's deliveries, its drain and
+// the high creates of each phase.
+func (b *broadcast) measure(res *BroadcastResult) {
+	var lastBulk time.Time
+	for _, id := range b.bulkIDs {
+		if t, ok := b.rec.sentTime(id); ok {
+			res.Delivered++
+			if t.After(lastBulk) {
+				lastBulk = t
+			}
+		}
+	}
+	res.Elapsed = lastBulk.Sub(b.start)
+	res.Drain = max(lastBulk.Sub(b.lastBatch), 0)
+	res.Repeats = b.rec.snapshot().repeats
+
+	// Only the high creates made while bulk notifications waited count:
+	// the last few, after the bulk drained, measure an idle stack.
+	var accepting, draining []highSample
+	for _, h := range b.highs {
+		switch {
+		case h.backlog == 0 || h.at.After(lastBulk):
+		case h.at.After(b.lastBatch):
+			draining = append(draining, h)
+		default:
+			accepting = append(accepting, h)
+		}
+	}
+	res.WhileAccepting, res.WhileDraining = highPhase(b.rec, accepting), highPhase(b.rec, draining)
 }
 
 // waitUntil waits until t and reports true, or false when ctx ends or
