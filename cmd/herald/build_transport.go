@@ -141,6 +141,18 @@ func brokerPublisher[C any, P interface {
 	}
 }
 
+// brokerDeadLetters removes redriven messages from a broker's dead letters
+// (RabbitMQ's and SQS's dead-letter queue, NATS's notifications.dlq) with its
+// package's RemoveDeadLetters.
+type brokerDeadLetters[C any] struct {
+	cfg    C
+	remove func(ctx context.Context, cfg C, ids []int64) (int, error)
+}
+
+func (d brokerDeadLetters[C]) Remove(ctx context.Context, ids []int64) (int, error) {
+	return d.remove(ctx, d.cfg, ids)
+}
+
 // tableTransport is the outbox table as the queue. Its row lease comes from
 // deliveryLeases: longer than the worker's claim, so a row stays with the
 // worker that claimed it until that worker has sent, recorded and settled it.

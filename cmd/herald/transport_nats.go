@@ -23,7 +23,7 @@ func natsTransport(cfg Config, log *slog.Logger, prefix string) (transport, erro
 		source: func(_ store, role string) (worker.Source, error) {
 			return nats.NewConsumer(conf(role))
 		},
-		deadLetters:    natsDeadLetters{cfg: conf("dlq")},
+		deadLetters:    brokerDeadLetters[nats.Config]{cfg: conf("dlq"), remove: nats.RemoveDeadLetters},
 		deadLetterName: nats.NewTopology(prefix).DeadLetter,
 		probe:          nats.Pinger{URL: cfg.BrokerURL},
 		// The stream carries no setting of one process: a retry's delay
@@ -44,13 +44,6 @@ func natsConfig(cfg Config, log *slog.Logger, prefix, role string) nats.Config {
 		},
 		ConnectionName: "herald " + role,
 	}
-}
-
-// natsDeadLetters removes redriven messages from notifications.dlq.
-type natsDeadLetters struct{ cfg nats.Config }
-
-func (d natsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
-	return nats.RemoveDeadLetters(ctx, d.cfg, ids)
 }
 
 // natsBench is herald bench's hook of NATS: the scratch stream's removal

@@ -24,7 +24,7 @@ func rabbitTransport(cfg Config, log *slog.Logger, prefix string) (transport, er
 		source: func(_ store, role string) (worker.Source, error) {
 			return rabbitmq.NewConsumer(conf(role))
 		},
-		deadLetters:    rabbitDeadLetters{cfg: conf("dlq")},
+		deadLetters:    brokerDeadLetters[rabbitmq.Config]{cfg: conf("dlq"), remove: rabbitmq.RemoveDeadLetters},
 		deadLetterName: prefix + "notifications.send.dlq",
 		probe:          rabbitmq.Pinger{URL: cfg.BrokerURL},
 		declare: func(ctx context.Context, worker bool) error {
@@ -52,14 +52,6 @@ func rabbitConfig(cfg Config, log *slog.Logger, prefix, role string) rabbitmq.Co
 		QueueType:      cfg.QueueType,
 		ConnectionName: "herald " + role,
 	}
-}
-
-// rabbitDeadLetters removes redriven messages from the RabbitMQ dead-letter
-// queue.
-type rabbitDeadLetters struct{ cfg rabbitmq.Config }
-
-func (d rabbitDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
-	return rabbitmq.RemoveDeadLetters(ctx, d.cfg, ids)
 }
 
 // rabbitBench is herald bench's hook of RabbitMQ: the scratch topology's

@@ -27,7 +27,7 @@ func sqsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 		source: func(_ store, role string) (worker.Source, error) {
 			return sqs.NewConsumer(conf(role))
 		},
-		deadLetters:    sqsDeadLetters{cfg: conf("dlq")},
+		deadLetters:    brokerDeadLetters[sqs.Config]{cfg: conf("dlq"), remove: sqs.RemoveDeadLetters},
 		deadLetterName: conf("dlq").Topology().DeadLetter,
 		probe:          sqs.Pinger{Config: conf("probe")},
 		declare:        func(ctx context.Context, _ bool) error { return sqs.DeclareQueues(ctx, conf("start-up check")) },
@@ -65,13 +65,6 @@ func sqsConfig(cfg Config, log *slog.Logger, prefix string) (func(role string) s
 		c.Logger = log.With("component", role)
 		return c
 	}, nil
-}
-
-// sqsDeadLetters removes redriven messages from PREFIX-send-dlq.
-type sqsDeadLetters struct{ cfg sqs.Config }
-
-func (d sqsDeadLetters) Remove(ctx context.Context, ids []int64) (int, error) {
-	return sqs.RemoveDeadLetters(ctx, d.cfg, ids)
 }
 
 // sqsBench is herald bench's hook of SQS: the scratch queues' removal and
