@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/bench"
+	"github.com/heraldhq/herald/internal/bench/provider"
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/testkit/smtptest"
 )
@@ -93,8 +94,8 @@ func emailTarget(o benchOptions) (*benchTarget, error) {
 // signature under a secret made for the run; the scratch configuration
 // signs with that secret and opens 127.0.0.1 to the SSRF guard.
 func webhookTarget(o benchOptions) (*benchTarget, error) {
-	secret := bench.NewWebhookSecret()
-	rcv, err := bench.NewReceiver(bench.ReceiverConfig{Latency: o.recvLatency, Secret: secret})
+	secret := provider.NewWebhookSecret()
+	rcv, err := provider.New(provider.Config{Latency: o.recvLatency, Secret: secret})
 	if err != nil {
 		return nil, fmt.Errorf("herald bench: start the webhook receiver: %w", err)
 	}
@@ -121,7 +122,7 @@ func telegramTarget(o benchOptions) (*benchTarget, error) {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	token := "100000:bench" + hex.EncodeToString(b)
-	rcv, err := bench.NewReceiver(bench.ReceiverConfig{Latency: o.recvLatency, BotToken: token})
+	rcv, err := provider.New(provider.Config{Latency: o.recvLatency, BotToken: token})
 	if err != nil {
 		return nil, fmt.Errorf("herald bench: start the Bot API receiver: %w", err)
 	}

@@ -8,9 +8,9 @@
 // and logging every test shares (testenv, pgtest, deliverytest, testlog).
 //
 // No product package imports them but the two that measure and break the
-// product: herald bench (internal/bench and cmd/herald's bench command,
-// which receive what herald sends on an in-process SMTP sink and webhook
-// receiver; built out of the shipped binary with -tags nobench) and the
-// chaos harness (cmd/herald-chaos). TestOnlyBenchAndChaosImportTestkit
-// holds that.
+// product: herald bench (internal/bench/provider and cmd/herald's bench
+// command, which receive what herald sends on an in-process SMTP sink and
+// webhook receiver; built out of the shipped binary with -tags nobench)
+// and the chaos harness (cmd/herald-chaos).
+// TestOnlyBenchAndChaosImportTestkit holds that.
 package testkit

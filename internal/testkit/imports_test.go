@@ -15,9 +15,9 @@ const module = "github.com/heraldhq/herald/"
 // their non-test files, and which: herald bench's receivers, and the chaos
 // harness (a test harness itself).
 var mayImport = map[string][]string{
-	"cmd/herald":       {"smtptest"},
-	"internal/bench":   {"webhooktest"},
-	"cmd/herald-chaos": {"faultproxy", "pgcluster", "proctest", "smtptest", "sqstest", "webhooktest"},
+	"cmd/herald":              {"smtptest"},
+	"internal/bench/provider": {"webhooktest"},
+	"cmd/herald-chaos":        {"faultproxy", "pgcluster", "proctest", "smtptest", "sqstest", "webhooktest"},
 }
 
 // No product package imports a test helper in its non-test files, but

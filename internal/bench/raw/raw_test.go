@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/bench"
+	"github.com/heraldhq/herald/internal/bench/provider"
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/store/postgres"
 	"github.com/heraldhq/herald/internal/store/sqlite"
@@ -172,7 +173,7 @@ func TestPreloadPostgresRefusesNonScratchDatabase(t *testing.T) {
 // answer other than 2xx.
 func TestPOST(t *testing.T) {
 	t.Parallel()
-	rcv, err := bench.NewReceiver(bench.ReceiverConfig{Latency: 5 * time.Millisecond})
+	rcv, err := provider.New(provider.Config{Latency: 5 * time.Millisecond})
 	require.NoError(t, err)
 	defer rcv.Close()
 	var bodies atomic.Int64

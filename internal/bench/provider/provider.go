@@ -1,4 +1,8 @@
-package bench
+// Package provider is the provider a webhook or telegram bench sends to
+// (Server): an HTTP server on loopback that checks and counts what herald
+// sends. It is a package of its own so that herald bench's measuring code
+// links no test helper; this one links the Standard Webhooks verifier.
+package provider
 
 import (
 	"encoding/base64"
@@ -15,7 +19,7 @@ import (
 	"github.com/heraldhq/herald/internal/testkit/webhooktest"
 )
 
-// Paths a Receiver serves.
+// Paths a Server serves.
 const (
 	// hookPath takes herald's webhooks: checked, counted, answered 204.
 	hookPath = "/hook"
@@ -26,11 +30,11 @@ const (
 	botPrefix = "/bot"
 )
 
-// maxReceiverBody bounds the body a Receiver reads.
-const maxReceiverBody = 1 << 20
+// maxBody bounds the body a Server reads.
+const maxBody = 1 << 20
 
-// ReceiverConfig configures a Receiver.
-type ReceiverConfig struct {
+// Config configures a Server.
+type Config struct {
 	// Latency is how long the receiver works on each request before it
 	// answers, as a real endpoint does. Default 0 (at once).
 	Latency time.Duration
@@ -42,14 +46,14 @@ type ReceiverConfig struct {
 	BotToken string
 }
 
-// Receiver is the provider a webhook or telegram bench sends to: an HTTP
-// server on loopback that answers after ReceiverConfig.Latency. It takes
+// Server is the provider a webhook or telegram bench sends to: an HTTP
+// server on loopback that answers after Config.Latency. It takes
 // webhooks at WebhookURL, checks each one's Standard Webhooks signature
 // (with its own code, not herald's) and counts them by notification; it
 // speaks the Bot API's sendMessage and getMe at BotAPI; and it answers the
 // raw POST ceiling at RawURL. It is safe for concurrent use.
-type Receiver struct {
-	rcfg ReceiverConfig
+type Server struct {
+	rcfg Config
 	key  []byte
 	srv  *http.Server
 	base string
@@ -74,12 +78,12 @@ func NewWebhookSecret() string {
 	return secret
 }
 
-// NewReceiver starts a Receiver on 127.0.0.1 at a free port.
-func NewReceiver(rc ReceiverConfig) (*Receiver, error) {
+// New starts a Server on 127.0.0.1 at a free port.
+func New(rc Config) (*Server, error) {
 	if rc.Latency < 0 {
 		return nil, fmt.Errorf("receiver: latency must not be negative, got %s", rc.Latency)
 	}
-	r := &Receiver{rcfg: rc, byID: map[string]int{}, messages: map[string]int{}, done: make(chan struct{})}
+	r := &Server{rcfg: rc, byID: map[string]int{}, messages: map[string]int{}, done: make(chan struct{})}
 	if rc.Secret != "" {
 		rest, ok := strings.CutPrefix(rc.Secret, "whsec_")
 		key, err := base64.StdEncoding.DecodeString(rest)
@@ -102,16 +106,16 @@ func NewReceiver(rc ReceiverConfig) (*Receiver, error) {
 }
 
 // WebhookURL is where herald's webhooks go.
-func (r *Receiver) WebhookURL() string { return r.base + hookPath }
+func (r *Server) WebhookURL() string { return r.base + hookPath }
 
 // RawURL is where the raw POST ceiling posts.
-func (r *Receiver) RawURL() string { return r.base + rawPath }
+func (r *Server) RawURL() string { return r.base + rawPath }
 
 // BotAPI is the Bot API base URL (HERALD_TELEGRAM_API).
-func (r *Receiver) BotAPI() string { return r.base }
+func (r *Server) BotAPI() string { return r.base }
 
 // Close stops the receiver at once.
-func (r *Receiver) Close() error {
+func (r *Server) Close() error {
 	err := r.srv.Close()
 	<-r.done
 	return err
@@ -119,7 +123,7 @@ func (r *Receiver) Close() error {
 
 // Received returns how many webhooks with a good signature were received,
 // by notification id (webhook-id msg_<id>).
-func (r *Receiver) Received() map[string]int {
+func (r *Server) Received() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make(map[string]int, len(r.byID))
@@ -131,7 +135,7 @@ func (r *Receiver) Received() map[string]int {
 
 // Messages returns how many Bot API messages were received, and how many
 // distinct texts they had.
-func (r *Receiver) Messages() (total, distinct int) {
+func (r *Server) Messages() (total, distinct int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, n := range r.messages {
@@ -142,7 +146,7 @@ func (r *Receiver) Messages() (total, distinct int) {
 
 // Reset forgets the webhooks and messages received so far (after a
 // warm-up), but not a bad signature.
-func (r *Receiver) Reset() {
+func (r *Server) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.byID, r.messages = map[string]int{}, map[string]int{}
@@ -151,7 +155,7 @@ func (r *Receiver) Reset() {
 // Check returns an error when a webhook came with a bad signature (it was
 // answered 204 all the same, so that the run goes on and says so at the
 // end rather than stalling on retries).
-func (r *Receiver) Check() error {
+func (r *Server) Check() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.bad > 0 {
@@ -160,12 +164,12 @@ func (r *Receiver) Check() error {
 	return nil
 }
 
-func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
+func (r *Server) serve(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, maxReceiverBody))
+	body, err := io.ReadAll(io.LimitReader(req.Body, maxBody))
 	if err != nil {
 		http.Error(w, "read body", http.StatusBadRequest)
 		return
@@ -193,7 +197,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 }
 
 // hook takes one webhook: it verifies the signature and counts it.
-func (r *Receiver) hook(w http.ResponseWriter, h http.Header, body []byte) {
+func (r *Server) hook(w http.ResponseWriter, h http.Header, body []byte) {
 	id := h.Get("webhook-id")
 	err := webhooktest.Verify(r.key, h, body, time.Now())
 	r.mu.Lock()
@@ -210,7 +214,7 @@ func (r *Receiver) hook(w http.ResponseWriter, h http.Header, body []byte) {
 }
 
 // bot answers the Bot API's getMe and sendMessage as Telegram does.
-func (r *Receiver) bot(w http.ResponseWriter, path string, body []byte) {
+func (r *Server) bot(w http.ResponseWriter, path string, body []byte) {
 	token, method, _ := strings.Cut(strings.TrimPrefix(path, botPrefix), "/")
 	w.Header().Set("Content-Type", "application/json")
 	if token != r.rcfg.BotToken {

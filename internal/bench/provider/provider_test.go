@@ -1,4 +1,4 @@
-package bench_test
+package provider_test
 
 import (
 	"bytes"
@@ -16,14 +16,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/bench"
+	"github.com/heraldhq/herald/internal/bench/provider"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/sender/telegram"
 	"github.com/heraldhq/herald/internal/sender/webhook"
 )
 
-func newReceiver(t *testing.T, rc bench.ReceiverConfig) *bench.Receiver {
+func newReceiver(t *testing.T, rc provider.Config) *provider.Server {
 	t.Helper()
-	r, err := bench.NewReceiver(rc)
+	r, err := provider.New(rc)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	return r
@@ -47,8 +48,8 @@ func post(t *testing.T, url string, body []byte, header map[string]string) {
 // to count (and reports) one whose signature or timestamp is wrong.
 func TestReceiverChecksWebhookSignatures(t *testing.T) {
 	t.Parallel()
-	secret := bench.NewWebhookSecret()
-	rcv := newReceiver(t, bench.ReceiverConfig{Secret: secret})
+	secret := provider.NewWebhookSecret()
+	rcv := newReceiver(t, provider.Config{Secret: secret})
 	s, err := webhook.New(webhook.Config{Secret: secret, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	require.NoError(t, err)
 	defer s.Close()
@@ -60,7 +61,7 @@ func TestReceiverChecksWebhookSignatures(t *testing.T) {
 
 	// Signed by another key: answered (the run goes on), not counted,
 	// reported.
-	other, err := webhook.New(webhook.Config{Secret: bench.NewWebhookSecret(), Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	other, err := webhook.New(webhook.Config{Secret: provider.NewWebhookSecret(), Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	require.NoError(t, err)
 	defer other.Close()
 	require.NoError(t, other.Send(t.Context(), notify.Outgoing{NotificationID: "forged", Channel: "webhook", To: rcv.WebhookURL(), Body: `{}`}))
@@ -89,16 +90,16 @@ func TestReceiverChecksWebhookSignatures(t *testing.T) {
 func TestReceiverLatency(t *testing.T) {
 	t.Parallel()
 	const latency = 60 * time.Millisecond
-	rcv := newReceiver(t, bench.ReceiverConfig{Latency: latency, Secret: bench.NewWebhookSecret()})
+	rcv := newReceiver(t, provider.Config{Latency: latency, Secret: provider.NewWebhookSecret()})
 	start := time.Now()
 	post(t, rcv.RawURL(), bench.WebhookBody(0), nil)
 	require.GreaterOrEqual(t, time.Since(start), latency)
 	require.Empty(t, rcv.Received(), "the raw path counts nothing")
 	require.NoError(t, rcv.Check(), "nor checks anything")
 
-	_, err := bench.NewReceiver(bench.ReceiverConfig{Latency: -time.Second})
+	_, err := provider.New(provider.Config{Latency: -time.Second})
 	require.Error(t, err)
-	_, err = bench.NewReceiver(bench.ReceiverConfig{Secret: "not-a-secret"})
+	_, err = provider.New(provider.Config{Secret: "not-a-secret"})
 	require.Error(t, err)
 }
 
@@ -106,7 +107,7 @@ func TestReceiverLatency(t *testing.T) {
 // getMe and sendMessage with the run's token, 401 with another.
 func TestReceiverSpeaksTheBotAPI(t *testing.T) {
 	t.Parallel()
-	rcv := newReceiver(t, bench.ReceiverConfig{BotToken: "100:good"})
+	rcv := newReceiver(t, provider.Config{BotToken: "100:good"})
 	s, err := telegram.New(telegram.Config{Token: "100:good", APIBase: rcv.BotAPI()})
 	require.NoError(t, err)
 	defer s.Close()
