@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -24,13 +23,8 @@ import (
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/relay"
-	"github.com/heraldhq/herald/internal/store/mongo"
 	"github.com/heraldhq/herald/internal/worker"
 )
-
-// benchCleanupTimeout bounds the clean-up of scratch objects, which runs even
-// when the bench was interrupted.
-const benchCleanupTimeout = 30 * time.Second
 
 // benchOptions are herald bench's own flags.
 type benchOptions struct {
@@ -102,7 +96,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 	// The sequential scans are counted from before the stack starts to
 	// after it stops: every connection reports its counts when it closes.
 	before.seqScans = func() (map[string]int64, error) { return nil, nil }
-	if sc.store == "postgres" {
+	if sc.engine.bench.stats {
 		before.seqScans = func() (map[string]int64, error) {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
 			defer cancel()
@@ -287,7 +281,7 @@ func measuredRun(ctx context.Context, sc *scratch, st *benchStack, target *bench
 	// The database's activity is counted from after the warm-up to after
 	// the stack stopped (see raw.WatchActivity).
 	stopActivity := func(context.Context) (bench.Activity, error) { return bench.Activity{}, nil }
-	if sc.store == "postgres" {
+	if sc.engine.bench.stats {
 		if before.warmedUp > 0 && o.statsSettle > 0 {
 			fmt.Fprintf(e.stderr, "herald bench: waiting %s for the warm-up's statistics to reach pg_stat\n", o.statsSettle)
 			if err := sleepCtx(ctx, o.statsSettle); err != nil {
@@ -299,13 +293,13 @@ func measuredRun(ctx context.Context, sc *scratch, st *benchStack, target *bench
 		}
 	}
 	stopSampler := func() (int64, error) { return 0, nil }
-	if sc.store == "postgres" {
-		if stopSampler, err = raw.SampleConns(ctx, sc.server, sc.pgDatabase, 20*time.Millisecond); err != nil {
+	if sc.engine.bench.stats {
+		if stopSampler, err = raw.SampleConns(ctx, sc.server, sc.database, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("herald bench: %w", err)
 		}
 	}
 	dbProcs := ""
-	if sc.store == "postgres" {
+	if sc.engine.bench.stats {
 		dbProcs = "postgres"
 	}
 	var c runCounters
@@ -362,19 +356,17 @@ func runReport(sc *scratch, st *benchStack, target *benchTarget, bcfg bench.Conf
 	} else {
 		report.Notes = append(report.Notes, "cpu_*_ms not measured: "+c.cpuErr.Error())
 	}
-	if sc.store == "postgres" {
+	if sc.engine.bench.stats {
 		report.SetActivity(c.activity)
 		how := "pg_stat counts reported lazily are read exactly at the end (after every connection of the stack closed: a backend reports all it counted when it exits)"
 		if before.warmedUp > 0 {
 			how += fmt.Sprintf(", and at the start after %s without warm-up work (a PostgreSQL 15+ connection reports within 10s of going idle; 0 = at once, then some of the warm-up's counts may be in the run's)", o.statsSettle)
 		}
 		report.Notes = append(report.Notes, "rows, commits and WAL cover the measured run only: "+how+"; commits include the idle polls of the relay and the workers")
-	} else if sc.store == "mongodb" {
-		report.Notes = append(report.Notes, "MongoDB: rows_per_notification, commits_per_notification, wal_bytes_per_notification and seq_scans_per_1k are not measured (SQL statistics views only)")
 	} else {
-		report.Notes = append(report.Notes, "SQLite: rows_per_notification, commits_per_notification and wal_bytes_per_notification are not measured (no statistics views; the store commits through its own connections, which the bench cannot count without changing it)")
+		report.Notes = append(report.Notes, sc.engine.bench.unmeasured)
 	}
-	if deliveries := before.warmedUp + res.Delivered; sc.store == "postgres" && deliveries > 0 {
+	if deliveries := before.warmedUp + res.Delivered; sc.engine.bench.stats && deliveries > 0 {
 		per1k := func(n int64) float64 { return math.Round(float64(n)*10000/float64(deliveries)) / 10 }
 		var total int64
 		parts := make([]string, 0, len(c.scans))
@@ -396,8 +388,8 @@ func runReport(sc *scratch, st *benchStack, target *benchTarget, bcfg bench.Conf
 	}
 	report.SendsInFlightMax = st.rec.SendsInFlightMax()
 	report.DBConnsMax = c.conns
-	if sc.store == "sqlite" {
-		report.Notes = append(report.Notes, "SQLite: one write connection and a read pool per store; db_conns_max is sampled on PostgreSQL only")
+	if sc.engine.bench.connsNote != "" {
+		report.Notes = append(report.Notes, sc.engine.bench.connsNote)
 	}
 	report.Notes = append(report.Notes, before.notes...)
 	report.Notes = append(report.Notes, target.notes...)
@@ -408,22 +400,22 @@ func runReport(sc *scratch, st *benchStack, target *benchTarget, bcfg bench.Conf
 // scratch is where a bench works: its own database (or file) and broker
 // names, and the transport built on them.
 type scratch struct {
-	cfg        Config // the user's configuration pointed at the scratch objects
-	store      string // the engine, as storeKind names it
-	tr         transport
-	broker     benchBroker // the bench's own needs of the broker
-	sqlitePath string      // the scratch file (SQLite only)
-	pgDatabase string      // the scratch database (PostgreSQL and MongoDB)
-	server     string      // the database server, for counters of pg_stat_activity (serverURL of the user's configuration)
-	prefix     string      // the scratch broker names
-	cleanup    []func() error
+	cfg      Config // the user's configuration pointed at the scratch objects
+	store    string // the engine, as storeKind names it
+	tr       transport
+	broker   benchBroker // the bench's own needs of the broker
+	engine   storeEngine // the store engine's row
+	database string      // the scratch database's name, or the scratch file's path
+	server   string      // the database server, for counters of pg_stat_activity (serverURL of the user's configuration)
+	prefix   string      // the scratch broker names
+	cleanup  []func() error
 }
 
 // describe names the scratch objects for the user.
 func (sc *scratch) describe() string {
-	where := "scratch file " + sc.sqlitePath
-	if sc.store == "postgres" || sc.store == "mongodb" {
-		where = "scratch database " + sc.pgDatabase
+	where := "scratch database " + sc.database
+	if sc.engine.file {
+		where = "scratch file " + sc.database
 	}
 	if sc.broker.remove != nil {
 		where += " and scratch broker names " + sc.prefix + "*"
@@ -455,7 +447,7 @@ func (sc *scratch) rawURL() string {
 // newScratch makes the scratch database (or file), migrates it, and picks
 // the scratch broker prefix; its cleanup funcs remove both.
 func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error) {
-	sc = &scratch{cfg: cfg, store: storeKind(cfg.DatabaseURL), server: serverURL(cfg), prefix: "bench-" + raw.Suffix() + "."}
+	sc = &scratch{cfg: cfg, server: serverURL(cfg), prefix: "bench-" + raw.Suffix() + "."}
 	defer func() {
 		if err != nil {
 			for i := len(sc.cleanup) - 1; i >= 0; i-- {
@@ -463,40 +455,23 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 			}
 		}
 	}()
-	switch sc.store {
-	case "postgres":
-		dbURL, drop, err := raw.ScratchPostgres(ctx, cfg.DatabaseURL)
-		if err != nil {
-			return nil, fmt.Errorf("herald bench: %w", err)
-		}
-		sc.cfg.DatabaseURL = dbURL
-		sc.cleanup = append(sc.cleanup, drop)
+	var ok bool
+	if sc.engine, ok = storeFor(cfg.DatabaseURL); !ok {
+		return nil, unknownStore(cfg.DatabaseURL)
+	}
+	sc.store = sc.engine.name
+	dbURL, database, drop, err := sc.engine.bench.scratch(ctx, cfg.DatabaseURL, strings.TrimSuffix(sc.prefix, "."))
+	if err != nil {
+		return nil, fmt.Errorf("herald bench: %w", err)
+	}
+	sc.cfg.DatabaseURL, sc.database = dbURL, database
+	sc.cleanup = append(sc.cleanup, drop)
+	// Behind a pooler: the scratch database without it too.
+	if du, err := url.Parse(cfg.DatabaseDirectURL); err == nil && cfg.DatabaseDirectURL != "" && sc.engine.direct {
 		if pu, err := url.Parse(dbURL); err == nil {
-			sc.pgDatabase = strings.TrimPrefix(pu.Path, "/")
-			// Behind a pooler: the scratch database without it too.
-			if du, err := url.Parse(cfg.DatabaseDirectURL); err == nil && cfg.DatabaseDirectURL != "" {
-				du.Path = pu.Path
-				sc.cfg.DatabaseDirectURL = du.String()
-			}
+			du.Path = pu.Path
+			sc.cfg.DatabaseDirectURL = du.String()
 		}
-	case "sqlite":
-		dir, err := os.MkdirTemp("", "herald-bench-")
-		if err != nil {
-			return nil, fmt.Errorf("herald bench: scratch directory: %w", err)
-		}
-		sc.cleanup = append(sc.cleanup, func() error { return os.RemoveAll(dir) })
-		sc.sqlitePath = filepath.Join(dir, "herald.db")
-		sc.cfg.DatabaseURL = "sqlite:" + sc.sqlitePath
-	case "mongodb":
-		dbURL, drop, err := scratchMongo(ctx, cfg.DatabaseURL, "bench_"+strings.TrimSuffix(sc.prefix, "."))
-		if err != nil {
-			return nil, fmt.Errorf("herald bench: %w", err)
-		}
-		sc.cfg.DatabaseURL = dbURL
-		sc.cleanup = append(sc.cleanup, drop)
-		sc.pgDatabase, _ = mongo.DatabaseName(dbURL)
-	default:
-		return nil, fmt.Errorf("HERALD_DATABASE_URL must start with postgres://, sqlite: or mongodb://, got %q", redact(cfg.DatabaseURL))
 	}
 	// The bench's own API takes no token and injects no faults.
 	sc.cfg.APIToken, sc.cfg.DebugFaults, sc.cfg.DebugCrash, sc.cfg.MaxBacklog = "", false, "", 0
@@ -537,13 +512,10 @@ func measureCeilings(ctx context.Context, sc *scratch, target *benchTarget, o be
 		err   error
 	)
 	txo := raw.TxOptions{N: o.n, Clients: o.concurrency}
-	switch sc.store {
-	case "postgres":
-		c.TxPerSec, err = raw.PostgresTx(ctx, sc.rawURL(), txo)
-	case "mongodb":
-		notes = append(notes, "MongoDB: no raw transaction ceiling (tx_per_s 0): the store writes one document per change, without transactions")
-	default:
-		c.TxPerSec, err = raw.SQLiteTx(ctx, sc.sqlitePath, txo)
+	var note string
+	c.TxPerSec, note, err = sc.engine.bench.tx(ctx, sc.rawURL(), txo)
+	if note != "" {
+		notes = append(notes, note)
 	}
 	if err != nil {
 		return c, nil, fmt.Errorf("herald bench: raw transaction ceiling: %w", err)
@@ -574,10 +546,6 @@ func measureCeilings(ctx context.Context, sc *scratch, target *benchTarget, o be
 	return c, notes, nil
 }
 
-// rawPipelineSchema names the scratch schema (PostgreSQL) or file (SQLite)
-// of the raw pipeline ceiling.
-const rawPipelineSchema = "bench_raw_pipeline"
-
 // rawPipeline measures the raw pipeline ceiling on a store of its own, made
 // by the builder on scratch tables beside the bench's (a schema of the
 // scratch database, or a file beside the scratch file) and removed
@@ -587,19 +555,8 @@ func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, e
 		dbURL  string
 		remove func() error
 	)
-	switch sc.store {
-	case "postgres":
-		if dbURL, remove, err = raw.ScratchSchema(ctx, sc.rawURL(), rawPipelineSchema); err != nil {
-			return 0, err
-		}
-	case "mongodb":
-		if dbURL, remove, err = scratchMongo(ctx, sc.cfg.DatabaseURL, sc.pgDatabase+"_raw"); err != nil {
-			return 0, err
-		}
-	default:
-		var path string
-		path, remove = raw.ScratchFile(sc.sqlitePath, rawPipelineSchema)
-		dbURL = "sqlite:" + path
+	if dbURL, remove, err = sc.engine.bench.pipeline(ctx, sc.rawURL()); err != nil {
+		return 0, err
 	}
 	defer func() { err = errors.Join(err, remove()) }()
 	// Status events as the stack writes them: they are statements herald
@@ -620,20 +577,12 @@ func rawPipeline(ctx context.Context, sc *scratch, o benchOptions) (_ float64, e
 // before the stack starts.
 func measureInsertCeiling(ctx context.Context, sc *scratch, o benchOptions) (float64, []string, error) {
 	io := raw.InsertOptions{N: o.n, Batch: o.batchSize, Clients: o.concurrency}
-	var (
-		r   float64
-		err error
-	)
-	switch sc.store {
-	case "postgres":
-		r, err = raw.PostgresInsert(ctx, sc.rawURL(), io)
-	case "mongodb":
-		return 0, []string{"MongoDB: no raw insert ceiling (raw_insert_per_s 0)"}, nil
-	default:
-		r, err = raw.SQLiteInsert(ctx, sc.sqlitePath, io)
-	}
+	r, note, err := sc.engine.bench.insert(ctx, sc.rawURL(), io)
 	if err != nil {
 		return 0, nil, fmt.Errorf("herald bench: raw insert ceiling: %w", err)
+	}
+	if note != "" {
+		return 0, []string{note}, nil
 	}
 	return r, []string{fmt.Sprintf("raw_insert_per_s: %d notifications written by the store's own multi-row insert (each with its outbox event), %d to a statement, from %d clients, in scratch tables beside the run's; no HTTP, no JSON, no validation",
 		o.n, o.batchSize, o.concurrency)}, nil
@@ -827,25 +776,4 @@ func terminal(e env) io.Writer {
 		return nil
 	}
 	return f
-}
-
-// scratchMongo returns rawURL naming database name instead, and a func
-// that drops it.
-func scratchMongo(ctx context.Context, rawURL, name string) (string, func() error, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "", nil, fmt.Errorf("scratch database: %w", err)
-	}
-	u.Path = "/" + strings.NewReplacer("-", "_", ".", "_").Replace(name)
-	dbURL := u.String()
-	return dbURL, func() error {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
-		defer cancel()
-		s, err := mongo.Open(ctx, dbURL, mongo.Config{StartTimeout: -1})
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		return s.Drop(ctx)
-	}, nil
 }

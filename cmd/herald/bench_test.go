@@ -17,7 +17,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	mgo "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/heraldhq/herald/internal/testkit/mongotest"
 	"github.com/heraldhq/herald/internal/testkit/sqstest"
 	"github.com/heraldhq/herald/internal/testkit/testenv"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
@@ -116,6 +120,34 @@ func TestBenchSmoke(t *testing.T) {
 		for _, q := range []string{"-notifications-send", "-notifications-send-dlq", "-notifications-raw"} {
 			_, ok := sqstest.Queue(m[1] + q)
 			require.False(t, ok, "queue %s%s left behind", m[1], q)
+		}
+	})
+	t.Run("mongodb+table", func(t *testing.T) {
+		t.Parallel()
+		dbAddr := freeAddr(t)
+		fdb, err := mongotest.StartFerret(dbAddr, t.TempDir())
+		require.NoError(t, err)
+		t.Cleanup(func() { fdb.Stop() })
+		report, stderr := runBench(t, map[string]string{"HERALD_DATABASE_URL": "mongodb://" + dbAddr + "/herald"}, "--n", "100", "--concurrency", "4", "--warmup", "0", "--json")
+		require.Equal(t, "mongodb", report["store"])
+		require.EqualValues(t, 100, report["delivered"])
+		positive(t, report, "delivered_per_s", "raw_pipeline_per_s")
+		// No raw transaction ceiling and no statistics views: zero and
+		// null, each with its note.
+		require.Zero(t, report["raw_tx_per_s"])
+		require.Nil(t, report["rows_per_notification"])
+		notes := fmt.Sprint(report["notes"])
+		require.Contains(t, notes, "MongoDB: no raw transaction ceiling")
+		require.Contains(t, notes, "MongoDB: rows_per_notification")
+		m := regexp.MustCompile(`scratch database (bench_bench-[0-9a-f]+|bench_[0-9a-z_]+)`).FindStringSubmatch(stderr)
+		require.NotNil(t, m, "stderr names the scratch database: %s", stderr)
+		c, err := mgo.Connect(options.Client().ApplyURI(fdb.URI))
+		require.NoError(t, err)
+		defer func() { _ = c.Disconnect(context.Background()) }()
+		names, err := c.ListDatabaseNames(t.Context(), bson.D{})
+		require.NoError(t, err)
+		for _, n := range names {
+			require.False(t, strings.HasPrefix(n, "bench_"), "scratch database %s left behind (stderr named %s)", n, m[1])
 		}
 	})
 	t.Run("sqlite+table", func(t *testing.T) {

@@ -47,14 +47,17 @@ type storeEngine struct {
 	// a pooler).
 	direct bool
 	open   func(ctx context.Context, url string, o storeOptions) (store, func(), error)
+	// bench is herald bench's hook: its scratch database and raw ceilings
+	// (store_bench.go).
+	bench *storeBench
 }
 
 // stores is the store choice: the first row whose scheme starts
 // HERALD_DATABASE_URL opens the store.
 var stores = []storeEngine{
-	{name: "postgres", title: "PostgreSQL", schemes: []string{"postgres://", "postgresql://"}, direct: true, open: openPostgres},
-	{name: "sqlite", title: "SQLite", schemes: []string{"sqlite:"}, file: true, open: openSQLite},
-	{name: "mongodb", title: "MongoDB", schemes: []string{"mongodb://", "mongodb+srv://"}, open: openMongo},
+	{name: "postgres", title: "PostgreSQL", schemes: []string{"postgres://", "postgresql://"}, direct: true, open: openPostgres, bench: postgresBench},
+	{name: "sqlite", title: "SQLite", schemes: []string{"sqlite:"}, file: true, open: openSQLite, bench: sqliteBench},
+	{name: "mongodb", title: "MongoDB", schemes: []string{"mongodb://", "mongodb+srv://"}, open: openMongo, bench: mongoBench},
 }
 
 // storeFor finds the row of a HERALD_DATABASE_URL.
@@ -67,6 +70,16 @@ func storeFor(url string) (storeEngine, bool) {
 		}
 	}
 	return storeEngine{}, false
+}
+
+// unknownStore is the error of a HERALD_DATABASE_URL no row takes.
+func unknownStore(url string) error {
+	var schemes []string
+	for _, e := range stores {
+		schemes = append(schemes, e.schemes[0])
+	}
+	last := len(schemes) - 1
+	return usageError{fmt.Errorf("HERALD_DATABASE_URL must start with %s or %s, got %q", strings.Join(schemes[:last], ", "), schemes[last], redact(url))}
 }
 
 // storeKind names the engine a HERALD_DATABASE_URL picks ("" for none).
@@ -85,12 +98,7 @@ func storeKind(url string) string {
 func openStore(ctx context.Context, url, direct string, conns int, create bool, tp trace.TracerProvider, statusEvents bool) (store, func(), error) {
 	e, ok := storeFor(url)
 	if !ok {
-		var schemes []string
-		for _, e := range stores {
-			schemes = append(schemes, e.schemes[0])
-		}
-		last := len(schemes) - 1
-		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_URL must start with %s or %s, got %q", strings.Join(schemes[:last], ", "), schemes[last], redact(url))}
+		return nil, nil, unknownStore(url)
 	}
 	if direct != "" && !e.direct {
 		return nil, nil, usageError{fmt.Errorf("HERALD_DATABASE_DIRECT_URL is for a PostgreSQL store behind a pooler; HERALD_DATABASE_URL is %s", redact(url))}
