@@ -2,18 +2,67 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/internal/proctest"
+	heraldnats "github.com/heraldhq/herald/internal/transport/nats"
 )
+
+// natsRun is a run's NATS: a nats-server of the harness's own, reached
+// through a fault proxy.
+type natsRun struct {
+	natsBroker
+	srv *natsServer
+}
+
+// startNATSBroker is the nats row's start.
+func startNATSBroker(ctx context.Context, h *harness) (brokerRun, error) {
+	srv, err := startNATS(ctx, filepath.Join(h.dir, "nats"))
+	if err != nil {
+		return nil, err
+	}
+	h.cleanups = append(h.cleanups, srv.stop)
+	addrs, err := h.proxyBroker([]string{srv.addr()})
+	if err != nil {
+		return nil, err
+	}
+	h.env["HERALD_BROKER_URL"] = "nats://" + addrs[0]
+	return &natsRun{natsBroker: natsBroker{url: "nats://" + srv.addr(), top: heraldnats.NewTopology("")}, srv: srv}, nil
+}
+
+// restart is broker-restart: a kill -9 of the server and a restart on the
+// same store.
+func (r *natsRun) restart(*harness) step {
+	return step{name: "broker-restart", do: r.killStart, est: 8 * time.Second}
+}
+
+func (r *natsRun) killStart(ctx context.Context) (string, int, error) {
+	began := time.Now()
+	r.srv.kill()
+	_ = sleep(ctx, brokerPause)
+	if err := r.srv.start(context.WithoutCancel(ctx)); err != nil {
+		return "", 0, err
+	}
+	return fmt.Sprintf("nats-server killed -9, back after %.1fs", time.Since(began).Seconds()), 0, nil
+}
+
+// drainNote reports the acknowledged messages the stream still stores (see
+// waiting).
+func (r *natsRun) drainNote(ctx context.Context) string {
+	if n, err := r.stale(ctx); err == nil && n > 0 {
+		return fmt.Sprintf("note: %d acknowledged messages still stored on the stream's send/retry subjects (a kill -9 of nats-server lost their deletion; no consumer will get them again)", n)
+	}
+	return ""
+}
 
 // natsServer is a nats-server with JetStream of the harness's own, on a
 // free port with its own store directory, so that the broker-restart fault
@@ -84,91 +133,157 @@ func (s *natsServer) stop() {
 	}
 }
 
-// kafkaCluster is a three-broker kfake cluster in the harness's process;
-// the herald processes reach it over TCP like any cluster. It tracks the
-// brokers' connections, so that a fault can cut them or kill a broker.
-type kafkaCluster struct {
-	*kfake.Cluster
-	addrs []string
-
-	mu    sync.Mutex
-	conns map[string][]net.Conn // by listener address
+// natsBroker is NATS JetStream: the stream of herald's contract.
+type natsBroker struct {
+	url string
+	top heraldnats.Topology
 }
 
-func startKafka() (*kafkaCluster, error) {
-	c := &kafkaCluster{conns: map[string][]net.Conn{}}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.ListenFn(c.listen))
+func (b natsBroker) js() (*natsgo.Conn, jetstream.JetStream, error) {
+	nc, err := natsgo.Connect(b.url, natsgo.Timeout(10*time.Second), natsgo.MaxReconnects(0), natsgo.Name("herald-chaos"))
 	if err != nil {
-		return nil, fmt.Errorf("start kfake: %w", err)
+		return nil, nil, fmt.Errorf("connect to nats: %w", err)
 	}
-	c.Cluster = kc
-	c.addrs = kc.ListenAddrs()
-	return c, nil
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
 }
 
-func (c *kafkaCluster) listen(network, addr string) (net.Listener, error) {
-	ln, err := net.Listen(network, addr)
+func (b natsBroker) publish(ctx context.Context, msgs []rawMsg) error {
+	nc, js, err := b.js()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	for _, m := range msgs {
+		msg := natsgo.NewMsg(b.top.Requested)
+		msg.Data = m.body
+		id := strconv.FormatInt(m.id, 10)
+		msg.Header.Set(heraldnats.HeaderMessageID, id)
+		msg.Header.Set(heraldnats.HeaderType, m.typ)
+		msg.Header.Set(heraldnats.HeaderContentType, "application/json")
+		msg.Header.Set(heraldnats.HeaderOccurredAt, strconv.FormatInt(m.at.UnixMicro(), 10))
+		// A Nats-Msg-Id of its own: the stream's duplicate window would
+		// absorb a copy under the relay's, and the worker must meet it.
+		msg.Header.Set(natsgo.MsgIdHdr, "chaos-"+id+"-"+suffix())
+		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err := js.PublishMsg(pctx, msg)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("publish %d: %w", m.id, err)
+		}
+	}
+	return nil
+}
+
+func (b natsBroker) subjects(ctx context.Context) (map[string]uint64, error) {
+	nc, js, err := b.js()
 	if err != nil {
 		return nil, err
 	}
-	return &trackingListener{Listener: ln, c: c}, nil
-}
-
-type trackingListener struct {
-	net.Listener
-	c *kafkaCluster
-}
-
-func (l *trackingListener) Accept() (net.Conn, error) {
-	conn, err := l.Listener.Accept()
+	defer nc.Close()
+	s, err := js.Stream(ctx, b.top.Stream)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("stream %s: %w", b.top.Stream, err)
 	}
-	l.c.mu.Lock()
-	defer l.c.mu.Unlock()
-	addr := l.Addr().String()
-	l.c.conns[addr] = append(l.c.conns[addr], conn)
-	return conn, nil
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		return nil, fmt.Errorf("stream %s info: %w", b.top.Stream, err)
+	}
+	return info.State.Subjects, nil
 }
 
-// cut closes the open connections to the broker at addr ("" for every
-// broker) and returns how many.
-func (c *kafkaCluster) cut(addr string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// waiting counts what herald's two durable consumers still have to do:
+// messages not yet delivered and deliveries not yet acknowledged. Not the
+// stream's own count: after a kill -9 of nats-server, a work-queue stream
+// was seen keeping messages its consumer had acknowledged (the ack floor
+// past them, nothing pending), which no worker will ever get; they are
+// reported in the log, not waited for.
+func (b natsBroker) waiting(ctx context.Context) (int, string, error) {
+	nc, js, err := b.js()
+	if err != nil {
+		return 0, "", err
+	}
+	defer nc.Close()
+	s, err := js.Stream(ctx, b.top.Stream)
+	if err != nil {
+		return 0, "", fmt.Errorf("stream %s: %w", b.top.Stream, err)
+	}
+	n, where := 0, ""
+	for _, name := range []string{b.top.WorkerConsumer, b.top.RetryConsumer} {
+		c, err := s.Consumer(ctx, name)
+		if err != nil {
+			return 0, "", fmt.Errorf("consumer %s: %w", name, err)
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return 0, "", fmt.Errorf("consumer %s info: %w", name, err)
+		}
+		left := int(ci.NumPending) + ci.NumAckPending
+		if left > 0 && where == "" {
+			where = "consumer " + name
+		}
+		n += left
+	}
+	return n, where, nil
+}
+
+// stale counts the messages left on the send and retry subjects of the
+// stream once every consumer is done: messages acknowledged whose deletion
+// the stream lost (see waiting).
+func (b natsBroker) stale(ctx context.Context) (int, error) {
+	subj, err := b.subjects(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return int(subj[b.top.Requested] + subj[b.top.Retry]), nil
+}
+
+func (b natsBroker) deadLetters(ctx context.Context) (map[int64]bool, int, error) {
+	nc, js, err := b.js()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer nc.Close()
+	s, err := js.Stream(ctx, b.top.Stream)
+	if err != nil {
+		return nil, 0, fmt.Errorf("stream %s: %w", b.top.Stream, err)
+	}
+	ids := map[int64]bool{}
 	n := 0
-	for a, conns := range c.conns {
-		if addr != "" && a != addr {
-			continue
+	for seq := uint64(1); ; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(b.top.DeadLetter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return ids, n, nil
 		}
-		for _, conn := range conns {
-			_ = conn.Close()
-			n++
+		if err != nil {
+			return nil, 0, fmt.Errorf("read the dead letters: %w", err)
 		}
-		c.conns[a] = nil
+		n++
+		addID(ids, m.Header.Get(heraldnats.HeaderMessageID))
+		seq = m.Sequence + 1
 	}
-	return n
 }
 
-// killBroker takes the broker that leads the first partition of topic out
-// of the cluster the hard way (no new connections, open ones cut), and
-// returns its node id.
-func (c *kafkaCluster) killBroker(topic string) (int32, error) {
-	node := c.LeaderFor(topic, 0)
-	if node < 0 {
-		node = 0
+func (b natsBroker) purge(ctx context.Context) (int, error) {
+	nc, js, err := b.js()
+	if err != nil {
+		return 0, err
 	}
-	if err := c.RemoveNode(node); err != nil {
-		return node, err
+	defer nc.Close()
+	s, err := js.Stream(ctx, b.top.Stream)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", b.top.Stream, err)
 	}
-	c.cut(c.addrs[node])
-	return node, nil
-}
-
-// restoreBroker brings node back on its old port.
-func (c *kafkaCluster) restoreBroker(node int32) error {
-	_, port, _ := net.SplitHostPort(c.addrs[node])
-	p, _ := strconv.Atoi(port)
-	_, _, err := c.AddNode(node, p)
-	return err
+	before, err := s.Info(ctx, jetstream.WithSubjectFilter(b.top.Requested))
+	if err != nil {
+		return 0, err
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(b.top.Requested)); err != nil {
+		return 0, fmt.Errorf("purge %s: %w", b.top.Requested, err)
+	}
+	return int(before.State.Subjects[b.top.Requested]), nil
 }

@@ -4,46 +4,226 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/heraldhq/herald/internal/transport/kafka"
-	heraldnats "github.com/heraldhq/herald/internal/transport/nats"
+	"github.com/heraldhq/herald/internal/proctest"
 )
 
-// rawMsg is a message the harness puts on the broker itself, as the relay
-// would: a poison message, or a copy of an event already relayed.
-type rawMsg struct {
-	id   int64
-	typ  string
-	body []byte
-	at   time.Time
+// rabbitRun is a run's RabbitMQ: a node of the harness's own (or three,
+// joined into a cluster), or a scratch vhost on the --amqp broker
+// (--shared-rabbitmq).
+type rabbitRun struct {
+	amqpBroker
+	h *harness
+	// nodes are the harness's own nodes; none on the shared broker.
+	nodes []*proctest.RabbitNode
 }
 
-// errNotApplicable marks a fault the transport has no counterpart for; the
-// schedule leaves such faults out, this only guards a mistake.
-var errNotApplicable = errors.New("not applicable to this transport")
+// startRabbit is the rabbitmq row's start.
+func startRabbit(ctx context.Context, h *harness) (brokerRun, error) {
+	r := &rabbitRun{h: h}
+	var err error
+	if h.o.sharedRabbit && h.nodes == 1 {
+		err = r.setupShared(ctx)
+	} else {
+		err = r.setupOwn(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
 
-// broker is what the faults and the checks need of one transport's broker,
-// reached straight (never through the fault proxy).
-type broker interface {
-	// publish puts msgs where the relay publishes, each confirmed.
-	publish(ctx context.Context, msgs []rawMsg) error
-	// waiting counts the messages still to do in the broker's work queues
-	// (sends and retries), for the drain; ok false when it cannot tell.
-	waiting(ctx context.Context) (n int, where string, err error)
-	// deadLetters returns the distinct message ids of the dead letters and
-	// their total.
-	deadLetters(ctx context.Context) (map[int64]bool, int, error)
-	// purge empties the queue workers consume, as an operator's purge
-	// would, and returns how many messages went.
-	purge(ctx context.Context) (int, error)
+// setupOwn starts the harness's own RabbitMQ node (or three, joined into a
+// cluster) and points herald at them, each through a fault proxy.
+func (r *rabbitRun) setupOwn(ctx context.Context) error {
+	h := r.h
+	began := time.Now()
+	nodes, err := proctest.StartRabbitNodes(ctx, filepath.Join(h.dir, "rabbitmq"), h.nodes)
+	if err != nil {
+		return fmt.Errorf("start RabbitMQ (%d nodes): %w", h.nodes, err)
+	}
+	r.nodes = nodes
+	h.cleanups = append(h.cleanups, func() {
+		for _, nd := range nodes {
+			if err := nd.Kill(); err != nil {
+				h.logf("%v", err)
+			}
+		}
+	})
+	h.logf("RabbitMQ of its own: %d node(s) up in %.1fs", len(nodes), time.Since(began).Seconds())
+	var targets, urls []string
+	for _, nd := range nodes {
+		targets = append(targets, fmt.Sprintf("127.0.0.1:%d", nd.AMQPPort))
+	}
+	addrs, err := h.proxyBroker(targets)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		urls = append(urls, "amqp://guest:guest@"+a+"/")
+	}
+	r.url = nodes[0].URL()
+	h.env["HERALD_BROKER_URL"] = strings.Join(urls, ",")
+	return nil
+}
+
+// setupShared makes a scratch vhost on the --amqp broker.
+func (r *rabbitRun) setupShared(ctx context.Context) error {
+	h := r.h
+	mu, err := url.Parse(h.o.amqp)
+	if err != nil {
+		return fmt.Errorf("parse --amqp: %w", err)
+	}
+	user := mu.User.Username()
+	if user == "" {
+		user = "guest"
+	}
+	h.vhost = "herald-chaos-" + h.runID
+	if err := rabbitmqctl(ctx, "add_vhost", h.vhost); err != nil {
+		return err
+	}
+	h.cleanups = append(h.cleanups, r.deleteVhost)
+	if err := rabbitmqctl(ctx, "set_permissions", "-p", h.vhost, user, ".*", ".*", ".*"); err != nil {
+		return err
+	}
+	mu.Path = "/" + h.vhost
+	r.url = mu.String()
+	addrs, err := h.proxyBroker([]string{hostPort(mu, "5672")})
+	if err != nil {
+		return err
+	}
+	viaMQ := *mu
+	viaMQ.Host = addrs[0]
+	h.env["HERALD_BROKER_URL"] = viaMQ.String()
+	return nil
+}
+
+func (r *rabbitRun) deleteVhost() {
+	h := r.h
+	if h.o.keep {
+		h.logf("kept vhost %s (--keep)", h.vhost)
+		return
+	}
+	if err := rabbitmqctl(context.Background(), "delete_vhost", h.vhost); err != nil {
+		h.logf("delete vhost: %v", err)
+	}
+}
+
+// rabbitmqctl runs one rabbitmqctl command, bounded in time: a broker that
+// does not answer must not hang the run.
+func rabbitmqctl(ctx context.Context, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	return proctest.Rabbitmqctl(ctx, args...)
+}
+
+// restart is broker-restart, or kill-leader on a cluster of three.
+func (r *rabbitRun) restart(h *harness) step {
+	if h.nodes > 1 {
+		return step{name: "kill-leader", do: r.killLeader, est: 30 * time.Second}
+	}
+	return step{name: "broker-restart", do: r.stopStart, est: 8 * time.Second}
+}
+
+// stopStart takes the broker down for a moment and brings it back: stop_app
+// and start_app, on the harness's own node; on the shared broker with
+// --shared-rabbitmq, kept short for its other users.
+func (r *rabbitRun) stopStart(ctx context.Context) (string, int, error) {
+	ctl := rabbitmqctl
+	if len(r.nodes) > 0 {
+		ctl = func(ctx context.Context, args ...string) error {
+			ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			defer cancel()
+			_, err := r.nodes[0].Ctl(ctx, "rabbitmqctl", args...)
+			return err
+		}
+	}
+	if err := ctl(ctx, "stop_app"); err != nil {
+		// stop_app may have half-happened: make sure the broker is up.
+		return "", 0, errors.Join(err, ctl(context.Background(), "start_app"))
+	}
+	began := time.Now()
+	// start_app itself takes seconds; a short pause keeps the whole
+	// window near the few seconds other users of a shared broker can bear.
+	_ = sleep(ctx, brokerPause)
+	if err := ctl(context.WithoutCancel(ctx), "start_app"); err != nil {
+		return "", 0, err
+	}
+	return fmt.Sprintf("broker down %.1fs", time.Since(began).Seconds()), 0, nil
+}
+
+// killLeader kills -9 the node of the harness's cluster that leads
+// notifications.send, waits until another node leads it, then starts the
+// killed node again.
+func (r *rabbitRun) killLeader(ctx context.Context) (string, int, error) {
+	leader, _, err := proctest.QueueLeader(ctx, r.nodes[0], "", "notifications.send")
+	if err != nil {
+		return "", 0, err
+	}
+	var victim *proctest.RabbitNode
+	var others []*proctest.RabbitNode
+	for _, nd := range r.nodes {
+		if nd.Name == leader {
+			victim = nd
+		} else {
+			others = append(others, nd)
+		}
+	}
+	if victim == nil {
+		return "", 0, fmt.Errorf("leader %s is none of the harness's nodes", leader)
+	}
+	began := time.Now()
+	if err := victim.Kill(); err != nil {
+		return "", 0, err
+	}
+	r.h.logf("killed %s, the leader of notifications.send", leader)
+	deadline := time.Now().Add(60 * time.Second)
+	newLeader := ""
+	for {
+		l, _, err := proctest.QueueLeader(ctx, others[0], "", "notifications.send")
+		if err == nil && l != "" && l != leader {
+			newLeader = l
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", 0, fmt.Errorf("no new leader of notifications.send 60s after killing %s (last: %q, %v)", leader, l, err)
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+			return "", 0, err
+		}
+	}
+	elected := time.Since(began)
+	if err := victim.Restart(context.WithoutCancel(ctx), 3*time.Minute); err != nil {
+		return "", 0, fmt.Errorf("restart %s: %w\n%s", leader, err, victim.LogTail(2000))
+	}
+	return fmt.Sprintf("leader %s killed -9; %s leads after %.1fs; old leader back after %.1fs",
+		leader, newLeader, elected.Seconds(), time.Since(began).Seconds()), 0, nil
+}
+
+// retryQueueDelete makes the sink refuse (451) so that retries wait in
+// notifications.retry, and deletes that queue while they do. herald
+// declares it again; the reconciler brings back what it held.
+func (h *harness) retryQueueDelete(ctx context.Context) (string, int, error) {
+	b, ok := h.br.(*rabbitRun)
+	if !ok {
+		return "", 0, errNotApplicable
+	}
+	h.sink.Fail(451, "4.3.0 chaos: try again later")
+	err := sleep(ctx, 1500*time.Millisecond)
+	n, derr := b.deleteRetryQueue(ctx)
+	_ = sleep(ctx, faultPause-1500*time.Millisecond)
+	h.sink.Fail(0, "")
+	if err := errors.Join(err, derr); err != nil {
+		return "", 0, err
+	}
+	return fmt.Sprintf("451 for %s; notifications.retry deleted with %d retries in it", faultPause, n), 0, nil
 }
 
 // amqpBroker is RabbitMQ: the queues of herald's contract on one vhost.
@@ -153,262 +333,32 @@ func (b amqpBroker) deleteRetryQueue(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-func addID(ids map[int64]bool, s string) {
-	if id, err := strconv.ParseInt(s, 10, 64); err == nil {
-		ids[id] = true
-	} else {
-		ids[-1] = true
+// publishConfirmed publishes a message as the relay does, to the
+// notifications exchange, and waits for the broker's confirm.
+func publishConfirmed(ctx context.Context, ch *amqp.Channel, id int64, typ string, body []byte, at time.Time) error {
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("confirm mode: %w", err)
 	}
-}
-
-// natsBroker is NATS JetStream: the stream of herald's contract.
-type natsBroker struct {
-	url string
-	top heraldnats.Topology
-}
-
-func (b natsBroker) js() (*natsgo.Conn, jetstream.JetStream, error) {
-	nc, err := natsgo.Connect(b.url, natsgo.Timeout(10*time.Second), natsgo.MaxReconnects(0), natsgo.Name("herald-chaos"))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to nats: %w", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
-}
-
-func (b natsBroker) publish(ctx context.Context, msgs []rawMsg) error {
-	nc, js, err := b.js()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	for _, m := range msgs {
-		msg := natsgo.NewMsg(b.top.Requested)
-		msg.Data = m.body
-		id := strconv.FormatInt(m.id, 10)
-		msg.Header.Set(heraldnats.HeaderMessageID, id)
-		msg.Header.Set(heraldnats.HeaderType, m.typ)
-		msg.Header.Set(heraldnats.HeaderContentType, "application/json")
-		msg.Header.Set(heraldnats.HeaderOccurredAt, strconv.FormatInt(m.at.UnixMicro(), 10))
-		// A Nats-Msg-Id of its own: the stream's duplicate window would
-		// absorb a copy under the relay's, and the worker must meet it.
-		msg.Header.Set(natsgo.MsgIdHdr, "chaos-"+id+"-"+suffix())
-		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		_, err := js.PublishMsg(pctx, msg)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("publish %d: %w", m.id, err)
-		}
-	}
-	return nil
-}
-
-func (b natsBroker) subjects(ctx context.Context) (map[string]uint64, error) {
-	nc, js, err := b.js()
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	s, err := js.Stream(ctx, b.top.Stream)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", b.top.Stream, err)
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(">"))
-	if err != nil {
-		return nil, fmt.Errorf("stream %s info: %w", b.top.Stream, err)
-	}
-	return info.State.Subjects, nil
-}
-
-// waiting counts what herald's two durable consumers still have to do:
-// messages not yet delivered and deliveries not yet acknowledged. Not the
-// stream's own count: after a kill -9 of nats-server, a work-queue stream
-// was seen keeping messages its consumer had acknowledged (the ack floor
-// past them, nothing pending), which no worker will ever get; they are
-// reported in the log, not waited for.
-func (b natsBroker) waiting(ctx context.Context) (int, string, error) {
-	nc, js, err := b.js()
-	if err != nil {
-		return 0, "", err
-	}
-	defer nc.Close()
-	s, err := js.Stream(ctx, b.top.Stream)
-	if err != nil {
-		return 0, "", fmt.Errorf("stream %s: %w", b.top.Stream, err)
-	}
-	n, where := 0, ""
-	for _, name := range []string{b.top.WorkerConsumer, b.top.RetryConsumer} {
-		c, err := s.Consumer(ctx, name)
-		if err != nil {
-			return 0, "", fmt.Errorf("consumer %s: %w", name, err)
-		}
-		ci, err := c.Info(ctx)
-		if err != nil {
-			return 0, "", fmt.Errorf("consumer %s info: %w", name, err)
-		}
-		left := int(ci.NumPending) + ci.NumAckPending
-		if left > 0 && where == "" {
-			where = "consumer " + name
-		}
-		n += left
-	}
-	return n, where, nil
-}
-
-// stale counts the messages left on the send and retry subjects of the
-// stream once every consumer is done: messages acknowledged whose deletion
-// the stream lost (see waiting).
-func (b natsBroker) stale(ctx context.Context) (int, error) {
-	subj, err := b.subjects(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return int(subj[b.top.Requested] + subj[b.top.Retry]), nil
-}
-
-func (b natsBroker) deadLetters(ctx context.Context) (map[int64]bool, int, error) {
-	nc, js, err := b.js()
-	if err != nil {
-		return nil, 0, err
-	}
-	defer nc.Close()
-	s, err := js.Stream(ctx, b.top.Stream)
-	if err != nil {
-		return nil, 0, fmt.Errorf("stream %s: %w", b.top.Stream, err)
-	}
-	ids := map[int64]bool{}
-	n := 0
-	for seq := uint64(1); ; {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(b.top.DeadLetter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return ids, n, nil
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("read the dead letters: %w", err)
-		}
-		n++
-		addID(ids, m.Header.Get(heraldnats.HeaderMessageID))
-		seq = m.Sequence + 1
-	}
-}
-
-func (b natsBroker) purge(ctx context.Context) (int, error) {
-	nc, js, err := b.js()
-	if err != nil {
-		return 0, err
-	}
-	defer nc.Close()
-	s, err := js.Stream(ctx, b.top.Stream)
-	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", b.top.Stream, err)
-	}
-	before, err := s.Info(ctx, jetstream.WithSubjectFilter(b.top.Requested))
-	if err != nil {
-		return 0, err
-	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject(b.top.Requested)); err != nil {
-		return 0, fmt.Errorf("purge %s: %w", b.top.Requested, err)
-	}
-	return int(before.State.Subjects[b.top.Requested]), nil
-}
-
-// kafkaBroker is the in-process kfake cluster.
-type kafkaBroker struct {
-	kc      *kfake.Cluster
-	brokers []string
-}
-
-func (b kafkaBroker) client(opts ...kgo.Opt) (*kgo.Client, error) {
-	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.brokers...)}, opts...)...)
-}
-
-func (b kafkaBroker) publish(ctx context.Context, msgs []rawMsg) error {
-	cl, err := b.client()
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	for _, m := range msgs {
-		id := strconv.FormatInt(m.id, 10)
-		r := &kgo.Record{
-			Topic: kafka.TopicRequested,
-			Key:   []byte("chaos-" + id),
-			Value: m.body,
-			Headers: []kgo.RecordHeader{
-				{Key: kafka.HeaderMessageID, Value: []byte(id)},
-				{Key: kafka.HeaderContentType, Value: []byte("application/json")},
-				{Key: kafka.HeaderType, Value: []byte(m.typ)},
-				{Key: kafka.HeaderOccurredAt, Value: []byte(strconv.FormatInt(m.at.UnixMicro(), 10))},
-			},
-		}
-		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		err := cl.ProduceSync(pctx, r).FirstErr()
-		cancel()
-		if err != nil {
-			return fmt.Errorf("produce %d: %w", m.id, err)
-		}
-	}
-	return nil
-}
-
-// waiting cannot be told on a log: what is still to do is the consumer
-// group's lag, which the database already shows.
-func (b kafkaBroker) waiting(ctx context.Context) (int, string, error) { return 0, "", nil }
-
-func (b kafkaBroker) deadLetters(ctx context.Context) (map[int64]bool, int, error) {
-	ids := map[int64]bool{}
-	if b.kc.TopicInfo(kafka.TopicDeadLetters) == nil {
-		return ids, 0, nil
-	}
-	// The end of each partition now: read up to there.
-	ends := map[int32]int64{}
-	for _, p := range b.kc.PartitionInfos(kafka.TopicDeadLetters) {
-		if p.HighWatermark > 0 {
-			ends[p.Partition] = p.HighWatermark
-		}
-	}
-	if len(ends) == 0 {
-		return ids, 0, nil
-	}
-	cl, err := b.client(kgo.ConsumeTopics(kafka.TopicDeadLetters), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return nil, 0, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	n := 0
-	for len(ends) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, 0, fmt.Errorf("read the dead letters: %w", err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			n++
-			for _, h := range r.Headers {
-				if h.Key == kafka.HeaderMessageID {
-					addID(ids, string(h.Value))
-				}
-			}
-			if end, ok := ends[r.Partition]; ok && r.Offset+1 >= end {
-				delete(ends, r.Partition)
-			}
-		})
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "notifications", "notification.requested", true, false, amqp.Publishing{
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		Type:         typ,
+		MessageId:    strconv.FormatInt(id, 10),
+		Timestamp:    at,
+		Headers:      amqp.Table{"x-occurred-at": at.UnixMicro()},
+		Body:         body,
+	})
+	if err != nil {
+		return fmt.Errorf("publish: %w", err)
 	}
-	return ids, n, nil
-}
-
-func (b kafkaBroker) purge(ctx context.Context) (int, error) {
-	n := 0
-	for _, p := range b.kc.PartitionInfos(kafka.TopicRequested) {
-		n += int(p.HighWatermark - p.LogStartOffset)
-		if err := b.kc.DeleteRecords(kafka.TopicRequested, p.Partition, -1); err != nil {
-			return n, fmt.Errorf("delete records of %s/%d: %w", kafka.TopicRequested, p.Partition, err)
-		}
+	ok, err := dc.WaitContext(ctx)
+	if err != nil {
+		return fmt.Errorf("wait for confirm: %w", err)
 	}
-	return n, nil
+	if !ok {
+		return errors.New("broker nacked the publish")
+	}
+	return nil
 }
