@@ -9,12 +9,8 @@ import (
 	"strings"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/heraldhq/herald/internal/testkit/faultproxy"
 	"github.com/heraldhq/herald/internal/testkit/proctest"
-	"github.com/heraldhq/herald/internal/testkit/sqstest"
-	"github.com/heraldhq/herald/internal/transport/kafka"
 )
 
 // faultRecord is one fault as it happened.
@@ -58,213 +54,260 @@ const hangPause = 12 * time.Second
 // delivery's lease (HERALD_SMTP_TIMEOUT plus 15s).
 const smtpHangPause = smtpTimeout + leaseExtra + 3*time.Second
 
-// schedule returns the faults of the transport, in order. Every kind of
-// fault the transport has a counterpart for appears once; the kills appear
-// once per role instance. The faults left out are logged.
+// schedule returns the faults of the run, in order. Every kind of fault
+// the run's broker and store have a counterpart for appears once; the
+// kills appear once per role instance. The faults left out are logged.
 func (h *harness) schedule() []step {
-	timed := func(st step) step {
-		if !strings.HasSuffix(st.name, "-reset") {
-			st.est = faultPause
-		}
-		return st
-	}
-	pg := func(name string) step {
-		return timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
-			switch name {
-			case "pg-latency":
-				d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
-				h.eachPG(func(p *faultproxy.Proxy) { p.Latency(d) })
-				err := sleep(ctx, faultPause)
-				h.eachPG((*faultproxy.Proxy).Pass)
-				return fmt.Sprintf("+%s each way for %s", d, faultPause), 0, err
-			case "pg-reset":
-				n := 0
-				h.eachPG(func(p *faultproxy.Proxy) { n += p.Reset() })
-				// A reset may cut a worker's transaction after its send.
-				return fmt.Sprintf("%d connections reset", n), len(h.workers) * prefetch, nil
-			default: // pg-blackhole
-				h.eachPG((*faultproxy.Proxy).Blackhole)
-				err := sleep(ctx, faultPause)
-				h.eachPG((*faultproxy.Proxy).Pass)
-				return fmt.Sprintf("blackhole for %s", faultPause), 0, err
-			}
-		}})
-	}
 	var skipped []string
-	mq := func(name string) []step {
-		if h.kind == "kafka" && name != "broker-reset" {
-			skipped = append(skipped, name+" (Kafka clients reach every broker at the address its metadata gives: no proxy in the path)")
-			return nil
+	// pg-failover needs a standby: a cluster of the run's own (--pg).
+	if h.cluster == nil && !leaves(h.storeRow.leftOut, "pg-failover") {
+		skipped = append(skipped, "pg-failover (--pg shared: one server, no standby to promote)")
+	}
+	skipped = append(skipped, h.brokerSkips()...)
+	skipped = append(skipped, lines(h.storeRow.leftOut)...)
+	var steps []step
+	for _, st := range h.fullSchedule() {
+		if !leaves(h.brokerRow.leftOut, st.name) && !leaves(h.storeRow.leftOut, st.name) {
+			steps = append(steps, st)
 		}
-		st := timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
-			switch name {
-			case "broker-latency":
-				d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
-				h.eachProxy(func(p *faultproxy.Proxy) { p.Latency(d) })
-				err := sleep(ctx, faultPause)
-				h.eachProxy((*faultproxy.Proxy).Pass)
-				return fmt.Sprintf("+%s each way for %s", d, faultPause), 0, err
-			case "broker-reset":
-				if h.kind == "kafka" {
-					return fmt.Sprintf("%d broker connections cut", h.kafka.cut("")), 0, nil
-				}
-				n := 0
-				h.eachProxy(func(p *faultproxy.Proxy) { n += p.Reset() })
-				return fmt.Sprintf("%d connections reset", n), 0, nil
-			case "broker-hang":
-				// Cut every connection, then take new ones and never
-				// answer: each process meets a broker that accepts TCP
-				// and is silent, at its handshake.
-				n := 0
-				h.eachProxy(func(p *faultproxy.Proxy) { p.Blackhole(); n += p.Reset() })
-				err := sleep(ctx, hangPause)
-				h.eachProxy((*faultproxy.Proxy).Pass)
-				return fmt.Sprintf("%d connections reset, then TCP accepted and never answered for %s", n, hangPause), 0, err
-			default: // broker-blackhole
-				h.eachProxy((*faultproxy.Proxy).Blackhole)
-				err := sleep(ctx, faultPause)
-				h.eachProxy((*faultproxy.Proxy).Pass)
-				return fmt.Sprintf("blackhole for %s", faultPause), 0, err
-			}
-		}})
-		if name == "broker-hang" {
-			st.est = hangPause
-		}
-		return []step{st}
 	}
-	kill := func(s *slot) step {
-		return step{name: "kill-9 " + s.name, est: time.Second, do: func(ctx context.Context) (string, int, error) {
-			return h.killRestart(ctx, s)
-		}}
+	if h.br != nil {
+		steps = h.placeOwn(steps, h.brokerRow.own)
 	}
-	crash := func(s *slot, point string) step {
-		return step{name: "crash " + point + " " + s.name, est: 5 * time.Second, do: func(ctx context.Context) (string, int, error) {
-			return h.crashRestart(ctx, s, point)
-		}}
-	}
-	pgTerminate := step{name: "pg-terminate", do: h.terminateBackends}
-	smtp4xx := step{name: "smtp-4xx", do: h.smtpRefusal, est: faultPause}
-	hookFail := step{name: "webhook-fail", do: h.webhookFail, est: faultPause}
-	smtpHang := step{name: "smtp-hang", do: h.smtpHang, est: smtpHangPause}
-	smtpThrottle := step{name: "smtp-throttle", do: h.smtpThrottle, est: throttlePause}
+	steps = h.placeOwn(steps, h.storeRow.own)
+	return h.leaveOut(steps, skipped)
+}
+
+// fullSchedule is every common fault the run can have, in order, before
+// the broker and the store leave theirs out and add their own.
+func (h *harness) fullSchedule() []step {
 	// The drop notifications' six attempts, a second apart, after a
 	// baseline of faultPause.
 	smtpDrop := step{name: "smtp-drop", do: h.smtpDrop, est: faultPause + 8*time.Second}
-	poison := step{name: "poison", do: h.poison}
 	// The isolation faults: a baseline of --outage-span, then the fault
 	// for as long.
 	hole := step{name: "endpoint-blackhole", do: h.endpointBlackhole, est: 2*h.o.outageSpan + 2*time.Second}
 	outage := step{name: "channel-outage", do: h.channelOutage, est: 2*h.o.outageSpan + 2*time.Second}
-	dups := step{name: "duplicates", do: h.duplicates}
-	// pg-failover needs a standby: a cluster of the run's own (--pg).
-	var failover []step
+	var failover, purge, restart []step
 	if h.cluster != nil {
 		failover = []step{{name: "pg-failover", do: h.pgFailover, est: 5 * time.Second}}
-	} else if h.store == "postgres" {
-		skipped = append(skipped, "pg-failover (--pg shared: one server, no standby to promote)")
 	}
-	if h.store == "mongodb" {
-		for _, f := range []string{"broker-*", "broker-restart", "queue-purge", "retry-queue-delete"} {
-			skipped = append(skipped, f+" (no broker)")
-		}
-		skipped = append(skipped,
-			"pg-* (herald talks to FerretDB, not to PostgreSQL; ferretdb-restart takes the store away instead)",
-			"poison, duplicates (a notification document carries its events under the store's revision protocol: the harness does not forge one)",
-			"endpoint-blackhole, channel-outage (FerretDB v1 delivers under 2 notifications/s here: the others' rate would measure the store; and the attempts are counted from delivery_attempts)",
-			"pg-failover (FerretDB is given one PostgreSQL server)")
-		restart := step{name: "ferretdb-restart", do: h.ferretRestart, est: 3 * time.Second}
-		return h.leaveOut([]step{
-			kill(h.workers[0]),
-			crash(h.workers[1], "after-send"),
-			smtp4xx,
-			hookFail,
-			restart,
-			{name: "kill-9 api", do: h.killAPI, est: 2 * time.Second},
-			smtpThrottle,
-			crash(h.workers[0], "after-commit"),
-			smtpDrop,
-			smtpHang,
-			kill(h.workers[1]),
-		}, skipped)
-	}
-	if h.kind == "table" {
-		for _, f := range []string{"broker-*", "broker-restart", "queue-purge", "retry-queue-delete"} {
-			skipped = append(skipped, f+" (no broker)")
-		}
-		return h.leaveOut(insertAfter([]step{
-			pg("pg-latency"),
-			kill(h.workers[0]),
-			crash(h.workers[1], "after-send"),
-			pgTerminate,
-			smtp4xx,
-			hookFail,
-			smtpThrottle,
-			poison,
-			hole,
-			crash(h.workers[0], "after-commit"),
-			pg("pg-reset"),
-			dups,
-			outage,
-			smtpDrop,
-			smtpHang,
-			pg("pg-blackhole"),
-			kill(h.workers[1]),
-		}, "duplicates", failover...), skipped)
-	}
-	restart := step{name: "broker-restart", do: h.brokerRestart, est: 8 * time.Second}
-	if h.nodes > 1 {
-		restart = step{name: "kill-leader", do: h.killLeader, est: 30 * time.Second}
-	}
-	var purge []step
-	if h.kind == "kafka" {
-		// Tried: kfake's DeleteRecords under a live consumer group makes
-		// franz-go report lost records and reset, and the group did not
-		// recover within the run; a log is not a queue an operator
-		// purges, so the fault stays out until that is looked into.
-		skipped = append(skipped, "queue-purge (a Kafka topic is a log: deleting records under the group is not an operator's purge)")
-	} else {
+	if h.br != nil {
 		purge = []step{{name: "queue-purge", do: h.queuePurge, est: faultPause}}
-	}
-	var retryDelete []step
-	if h.kind == "rabbitmq" {
-		retryDelete = []step{{name: "retry-queue-delete", do: h.retryQueueDelete, est: faultPause}}
-	} else {
-		skipped = append(skipped, "retry-queue-delete (retries wait in the "+h.kind+" stream/topic itself, not in a queue of their own)")
-	}
-	var visibility []step
-	if h.kind == "sqs" {
-		visibility = []step{{name: "visibility-expiry", do: h.visibilityExpiry, est: faultPause}}
-	} else {
-		skipped = append(skipped, "visibility-expiry (SQS only)")
+		restart = []step{h.br.restart(h)}
 	}
 	var out []step
 	add := func(ss ...step) { out = append(out, ss...) }
-	add(pg("pg-latency"), kill(h.relays[0]), kill(h.workers[0]))
-	add(visibility...)
-	add(mq("broker-latency")...)
-	add(crash(h.workers[1], "after-send"), pgTerminate, smtp4xx, hookFail, smtpThrottle)
-	add(retryDelete...)
-	add(mq("broker-reset")...)
-	add(poison, hole, crash(h.workers[0], "after-commit"), pg("pg-reset"), dups)
+	add(h.pgFault("pg-latency"))
+	add(h.relayKill(0)...)
+	add(h.kill(h.workers[0]))
+	add(h.proxyFault("broker-latency")...)
+	add(h.crash(h.workers[1], "after-send"),
+		step{name: "pg-terminate", do: h.terminateBackends},
+		step{name: "smtp-4xx", do: h.smtpRefusal, est: faultPause},
+		step{name: "webhook-fail", do: h.webhookFail, est: faultPause},
+		step{name: "smtp-throttle", do: h.smtpThrottle, est: throttlePause})
+	add(h.proxyFault("broker-reset")...)
+	add(step{name: "poison", do: h.poison}, hole, h.crash(h.workers[0], "after-commit"), h.pgFault("pg-reset"),
+		step{name: "duplicates", do: h.duplicates})
 	add(failover...)
 	add(outage, smtpDrop)
-	add(mq("broker-blackhole")...)
+	add(h.proxyFault("broker-blackhole")...)
 	add(purge...)
-	add(restart, smtpHang)
-	add(mq("broker-hang")...)
-	add(pg("pg-blackhole"), kill(h.relays[1]), kill(h.workers[1]))
-	return h.leaveOut(out, skipped)
+	add(restart...)
+	add(step{name: "smtp-hang", do: h.smtpHang, est: smtpHangPause})
+	add(h.proxyFault("broker-hang")...)
+	add(h.pgFault("pg-blackhole"))
+	add(h.relayKill(1)...)
+	add(h.kill(h.workers[1]))
+	return out
+}
+
+// proxyFaults are the faults of the broker proxies, which a broker reached
+// without them (chaosBroker.direct) leaves out, broker-reset excepted.
+var proxyFaults = []string{"broker-latency", "broker-blackhole", "broker-hang"}
+
+// brokerSkips returns what the run's broker leaves out, for the log: its
+// own faults left out, the other brokers' own faults, and the proxy faults
+// when no proxy is in its path.
+func (h *harness) brokerSkips() []string {
+	row := h.brokerRow
+	out := lines(row.leftOut)
+	if h.br == nil {
+		return out
+	}
+	for _, b := range chaosBrokers {
+		for _, f := range b.own {
+			if b.name != row.name && f.elsewhere != "" {
+				out = append(out, f.name+" ("+strings.ReplaceAll(f.elsewhere, "%s", row.name)+")")
+			}
+		}
+	}
+	if row.direct != "" {
+		for _, f := range proxyFaults {
+			out = append(out, f+" ("+row.direct+")")
+		}
+	}
+	return out
+}
+
+// lines are the log's words for faults left out.
+func lines(out []leftOut) []string {
+	var ls []string
+	for _, l := range out {
+		ls = append(ls, strings.Join(l.faults, ", ")+" ("+l.why+")")
+	}
+	return ls
+}
+
+// placeOwn adds a broker's or a store's own faults to steps, each after
+// the step it follows.
+func (h *harness) placeOwn(steps []step, own []ownFault) []step {
+	for _, f := range own {
+		if !slices.ContainsFunc(steps, func(st step) bool { return st.name == f.after }) {
+			panic("chaos: fault " + f.name + " follows " + f.after + ", which the schedule lacks")
+		}
+		do := f.do
+		steps = insertAfter(steps, f.after, step{name: f.name, est: f.est, do: func(ctx context.Context) (string, int, error) {
+			return do(h, ctx)
+		}})
+	}
+	return steps
+}
+
+// timed gives a fault that lasts faultPause its estimate; a reset is
+// instant.
+func timed(st step) step {
+	if !strings.HasSuffix(st.name, "-reset") {
+		st.est = faultPause
+	}
+	return st
+}
+
+// pgFault is one of the database proxies' faults: pg-latency, pg-reset or
+// pg-blackhole.
+func (h *harness) pgFault(name string) step {
+	return timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
+		switch name {
+		case "pg-latency":
+			d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
+			h.eachPG(func(p *faultproxy.Proxy) { p.Latency(d) })
+			err := sleep(ctx, faultPause)
+			h.eachPG((*faultproxy.Proxy).Pass)
+			return fmt.Sprintf("+%s each way for %s", d, faultPause), 0, err
+		case "pg-reset":
+			n := 0
+			h.eachPG(func(p *faultproxy.Proxy) { n += p.Reset() })
+			// A reset may cut a worker's transaction after its send.
+			return fmt.Sprintf("%d connections reset", n), len(h.workers) * prefetch, nil
+		default: // pg-blackhole
+			h.eachPG((*faultproxy.Proxy).Blackhole)
+			err := sleep(ctx, faultPause)
+			h.eachPG((*faultproxy.Proxy).Pass)
+			return fmt.Sprintf("blackhole for %s", faultPause), 0, err
+		}
+	}})
+}
+
+// proxyFault is one of the broker proxies' faults (broker-latency,
+// broker-reset, broker-blackhole, broker-hang), or none: without a broker,
+// and when no proxy is in its path (broker-reset excepted).
+func (h *harness) proxyFault(name string) []step {
+	if h.br == nil || h.brokerRow.direct != "" && name != "broker-reset" {
+		return nil
+	}
+	st := timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
+		switch name {
+		case "broker-latency":
+			d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
+			h.eachProxy(func(p *faultproxy.Proxy) { p.Latency(d) })
+			err := sleep(ctx, faultPause)
+			h.eachProxy((*faultproxy.Proxy).Pass)
+			return fmt.Sprintf("+%s each way for %s", d, faultPause), 0, err
+		case "broker-reset":
+			if c, ok := h.br.(connCutter); ok && h.brokerRow.direct != "" {
+				return fmt.Sprintf("%d broker connections cut", c.cutConns()), 0, nil
+			}
+			n := 0
+			h.eachProxy(func(p *faultproxy.Proxy) { n += p.Reset() })
+			return fmt.Sprintf("%d connections reset", n), 0, nil
+		case "broker-hang":
+			// Cut every connection, then take new ones and never
+			// answer: each process meets a broker that accepts TCP
+			// and is silent, at its handshake.
+			n := 0
+			h.eachProxy(func(p *faultproxy.Proxy) { p.Blackhole(); n += p.Reset() })
+			err := sleep(ctx, hangPause)
+			h.eachProxy((*faultproxy.Proxy).Pass)
+			return fmt.Sprintf("%d connections reset, then TCP accepted and never answered for %s", n, hangPause), 0, err
+		default: // broker-blackhole
+			h.eachProxy((*faultproxy.Proxy).Blackhole)
+			err := sleep(ctx, faultPause)
+			h.eachProxy((*faultproxy.Proxy).Pass)
+			return fmt.Sprintf("blackhole for %s", faultPause), 0, err
+		}
+	}})
+	if name == "broker-hang" {
+		st.est = hangPause
+	}
+	return []step{st}
+}
+
+// kill is kill-9 of a relay or a worker.
+func (h *harness) kill(s *slot) step {
+	return step{name: "kill-9 " + s.name, est: time.Second, do: func(ctx context.Context) (string, int, error) {
+		return h.killRestart(ctx, s)
+	}}
+}
+
+// relayKill is kill-9 of the i-th relay, or none without relays.
+func (h *harness) relayKill(i int) []step {
+	if i >= len(h.relays) {
+		return nil
+	}
+	return []step{h.kill(h.relays[i])}
+}
+
+// crash is a worker's crash at point.
+func (h *harness) crash(s *slot, point string) step {
+	return step{name: "crash " + point + " " + s.name, est: 5 * time.Second, do: func(ctx context.Context) (string, int, error) {
+		return h.crashRestart(ctx, s, point)
+	}}
 }
 
 // knownFaults are the faults a schedule is made of, by the first word of
-// their steps' names: what --skip-faults accepts and what docs/chaos.md's fault
-// table lists (both checked by tests).
-var knownFaults = []string{
+// their steps' names: the common ones, then the brokers' and the stores'
+// own. What --skip-faults accepts and what docs/chaos.md's fault table
+// lists (both checked by tests).
+var knownFaults = append(slices.Clone(commonFaults), ownFaultNames()...)
+
+// commonFaults are the faults of the schedule that no one broker or store
+// owns (kill-leader is the cluster's broker-restart).
+var commonFaults = []string{
 	"kill-9", "crash", "pg-terminate", "pg-latency", "pg-reset", "pg-blackhole", "pg-failover",
 	"broker-latency", "broker-reset", "broker-blackhole", "broker-hang", "broker-restart", "kill-leader",
-	"queue-purge", "retry-queue-delete", "smtp-4xx", "smtp-hang", "smtp-throttle", "smtp-drop", "webhook-fail",
+	"queue-purge", "smtp-4xx", "smtp-hang", "smtp-throttle", "smtp-drop", "webhook-fail",
 	"endpoint-blackhole", "channel-outage",
-	"poison", "duplicates", "visibility-expiry", "ferretdb-restart",
+	"poison", "duplicates",
+}
+
+// ownFaultNames are the brokers' and the stores' own faults, by first
+// word, those of the common ones left out.
+func ownFaultNames() []string {
+	var own []ownFault
+	for _, b := range chaosBrokers {
+		own = append(own, b.own...)
+	}
+	for _, s := range chaosStores {
+		own = append(own, s.own...)
+	}
+	var out []string
+	for _, f := range own {
+		if n := faultOf(f.name); !slices.Contains(commonFaults, n) && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // insertAfter returns steps with more inserted after the step named name
@@ -415,7 +458,7 @@ func (h *harness) poison(ctx context.Context) (string, int, error) {
 		{"notification.requested", `"a JSON string, not an object"`},
 	}
 	base := poisonBase + int64(h.rng.IntN(1000))*100
-	if h.kind == "table" {
+	if h.br == nil {
 		for i, m := range msgs {
 			id := base + int64(i)
 			payload := m.body
@@ -454,7 +497,7 @@ func (h *harness) addPoison(id int64) {
 // each must be absorbed without a second email.
 func (h *harness) duplicates(ctx context.Context) (string, int, error) {
 	const n = 5
-	if h.kind == "table" {
+	if h.br == nil {
 		tag, err := h.db.Exec(ctx, `
 UPDATE outbox SET processed_at = NULL
 WHERE id IN (
@@ -503,114 +546,6 @@ ORDER BY random() LIMIT $2`, poisonBase, n)
 	return fmt.Sprintf("%d relayed events published again", len(evs)), 0, nil
 }
 
-// brokerRestart takes the broker down for a moment and brings it back:
-// RabbitMQ stop_app and start_app (on the harness's own node; on the shared
-// broker with --shared-rabbitmq, kept short for its other users), NATS a
-// kill -9 of the server and a restart on the same store, Kafka the broker
-// leading notifications.requested taken out and added back.
-func (h *harness) brokerRestart(ctx context.Context) (string, int, error) {
-	began := time.Now()
-	switch h.kind {
-	case "sqs":
-		// goaws keeps its queues in memory, as SQS never loses them: its
-		// listener and every connection go, the queues stay.
-		if err := h.sqsSrv.Stop(); err != nil {
-			return "", 0, err
-		}
-		_ = sleep(ctx, brokerPause)
-		if err := h.sqsSrv.Resume(); err != nil {
-			return "", 0, err
-		}
-		return fmt.Sprintf("goaws's listener and connections closed, back after %.1fs", time.Since(began).Seconds()), 0, nil
-	case "nats":
-		h.natsSrv.kill()
-		_ = sleep(ctx, brokerPause)
-		if err := h.natsSrv.start(context.WithoutCancel(ctx)); err != nil {
-			return "", 0, err
-		}
-		return fmt.Sprintf("nats-server killed -9, back after %.1fs", time.Since(began).Seconds()), 0, nil
-	case "kafka":
-		node, err := h.kafka.killBroker(kafka.TopicRequested)
-		if err != nil {
-			return "", 0, fmt.Errorf("kill broker %d: %w", node, err)
-		}
-		_ = sleep(ctx, faultPause)
-		if err := h.kafka.restoreBroker(node); err != nil {
-			return "", 0, fmt.Errorf("add broker %d back: %w", node, err)
-		}
-		return fmt.Sprintf("broker %d (leader of %s/0) killed, back after %.1fs", node, kafka.TopicRequested, time.Since(began).Seconds()), 0, nil
-	}
-	ctl := rabbitmqctl
-	if len(h.rabbit) > 0 {
-		ctl = func(ctx context.Context, args ...string) error {
-			ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-			defer cancel()
-			_, err := h.rabbit[0].Ctl(ctx, "rabbitmqctl", args...)
-			return err
-		}
-	}
-	if err := ctl(ctx, "stop_app"); err != nil {
-		// stop_app may have half-happened: make sure the broker is up.
-		return "", 0, errors.Join(err, ctl(context.Background(), "start_app"))
-	}
-	began = time.Now()
-	// start_app itself takes seconds; a short pause keeps the whole
-	// window near the few seconds other users of a shared broker can bear.
-	_ = sleep(ctx, brokerPause)
-	if err := ctl(context.WithoutCancel(ctx), "start_app"); err != nil {
-		return "", 0, err
-	}
-	return fmt.Sprintf("broker down %.1fs", time.Since(began).Seconds()), 0, nil
-}
-
-// killLeader kills -9 the node of the harness's cluster that leads
-// notifications.send, waits until another node leads it, then starts the
-// killed node again.
-func (h *harness) killLeader(ctx context.Context) (string, int, error) {
-	leader, _, err := proctest.QueueLeader(ctx, h.rabbit[0], "", "notifications.send")
-	if err != nil {
-		return "", 0, err
-	}
-	var victim *proctest.RabbitNode
-	var others []*proctest.RabbitNode
-	for _, nd := range h.rabbit {
-		if nd.Name == leader {
-			victim = nd
-		} else {
-			others = append(others, nd)
-		}
-	}
-	if victim == nil {
-		return "", 0, fmt.Errorf("leader %s is none of the harness's nodes", leader)
-	}
-	began := time.Now()
-	if err := victim.Kill(); err != nil {
-		return "", 0, err
-	}
-	h.logf("killed %s, the leader of notifications.send", leader)
-	deadline := time.Now().Add(60 * time.Second)
-	newLeader := ""
-	for {
-		l, _, err := proctest.QueueLeader(ctx, others[0], "", "notifications.send")
-		if err == nil && l != "" && l != leader {
-			newLeader = l
-			break
-		}
-		if time.Now().After(deadline) {
-			return "", 0, fmt.Errorf("no new leader of notifications.send 60s after killing %s (last: %q, %v)", leader, l, err)
-		}
-		if err := sleep(ctx, 250*time.Millisecond); err != nil {
-			return "", 0, err
-		}
-	}
-	elected := time.Since(began)
-	if err := victim.Restart(context.WithoutCancel(ctx), 3*time.Minute); err != nil {
-		return "", 0, fmt.Errorf("restart %s: %w\n%s", leader, err, victim.LogTail(2000))
-	}
-	return fmt.Sprintf("leader %s killed -9; %s leads after %.1fs; old leader back after %.1fs",
-		leader, newLeader, elected.Seconds(), time.Since(began).Seconds()), 0, nil
-}
-
 // queuePurge stops the workers (SIGTERM: they hand back what they hold),
 // lets the relays fill the queue workers consume, purges it as an operator
 // would, and starts the workers again. Every purged notification must come
@@ -640,25 +575,6 @@ func (h *harness) queuePurge(ctx context.Context) (string, int, error) {
 	return fmt.Sprintf("%d messages purged from the send queue%s", n, note), window, nil
 }
 
-// retryQueueDelete makes the sink refuse (451) so that retries wait in
-// notifications.retry, and deletes that queue while they do. herald
-// declares it again; the reconciler brings back what it held.
-func (h *harness) retryQueueDelete(ctx context.Context) (string, int, error) {
-	b, ok := h.br.(amqpBroker)
-	if !ok {
-		return "", 0, errNotApplicable
-	}
-	h.sink.Fail(451, "4.3.0 chaos: try again later")
-	err := sleep(ctx, 1500*time.Millisecond)
-	n, derr := b.deleteRetryQueue(ctx)
-	_ = sleep(ctx, faultPause-1500*time.Millisecond)
-	h.sink.Fail(0, "")
-	if err := errors.Join(err, derr); err != nil {
-		return "", 0, err
-	}
-	return fmt.Sprintf("451 for %s; notifications.retry deleted with %d retries in it", faultPause, n), 0, nil
-}
-
 // smtpHang makes the sink stop answering for longer than a delivery's
 // lease: every send in that time times out (HERALD_SMTP_TIMEOUT), none may
 // be dead-lettered, none lost. A message whose DATA the sink took before the
@@ -671,53 +587,20 @@ func (h *harness) smtpHang(ctx context.Context) (string, int, error) {
 	return fmt.Sprintf("SMTP server silent for %s (lease %s)", smtpHangPause, smtpTimeout+leaseExtra), len(h.workers) * prefetch, err
 }
 
-// publishConfirmed publishes a message as the relay does, to the
-// notifications exchange, and waits for the broker's confirm.
-func publishConfirmed(ctx context.Context, ch *amqp.Channel, id int64, typ string, body []byte, at time.Time) error {
-	if err := ch.Confirm(false); err != nil {
-		return fmt.Errorf("confirm mode: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "notifications", "notification.requested", true, false, amqp.Publishing{
-		ContentType:  "application/json",
-		DeliveryMode: amqp.Persistent,
-		Type:         typ,
-		MessageId:    strconv.FormatInt(id, 10),
-		Timestamp:    at,
-		Headers:      amqp.Table{"x-occurred-at": at.UnixMicro()},
-		Body:         body,
-	})
+// killAPI kills the api with SIGKILL under the load and starts it again on
+// its address: the clients' retries with the same Idempotency-Key must
+// find what the killed process stored, and store nothing twice.
+func (h *harness) killAPI(ctx context.Context) (string, int, error) {
+	addr := strings.TrimPrefix(h.apiBase, "http://")
+	h.api.kill()
+	began := time.Now()
+	p, err := h.startProc("api", h.envWith(map[string]string{"HERALD_HTTP_ADDR": addr}), "api")
 	if err != nil {
-		return fmt.Errorf("publish: %w", err)
+		return "", 0, err
 	}
-	ok, err := dc.WaitContext(ctx)
-	if err != nil {
-		return fmt.Errorf("wait for confirm: %w", err)
+	h.api = p
+	if err := proctest.WaitHTTP(ctx, h.apiBase+"/readyz", 60*time.Second); err != nil {
+		return "", 0, fmt.Errorf("api not ready after its restart: %w\n%s", err, p.LogTail(2000))
 	}
-	if !ok {
-		return errors.New("broker nacked the publish")
-	}
-	return nil
-}
-
-// visibilityExpiry makes every message a worker holds on SQS visible again,
-// every 200ms for faultPause, as if its visibility timeout ran out while
-// its send was under way: another worker receives it, and the claim on the
-// message id must stop a second send. The SMTP sink answers each DATA
-// after 1s meanwhile (within HERALD_SMTP_TIMEOUT), so that sends are under
-// way when it strikes.
-func (h *harness) visibilityExpiry(ctx context.Context) (string, int, error) {
-	queue := h.br.(sqsBroker).cfg.Topology().Send
-	h.sink.SetDataLatency(time.Second)
-	defer h.sink.SetDataLatency(0)
-	n := 0
-	end := time.Now().Add(faultPause)
-	for time.Now().Before(end) {
-		n += sqstest.ExpireInFlight(queue)
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
-			return "", 0, err
-		}
-	}
-	return fmt.Sprintf("%d in-flight messages made visible again over %s (DATA answered after 1s)", n, faultPause), 0, nil
+	return fmt.Sprintf("killed and restarted, ready after %.1fs", time.Since(began).Seconds()), 0, nil
 }

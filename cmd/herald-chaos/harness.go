@@ -9,22 +9,16 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	mgo "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/heraldhq/herald/internal/testkit/faultproxy"
 	"github.com/heraldhq/herald/internal/testkit/pgcluster"
 	"github.com/heraldhq/herald/internal/testkit/proctest"
 	"github.com/heraldhq/herald/internal/testkit/smtptest"
-	"github.com/heraldhq/herald/internal/testkit/sqstest"
-	heraldnats "github.com/heraldhq/herald/internal/transport/nats"
-	"github.com/heraldhq/herald/internal/transport/sqs"
 )
 
 // Settings of the herald processes under test.
@@ -50,43 +44,39 @@ const (
 type harness struct {
 	o         options
 	transport string
-	// kind is the transport proper: table, rabbitmq, nats, kafka or sqs (the
-	// cluster run is rabbitmq with three nodes, the mongodb run table).
-	kind string
-	// store is the store herald runs on: postgres, or mongodb (FerretDB
-	// of the harness's own over the scratch database).
-	store string
-	nodes int
-	bin   string
-	rng   *rand.Rand
-	log   io.Writer
-	runID string
+	// run is the run's row: which broker on which store.
+	run chaosRun
+	// brokerRow and storeRow are the rows of its broker and store.
+	brokerRow *chaosBroker
+	storeRow  *chaosStore
+	nodes     int
+	bin       string
+	rng       *rand.Rand
+	log       io.Writer
+	runID     string
 
 	dir      string
 	dbName   string
 	adminURL string
 	directDB string // the scratch database, straight to PostgreSQL
-	vhost    string
-	directMQ string // the scratch vhost, straight to RabbitMQ
+	// vhost is the scratch vhost of a run on a shared broker
+	// (--shared-rabbitmq), for the log.
+	vhost string
 	// pg is the database's topology (--pg): a scratch database on
 	// --postgres, or a cluster of the run's own, which cluster is.
 	pg      string
 	cluster *pgCluster
 	// pgProxies front the database (one per host herald is given).
 	pgProxies []*faultproxy.Proxy
-	// mqProxies front the broker (one per node), for rabbitmq and nats.
+	// mqProxies front the broker (one per node), where herald reaches it
+	// through proxies (chaosBroker.direct unset).
 	mqProxies []*faultproxy.Proxy
-	// br reaches the broker straight; nil for the table transport.
-	br      broker
-	rabbit  []*proctest.RabbitNode // the harness's own RabbitMQ nodes
-	natsSrv *natsServer
-	sqsSrv  *sqstest.Server
-	kafka   *kafkaCluster
-	sink    *smtptest.Server
-	ferret  *ferret
-	// mongo is the notifications collection the mongodb run's checks
-	// read; nil on PostgreSQL.
-	mongo *mgo.Collection
+	// br reaches the broker straight; nil for no broker (the table
+	// transport).
+	br brokerRun
+	// st reaches the store herald runs on straight.
+	st   storeView
+	sink *smtptest.Server
 	// hooks are the webhook endpoints a third of the load goes to.
 	hooks *receiver
 	// smtpFront is the SMTP server's address herald uses: a forwarder to
@@ -142,8 +132,9 @@ func (h *harness) offset() time.Duration {
 	return time.Since(h.start)
 }
 
-// setup creates the scratch database (and vhost), the proxies and the SMTP
-// sink. Everything it creates is undone by teardown.
+// setup creates the scratch database (and vhost), the proxies, the SMTP
+// sink and the webhook receiver, then opens the run's store and starts its
+// broker. Everything it creates is undone by teardown.
 func (h *harness) setup(ctx context.Context) error {
 	h.runID = suffix()
 	dir, err := os.MkdirTemp("", "herald-chaos-"+h.transport+"-")
@@ -156,44 +147,66 @@ func (h *harness) setup(ctx context.Context) error {
 			os.RemoveAll(dir)
 		}
 	})
+	databaseURL, err := h.setupDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	if err := h.setupReceivers(); err != nil {
+		return err
+	}
+	h.env = h.baseEnv(databaseURL)
+	if h.st, err = h.storeRow.open(ctx, h); err != nil {
+		return err
+	}
+	if h.brokerRow.start != nil {
+		if h.br, err = h.brokerRow.start(ctx, h); err != nil {
+			return err
+		}
+	}
+	h.logf("scratch database %s (%s), vhost %q, work dir %s", h.dbName, h.pg, h.vhost, h.dir)
+	return nil
+}
 
-	// The scratch database: beside --postgres's, or on a cluster of
-	// the run's own, which herald reaches through every host (or the
-	// bouncer in front of each), in order.
+// setupDatabase creates the scratch database: beside --postgres's, or on
+// a cluster of the run's own, which herald reaches through every host (or
+// the bouncer in front of each), in order, each through a fault proxy. It
+// returns herald's URL of the database.
+func (h *harness) setupDatabase(ctx context.Context) (string, error) {
 	h.adminURL = h.o.postgres
 	var pgTargets []string
+	var err error
 	if h.pg != pgShared {
 		if pgTargets, err = h.startCluster(ctx); err != nil {
-			return err
+			return "", err
 		}
 	}
 	h.dbName = "herald_chaos_" + h.runID
 	admin, err := pgx.Connect(ctx, h.adminURL)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL (--postgres): %w", err)
+		return "", fmt.Errorf("connect to PostgreSQL (--postgres): %w", err)
 	}
 	_, err = admin.Exec(ctx, "CREATE DATABASE "+h.dbName)
 	admin.Close(ctx)
 	if err != nil {
-		return fmt.Errorf("create scratch database: %w", err)
+		return "", fmt.Errorf("create scratch database: %w", err)
 	}
 	if h.cluster == nil {
 		h.cleanups = append(h.cleanups, h.dropDatabase)
 	}
 	u, err := url.Parse(h.adminURL)
 	if err != nil {
-		return fmt.Errorf("parse --postgres: %w", err)
+		return "", fmt.Errorf("parse --postgres: %w", err)
 	}
 	u.Path = "/" + h.dbName
 	h.directDB = u.String()
 	pcfg, err := pgxpool.ParseConfig(h.directDB)
 	if err != nil {
-		return fmt.Errorf("parse scratch database URL: %w", err)
+		return "", fmt.Errorf("parse scratch database URL: %w", err)
 	}
 	pcfg.ConnConfig.RuntimeParams["application_name"] = appName
 	pcfg.MaxConns = 4
 	if h.db, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return fmt.Errorf("connect to the scratch database: %w", err)
+		return "", fmt.Errorf("connect to the scratch database: %w", err)
 	}
 	h.cleanups = append(h.cleanups, h.db.Close)
 	if h.cluster == nil {
@@ -203,21 +216,24 @@ func (h *harness) setup(ctx context.Context) error {
 	for _, target := range pgTargets {
 		p, err := faultproxy.New(target)
 		if err != nil {
-			return err
+			return "", err
 		}
 		h.cleanups = append(h.cleanups, func() { _ = p.Close() })
 		h.pgProxies = append(h.pgProxies, p)
 		proxied = append(proxied, p.Addr())
 	}
-	databaseURL := ""
 	if h.cluster == nil {
 		viaProxy := *u
 		viaProxy.Host = proxied[0]
-		databaseURL = viaProxy.String()
-	} else {
-		databaseURL = pgcluster.MultiHostURL(h.dbName, proxied...)
+		return viaProxy.String(), nil
 	}
+	return pgcluster.MultiHostURL(h.dbName, proxied...), nil
+}
 
+// setupReceivers starts the SMTP sink, the forwarder in front of it and
+// the webhook receiver.
+func (h *harness) setupReceivers() error {
+	var err error
 	h.sink, err = smtptest.New()
 	if err != nil {
 		return fmt.Errorf("start the SMTP sink: %w", err)
@@ -235,8 +251,13 @@ func (h *harness) setup(ctx context.Context) error {
 		return err
 	}
 	h.cleanups = append(h.cleanups, h.hooks.close)
+	return nil
+}
 
-	h.env = map[string]string{
+// baseEnv is the herald processes' environment, before the store and the
+// broker add theirs.
+func (h *harness) baseEnv(databaseURL string) map[string]string {
+	return map[string]string{
 		"HERALD_DATABASE_URL":   databaseURL,
 		"HERALD_SMTP_URL":       "smtp://" + h.smtpFront.addr(),
 		"HERALD_SMTP_FROM":      smtpFrom,
@@ -254,76 +275,6 @@ func (h *harness) setup(ctx context.Context) error {
 		"HERALD_WEBHOOK_ALLOW":   "127.0.0.0/8",
 		"HERALD_WEBHOOK_TIMEOUT": smtpTimeout.String(),
 	}
-
-	if h.store == "mongodb" {
-		if err := h.setupMongo(ctx); err != nil {
-			return err
-		}
-	}
-
-	switch h.kind {
-	case "rabbitmq":
-		if h.o.sharedRabbit && h.nodes == 1 {
-			err = h.setupSharedRabbit(ctx)
-		} else {
-			err = h.setupOwnRabbit(ctx)
-		}
-		if err != nil {
-			return err
-		}
-		h.br = amqpBroker{url: h.directMQ}
-	case "nats":
-		if h.natsSrv, err = startNATS(ctx, filepath.Join(h.dir, "nats")); err != nil {
-			return err
-		}
-		h.cleanups = append(h.cleanups, h.natsSrv.stop)
-		addrs, err := h.proxyBroker([]string{h.natsSrv.addr()})
-		if err != nil {
-			return err
-		}
-		h.env["HERALD_BROKER_URL"] = "nats://" + addrs[0]
-		h.br = natsBroker{url: "nats://" + h.natsSrv.addr(), top: heraldnats.NewTopology("")}
-	case "kafka":
-		if h.kafka, err = startKafka(); err != nil {
-			return err
-		}
-		h.cleanups = append(h.cleanups, h.kafka.Close)
-		// Kafka clients learn every broker's address from the cluster's
-		// metadata: a proxy in front of the seed brokers would see only
-		// the first request, so the network faults work on the brokers'
-		// own connections instead.
-		h.env["HERALD_BROKER_URL"] = "kafka://" + strings.Join(h.kafka.addrs, ",")
-		h.br = kafkaBroker{kc: h.kafka.Cluster, brokers: h.kafka.addrs}
-	case "sqs":
-		// goaws in this process (one per process: its queues are package
-		// state), so each run takes a queue prefix of its own.
-		if h.sqsSrv, err = sqstest.Launch(); err != nil {
-			return fmt.Errorf("start goaws: %w", err)
-		}
-		for k, v := range sqstest.Credentials() {
-			h.env[k] = v
-		}
-		addrs, err := h.proxyBroker([]string{h.sqsSrv.Addr()})
-		if err != nil {
-			return err
-		}
-		prefix := "chaos-" + h.runID
-		h.env["HERALD_BROKER_URL"] = "sqs://" + sqstest.Region + "/" + prefix + "?endpoint=http://" + addrs[0]
-		cfg, err := sqs.ParseURL(h.sqsSrv.BrokerURL(prefix, false))
-		if err != nil {
-			return err
-		}
-		h.br = sqsBroker{srv: h.sqsSrv, cfg: cfg}
-		h.cleanups = append(h.cleanups, func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := sqs.Delete(ctx, cfg); err != nil {
-				h.logf("delete queues %s-*: %v", prefix, err)
-			}
-		})
-	}
-	h.logf("scratch database %s (%s), vhost %q, work dir %s", h.dbName, h.pg, h.vhost, h.dir)
-	return nil
 }
 
 // proxyBroker puts a fault proxy in front of each broker address and
@@ -340,69 +291,6 @@ func (h *harness) proxyBroker(targets []string) ([]string, error) {
 		addrs = append(addrs, p.Addr())
 	}
 	return addrs, nil
-}
-
-// setupOwnRabbit starts the harness's own RabbitMQ node (or three, joined
-// into a cluster) and points herald at them, each through a fault proxy.
-func (h *harness) setupOwnRabbit(ctx context.Context) error {
-	began := time.Now()
-	nodes, err := proctest.StartRabbitNodes(ctx, filepath.Join(h.dir, "rabbitmq"), h.nodes)
-	if err != nil {
-		return fmt.Errorf("start RabbitMQ (%d nodes): %w", h.nodes, err)
-	}
-	h.rabbit = nodes
-	h.cleanups = append(h.cleanups, func() {
-		for _, nd := range nodes {
-			if err := nd.Kill(); err != nil {
-				h.logf("%v", err)
-			}
-		}
-	})
-	h.logf("RabbitMQ of its own: %d node(s) up in %.1fs", len(nodes), time.Since(began).Seconds())
-	var targets, urls []string
-	for _, nd := range nodes {
-		targets = append(targets, fmt.Sprintf("127.0.0.1:%d", nd.AMQPPort))
-	}
-	addrs, err := h.proxyBroker(targets)
-	if err != nil {
-		return err
-	}
-	for _, a := range addrs {
-		urls = append(urls, "amqp://guest:guest@"+a+"/")
-	}
-	h.directMQ = nodes[0].URL()
-	h.env["HERALD_BROKER_URL"] = strings.Join(urls, ",")
-	return nil
-}
-
-// setupSharedRabbit makes a scratch vhost on the --amqp broker.
-func (h *harness) setupSharedRabbit(ctx context.Context) error {
-	mu, err := url.Parse(h.o.amqp)
-	if err != nil {
-		return fmt.Errorf("parse --amqp: %w", err)
-	}
-	user := mu.User.Username()
-	if user == "" {
-		user = "guest"
-	}
-	h.vhost = "herald-chaos-" + h.runID
-	if err := rabbitmqctl(ctx, "add_vhost", h.vhost); err != nil {
-		return err
-	}
-	h.cleanups = append(h.cleanups, h.deleteVhost)
-	if err := rabbitmqctl(ctx, "set_permissions", "-p", h.vhost, user, ".*", ".*", ".*"); err != nil {
-		return err
-	}
-	mu.Path = "/" + h.vhost
-	h.directMQ = mu.String()
-	addrs, err := h.proxyBroker([]string{hostPort(mu, "5672")})
-	if err != nil {
-		return err
-	}
-	viaMQ := *mu
-	viaMQ.Host = addrs[0]
-	h.env["HERALD_BROKER_URL"] = viaMQ.String()
-	return nil
 }
 
 func hostPort(u *url.URL, defPort string) string {
@@ -431,16 +319,6 @@ func (h *harness) dropDatabase() {
 	defer admin.Close(ctx)
 	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+h.dbName+" WITH (FORCE)"); err != nil {
 		h.logf("drop database %s: %v", h.dbName, err)
-	}
-}
-
-func (h *harness) deleteVhost() {
-	if h.o.keep {
-		h.logf("kept vhost %s (--keep)", h.vhost)
-		return
-	}
-	if err := rabbitmqctl(context.Background(), "delete_vhost", h.vhost); err != nil {
-		h.logf("delete vhost: %v", err)
 	}
 }
 
@@ -508,7 +386,7 @@ func (h *harness) startStack(ctx context.Context) error {
 	if err := proctest.WaitHTTP(ctx, h.apiBase+"/readyz", 60*time.Second); err != nil {
 		return fmt.Errorf("api not ready: %w\n%s", err, h.api.LogTail(2000))
 	}
-	if h.kind != "table" {
+	if h.br != nil {
 		for i := range 2 {
 			h.relays = append(h.relays, &slot{name: fmt.Sprintf("relay%d", i+1), args: "relay"})
 		}
@@ -567,20 +445,14 @@ func (h *harness) unexpectedExits() []string {
 // runTransport runs the whole scenario on one transport and prints its
 // report; it fails when an invariant does.
 func runTransport(ctx context.Context, o options, transport, bin string, rng *rand.Rand, stdout, stderr io.Writer) (err error) {
-	h := &harness{o: o, transport: transport, kind: transport, store: "postgres", nodes: 1, bin: bin, rng: rng, log: stderr, pg: o.pg}
-	switch transport {
-	case "rabbitmq-cluster":
-		h.kind, h.nodes = "rabbitmq", 3
-	case "mongodb":
-		h.kind, h.store = "table", "mongodb"
-		h.o.drainTimeout = o.mongoDrainTimeout
-		// FerretDB serves the scratch database: no failover of its own.
-		h.pg = pgShared
-	case "pgbouncer":
-		// The table transport's run through a PgBouncer in front of
-		// each server: every claim and every record of a delivery goes
-		// through the pooler.
-		h.kind, h.pg = "table", pgBouncer
+	run := runNamed(transport)
+	h := &harness{o: o, transport: transport, run: run, brokerRow: brokerNamed(run.broker), storeRow: storeNamed(run.store),
+		nodes: max(run.nodes, 1), bin: bin, rng: rng, log: stderr, pg: o.pg}
+	if run.pg != "" {
+		h.pg = run.pg
+	}
+	if h.storeRow.drainTimeout != nil {
+		h.o.drainTimeout = h.storeRow.drainTimeout(o)
 	}
 	defer h.teardown()
 	if err := h.setup(ctx); err != nil {

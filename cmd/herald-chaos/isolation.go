@@ -285,7 +285,7 @@ func (h *harness) verifyIsolation(ctx context.Context, r *result, hooks map[stri
 		}
 		return known, 0, nil
 	}
-	status, attempts, err := h.notificationStates(ctx, h.holeIDs)
+	status, attempts, err := h.st.states(ctx, h.holeIDs)
 	if err != nil {
 		return nil, 0, err
 	}

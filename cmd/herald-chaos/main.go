@@ -67,8 +67,7 @@ func main() {
 
 // options is the parsed command line.
 type options struct {
-	// transports are the runs, in order: table, rabbitmq, nats, kafka,
-	// sqs, mongodb, pgbouncer, rabbitmq-cluster.
+	// transports are the runs, in order, named as in chaosRuns.
 	transports []string
 	// sharedRabbit runs RabbitMQ on a scratch vhost of the --amqp broker
 	// (restarted with the machine's rabbitmqctl) instead of a node of the
@@ -164,8 +163,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if err != nil {
 		return options{}, err
 	}
-	if os.Getenv("HERALD_CHAOS_CLUSTER") == "1" && !slices.Contains(ts, "rabbitmq-cluster") {
-		ts = append(ts, "rabbitmq-cluster")
+	for _, r := range chaosRuns() {
+		if r.env != "" && os.Getenv(r.env) == "1" && !slices.Contains(ts, r.name) {
+			ts = append(ts, r.name)
+		}
 	}
 	o.transports = ts
 	o.mongoDrainTimeout = 15 * time.Minute
@@ -217,15 +218,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// allTransports are the runs of a plain `make chaos`; the cluster run
-// (25-80 s to start three nodes) is added by HERALD_CHAOS_CLUSTER=1. The
-// pgbouncer run is the table transport through a PgBouncer in front of
-// each server (--pg pgbouncer), with herald's default settings (no
-// HERALD_DATABASE_DIRECT_URL: the workers poll).
-var allTransports = []string{"table", "rabbitmq", "nats", "kafka", "sqs", "mongodb", "pgbouncer"}
+// allTransports are the runs of a plain `make chaos`: every run of
+// chaosRuns but those an environment variable adds (the cluster run,
+// HERALD_CHAOS_CLUSTER=1).
+var allTransports = runNames(false)
 
 // knownTransports are the names --transport takes.
-var knownTransports = append(slices.Clone(allTransports), "rabbitmq-cluster")
+var knownTransports = runNames(true)
 
 // parseTransports reads a comma-separated list of transports; "all" and
 // "both" (rabbitmq,table, the older spelling) stand for theirs.
@@ -243,9 +242,10 @@ func parseTransports(list string) ([]string, error) {
 			for _, a := range allTransports {
 				add(a)
 			}
-		case t == "both":
-			add("rabbitmq")
-			add("table")
+		case transportAliases[t] != nil:
+			for _, a := range transportAliases[t] {
+				add(a)
+			}
 		case slices.Contains(knownTransports, t):
 			add(t)
 		default:

@@ -71,11 +71,3 @@ func suffix() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
-// rabbitmqctl runs one rabbitmqctl command, bounded in time: a broker that
-// does not answer must not hang the run.
-func rabbitmqctl(ctx context.Context, args ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	return proctest.Rabbitmqctl(ctx, args...)
-}

@@ -119,9 +119,9 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 	}()
 	h.logf("load started: %d notifications from %d clients over ~%s; %d faults, one every ~%s", h.o.n, h.o.clients, spread, len(steps), h.o.step)
 
-	res := &result{transport: h.kind, nodes: h.nodes}
-	if h.store == "mongodb" || h.transport == "pgbouncer" {
-		res.transport = h.transport
+	res := &result{transport: h.transport, nodes: h.nodes}
+	if h.run.report != "" {
+		res.transport = h.run.report
 	}
 	// The first sample is taken under load, with every pool warm.
 	if err := sleep(ctx, h.o.step); err != nil {
@@ -188,9 +188,9 @@ func (h *harness) scenario(ctx context.Context) (*result, error) {
 		h.logf("NOT drained after %.1fs: %s", res.drain.Seconds(), why)
 	}
 	res.expect("drained", drained, "within %s: %s", h.o.drainTimeout, why)
-	if nb, ok := h.br.(natsBroker); ok {
-		if n, err := nb.stale(ctx); err == nil && n > 0 {
-			h.logf("note: %d acknowledged messages still stored on the stream's send/retry subjects (a kill -9 of nats-server lost their deletion; no consumer will get them again)", n)
+	if nb, ok := h.br.(drainNoter); ok {
+		if note := nb.drainNote(ctx); note != "" {
+			h.logf("%s", note)
 		}
 	}
 	res.samples = append(res.samples, h.settledSample(ctx, res.samples[0]))
@@ -208,12 +208,7 @@ func (h *harness) sample(ctx context.Context, label string) sample {
 	if err == nil {
 		s.goroutines, s.rss = m["go_goroutines"], m["process_resident_memory_bytes"]
 	}
-	if h.mongo != nil {
-		// The scratch database's connections are FerretDB's, not herald's.
-		return s
-	}
-	_ = h.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name IS DISTINCT FROM $2`,
-		h.dbName, appName).Scan(&s.dbConns)
+	s.dbConns = h.st.conns(ctx)
 	return s
 }
 
@@ -296,25 +291,8 @@ func (h *harness) waitDrain(ctx context.Context, l *load) (bool, string) {
 }
 
 func (h *harness) drainedOnce(ctx context.Context, ids, drops []int64) (bool, string) {
-	if h.mongo != nil {
-		return h.mongoDrained(ctx, ids, drops)
-	}
-	var unprocessed, pending, dropsPending int
-	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`).Scan(&unprocessed); err != nil {
-		return false, "count unprocessed: " + err.Error()
-	}
-	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE status = 'pending' AND id = ANY($1)`, ids).Scan(&pending); err != nil {
-		return false, "count pending: " + err.Error()
-	}
-	if err := h.db.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE status = 'pending' AND id = ANY($1)`, drops).Scan(&dropsPending); err != nil {
-		return false, "count pending: " + err.Error()
-	}
-	if unprocessed > 0 || pending > 0 || dropsPending > 0 {
-		return false, fmt.Sprintf("%d unprocessed outbox rows, %d accepted notifications pending, %d of %d smtp-drop notifications pending",
-			unprocessed, pending, dropsPending, len(drops))
-	}
-	if h.br == nil {
-		return true, ""
+	if ok, why := h.st.drained(ctx, ids, drops); !ok || h.br == nil {
+		return ok, why
 	}
 	n, where, err := h.br.waiting(ctx)
 	if err != nil {
@@ -333,43 +311,13 @@ func (h *harness) drainedOnce(ctx context.Context, ids, drops []int64) (bool, st
 	return true, ""
 }
 
-// deadLetters returns the distinct message ids in the dead-letter queue
-// (rabbitmq: read and handed back; table: outbox rows finished with a
-// reason) and the total number of dead letters.
+// deadLetters returns the distinct message ids of the dead letters and
+// their total: the broker's (rabbitmq: read and handed back), or without
+// one the table transport's, on the store (events finished with a
+// reason).
 func (h *harness) deadLetters(ctx context.Context) (map[int64]bool, int, error) {
-	ids := map[int64]bool{}
-	if h.mongo != nil {
-		notes, err := h.mongoNotes(ctx)
-		if err != nil {
-			return nil, 0, err
-		}
-		ids, n := mongoDeadLetters(notes)
-		return ids, n, nil
-	}
-	if h.kind == "table" {
-		// A row finished with a reason is a dead letter, unless its
-		// notification was sent (a retry's reason stays on the row).
-		rows, err := h.db.Query(ctx, `
-SELECT o.id FROM outbox o
-LEFT JOIN notifications n ON jsonb_typeof(o.payload) = 'object'
-	AND o.payload->>'notification_id' ~ '^[0-9]{1,18}$'
-	AND n.id = (o.payload->>'notification_id')::bigint
-WHERE o.processed_at IS NOT NULL AND o.last_error IS NOT NULL
-  AND (n.id IS NULL OR n.status <> 'sent' OR o.event_type <> 'notification.requested')`)
-		if err != nil {
-			return nil, 0, fmt.Errorf("list dead outbox rows: %w", err)
-		}
-		defer rows.Close()
-		n := 0
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				return nil, 0, err
-			}
-			ids[id] = true
-			n++
-		}
-		return ids, n, rows.Err()
+	if h.br == nil {
+		return h.st.deadLetters(ctx)
 	}
 	return h.br.deadLetters(ctx)
 }
@@ -398,8 +346,27 @@ func acceptedIDs(l *load) []int64 {
 
 func jsonValid(s string) bool { return json.Valid([]byte(s)) }
 
-// verify checks the invariants from the database, the sink and the broker.
+// verify checks the invariants from the store, the sink, the webhook
+// receiver and the broker.
 func (h *harness) verify(ctx context.Context, l *load, r *result) error {
+	h.verifyLoad(l, r)
+	// The store is read once for the rows, the events left and the
+	// failed notifications.
+	t, err := h.st.tally(ctx, h.dropIDs)
+	if err != nil {
+		return err
+	}
+	d := h.countDeliveries(l, r, t)
+	h.verifyRows(l, r, t, d)
+	if err := h.verifyReceived(ctx, r, d); err != nil {
+		return err
+	}
+	return h.verifyEnd(ctx, r, t, d)
+}
+
+// verifyLoad checks the client's side and the faults: every create
+// accepted, every fault injected.
+func (h *harness) verifyLoad(l *load, r *result) {
 	r.faults = h.faults
 	if h.cluster != nil {
 		r.pg, r.failover = h.pg, h.cluster.failover
@@ -427,60 +394,60 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	}
 	r.window = window
 	r.expect("every fault injected", len(faultErrs) == 0, "%d faults, %d failed %v", len(h.faults), len(faultErrs), faultErrs)
+}
 
-	// One row per idempotency key, the one the 2xx named, and no other row.
-	byKey := map[string]row{}
-	keyless := 0
-	// On MongoDB every check reads the documents once; unprocessed and
-	// failed are counted from them.
-	var notes []mongoNote
-	if h.mongo != nil {
-		var err error
-		if notes, err = h.mongoNotes(ctx); err != nil {
-			return err
-		}
-		for _, n := range notes {
-			if n.IdempotencyKey == "" {
-				keyless++
-				continue
-			}
-			byKey[n.IdempotencyKey] = row{id: n.ID, status: n.Status}
-		}
-	} else if err := h.readNotifications(ctx, byKey, &keyless); err != nil {
-		return err
-	}
-	mismatched, missing, strangers := 0, 0, 0
-	emails := h.sink.CountByMessageID()
-	hooks, hookIndex := h.hooks.deliveries()
-	domain := smtpFrom[strings.IndexByte(smtpFrom, '@')+1:]
-	known, knownHooks := map[string]bool{}, map[string]bool{}
-	hookMismatch := 0
+// deliveries are what the receiving ends got, matched to the accepted
+// creates.
+type deliveries struct {
+	// emails are by Message-ID, hooks by webhook-id, and hookIndex the
+	// load's index of each webhook's body.
+	emails, hooks map[string]int
+	hookIndex     map[string]int
+	// domain is the Message-IDs'.
+	domain string
+	// known and knownHooks are the Message-IDs and webhook-ids a
+	// notification explains.
+	known, knownHooks map[string]bool
+	// hookMismatch counts the webhooks that carried another
+	// notification's body; missing the accepted creates without a row,
+	// mismatched those answered with another row's id.
+	hookMismatch, missing, mismatched int
+	// dropEvents are the events of the smtp-drop notifications.
+	dropEvents map[int64]bool
+}
+
+// countDeliveries matches each accepted create to its row and to what its
+// channel's receiving end got, and counts the delivered and the repeated.
+func (h *harness) countDeliveries(l *load, r *result, t *tally) *deliveries {
+	d := &deliveries{emails: h.sink.CountByMessageID(), known: map[string]bool{}, knownHooks: map[string]bool{}}
+	d.hooks, d.hookIndex = h.hooks.deliveries()
+	d.domain = smtpFrom[strings.IndexByte(smtpFrom, '@')+1:]
 	r.channel("email")
 	for i, id := range l.accepted {
 		cf := r.channel(l.channel(i))
 		cf.accepted++
-		rw, ok := byKey[l.key(i)]
+		rw, ok := t.byKey[l.key(i)]
 		switch {
 		case !ok:
-			missing++
+			d.missing++
 			continue
 		case strconv.FormatInt(rw.id, 10) != id:
-			mismatched++
+			d.mismatched++
 		}
 		// What the channel's receiving end got: emails by Message-ID,
 		// webhooks by webhook-id (msg_ and the notification id).
 		var c int
 		if cf.name == "webhook" {
 			wid := "msg_" + id
-			knownHooks[wid] = true
-			c = hooks[wid]
-			if j, ok := hookIndex[wid]; ok && j != i {
-				hookMismatch++
+			d.knownHooks[wid] = true
+			c = d.hooks[wid]
+			if j, ok := d.hookIndex[wid]; ok && j != i {
+				d.hookMismatch++
 			}
 		} else {
-			mid := "<" + id + "@" + domain + ">"
-			known[mid] = true
-			c = emails[mid]
+			mid := "<" + id + "@" + d.domain + ">"
+			d.known[mid] = true
+			c = d.emails[mid]
 		}
 		if rw.status == "sent" && c > 0 {
 			r.delivered++
@@ -497,6 +464,12 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	for _, cf := range r.channels {
 		cf.lost = cf.accepted - cf.delivered
 	}
+	return d
+}
+
+// verifyRows checks one row per accepted create and nothing lost.
+func (h *harness) verifyRows(l *load, r *result, t *tally, d *deliveries) {
+	strangers := 0
 	dropKeys := map[string]bool{}
 	for k := range h.dropIDs {
 		dropKeys[h.dropKey(k)] = true
@@ -504,7 +477,7 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	for k := range h.holeIDs {
 		dropKeys[h.holeKey(k)] = true
 	}
-	for k := range byKey {
+	for k := range t.byKey {
 		if dropKeys[k] {
 			continue
 		}
@@ -520,99 +493,88 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 		}
 	}
 	r.lost = r.accepted - r.delivered
-	r.expect("one row per accepted create", missing == 0 && mismatched == 0 && keyless == 0 && strangers == 0,
-		"%d accepted without a row, %d answered with another id, %d rows without a key, %d rows nobody asked for", missing, mismatched, keyless, strangers)
+	r.expect("one row per accepted create", d.missing == 0 && d.mismatched == 0 && t.keyless == 0 && strangers == 0,
+		"%d accepted without a row, %d answered with another id, %d rows without a key, %d rows nobody asked for", d.missing, d.mismatched, t.keyless, strangers)
 	var perChannel []string
 	for _, cf := range r.channels {
 		perChannel = append(perChannel, fmt.Sprintf("%s %d of %d (%d failed)", cf.name, cf.lost, cf.accepted, cf.failed))
 	}
 	r.expect("nothing lost", r.lost == 0, "%d accepted notifications not sent and received (an email, a 2xx webhook); per channel: %s",
 		r.lost, strings.Join(perChannel, ", "))
+}
 
+// verifyReceived checks the SMTP faults' and the isolation faults'
+// outcomes, and that the receiving ends got nothing a notification does
+// not explain, every webhook signed.
+func (h *harness) verifyReceived(ctx context.Context, r *result, d *deliveries) error {
 	// An email of an smtp-drop notification is the drop check's failure,
 	// not a phantom.
 	for _, id := range h.dropIDs {
-		known["<"+strconv.FormatInt(id, 10)+"@"+domain+">"] = true
+		d.known["<"+strconv.FormatInt(id, 10)+"@"+d.domain+">"] = true
 	}
-	dropEvents, err := h.verifySMTPFaults(ctx, r, emails, domain)
-	if err != nil {
+	var err error
+	if d.dropEvents, err = h.verifySMTPFaults(ctx, r, d.emails, d.domain); err != nil {
 		return err
 	}
 	phantom := 0
-	for mid := range emails {
-		if !known[mid] {
+	for mid := range d.emails {
+		if !d.known[mid] {
 			phantom++
 		}
 	}
 	r.expect("no email without a notification", phantom == 0, "%d Message-IDs match no accepted notification", phantom)
-	holeHooks, holeRepeats, err := h.verifyIsolation(ctx, r, hooks)
+	holeHooks, holeRepeats, err := h.verifyIsolation(ctx, r, d.hooks)
 	if err != nil {
 		return err
 	}
 	for wid := range holeHooks {
-		knownHooks[wid] = true
+		d.knownHooks[wid] = true
 	}
 	r.duplicates += holeRepeats
 	r.channel("webhook").duplicates += holeRepeats
 	phantomHooks := 0
-	for wid := range hooks {
-		if !knownHooks[wid] {
+	for wid := range d.hooks {
+		if !d.knownHooks[wid] {
 			phantomHooks++
 		}
 	}
-	r.expect("no webhook without a notification", phantomHooks == 0 && hookMismatch == 0,
-		"%d webhook-ids match no accepted webhook notification, %d carried another notification's body", phantomHooks, hookMismatch)
+	r.expect("no webhook without a notification", phantomHooks == 0 && d.hookMismatch == 0,
+		"%d webhook-ids match no accepted webhook notification, %d carried another notification's body", phantomHooks, d.hookMismatch)
 	badSig, badBody := h.hooks.refused()
 	r.expect("every webhook signed", badSig == 0 && badBody == 0,
 		"%d requests with a missing or wrong Standard Webhooks signature, %d with a body the load never sent", badSig, badBody)
+	return nil
+}
 
-	var unprocessed int
-	if h.mongo != nil {
-		for _, n := range notes {
-			unprocessed += n.Open
-		}
-	} else if err := h.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE processed_at IS NULL`).Scan(&unprocessed); err != nil {
-		return fmt.Errorf("count unprocessed: %w", err)
-	}
-	r.expect("outbox drained", unprocessed == 0, "%d unprocessed outbox rows", unprocessed)
-	r.expect("duplicates explained", r.duplicates <= window,
-		"%d repeated emails and webhooks; the logged kills could explain at most %d", r.duplicates, window)
+// verifyEnd checks what the run left: the events all processed, the
+// repeats explained, the dead letters only those expected, no process
+// dead on its own, no resource grown.
+func (h *harness) verifyEnd(ctx context.Context, r *result, t *tally, d *deliveries) error {
+	r.expect("outbox drained", t.unprocessed == 0, "%d unprocessed outbox rows", t.unprocessed)
+	r.expect("duplicates explained", r.duplicates <= r.window,
+		"%d repeated emails and webhooks; the logged kills could explain at most %d", r.duplicates, r.window)
 
 	// The smtp-drop notifications must fail (checked above); no other
 	// notification may.
-	var failed, otherFailed int
-	if h.mongo != nil {
-		for _, n := range notes {
-			if n.Status == "failed" {
-				failed++
-				if !slices.Contains(h.dropIDs, n.ID) {
-					otherFailed++
-				}
-			}
-		}
-	} else if err := h.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT (id = ANY(COALESCE($1::bigint[], '{}')))) FROM notifications WHERE status = 'failed'`,
-		h.dropIDs).Scan(&failed, &otherFailed); err != nil {
-		return fmt.Errorf("count failed: %w", err)
-	}
 	deadIDs, deadTotal, err := h.deadLetters(ctx)
 	if err != nil {
 		return err
 	}
 	poisonDead := countIn(deadIDs, h.poisonIDs)
-	r.dead = failed + poisonDead
+	r.dead = t.failed + poisonDead
 	dropDead, others := 0, 0
 	for id := range deadIDs {
 		switch {
-		case dropEvents[id]:
+		case d.dropEvents[id]:
 			dropDead++
 		case !slices.Contains(h.poisonIDs, id):
 			others++
 		}
 	}
 	r.expect("dead letters are the poison and the smtp-drop notifications",
-		poisonDead == r.poison && otherFailed == 0 && others == 0,
+		poisonDead == r.poison && t.otherFailed == 0 && others == 0,
 		"%d failed notifications (%d of them not smtp-drop ones) + %d dead-lettered poison (injected %d); %d dead letters of smtp-drop events; %d other dead letters; %d dead letters in all",
-		failed, otherFailed, poisonDead, r.poison, dropDead, others, deadTotal)
+		t.failed, t.otherFailed, poisonDead, r.poison, dropDead, others, deadTotal)
 
 	exits := h.unexpectedExits()
 	r.expect("no process died on its own", len(exits) == 0, "%s", strings.Join(exits, "\n"))
@@ -622,32 +584,6 @@ func (h *harness) verify(ctx context.Context, l *load, r *result) error {
 	procs := 1 + len(h.relays) + len(h.workers)
 	limit := procs * 15
 	r.expect("no resource growth", !grows(r.samples, limit), "%s (connection limit %d)", formatSamples(r.samples), limit)
-	return nil
-}
-
-// readNotifications reads every notification row on PostgreSQL into byKey
-// (id and status by idempotency key), counting the rows without a key.
-func (h *harness) readNotifications(ctx context.Context, byKey map[string]row, keyless *int) error {
-	rows, err := h.db.Query(ctx, `SELECT id, idempotency_key, status FROM notifications`)
-	if err != nil {
-		return fmt.Errorf("read notifications: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var rw row
-		var key *string
-		if err := rows.Scan(&rw.id, &key, &rw.status); err != nil {
-			return fmt.Errorf("read notifications: %w", err)
-		}
-		if key == nil {
-			*keyless++
-			continue
-		}
-		byKey[*key] = rw
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read notifications: %w", err)
-	}
 	return nil
 }
 

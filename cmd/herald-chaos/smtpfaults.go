@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,7 +87,7 @@ func (h *harness) smtpDrop(ctx context.Context) (string, int, error) {
 	var attempts map[int64]int
 	for {
 		var err error
-		status, attempts, err = h.notificationStates(ctx, ids)
+		status, attempts, err = h.st.states(ctx, ids)
 		if err != nil {
 			return "", 0, err
 		}
@@ -148,29 +147,6 @@ func (h *harness) createDrop(ctx context.Context, k int) (int64, error) {
 	return 0, fmt.Errorf("create smtp-drop notification %d: gave up after 50 tries: %s", k, last)
 }
 
-// notificationStates reads the status and attempts of the notifications.
-func (h *harness) notificationStates(ctx context.Context, ids []int64) (map[int64]string, map[int64]int, error) {
-	if h.mongo != nil {
-		return h.mongoStates(ctx, ids)
-	}
-	rows, err := h.db.Query(ctx, `SELECT id, status, attempts FROM notifications WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read notifications: %w", err)
-	}
-	defer rows.Close()
-	status, attempts := map[int64]string{}, map[int64]int{}
-	for rows.Next() {
-		var id int64
-		var s string
-		var a int
-		if err := rows.Scan(&id, &s, &a); err != nil {
-			return nil, nil, fmt.Errorf("read notifications: %w", err)
-		}
-		status[id], attempts[id] = s, a
-	}
-	return status, attempts, rows.Err()
-}
-
 func rate(n int, d time.Duration) float64 {
 	if d <= 0 {
 		return 0
@@ -184,7 +160,7 @@ func rate(n int, d time.Duration) float64 {
 // events, which may be dead letters.
 func (h *harness) verifySMTPFaults(ctx context.Context, r *result, emails map[string]int, domain string) (map[int64]bool, error) {
 	if h.ran("smtp-throttle") {
-		spent, err := h.throttleSpent(ctx)
+		spent, err := h.st.throttleSpent(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +174,7 @@ func (h *harness) verifySMTPFaults(ctx context.Context, r *result, emails map[st
 		}
 		return dropEvents, nil
 	}
-	status, attempts, err := h.notificationStates(ctx, h.dropIDs)
+	status, attempts, err := h.st.states(ctx, h.dropIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -217,61 +193,7 @@ func (h *harness) verifySMTPFaults(ctx context.Context, r *result, emails map[st
 	r.expect("smtp-drop notifications failed", len(bad) == 0,
 		"%d of %d failed after their retries (HERALD_MAX_RETRIES=%d), %d connections dropped after DATA; %s",
 		r.dropFailed, len(h.dropIDs), maxRetries, h.sink.Drops(), strings.Join(bad, "; "))
-
-	if h.mongo != nil {
-		notes, err := h.mongoNotes(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range notes {
-			if slices.Contains(h.dropIDs, n.ID) {
-				for _, e := range n.Events {
-					dropEvents[e.ID] = true
-				}
-			}
-		}
-		return dropEvents, nil
-	}
-	rows, err := h.db.Query(ctx, `SELECT id FROM outbox WHERE jsonb_typeof(payload) = 'object' AND payload->>'notification_id' = ANY($1) AND event_type = 'notification.requested'`, idStrings(h.dropIDs))
-	if err != nil {
-		return nil, fmt.Errorf("read the drop notifications' events: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		dropEvents[id] = true
-	}
-	return dropEvents, rows.Err()
-}
-
-// throttleSpent counts the delivery attempts a 421 of the smtp-throttle
-// fault cost (a deferred one costs none).
-func (h *harness) throttleSpent(ctx context.Context) (int, error) {
-	if h.mongo != nil {
-		notes, err := h.mongoNotes(ctx)
-		if err != nil {
-			return 0, err
-		}
-		spent := 0
-		for _, n := range notes {
-			for _, a := range n.History {
-				if a.Outcome != "deferred" && strings.Contains(a.Error, throttleMarker) {
-					spent++
-				}
-			}
-		}
-		return spent, nil
-	}
-	var spent int
-	err := h.db.QueryRow(ctx, `SELECT count(*) FROM delivery_attempts WHERE outcome IS DISTINCT FROM 'deferred' AND error LIKE '%' || $1 || '%'`,
-		throttleMarker).Scan(&spent)
-	if err != nil {
-		return 0, fmt.Errorf("count throttled attempts: %w", err)
-	}
-	return spent, nil
+	return h.st.events(ctx, h.dropIDs)
 }
 
 // ran reports whether the schedule held the fault.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -12,6 +13,55 @@ import (
 	"github.com/heraldhq/herald/internal/testkit/sqstest"
 	"github.com/heraldhq/herald/internal/transport/sqs"
 )
+
+// startSQSBroker is the sqs row's start: goaws in this process (one per
+// process: its queues are package state), so each run takes a queue prefix
+// of its own.
+func startSQSBroker(ctx context.Context, h *harness) (brokerRun, error) {
+	srv, err := sqstest.Launch()
+	if err != nil {
+		return nil, fmt.Errorf("start goaws: %w", err)
+	}
+	for k, v := range sqstest.Credentials() {
+		h.env[k] = v
+	}
+	addrs, err := h.proxyBroker([]string{srv.Addr()})
+	if err != nil {
+		return nil, err
+	}
+	prefix := "chaos-" + h.runID
+	h.env["HERALD_BROKER_URL"] = "sqs://" + sqstest.Region + "/" + prefix + "?endpoint=http://" + addrs[0]
+	cfg, err := sqs.ParseURL(srv.BrokerURL(prefix, false))
+	if err != nil {
+		return nil, err
+	}
+	h.cleanups = append(h.cleanups, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := sqs.Delete(ctx, cfg); err != nil {
+			h.logf("delete queues %s-*: %v", prefix, err)
+		}
+	})
+	return sqsBroker{srv: srv, cfg: cfg}, nil
+}
+
+// restart is broker-restart: goaws keeps its queues in memory, as SQS
+// never loses them: its listener and every connection go, the queues stay.
+func (b sqsBroker) restart(*harness) step {
+	return step{name: "broker-restart", do: b.stopResume, est: 8 * time.Second}
+}
+
+func (b sqsBroker) stopResume(ctx context.Context) (string, int, error) {
+	began := time.Now()
+	if err := b.srv.Stop(); err != nil {
+		return "", 0, err
+	}
+	_ = sleep(ctx, brokerPause)
+	if err := b.srv.Resume(); err != nil {
+		return "", 0, err
+	}
+	return fmt.Sprintf("goaws's listener and connections closed, back after %.1fs", time.Since(began).Seconds()), 0, nil
+}
 
 // sqsBroker is goaws inside the harness's process: the queues of herald's
 // contract, reached straight.
@@ -89,4 +139,25 @@ func (b sqsBroker) purge(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("purge %s: %w", b.cfg.Topology().Send, err)
 	}
 	return n, nil
+}
+
+// visibilityExpiry makes every message a worker holds on SQS visible again,
+// every 200ms for faultPause, as if its visibility timeout ran out while
+// its send was under way: another worker receives it, and the claim on the
+// message id must stop a second send. The SMTP sink answers each DATA
+// after 1s meanwhile (within HERALD_SMTP_TIMEOUT), so that sends are under
+// way when it strikes.
+func (h *harness) visibilityExpiry(ctx context.Context) (string, int, error) {
+	queue := h.br.(sqsBroker).cfg.Topology().Send
+	h.sink.SetDataLatency(time.Second)
+	defer h.sink.SetDataLatency(0)
+	n := 0
+	end := time.Now().Add(faultPause)
+	for time.Now().Before(end) {
+		n += sqstest.ExpireInFlight(queue)
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return "", 0, err
+		}
+	}
+	return fmt.Sprintf("%d in-flight messages made visible again over %s (DATA answered after 1s)", n, faultPause), 0, nil
 }

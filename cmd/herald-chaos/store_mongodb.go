@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,66 +104,56 @@ func pingMongo(ctx context.Context, uri string) error {
 	return c.Ping(ctx, nil)
 }
 
-// setupMongo starts the run's FerretDB over the scratch database and
-// points herald at it; the harness reads the collections through a client
-// of its own.
-func (h *harness) setupMongo(ctx context.Context) error {
+// mongoView is the MongoDB store: FerretDB of the run's own over the
+// scratch database, and the notifications collection the checks read.
+type mongoView struct {
+	ferret *ferret
+	coll   *mgo.Collection
+}
+
+// openMongo is the mongodb row's open: it starts the run's FerretDB over
+// the scratch database and points herald at it; the harness reads the
+// collections through a client of its own.
+func openMongo(ctx context.Context, h *harness) (storeView, error) {
 	bin, err := buildFerret(ctx, h.dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	addr, err := proctest.FreeAddr()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	h.ferret = &ferret{bin: bin, addr: addr, pgURL: h.directDB, dir: h.dir}
+	v := &mongoView{ferret: &ferret{bin: bin, addr: addr, pgURL: h.directDB, dir: h.dir}}
 	began := time.Now()
-	if err := h.ferret.start(ctx); err != nil {
-		return err
+	if err := v.ferret.start(ctx); err != nil {
+		return nil, err
 	}
-	h.cleanups = append(h.cleanups, h.ferret.stop)
+	h.cleanups = append(h.cleanups, v.ferret.stop)
 	h.logf("FerretDB of its own on %s (PostgreSQL handler, database %s), up in %.1fs", addr, h.dbName, time.Since(began).Seconds())
 	uri := "mongodb://" + addr + "/" + mongoDatabase
 	h.env["HERALD_DATABASE_URL"] = uri
 	c, err := mgo.Connect(mopts.Client().ApplyURI(uri).SetServerSelectionTimeout(5 * time.Second))
 	if err != nil {
-		return fmt.Errorf("connect to FerretDB: %w", err)
+		return nil, fmt.Errorf("connect to FerretDB: %w", err)
 	}
 	h.cleanups = append(h.cleanups, func() { _ = c.Disconnect(context.Background()) })
-	h.mongo = c.Database(mongoDatabase).Collection("notifications")
-	return nil
+	v.coll = c.Database(mongoDatabase).Collection("notifications")
+	return v, nil
 }
 
 // ferretRestart kills FerretDB with SIGKILL under the running herald and
 // starts it again on the same port and data. A worker's record cut by the
 // kill after its send repeats the send.
 func (h *harness) ferretRestart(ctx context.Context) (string, int, error) {
+	f := h.st.(*mongoView).ferret
 	began := time.Now()
-	h.ferret.kill()
+	f.kill()
 	_ = sleep(ctx, brokerPause)
-	if err := h.ferret.start(context.WithoutCancel(ctx)); err != nil {
+	if err := f.start(context.WithoutCancel(ctx)); err != nil {
 		return "", 0, err
 	}
 	return fmt.Sprintf("FerretDB killed -9, answering again after %.1fs", time.Since(began).Seconds()),
 		len(h.workers) * prefetch, nil
-}
-
-// killAPI kills the api with SIGKILL under the load and starts it again on
-// its address: the clients' retries with the same Idempotency-Key must
-// find what the killed process stored, and store nothing twice.
-func (h *harness) killAPI(ctx context.Context) (string, int, error) {
-	addr := strings.TrimPrefix(h.apiBase, "http://")
-	h.api.kill()
-	began := time.Now()
-	p, err := h.startProc("api", h.envWith(map[string]string{"HERALD_HTTP_ADDR": addr}), "api")
-	if err != nil {
-		return "", 0, err
-	}
-	h.api = p
-	if err := proctest.WaitHTTP(ctx, h.apiBase+"/readyz", 60*time.Second); err != nil {
-		return "", 0, fmt.Errorf("api not ready after its restart: %w\n%s", err, p.LogTail(2000))
-	}
-	return fmt.Sprintf("killed and restarted, ready after %.1fs", time.Since(began).Seconds()), 0, nil
 }
 
 // mongoNote is what the checks read of a notification document (the
@@ -185,11 +176,11 @@ type mongoNote struct {
 	} `bson:"history"`
 }
 
-// mongoNotes reads every notification document.
-func (h *harness) mongoNotes(ctx context.Context) ([]mongoNote, error) {
+// notes reads every notification document.
+func (v *mongoView) notes(ctx context.Context) ([]mongoNote, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	cur, err := h.mongo.Find(ctx, bson.D{}, mopts.Find().SetProjection(bson.D{
+	cur, err := v.coll.Find(ctx, bson.D{}, mopts.Find().SetProjection(bson.D{
 		{Key: "id", Value: 1}, {Key: "status", Value: 1}, {Key: "attempts", Value: 1},
 		{Key: "idempotency_key", Value: 1}, {Key: "open", Value: 1}, {Key: "events", Value: 1}, {Key: "history", Value: 1},
 	}))
@@ -203,15 +194,14 @@ func (h *harness) mongoNotes(ctx context.Context) ([]mongoNote, error) {
 	return out, nil
 }
 
-// mongoDrained is drainedOnce on the MongoDB collections: no open event,
-// no accepted or smtp-drop notification pending.
-func (h *harness) mongoDrained(ctx context.Context, ids, drops []int64) (bool, string) {
+// drained: no open event, no accepted or smtp-drop notification pending.
+func (v *mongoView) drained(ctx context.Context, ids, drops []int64) (bool, string) {
 	// Only the documents with work left, and only what the check needs:
 	// the poll runs every 500ms against a FerretDB that reads whatever
 	// it filters.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cur, err := h.mongo.Find(ctx, bson.D{{Key: "$or", Value: bson.A{
+	cur, err := v.coll.Find(ctx, bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: "status", Value: string(notify.StatusPending)}},
 		bson.D{{Key: "open", Value: bson.D{{Key: "$gt", Value: 0}}}},
 	}}}, mopts.Find().SetProjection(bson.D{{Key: "id", Value: 1}, {Key: "status", Value: 1}, {Key: "open", Value: 1}}))
@@ -249,13 +239,12 @@ func (h *harness) mongoDrained(ctx context.Context, ids, drops []int64) (bool, s
 	return true, ""
 }
 
-// mongoStates is notificationStates on MongoDB: the status and attempts of
-// the notifications ids, and nothing else of their documents (smtp-drop
-// polls it every 250ms).
-func (h *harness) mongoStates(ctx context.Context, ids []int64) (map[int64]string, map[int64]int, error) {
+// states reads the status and attempts of the notifications ids, and
+// nothing else of their documents (smtp-drop polls it every 250ms).
+func (v *mongoView) states(ctx context.Context, ids []int64) (map[int64]string, map[int64]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cur, err := h.mongo.Find(ctx, bson.D{{Key: "id", Value: bson.D{{Key: "$in", Value: ids}}}},
+	cur, err := v.coll.Find(ctx, bson.D{{Key: "id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		mopts.Find().SetProjection(bson.D{{Key: "id", Value: 1}, {Key: "status", Value: 1}, {Key: "attempts", Value: 1}}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("read notifications: %w", err)
@@ -271,9 +260,13 @@ func (h *harness) mongoStates(ctx context.Context, ids []int64) (map[int64]strin
 	return status, attempts, nil
 }
 
-// mongoDeadLetters are the table transport's dead letters on MongoDB: the
-// events finished with a reason, unless their notification was sent.
-func mongoDeadLetters(notes []mongoNote) (map[int64]bool, int) {
+// deadLetters are the events finished with a reason, unless their
+// notification was sent.
+func (v *mongoView) deadLetters(ctx context.Context) (map[int64]bool, int, error) {
+	notes, err := v.notes(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	ids := map[int64]bool{}
 	n := 0
 	for _, d := range notes {
@@ -288,5 +281,67 @@ func mongoDeadLetters(notes []mongoNote) (map[int64]bool, int) {
 			n++
 		}
 	}
-	return ids, n
+	return ids, n, nil
 }
+
+// tally reads the documents once, and counts unprocessed and failed from
+// them.
+func (v *mongoView) tally(ctx context.Context, drops []int64) (*tally, error) {
+	notes, err := v.notes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &tally{byKey: map[string]row{}}
+	for _, n := range notes {
+		t.unprocessed += n.Open
+		if n.Status == "failed" {
+			t.failed++
+			if !slices.Contains(drops, n.ID) {
+				t.otherFailed++
+			}
+		}
+		if n.IdempotencyKey == "" {
+			t.keyless++
+			continue
+		}
+		t.byKey[n.IdempotencyKey] = row{id: n.ID, status: n.Status}
+	}
+	return t, nil
+}
+
+// events returns the ids of every event of the notifications ids.
+func (v *mongoView) events(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	notes, err := v.notes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64]bool{}
+	for _, n := range notes {
+		if slices.Contains(ids, n.ID) {
+			for _, e := range n.Events {
+				out[e.ID] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+func (v *mongoView) throttleSpent(ctx context.Context) (int, error) {
+	notes, err := v.notes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	spent := 0
+	for _, n := range notes {
+		for _, a := range n.History {
+			if a.Outcome != "deferred" && strings.Contains(a.Error, throttleMarker) {
+				spent++
+			}
+		}
+	}
+	return spent, nil
+}
+
+// conns is -1: the scratch database's connections are FerretDB's, not
+// herald's.
+func (v *mongoView) conns(context.Context) int { return -1 }
