@@ -68,12 +68,12 @@ func (s *Store) makeHops(ctx context.Context, id int64) error {
 }
 
 // resumeFallbacks makes the hops that a stopped process left due, for up
-// to limit dead letters whose last change is at least after ago (those
-// younger are still being made by their worker).
-func (s *Store) resumeFallbacks(ctx context.Context, after time.Duration, limit int) error {
+// to limit dead letters whose last change is before cut (those younger
+// are still being made by their worker).
+func (s *Store) resumeFallbacks(ctx context.Context, cut time.Time, limit int) error {
 	cur, err := s.n.Find(ctx, bson.D{
 		{Key: "fallback_due", Value: true},
-		{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: now().Add(-after)}}},
+		{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: cut}}},
 	}, options.Find().SetProjection(idOnly).SetLimit(int64(limit)))
 	if err != nil {
 		return fmt.Errorf("find due fallbacks: %w", classify(err))

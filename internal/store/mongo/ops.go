@@ -92,12 +92,16 @@ func (s *Store) Redrive(ctx context.Context, id int64) (bool, error) {
 // no retry due, untouched for after) a fresh event. See reconcile.Reannouncer.
 // The cut-off is this process's clock.
 func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) ([]int64, error) {
-	// First the fallback hops a stopped worker left due (see makeHops).
-	if err := s.resumeFallbacks(ctx, after, limit); err != nil {
-		return nil, fmt.Errorf("reconcile: %w", err)
-	}
+	// One cut-off for the whole call, taken first: taken after the hops
+	// below, it would move later by the time they took, and a failing
+	// destination's record written just after the caller's cut-off would
+	// look older than it.
 	at := now()
 	cut := at.Add(-after)
+	// First the fallback hops a stopped worker left due (see makeHops).
+	if err := s.resumeFallbacks(ctx, cut, limit); err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
 	// Only open notification.requested events count: a status event left
 	// from a settling before a redrive carries no delivery.
 	stale := func(d *doc, t time.Time) bool {
