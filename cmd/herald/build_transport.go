@@ -10,6 +10,7 @@ import (
 	"github.com/heraldhq/herald/internal/api"
 	"github.com/heraldhq/herald/internal/deadletter"
 	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/table"
 	"github.com/heraldhq/herald/internal/worker"
 )
@@ -84,6 +85,19 @@ var transports = []transportKind{
 	{name: "nats", schemes: []string{"nats://"}, open: natsTransport, bench: natsBench},
 	{name: "kafka", schemes: []string{"kafka://", "kafkas://"}, open: kafkaTransport, bench: kafkaBench},
 	{name: "sqs", schemes: []string{"sqs://"}, open: sqsTransport, bench: sqsBench},
+}
+
+// brokerSettings are the settings every broker takes from the
+// configuration, for role: prefix (bench's scratch names) before every
+// name, the retry schedule, the prefetch window, the role's logger. The
+// rest of consume.Settings keeps its defaults.
+func brokerSettings(cfg Config, log *slog.Logger, prefix, role string) consume.Settings {
+	return consume.Settings{
+		Prefix:      prefix,
+		RetryDelays: cfg.RetryDelays,
+		Prefetch:    worker.Window(cfg.Prefetch),
+		Logger:      log.With("component", role),
+	}
 }
 
 // newTransport builds the transport HERALD_BROKER_URL names.

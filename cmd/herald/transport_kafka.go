@@ -39,11 +39,8 @@ func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, err
 // (what the URL says).
 func kafkaConfig(cfg Config, log *slog.Logger, base kafka.Config, prefix, role string) kafka.Config {
 	c := base
-	c.Prefix = prefix
-	c.RetryDelays = cfg.RetryDelays
-	c.Prefetch = worker.Window(cfg.Prefetch)
+	c.Settings = brokerSettings(cfg, log, prefix, role)
 	c.ClientID = "herald-" + role
-	c.Logger = log.With("component", role)
 	return c
 }
 

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/heraldhq/herald/internal/bench/rawpublish"
-	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/nats"
 	"github.com/heraldhq/herald/internal/worker"
 )
@@ -35,13 +34,8 @@ func natsTransport(cfg Config, log *slog.Logger, prefix string) (transport, erro
 // natsConfig is the NATS transport's configuration for role.
 func natsConfig(cfg Config, log *slog.Logger, prefix, role string) nats.Config {
 	return nats.Config{
-		URL: cfg.BrokerURL,
-		Settings: consume.Settings{
-			Prefix:      prefix,
-			RetryDelays: cfg.RetryDelays,
-			Prefetch:    worker.Window(cfg.Prefetch),
-			Logger:      log.With("component", role),
-		},
+		URL:            cfg.BrokerURL,
+		Settings:       brokerSettings(cfg, log, prefix, role),
 		ConnectionName: "herald " + role,
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/heraldhq/herald/internal/bench/rawpublish"
-	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
 	"github.com/heraldhq/herald/internal/worker"
 )
@@ -42,13 +41,8 @@ func rabbitConfig(cfg Config, log *slog.Logger, prefix, role string) rabbitmq.Co
 	// transport takes the list (one retry queue per distinct delay).
 	// The settings table never yields an empty list.
 	return rabbitmq.Config{
-		URL: cfg.BrokerURL,
-		Settings: consume.Settings{
-			Prefix:      prefix,
-			RetryDelays: cfg.RetryDelays,
-			Prefetch:    worker.Window(cfg.Prefetch),
-			Logger:      log.With("component", role),
-		},
+		URL:            cfg.BrokerURL,
+		Settings:       brokerSettings(cfg, log, prefix, role),
 		QueueType:      cfg.QueueType,
 		ConnectionName: "herald " + role,
 	}

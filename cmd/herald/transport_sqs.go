@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -50,19 +51,18 @@ func sqsConfig(cfg Config, log *slog.Logger, prefix string) (func(role string) s
 	if err != nil {
 		return nil, usageError{fmt.Errorf("HERALD_BROKER_URL: %w", err)}
 	}
+	// The queues' names come from the URL's path: the scratch prefix
+	// goes before them.
+	queues := base.Prefix
 	if prefix != "" {
-		if base.Prefix == "" {
-			base.Prefix = sqs.DefaultPrefix
-		}
-		base.Prefix = strings.NewReplacer(".", "-").Replace(prefix) + base.Prefix
+		queues = strings.NewReplacer(".", "-").Replace(prefix) + cmp.Or(queues, sqs.DefaultPrefix)
 	}
 	_, row := deliveryLeases(cfg)
 	base.VisibilityTimeout = row
-	base.RetryDelays = cfg.RetryDelays
-	base.Prefetch = worker.Window(cfg.Prefetch)
 	return func(role string) sqs.Config {
 		c := base
-		c.Logger = log.With("component", role)
+		c.Settings = brokerSettings(cfg, log, "", role)
+		c.Prefix = queues
 		return c
 	}, nil
 }
