@@ -348,7 +348,7 @@ func measuredRun(ctx context.Context, sc *scratch, st *benchStack, target *bench
 // runReport is the measured run's report: its figures, and notes on how
 // each was counted.
 func runReport(sc *scratch, st *benchStack, target *benchTarget, bcfg bench.Config, o benchOptions, res bench.Result, before runBefore, c runCounters) bench.Report {
-	report := bench.NewReport(sc.store, sc.tr.name, bcfg, res, before.ceilings)
+	report := bench.NewReport(sc.engine.name, sc.tr.name, bcfg, res, before.ceilings)
 	report.Preload = o.preload
 	if c.cpuErr == nil {
 		report.SetCPU(c.cpu)
@@ -401,7 +401,6 @@ func runReport(sc *scratch, st *benchStack, target *benchTarget, bcfg bench.Conf
 // names, and the transport built on them.
 type scratch struct {
 	cfg      Config // the user's configuration pointed at the scratch objects
-	store    string // the engine, as storeKind names it
 	tr       transport
 	broker   benchBroker // the bench's own needs of the broker
 	engine   storeEngine // the store engine's row
@@ -459,7 +458,6 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 	if sc.engine, ok = storeFor(cfg.DatabaseURL); !ok {
 		return nil, unknownStore(cfg.DatabaseURL)
 	}
-	sc.store = sc.engine.name
 	dbURL, database, drop, err := sc.engine.bench.scratch(ctx, cfg.DatabaseURL, strings.TrimSuffix(sc.prefix, "."))
 	if err != nil {
 		return nil, fmt.Errorf("herald bench: %w", err)
@@ -610,7 +608,7 @@ func broadcast(ctx context.Context, sc *scratch, st *benchStack, target *benchTa
 	if err := st.stop(); err != nil {
 		return fmt.Errorf("herald bench: stop the stack: %w", err)
 	}
-	report := bench.NewBroadcastReport(sc.store, sc.tr.name, cfg, res, rawInsert)
+	report := bench.NewBroadcastReport(sc.engine.name, sc.tr.name, cfg, res, rawInsert)
 	report.Notes = append(report.Notes, notes...)
 	report.Notes = append(report.Notes, target.notes...)
 	report.Notes = append(report.Notes, st.notes...)
@@ -641,7 +639,7 @@ func findRate(ctx context.Context, sc *scratch, st *benchStack, target *benchTar
 	if err != nil {
 		return fmt.Errorf("herald bench: %w", err)
 	}
-	search.Store, search.Transport, search.Channel, search.Concurrency = sc.store, sc.tr.name, target.channel, bcfg.Concurrency
+	search.Store, search.Transport, search.Channel, search.Concurrency = sc.engine.name, sc.tr.name, target.channel, bcfg.Concurrency
 	search.Notes = append(search.Notes, target.notes...)
 	search.Notes = append(search.Notes, st.notes...)
 	search.Notes = append(search.Notes, fmt.Sprintf("open loop from %d clients: a rate they cannot send shows as a failing probe (raise --concurrency)", bcfg.Concurrency))
