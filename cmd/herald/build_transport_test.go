@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -47,4 +48,27 @@ func TestTransportRowsBenchHook(t *testing.T) {
 		}
 		require.NotNil(t, k.bench, "transport %s: its row has no bench hook (transport_%s.go)", k.name, k.name)
 	}
+}
+
+// docs/benchmarks.md's report tables name the store and transport values a
+// report can carry: the names of the stores and transports tables, in
+// their order.
+func TestBenchDocNamesTheRows(t *testing.T) {
+	t.Parallel()
+	doc := readRepoFile(t, "docs/benchmarks.md")
+	values := func(field string) []string {
+		t.Helper()
+		m := regexp.MustCompile("(?m)^\\| `" + field + "` \\| the " + field + ": (.*) \\|$").FindStringSubmatch(doc)
+		require.NotNil(t, m, "docs/benchmarks.md: the report's %s row lists no values", field)
+		return codeSpans(m[1])
+	}
+	var ss, ts []string
+	for _, e := range stores {
+		ss = append(ss, e.name)
+	}
+	for _, k := range transports {
+		ts = append(ts, k.name)
+	}
+	require.Equal(t, ss, values("store"), "docs/benchmarks.md, the report's store row: the stores table's names (cmd/herald/build_store.go)")
+	require.Equal(t, ts, values("transport"), "docs/benchmarks.md, the report's transport row: the transports table's names (cmd/herald/build_transport.go)")
 }
