@@ -12,7 +12,7 @@ PGBOUNCER ?= postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable
 # -trimpath: compiled packages and test binaries carry no checkout path, so
 # the build cache serves a second clone (CI's fresh one) what the first
 # compiled; without it every clone recompiles herald's own packages, the
-# test binaries of make test and go vet's four build-tag sets (minutes on
+# test binaries of make test and go vet's build-tag sets (minutes on
 # two cores). The processes tests start are built with it too (go build
 # reads GOFLAGS).
 GOFLAGS += -trimpath
@@ -33,7 +33,12 @@ help: ## list the targets
 build: ## build bin/herald
 	$(GO) build -o bin/herald ./cmd/herald
 
-test: services lint check-deploy test-go-chaos gencheck test-outage ## everything CI runs: services, lint, deploy files, all tests
+# Each step in turn, with the time it took: CI's log shows where the
+# minutes go.
+TEST_STEPS := services lint check-deploy test-go-chaos gencheck test-outage
+test: ## everything CI runs: services, lint, deploy files, all tests
+	@for step in $(TEST_STEPS); do start=$$(date +%s); $(MAKE) --no-print-directory $$step || exit 1; \
+		echo "make test: $$step took $$(( $$(date +%s) - start ))s"; done
 	@echo "make test: all passed"
 
 services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS, the tests' PgBouncer; install chromium
@@ -46,6 +51,7 @@ services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS, the tests'
 # at: its tests run apart, with go -C. Its tests against the real API run
 # in internal/clientcheck, within ./...
 test-go: ## unit and integration tests (services required), the client module's included
+	@echo "make test-go: started at $$(date -u +%T)"
 	$(GO) test -count=1 -timeout 8m -parallel 4 -skip '^TestGeneratorsAcceptDocument$$' $(PKGS)
 	$(GO) -C client test -count=1 ./...
 
@@ -90,9 +96,8 @@ test-go-chaos: ## test-go, and beside it chaos-short, check-prometheus and fuzz-
 # so that test-go keeps a core). Each mostly waits (on timers, on
 # Prometheus's evaluation), and test-go takes longer than all of them.
 beside-test-go:
-	@$(MAKE) --no-print-directory chaos-short
-	@$(MAKE) --no-print-directory check-prometheus
-	@$(MAKE) --no-print-directory fuzz-short FUZZFLAGS=-parallel=1
+	@for step in chaos-short check-prometheus "fuzz-short FUZZFLAGS=-parallel=1"; do start=$$(date +%s); $(MAKE) --no-print-directory $$step || exit 1; \
+		echo "make test: beside test-go, $${step%% *} took $$(( $$(date +%s) - start ))s"; done
 
 chaos-short: ## the short chaos run (300 notifications, every fault once, table and RabbitMQ; pg-failover alone beside it, 120 notifications): about 2.5 minutes
 	@rc=$(CHAOS_LOG).rc; { $(GO) test -count=1 -timeout 10m -p 1 -tags outage ./cmd/herald-chaos/ 2>&1; echo $$? > $$rc; } | tee $(CHAOS_LOG); exit $$(cat $$rc)
@@ -128,19 +133,19 @@ fuzz: ## longer fuzz runs, the HTTP create path included (FUZZTIME each)
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/webhook/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./internal/sender/telegram/
 
+# Every build tag that adds files: one vet and one staticcheck over all of
+# them at once see every file but the -tags nobench build's own (no file
+# is built only without one of these tags), in one type-check per package
+# instead of one per tag.
+ALL_TAGS := outage,long,deploycheck,study,bulkbench,figures
+
 lint: ## gofmt, go vet and staticcheck (the client module's too, and its go.mod tidy)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+	$(GO) vet -tags $(ALL_TAGS) $(PKGS)
+	$(GO) vet -tags nobench ./cmd/herald/
 	$(GO) -C client vet ./...
 	$(GO) -C client mod tidy -diff
-	$(GO) vet -tags outage ./cmd/...
-	$(GO) vet -tags long ./cmd/herald/
-	$(GO) vet -tags deploycheck ./cmd/herald/
-	$(GO) vet -tags nobench ./cmd/herald/
-	$(GO) vet -tags study ./internal/store/postgres/
-	$(GO) vet -tags bulkbench ./internal/api/
-	$(GO) vet -tags figures ./internal/api/
-	$(STATICCHECK) -tags outage,long,deploycheck,study,bulkbench,figures ./...
+	$(STATICCHECK) -tags $(ALL_TAGS) ./...
 	$(GO) -C client run $(STATICCHECK_PKG) ./...
 
 check-deploy: ## promtool checks and unit tests of the Prometheus rules, dashboard JSON

@@ -17,6 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	mgo "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -120,6 +123,32 @@ func TestBenchSmoke(t *testing.T) {
 		for _, q := range []string{"-notifications-send", "-notifications-send-dlq", "-notifications-raw"} {
 			_, ok := sqstest.Queue(m[1] + q)
 			require.False(t, ok, "queue %s%s left behind", m[1], q)
+		}
+	})
+	t.Run("sqlite+kafka", func(t *testing.T) {
+		t.Parallel()
+		// A three-broker kfake cluster in the test process, reached over
+		// TCP like any cluster: the Kafka row's hook (the raw produce
+		// ceiling and the scratch topics' removal) runs as against Kafka.
+		kc, err := kfake.NewCluster(kfake.NumBrokers(3))
+		require.NoError(t, err)
+		t.Cleanup(kc.Close)
+		report, stderr := runBench(t, map[string]string{
+			"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "user.db"),
+			"HERALD_BROKER_URL":   "kafka://" + strings.Join(kc.ListenAddrs(), ","),
+		}, "--n", "200", "--concurrency", "4", "--stats-settle", "0", "--json")
+		require.Equal(t, "kafka", report["transport"])
+		require.EqualValues(t, 200, report["delivered"])
+		positive(t, report, "relay_per_s", "delivered_per_s", "raw_publish_per_s", "relay_vs_raw_publish")
+		m := regexp.MustCompile(`scratch broker names (bench-[0-9a-f]+\.)\*`).FindStringSubmatch(stderr)
+		require.NotNil(t, m, "stderr names the scratch objects: %s", stderr)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+		require.NoError(t, err)
+		defer cl.Close()
+		topics, err := kadm.NewClient(cl).ListTopics(t.Context())
+		require.NoError(t, err)
+		for _, name := range topics.Names() {
+			require.False(t, strings.HasPrefix(name, m[1]), "scratch topic %s left behind", name)
 		}
 	})
 	t.Run("mongodb+table", func(t *testing.T) {
