@@ -88,7 +88,7 @@ func cmdBench(ctx context.Context, args []string, e env) (err error) {
 
 	if o.preload > 0 {
 		start := time.Now()
-		if err := raw.PreloadPostgres(ctx, sc.rawURL(), o.preload); err != nil {
+		if err := sc.engine.bench.preload(ctx, sc.rawURL(), o.preload); err != nil {
 			return fmt.Errorf("herald bench: %w", err)
 		}
 		fmt.Fprintf(e.stderr, "herald bench: preloaded %d sent notifications in %s\n", o.preload, time.Since(start).Round(time.Millisecond))
@@ -153,7 +153,7 @@ func parseBenchFlags(args []string, e env) (Config, benchOptions, error) {
 			fs.DurationVar(&o.smtpLatency, "smtp-latency", 0, "--channel email: the SMTP sink answers each DATA after this `duration`, as a real provider does (50-500ms)")
 			fs.StringVar(&o.channel, "channel", bench.ChannelEmail, "the channel of every create: email (to an in-process SMTP sink), webhook (to a receiver on loopback that checks each signature,\nunder a secret made for the run; 127.0.0.1 is opened to the SSRF guard) or telegram (to a receiver that speaks the Bot API);\nwebhook and telegram add the raw POST ceiling: as many POSTs of the same bodies straight to the receiver, as many at once as the worker sends")
 			fs.DurationVar(&o.recvLatency, "receiver-latency", 0, "--channel webhook or telegram: the receiver answers each POST after this `duration`, as a real endpoint does")
-			fs.IntVar(&o.preload, "preload", 0, "notifications already sent written into the scratch database (with their events, dedup rows and attempts, then analysed) before the run, as a deployment's history; PostgreSQL only")
+			fs.IntVar(&o.preload, "preload", 0, "notifications already sent written into the scratch database (with their events, dedup rows and attempts, then analysed) before the run, as a deployment's history; "+preloadEngines()+" only")
 			fs.DurationVar(&o.statsSettle, "stats-settle", 11*time.Second, "PostgreSQL: wait this `duration` after the warm-up before counting rows, commits and WAL, so that every connection has reported the warm-up's counts\n(PostgreSQL 15+ reports an idle connection's within 10s); 0: count at once, and the warm-up's unreported counts are taken for the run's")
 			fs.BoolVar(&o.findRate, "find-rate", false, "search for the sustainable rate instead: the highest fixed arrival rate held for a window with delivered/s >= 0.95x the rate,\na backlog of at most 1s of arrivals at the window's end and e2e p99 < 1s; doubles the rate until a probe fails, then bisects to within 10%.\n--n and --rate do not apply; no raw ceilings are measured")
 			fs.DurationVar(&o.find.Window, "find-window", time.Minute, "--find-rate: how long each probe sends at its rate")
@@ -195,8 +195,8 @@ func (o benchOptions) check(cfg Config) error {
 		return usageError{fmt.Errorf("herald bench: --receiver-latency applies to --channel webhook or telegram; use --smtp-latency")}
 	case o.preload < 0:
 		return usageError{fmt.Errorf("herald bench: --preload: want 0 or more, got %d", o.preload)}
-	case o.preload > 0 && storeKind(cfg.DatabaseURL) != "postgres":
-		return usageError{fmt.Errorf("herald bench: --preload: supported on PostgreSQL only (HERALD_DATABASE_URL=postgres://...)")}
+	case o.preload > 0 && !canPreload(cfg.DatabaseURL):
+		return usageError{fmt.Errorf("herald bench: --preload: supported on %s only", preloadEngines())}
 	case o.statsSettle < 0:
 		return usageError{fmt.Errorf("herald bench: --stats-settle: want 0 or more, got %s", o.statsSettle)}
 	case o.findRate && (o.find.Window <= 0 || o.find.Budget <= 0 || o.find.Start <= 0):

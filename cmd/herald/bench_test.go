@@ -384,4 +384,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		require.Error(t, err, "%v", args)
 		require.Empty(t, stdout.String())
 	}
+	// The refusal names the engines whose rows have a preload.
+	var stdout, stderr bytes.Buffer
+	err := cmdBench(t.Context(), []string{"--preload", "10"}, env2(map[string]string{"HERALD_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db")}, &stdout, &stderr))
+	require.ErrorContains(t, err, "--preload: supported on PostgreSQL only")
 }

@@ -35,6 +35,10 @@ type storeBench struct {
 	// insert measures --broadcast's raw insert ceiling; without one it
 	// returns 0 and a note saying why.
 	insert func(ctx context.Context, dbURL string, o raw.InsertOptions) (float64, string, error)
+	// preload writes n notifications already sent (with their events,
+	// dedup rows and attempts) into the scratch database, as a
+	// deployment's history (--preload); nil where the engine has none.
+	preload func(ctx context.Context, dbURL string, n int) error
 	// stats is whether the engine has PostgreSQL's statistics views (rows,
 	// commits, WAL, sequential scans and connections per run are read
 	// there); unmeasured is the report's note on what is not measured
@@ -68,7 +72,8 @@ var postgresBench = &storeBench{
 		r, err := raw.PostgresInsert(ctx, dbURL, o)
 		return r, "", err
 	},
-	stats: true,
+	preload: raw.PreloadPostgres,
+	stats:   true,
 }
 
 var sqliteBench = &storeBench{
@@ -145,4 +150,23 @@ func scratchMongo(ctx context.Context, rawURL, name string) (string, func() erro
 		defer s.Close()
 		return s.Drop(ctx)
 	}, nil
+}
+
+// preloadEngines names the engines whose rows have a preload, for
+// --preload's refusal elsewhere: "PostgreSQL".
+func preloadEngines() string {
+	var names []string
+	for _, e := range stores {
+		if e.bench != nil && e.bench.preload != nil {
+			names = append(names, e.title)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// canPreload is whether the engine HERALD_DATABASE_URL picks has a
+// preload.
+func canPreload(url string) bool {
+	e, ok := storeFor(url)
+	return ok && e.bench != nil && e.bench.preload != nil
 }
