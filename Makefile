@@ -25,7 +25,7 @@ export HERALD_TEST_AMQP_URL ?= $(AMQP)
 # scripts/services.sh's PgBouncer (transaction mode) in front of POSTGRES.
 export HERALD_TEST_PGBOUNCER_URL ?= $(PGBOUNCER)
 
-.PHONY: help build test services test-go test-go-chaos beside-test-go chaos-short gencheck test-long test-isolation test-outage fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster outbox-study
+.PHONY: help build test services test-go test-go-chaos beside-test-go chaos-short gencheck test-long test-isolation fuzz-short fuzz lint check-deploy check-prometheus bench chaos cluster outbox-study
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -35,7 +35,7 @@ build: ## build bin/herald
 
 # Each step in turn, with the time it took: CI's log shows where the
 # minutes go.
-TEST_STEPS := services lint check-deploy test-go-chaos gencheck test-outage
+TEST_STEPS := services lint check-deploy test-go-chaos gencheck
 test: ## everything CI runs: services, lint, deploy files, all tests
 	@for step in $(TEST_STEPS); do start=$$(date +%s); $(MAKE) --no-print-directory $$step || exit 1; \
 		echo "make test: $$step took $$(( $$(date +%s) - start ))s"; done
@@ -101,9 +101,6 @@ beside-test-go:
 
 chaos-short: ## the short chaos run (300 notifications, every fault once, table and RabbitMQ; pg-failover alone beside it, 120 notifications): about 2.5 minutes
 	@rc=$(CHAOS_LOG).rc; { $(GO) test -count=1 -timeout 10m -p 1 -tags outage ./cmd/herald-chaos/ 2>&1; echo $$? > $$rc; } | tee $(CHAOS_LOG); exit $$(cat $$rc)
-
-test-outage: ## the test that stops the shared RabbitMQ: alone, never beside the others
-	$(GO) test -count=1 -timeout 5m -p 1 -tags outage -run Outage ./cmd/herald/
 
 # -fuzzminimizetime 1x: minimising a new interesting input can outlast a short
 # -fuzztime and end the run with "context deadline exceeded"; a short run only

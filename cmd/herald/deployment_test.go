@@ -64,6 +64,7 @@ func getStatus(t *testing.T, c client) (deploymentStatus, bool) {
 // consumer, and that no worker runs; the console's overview says so in
 // words. A worker then starts, shows up with its sender, and delivers.
 func TestStatusShowsTheWholeDeployment(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	s.startAPI(nil)
 	s.start("relay")

@@ -1,5 +1,3 @@
-//go:build outage
-
 package main
 
 import (
@@ -12,41 +10,42 @@ import (
 	"github.com/heraldhq/herald/internal/testkit/proctest"
 )
 
-// These tests stop a shared service. They are built only with the outage tag
-// and run alone (make test-outage), never beside tests that need the service.
-
-// rabbitmqctl stops or starts the broker's application; the bound is wide
-// because start_app brings every vhost of the shared broker back.
-func rabbitmqctl(t *testing.T, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	require.NoError(t, proctest.Rabbitmqctl(ctx, args...))
-}
-
 // Exercise: with RabbitMQ stopped, creates still answer 201; after the
-// broker is back every one is delivered and the outbox is empty.
+// broker is back every one is delivered and the outbox is empty. The
+// broker is a node of the test's own (its application stopped and started
+// with rabbitmqctl, as an operator would), so the test runs beside the
+// others, which keep the shared broker.
 func TestOutageBrokerStopped(t *testing.T) {
+	t.Parallel()
+	if _, err := proctest.RabbitScripts(); err != nil {
+		t.Fatalf("the test stops a RabbitMQ node of its own: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	nodes, err := proctest.StartRabbitNodes(ctx, t.TempDir(), 1)
+	require.NoError(t, err)
+	node := nodes[0]
+	t.Cleanup(func() { _ = node.Kill() })
+	// rabbitmqctl stops or starts the node's application.
+	rabbitmqctl := func(action string) {
+		t.Helper()
+		out, err := node.Ctl(ctx, "rabbitmqctl", action)
+		require.NoError(t, err, "rabbitmqctl %s: %s", action, out)
+	}
+
 	const n = 200
-	s := newStack(t, nil)
+	s := newStack(t, map[string]string{"HERALD_BROKER_URL": node.URL()})
 	s.startAPI(nil)
 	s.start("relay")
 	s.start("worker")
 
-	rabbitmqctl(t, "stop_app")
-	stopped := true
-	t.Cleanup(func() {
-		if stopped {
-			rabbitmqctl(t, "start_app")
-		}
-	})
+	rabbitmqctl("stop_app")
 	ids := createMany(t, s.api, n, 8)
 	require.Len(t, ids, n, "every create answered 201 with the broker down")
 	require.Equal(t, n, s.count("SELECT count(*) FROM outbox WHERE processed_at IS NULL"),
 		"nothing can be marked processed while the broker is down")
 
-	rabbitmqctl(t, "start_app")
-	stopped = false
+	rabbitmqctl("start_app")
 	require.Eventually(t, func() bool {
 		return s.count("SELECT count(*) FROM notifications WHERE status = 'sent'") == n
 	}, 120*time.Second, 100*time.Millisecond)
