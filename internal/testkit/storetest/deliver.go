@@ -49,6 +49,17 @@ func claimCopy(t *testing.T, ctx context.Context, s Store, msgID int64, retryCou
 	return cs[0]
 }
 
+// expiredClaim claims the delivery of msgID that carries retryCount with a
+// short lease, requires that it is taken, and waits until the lease has run
+// out: the claim of a holder presumed dead.
+func expiredClaim(t *testing.T, ctx context.Context, s Store, msgID int64, retryCount int, nid int64) notify.Claim {
+	t.Helper()
+	c := claimCopy(t, ctx, s, msgID, retryCount, nid, 50*time.Millisecond)
+	require.Equal(t, notify.ClaimTaken, c.Status)
+	waitPast(t, c.Until.Add(5*time.Millisecond))
+	return c
+}
+
 func record1(t *testing.T, ctx context.Context, s Store, c notify.Claim, outcome, reason string) bool {
 	t.Helper()
 	ok, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: c, Outcome: outcome, Error: reason}})
@@ -96,11 +107,7 @@ func get(t *testing.T, ctx context.Context, s Store, id int64) notify.Notificati
 
 // outcomes lists the attempts' outcomes ("" while in flight).
 func outcomes(as []notify.Attempt) []string {
-	out := make([]string, len(as))
-	for i, a := range as {
-		out[i] = a.Outcome
-	}
-	return out
+	return pluck(as, func(a notify.Attempt) string { return a.Outcome })
 }
 
 // Two deliveries of one message claim it at once: one gets the claim, the
@@ -170,10 +177,7 @@ func testClaimOneSendPerNotification(t *testing.T, ctx context.Context, h Harnes
 func testClaimExpiredLeaseTakenOver(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	const short = 50 * time.Millisecond
-	stale := claim1(t, ctx, s, 7, n.ID, short)
-	require.Equal(t, notify.ClaimTaken, stale.Status)
-	waitPast(t, stale.Until.Add(5*time.Millisecond))
+	stale := expiredClaim(t, ctx, s, 7, 0, n.ID)
 
 	// The same message comes again (the broker redelivered it).
 	fresh := claim1(t, ctx, s, 7, n.ID, lease)
@@ -202,8 +206,7 @@ func testClaimExpiredLeaseTakenOver(t *testing.T, ctx context.Context, h Harness
 	// A takeover by another message of the notification drops the dead
 	// holder's lease row, so nothing is left claimed.
 	m := create(t, ctx, s, 2)
-	old := claim1(t, ctx, s, 20, m.ID, short)
-	waitPast(t, old.Until.Add(5*time.Millisecond))
+	expiredClaim(t, ctx, s, 20, 0, m.ID)
 	other := claim1(t, ctx, s, 21, m.ID, lease)
 	require.Equal(t, notify.ClaimTaken, other.Status)
 	require.True(t, record1(t, ctx, s, other, notify.AttemptSent, ""))

@@ -343,11 +343,7 @@ func testDestinationPaging(t *testing.T, ctx context.Context, h Harness) {
 }
 
 func destKeys(ds []notify.Destination) []string {
-	out := make([]string, 0, len(ds))
-	for _, d := range ds {
-		out = append(out, d.Key)
-	}
-	return out
+	return pluck(ds, func(d notify.Destination) string { return d.Key })
 }
 
 // A pending notification tells why it waits: the record of its

@@ -71,9 +71,7 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	nn := withFallback(1, "orders")
 	nn.Request.Priority = notify.PriorityHigh
-	c, err := s.Create(ctx, nn)
-	require.NoError(t, err)
-	first := c.Notification
+	first := createNew(t, ctx, s, nn)
 	require.Equal(t, []string{"telegram", "webhook"}, notify.HopChannels(first.Fallback))
 	got := get(t, ctx, s, first.ID)
 	require.Equal(t, nn.Fallback, got.Fallback, "the hops are stored as resolved")
@@ -120,9 +118,7 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 // no hop.
 func testFallbackNotOnRetryOrSent(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	c, err := s.Create(ctx, withFallback(1, ""))
-	require.NoError(t, err)
-	n := c.Notification
+	n := createNew(t, ctx, s, withFallback(1, ""))
 	cl := claim1(t, ctx, s, 201, n.ID, lease)
 	require.True(t, record1(t, ctx, s, cl, notify.AttemptRetry, "421 later"))
 	cl = claimCopy(t, ctx, s, 201, 1, n.ID, lease)
@@ -138,9 +134,7 @@ func testFallbackNotOnRetryOrSent(t *testing.T, ctx context.Context, h Harness) 
 // and dead-lettered again, makes no second hop.
 func testFallbackOnceAfterRedrive(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	c, err := s.Create(ctx, withFallback(1, ""))
-	require.NoError(t, err)
-	n := c.Notification
+	n := createNew(t, ctx, s, withFallback(1, ""))
 	dead(t, ctx, h, 301, n)
 	hopID := get(t, ctx, s, n.ID).FallbackNext
 	require.NotZero(t, hopID)
@@ -159,9 +153,7 @@ func testFallbackOnceAfterRedrive(t *testing.T, ctx context.Context, h Harness) 
 // once.
 func testFallbackSuppressedHop(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	c, err := s.Create(ctx, withFallback(1, "news"))
-	require.NoError(t, err)
-	n := c.Notification
+	n := createNew(t, ctx, s, withFallback(1, "news"))
 	require.NoError(t, s.PutPreferences(ctx, n.UserID, notify.Preferences{"news": {"telegram": false}}))
 	dead(t, ctx, h, 401, n)
 	got := get(t, ctx, s, n.ID)

@@ -243,11 +243,7 @@ func testRelayBatchTypes(t *testing.T, ctx context.Context, h Harness) {
 
 	// nil: every type, in id order.
 	types := func(evs []notify.Event) []string {
-		out := make([]string, len(evs))
-		for i, e := range evs {
-			out[i] = e.Type
-		}
-		return out
+		return pluck(evs, func(e notify.Event) string { return e.Type })
 	}
 	var all []notify.Event
 	_, err = relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {

@@ -160,9 +160,17 @@ func request(i int) notify.CreateRequest {
 	}
 }
 
+// create creates request(i).
 func create(t *testing.T, ctx context.Context, s Store, i int) notify.Notification {
 	t.Helper()
-	c, err := s.Create(ctx, notify.NewNotification{Request: request(i)})
+	return createNew(t, ctx, s, notify.NewNotification{Request: request(i)})
+}
+
+// createNew creates nn, which must be new (no replay), and returns the
+// stored notification.
+func createNew(t *testing.T, ctx context.Context, s Store, nn notify.NewNotification) notify.Notification {
+	t.Helper()
+	c, err := s.Create(ctx, nn)
 	require.NoError(t, err)
 	require.False(t, c.Replayed)
 	return c.Notification
@@ -196,20 +204,19 @@ func allEvents(t *testing.T, ctx context.Context, s Store) []notify.Event {
 	return got
 }
 
-func ids(evs []notify.Event) []int64 {
-	out := make([]int64, len(evs))
-	for i, e := range evs {
-		out[i] = e.ID
+// pluck returns f of each of xs, in order.
+func pluck[T, V any](xs []T, f func(T) V) []V {
+	out := make([]V, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
 	}
 	return out
 }
 
+func ids(evs []notify.Event) []int64 { return pluck(evs, func(e notify.Event) int64 { return e.ID }) }
+
 func msgIDs(ms []notify.Message) []int64 {
-	out := make([]int64, len(ms))
-	for i, m := range ms {
-		out[i] = m.ID
-	}
-	return out
+	return pluck(ms, func(m notify.Message) int64 { return m.ID })
 }
 
 func testPing(t *testing.T, ctx context.Context, h Harness) {
@@ -237,8 +244,7 @@ func testCreateGet(t *testing.T, ctx context.Context, h Harness) {
 	require.True(t, n.CreatedAt.After(before), "created_at %v", n.CreatedAt)
 	require.True(t, n.CreatedAt.Before(time.Now().Add(time.Minute)), "created_at %v", n.CreatedAt)
 
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, n.ID, got.ID)
 	require.Equal(t, req.UserID, got.UserID)
 	require.Equal(t, req.Channel, got.Channel)
@@ -314,8 +320,7 @@ func testIdempotencyConflict(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, 1, h.Count(t, "notifications"))
 	require.Equal(t, 1, h.Count(t, "outbox"))
 
-	got, err := s.Get(ctx, first.Notification.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, first.Notification.ID)
 	require.Equal(t, request(1).Body, got.Body)
 }
 
@@ -474,8 +479,7 @@ func testMigrateTwice(t *testing.T, ctx context.Context, h Harness) {
 	n := create(t, ctx, s, 1)
 	require.NoError(t, s.Migrate(ctx))
 	require.NoError(t, s.Migrate(ctx))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, n.ID, got.ID)
 	require.Equal(t, 1, h.Count(t, "notifications"))
 	require.Equal(t, 1, h.Count(t, "outbox"))
@@ -702,8 +706,7 @@ func testDeliverOnce(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.EqualValues(t, 1, sends.Load())
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.NotNil(t, got.SentAt)
@@ -715,8 +718,7 @@ func testDeliverOnce(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeDuplicate, out)
 	require.EqualValues(t, 1, sends.Load(), "a duplicate must not send")
-	again, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	again := get(t, ctx, s, n.ID)
 	require.Equal(t, 1, again.Attempts)
 	require.Equal(t, 1, h.Count(t, "processed_messages"))
 }
@@ -731,8 +733,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	require.ErrorIs(t, err, boom, "send's error must be returned as is")
 	require.EqualValues(t, 1, sends.Load())
 	require.Equal(t, 1, h.Count(t, "processed_messages"), "a failed send releases the message id, keeping its retry mark")
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Equal(t, 1, got.Attempts, "the failed attempt is counted")
 	require.Equal(t, "451 try later", got.LastError)
@@ -744,8 +745,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.EqualValues(t, 2, sends.Load())
-	got, err = s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got = get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 2, got.Attempts)
 
@@ -755,8 +755,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	_, err = deliverytest.Deliver(ctx, s, msg+1, m.ID, func(context.Context) error { return perm })
 	require.ErrorIs(t, err, perm)
 	require.True(t, notify.IsPermanent(err))
-	got, err = s.Get(ctx, m.ID)
-	require.NoError(t, err)
+	got = get(t, ctx, s, m.ID)
 	require.Equal(t, notify.StatusFailed, got.Status)
 }
 
@@ -776,8 +775,7 @@ func testDeliverAlreadySent(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeDuplicate, out)
 	require.Equal(t, 2, h.Count(t, "processed_messages"))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 1, got.Attempts)
 }
@@ -836,8 +834,7 @@ func testDeliverConcurrent(t *testing.T, ctx context.Context, h Harness) {
 	}
 	require.Equal(t, 1, sent)
 	require.EqualValues(t, 1, sends.Load(), "send must run exactly once")
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, 1, got.Attempts)
 	require.Equal(t, 1, h.Count(t, "processed_messages"))
 }
@@ -847,8 +844,7 @@ func testRecordFailureTransient(t *testing.T, ctx context.Context, h Harness) {
 	n := create(t, ctx, s, 1)
 	require.NoError(t, recordFailure(ctx, s, 5, n.ID, "421 try later", false))
 	require.NoError(t, recordFailure(ctx, s, 6, n.ID, "connection refused", false))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Equal(t, 2, got.Attempts)
 	require.Equal(t, "connection refused", got.LastError)
@@ -859,8 +855,7 @@ func testRecordFailureTransient(t *testing.T, ctx context.Context, h Harness) {
 		func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
-	got, err = s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got = get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 3, got.Attempts)
 }
@@ -869,8 +864,7 @@ func testRecordFailureDead(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	require.NoError(t, recordFailure(ctx, s, 9, n.ID, "550 mailbox unavailable", true))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusFailed, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.Equal(t, "550 mailbox unavailable", got.LastError)
@@ -900,8 +894,7 @@ func testRecordFailureNotPending(t *testing.T, ctx context.Context, h Harness) {
 	// changes) leaves a sent notification alone.
 	require.NoError(t, recordFailure(ctx, s, 2, n.ID, "late", false))
 	require.NoError(t, recordFailure(ctx, s, 3, n.ID, "late", true))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.Empty(t, got.LastError)

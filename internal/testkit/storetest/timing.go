@@ -50,10 +50,7 @@ func createTimed(t *testing.T, ctx context.Context, s Store, i int, sendAt, expi
 	t.Helper()
 	r := request(i)
 	r.SendAt, r.ExpiresAt = sendAt, expiresAt
-	c, err := s.Create(ctx, notify.NewNotification{Request: r})
-	require.NoError(t, err)
-	require.False(t, c.Replayed)
-	return c.Notification
+	return createNew(t, ctx, s, notify.NewNotification{Request: r})
 }
 
 func ptr(t time.Time) *time.Time { return &t }
@@ -91,8 +88,7 @@ func testScheduledNotBeforeSendAt(t *testing.T, ctx context.Context, h Harness) 
 	require.NotNil(t, sched.SendAt)
 	require.WithinDuration(t, sendAt, *sched.SendAt, time.Millisecond)
 
-	got, err := s.Get(ctx, sched.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, sched.ID)
 	require.Equal(t, notify.StatusPending, got.Status, "stored pending")
 	require.NotNil(t, got.SendAt)
 	require.WithinDuration(t, sendAt, *got.SendAt, time.Millisecond)
@@ -142,18 +138,11 @@ func testScheduledInThePastIsDue(t *testing.T, ctx context.Context, h Harness) {
 	past := time.Now().Add(-time.Hour).UTC()
 	a := createTimed(t, ctx, s, 1, ptr(past), nil)
 	b := createTimed(t, ctx, s, 2, ptr(past), nil)
-	got, err := s.Get(ctx, a.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, a.ID)
 	require.Equal(t, notify.StatusPending, got.StatusAt(time.Now()))
 	claimed, err := s.Claim(ctx, "w", 10, time.Minute)
 	require.NoError(t, err)
-	var claimedIDs []int64
-	for _, m := range claimed {
-		_, id, err := m.Decode()
-		require.NoError(t, err)
-		claimedIDs = append(claimedIDs, id)
-	}
-	require.ElementsMatch(t, []int64{a.ID, b.ID}, claimedIDs, "due at once")
+	require.ElementsMatch(t, []int64{a.ID, b.ID}, claimedIDs(t, claimed), "due at once")
 	c := createTimed(t, ctx, s, 3, ptr(past), nil)
 	require.Equal(t, []int64{c.ID}, relayIDs(t, ctx, s, nil), "due at once")
 }
@@ -195,8 +184,7 @@ func testCancelScheduled(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusCanceled, c.Status)
 	require.NotNil(t, c.CanceledAt)
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusCanceled, got.StatusAt(time.Now()))
 	require.NotNil(t, got.CanceledAt)
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "only the status event is left")
@@ -301,8 +289,7 @@ func testCancelRacesClaim(t *testing.T, ctx context.Context, h Harness) {
 			_, err := s.Cancel(ctx, n.ID)
 			require.ErrorIs(t, err, notify.ErrNotCancelable)
 		}
-		got, err := s.Get(ctx, n.ID)
-		require.NoError(t, err)
+		got := get(t, ctx, s, n.ID)
 		require.Contains(t, []notify.Status{notify.StatusCanceled, notify.StatusSent}, got.Status)
 	}
 	t.Logf("cancel won %d races, the claim %d", canceled, sent)
@@ -319,8 +306,7 @@ func testExpiredAtClaim(t *testing.T, ctx context.Context, h Harness) {
 	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimDuplicate, cs[0].Status)
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusExpired, got.Status)
 	require.NotNil(t, got.ExpiredAt)
 	require.Empty(t, h.Attempts(t, n.ID), "no attempt started")
@@ -356,8 +342,7 @@ func testExpiredRetryNotSent(t *testing.T, ctx context.Context, h Harness) {
 	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: 1}}, lease)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimDuplicate, cs[0].Status, "the retry started after expires_at")
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusExpired, got.Status)
 	require.Equal(t, 1, got.Attempts, "the one attempt before the expiry")
 	require.Len(t, h.Attempts(t, n.ID), 1)
@@ -379,8 +364,7 @@ func testBatchKeepsTiming(t *testing.T, ctx context.Context, h Harness) {
 		require.NoError(t, r.Err, "request %d", i)
 	}
 	timed := out[1].Created.Notification
-	got, err := s.Get(ctx, timed.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, timed.ID)
 	require.NotNil(t, got.SendAt, "the batch dropped send_at")
 	require.WithinDuration(t, sendAt, *got.SendAt, time.Millisecond)
 	require.NotNil(t, got.ExpiresAt, "the batch dropped expires_at")
