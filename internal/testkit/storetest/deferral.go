@@ -76,8 +76,7 @@ func testDeferralFolds(t *testing.T, ctx context.Context, h Harness) {
 	// No kind: never folded.
 	deferOnce(t, ctx, h, 2, n.ID, "", "legacy")
 	deferOnce(t, ctx, h, 2, n.ID, "", "legacy")
-	c := claim1(t, ctx, s, 2, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, 2, 0, n.ID, notify.AttemptSent, "")
 
 	as, err = s.Attempts(ctx, n.ID)
 	require.NoError(t, err)

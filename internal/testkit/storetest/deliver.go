@@ -68,6 +68,17 @@ func record1(t *testing.T, ctx context.Context, s Store, c notify.Claim, outcome
 	return ok[0]
 }
 
+// attemptOnce claims the delivery of msgID that carries retryCount,
+// requires that it is taken, and records outcome (with reason) for it, as a
+// worker's attempt does; it returns the claim.
+func attemptOnce(t *testing.T, ctx context.Context, s Store, msgID int64, retryCount int, nid int64, outcome, reason string) notify.Claim {
+	t.Helper()
+	c := claimCopy(t, ctx, s, msgID, retryCount, nid, lease)
+	require.Equal(t, notify.ClaimTaken, c.Status)
+	require.True(t, record1(t, ctx, s, c, outcome, reason))
+	return c
+}
+
 // recordFailure records a failed attempt of msgID as a worker does: a claim,
 // then a retry (or, with dead, a dead) record. A message that cannot be
 // claimed (duplicate, missing) records nothing.
@@ -207,9 +218,7 @@ func testClaimExpiredLeaseTakenOver(t *testing.T, ctx context.Context, h Harness
 	// holder's lease row, so nothing is left claimed.
 	m := create(t, ctx, s, 2)
 	expiredClaim(t, ctx, s, 20, 0, m.ID)
-	other := claim1(t, ctx, s, 21, m.ID, lease)
-	require.Equal(t, notify.ClaimTaken, other.Status)
-	require.True(t, record1(t, ctx, s, other, notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, 21, 0, m.ID, notify.AttemptSent, "")
 	require.Equal(t, 2, h.Count(t, "processed_messages"), "message 20's lease row is gone, 21 is done")
 	require.Equal(t, notify.ClaimDuplicate, claim1(t, ctx, s, 20, m.ID, lease).Status)
 }
@@ -217,8 +226,7 @@ func testClaimExpiredLeaseTakenOver(t *testing.T, ctx context.Context, h Harness
 func testClaimAfterSentIsDuplicate(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	c := claim1(t, ctx, s, 5, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptSent, ""))
+	c := attemptOnce(t, ctx, s, 5, 0, n.ID, notify.AttemptSent, "")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.NotNil(t, got.SentAt)
@@ -241,8 +249,7 @@ func testClaimAfterSentIsDuplicate(t *testing.T, ctx context.Context, h Harness)
 func testRecordRetryReleasesClaim(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	c := claim1(t, ctx, s, 9, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptRetry, "451 try later"))
+	attemptOnce(t, ctx, s, 9, 0, n.ID, notify.AttemptRetry, "451 try later")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Equal(t, 1, got.Attempts)
@@ -266,17 +273,14 @@ func testRecordDeferredSpendsNoAttempt(t *testing.T, ctx context.Context, h Harn
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	for range 3 {
-		c := claim1(t, ctx, s, 4, n.ID, lease)
-		require.Equal(t, notify.ClaimTaken, c.Status)
-		require.True(t, record1(t, ctx, s, c, notify.AttemptDeferred, "dial: connection refused"))
+		attemptOnce(t, ctx, s, 4, 0, n.ID, notify.AttemptDeferred, "dial: connection refused")
 	}
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Zero(t, got.Attempts)
 	require.Empty(t, got.LastError)
 	require.Zero(t, h.Count(t, "processed_messages"))
-	c := claim1(t, ctx, s, 4, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, 4, 0, n.ID, notify.AttemptSent, "")
 	got = get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 1, got.Attempts)
@@ -287,8 +291,7 @@ func testRecordDeferredSpendsNoAttempt(t *testing.T, ctx context.Context, h Harn
 func testRecordDead(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	c := claim1(t, ctx, s, 3, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptDead, "550 no such mailbox"))
+	attemptOnce(t, ctx, s, 3, 0, n.ID, notify.AttemptDead, "550 no such mailbox")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusFailed, got.Status)
 	require.Equal(t, 1, got.Attempts)
@@ -316,8 +319,7 @@ func testClaimAndRecordGroups(t *testing.T, ctx context.Context, h Harness) {
 	for i := range 4 {
 		ns = append(ns, create(t, ctx, s, i))
 	}
-	sent := claim1(t, ctx, s, 30, ns[3].ID, lease)
-	require.True(t, record1(t, ctx, s, sent, notify.AttemptSent, ""))
+	sent := attemptOnce(t, ctx, s, 30, 0, ns[3].ID, notify.AttemptSent, "")
 
 	reqs := []notify.ClaimRequest{
 		{MessageID: 12, NotificationID: ns[2].ID},

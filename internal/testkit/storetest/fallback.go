@@ -35,9 +35,7 @@ func withFallback(i int, cat string) notify.NewNotification {
 // dead claims n's delivery (message msg) and records it dead.
 func dead(t *testing.T, ctx context.Context, h Harness, msg int64, n notify.Notification) {
 	t.Helper()
-	c := claim1(t, ctx, h.Store, msg, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, c.Status)
-	require.True(t, record1(t, ctx, h.Store, c, notify.AttemptDead, "550 gone"))
+	attemptOnce(t, ctx, h.Store, msg, 0, n.ID, notify.AttemptDead, "550 gone")
 }
 
 // requestedFor returns the payload of the unprocessed
@@ -119,11 +117,8 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 func testFallbackNotOnRetryOrSent(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := createNew(t, ctx, s, withFallback(1, ""))
-	cl := claim1(t, ctx, s, 201, n.ID, lease)
-	require.True(t, record1(t, ctx, s, cl, notify.AttemptRetry, "421 later"))
-	cl = claimCopy(t, ctx, s, 201, 1, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, cl.Status)
-	require.True(t, record1(t, ctx, s, cl, notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, 201, 0, n.ID, notify.AttemptRetry, "421 later")
+	attemptOnce(t, ctx, s, 201, 1, n.ID, notify.AttemptSent, "")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Zero(t, got.FallbackNext)

@@ -110,11 +110,9 @@ func testStatusEventOnDead(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	msg := relayAll(t, ctx, h)[0].ID
-	c0 := claimCopy(t, ctx, s, msg, 0, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c0, notify.AttemptRetry, "451 later"))
+	attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptRetry, "451 later")
 	require.Empty(t, relayStatus(t, ctx, s), "a retry settles nothing")
-	c1 := claimCopy(t, ctx, s, msg, 1, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c1, notify.AttemptDead, "550 no such user"))
+	attemptOnce(t, ctx, s, msg, 1, n.ID, notify.AttemptDead, "550 no such user")
 
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusFailed, got.Status)
@@ -134,10 +132,8 @@ func testStatusEventNoneUnsettled(t *testing.T, ctx context.Context, h Harness) 
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	msg := relayAll(t, ctx, h)[0].ID
-	c := claimCopy(t, ctx, s, msg, 0, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptDeferred, ""))
-	c = claimCopy(t, ctx, s, msg, 0, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptRetry, "421 busy"))
+	attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptDeferred, "")
+	attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptRetry, "421 busy")
 	require.Equal(t, notify.StatusPending, get(t, ctx, s, n.ID).Status)
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Equal(t, 1, h.Count(t, "outbox"))
@@ -351,10 +347,8 @@ func recordHistory(t *testing.T, ctx context.Context, h Harness) settledRecord {
 	out, err := deliverytest.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
-	c := claimCopy(t, ctx, s, evs[1].ID, 0, failed.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptRetry, "421 busy"))
-	c = claimCopy(t, ctx, s, evs[1].ID, 1, failed.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptDead, "550 no such user"))
+	attemptOnce(t, ctx, s, evs[1].ID, 0, failed.ID, notify.AttemptRetry, "421 busy")
+	attemptOnce(t, ctx, s, evs[1].ID, 1, failed.ID, notify.AttemptDead, "550 no such user")
 
 	var r settledRecord
 	r.Duplicate, err = deliverytest.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error {
