@@ -32,12 +32,6 @@ func withFallback(i int, cat string) notify.NewNotification {
 	return nn
 }
 
-// dead claims n's delivery (message msg) and records it dead.
-func dead(t *testing.T, ctx context.Context, h Harness, msg int64, n notify.Notification) {
-	t.Helper()
-	attemptOnce(t, ctx, h.Store, msg, 0, n.ID, notify.AttemptDead, "550 gone")
-}
-
 // requestedFor returns the payload of the unprocessed
 // notification.requested event of notification id (relaying it).
 func requestedFor(t *testing.T, ctx context.Context, h Harness, id int64) notify.Requested {
@@ -77,9 +71,7 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	require.Zero(t, got.FallbackNext)
 	requestedFor(t, ctx, h, first.ID)
 
-	dead(t, ctx, h, 101, first)
-	got = get(t, ctx, s, first.ID)
-	require.Equal(t, notify.StatusFailed, got.Status)
+	got = deadLetter(t, ctx, s, 101, first, "550 gone")
 	require.NotZero(t, got.FallbackNext, "the dead letter made its hop")
 	hop := get(t, ctx, s, got.FallbackNext)
 	require.Equal(t, notify.StatusPending, hop.Status)
@@ -95,8 +87,7 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, "telegram", r.Channel)
 	require.Equal(t, "4242", r.To)
 
-	dead(t, ctx, h, 102, hop)
-	hop = get(t, ctx, s, hop.ID)
+	hop = deadLetter(t, ctx, s, 102, hop, "550 gone")
 	require.NotZero(t, hop.FallbackNext)
 	last := get(t, ctx, s, hop.FallbackNext)
 	require.Equal(t, "webhook", last.Channel)
@@ -105,9 +96,7 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	require.Empty(t, last.Fallback)
 	requestedFor(t, ctx, h, last.ID)
 
-	dead(t, ctx, h, 103, last)
-	last = get(t, ctx, s, last.ID)
-	require.Equal(t, notify.StatusFailed, last.Status)
+	last = deadLetter(t, ctx, s, 103, last, "550 gone")
 	require.Zero(t, last.FallbackNext, "the chain ends")
 	require.Equal(t, 3, h.Count(t, "notifications"))
 }
@@ -130,15 +119,12 @@ func testFallbackNotOnRetryOrSent(t *testing.T, ctx context.Context, h Harness) 
 func testFallbackOnceAfterRedrive(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := createNew(t, ctx, s, withFallback(1, ""))
-	dead(t, ctx, h, 301, n)
-	hopID := get(t, ctx, s, n.ID).FallbackNext
+	hopID := deadLetter(t, ctx, s, 301, n, "550 gone").FallbackNext
 	require.NotZero(t, hopID)
 	ok, err := s.Redrive(ctx, n.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	dead(t, ctx, h, 302, n)
-	got := get(t, ctx, s, n.ID)
-	require.Equal(t, notify.StatusFailed, got.Status)
+	got := deadLetter(t, ctx, s, 302, n, "550 gone")
 	require.Equal(t, hopID, got.FallbackNext)
 	require.Equal(t, 2, h.Count(t, "notifications"))
 }
@@ -150,8 +136,7 @@ func testFallbackSuppressedHop(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := createNew(t, ctx, s, withFallback(1, "news"))
 	require.NoError(t, s.PutPreferences(ctx, n.UserID, notify.Preferences{"news": {"telegram": false}}))
-	dead(t, ctx, h, 401, n)
-	got := get(t, ctx, s, n.ID)
+	got := deadLetter(t, ctx, s, 401, n, "550 gone")
 	sup := get(t, ctx, s, got.FallbackNext)
 	require.Equal(t, "telegram", sup.Channel)
 	require.Equal(t, notify.StatusSuppressed, sup.Status)

@@ -213,6 +213,18 @@ func pluck[T, V any](xs []T, f func(T) V) []V {
 	return out
 }
 
+// relayNothing requires that a relay batch of types takes no row (and so
+// calls no publish), when: what the outbox holds.
+func relayNothing(t *testing.T, ctx context.Context, s Store, types []string, when string) {
+	t.Helper()
+	n, err := relay.Batch(ctx, s, 10, types, func(context.Context, []notify.Event) ([]int64, error) {
+		t.Error("publish called " + when)
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
 func ids(evs []notify.Event) []int64 { return pluck(evs, func(e notify.Event) int64 { return e.ID }) }
 
 func msgIDs(ms []notify.Message) []int64 {
@@ -489,20 +501,14 @@ func testMigrateTwice(t *testing.T, ctx context.Context, h Harness) {
 func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	// An empty outbox: 0 and publish is not called.
-	n, err := relay.Batch(ctx, s, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
-		t.Error("publish called on an empty outbox")
-		return nil, nil
-	})
-
-	require.NoError(t, err)
-	require.Zero(t, n)
+	relayNothing(t, ctx, s, nil, "on an empty outbox")
 
 	var created []notify.Notification
 	for i := range 3 {
 		created = append(created, create(t, ctx, s, i))
 	}
 	var got []notify.Event
-	n, err = relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = evs
 		return ids(evs), nil
 	})
@@ -527,13 +533,7 @@ func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Equal(t, 3, h.Count(t, "outbox"))
 
-	n, err = relay.Batch(ctx, s, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
-		t.Error("publish called with every row processed")
-		return nil, nil
-	})
-
-	require.NoError(t, err)
-	require.Zero(t, n)
+	relayNothing(t, ctx, s, nil, "with every row processed")
 }
 
 func testRelayBatchPartial(t *testing.T, ctx context.Context, h Harness) {
