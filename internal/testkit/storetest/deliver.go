@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -128,24 +127,15 @@ func testClaimTwiceConcurrently(t *testing.T, ctx context.Context, h Harness) {
 	for i := range 10 {
 		n := create(t, ctx, s, i)
 		msg := int64(100 + i)
-		start := make(chan struct{})
 		got := make([]notify.Claim, 2)
 		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for w := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				var cs []notify.Claim
-				cs, errs[w] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
-				if len(cs) == 1 {
-					got[w] = cs[0]
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
+		together(2, func(w int) {
+			var cs []notify.Claim
+			cs, errs[w] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
+			if len(cs) == 1 {
+				got[w] = cs[0]
+			}
+		})
 		require.NoError(t, errs[0])
 		require.NoError(t, errs[1])
 		statuses := []notify.ClaimStatus{got[0].Status, got[1].Status}
@@ -370,48 +360,38 @@ func testLockOrderNoDeadlock(t *testing.T, ctx context.Context, h Harness) {
 		held, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, 10*time.Millisecond)
 		require.NoError(t, err)
 		waitPast(t, held[1].Until.Add(2*time.Millisecond))
-		start := make(chan struct{})
-		errs := make(chan error, 4)
-		var wg sync.WaitGroup
-		run := func(fn func() error) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs <- fn()
-			}()
-		}
-		// The holder records both dead, in one group, b before a.
-		run(func() error {
-			_, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{
-				{Claim: held[1], Outcome: notify.AttemptDead, Error: "550"},
-				{Claim: held[0], Outcome: notify.AttemptDead, Error: "550"},
-			})
+		racers := []func() error{
+			// The holder records both dead, in one group, b before a.
+			func() error {
+				_, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{
+					{Claim: held[1], Outcome: notify.AttemptDead, Error: "550"},
+					{Claim: held[0], Outcome: notify.AttemptDead, Error: "550"},
+				})
 
-			return err
-		})
-		// Copies of both messages are claimed (the leases ran out) in
-		// the other order, and one by one.
-		run(func() error {
-			_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, lease)
-			return err
-		})
-		run(func() error {
-			_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: mb, NotificationID: b.ID}}, lease)
-			return err
-		})
-		run(func() error {
-			cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}}, lease)
-			if err != nil || cs[0].Status != notify.ClaimTaken {
 				return err
-			}
-			_, err = deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: cs[0], Outcome: notify.AttemptDead, Error: "550"}})
-			return err
-		})
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+			},
+			// Copies of both messages are claimed (the leases ran out) in
+			// the other order, and one by one.
+			func() error {
+				_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, lease)
+				return err
+			},
+			func() error {
+				_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: mb, NotificationID: b.ID}}, lease)
+				return err
+			},
+			func() error {
+				cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}}, lease)
+				if err != nil || cs[0].Status != notify.ClaimTaken {
+					return err
+				}
+				_, err = deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: cs[0], Outcome: notify.AttemptDead, Error: "550"}})
+				return err
+			},
+		}
+		errs := make([]error, len(racers))
+		together(len(racers), func(i int) { errs[i] = racers[i]() })
+		for _, err := range errs {
 			require.NoError(t, err, "round %d", r)
 		}
 		// Whoever won, each notification is settled or claimed by exactly

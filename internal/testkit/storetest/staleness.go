@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -95,22 +94,13 @@ func testStaleCopyConcurrent(t *testing.T, ctx context.Context, h Harness) {
 	}
 	answers := make([]notify.Claim, len(counts))
 	errs := make([]error, len(counts))
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, rc := range counts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			var cs []notify.Claim
-			cs, errs[i] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: rc}}, lease)
-			if errs[i] == nil {
-				answers[i] = cs[0]
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	together(len(counts), func(i int) {
+		var cs []notify.Claim
+		cs, errs[i] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: counts[i]}}, lease)
+		if errs[i] == nil {
+			answers[i] = cs[0]
+		}
+	})
 	taken := 0
 	for i, c := range answers {
 		require.NoError(t, errs[i])

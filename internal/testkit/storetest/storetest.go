@@ -213,6 +213,21 @@ func pluck[T, V any](xs []T, f func(T) V) []V {
 	return out
 }
 
+// together runs fn(0) to fn(n-1), each in a goroutine of its own, lets
+// them all go at once, and waits until every one has returned.
+func together(n int, fn func(i int)) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
 // relayNothing requires that a relay batch of types takes no row (and so
 // calls no publish), when: what the outbox holds.
 func relayNothing(t *testing.T, ctx context.Context, s Store, types []string, when string) {
@@ -242,32 +257,30 @@ func testCreateGet(t *testing.T, ctx context.Context, h Harness) {
 	c, err := s.Create(ctx, notify.NewNotification{Request: req, IdempotencyKey: "k-1"})
 	require.NoError(t, err)
 	require.False(t, c.Replayed)
+	// requested requires a notification that is req, pending and never
+	// attempted: the create's answer and the stored row alike.
+	requested := func(n notify.Notification) {
+		t.Helper()
+		require.Equal(t, req.UserID, n.UserID)
+		require.Equal(t, req.Channel, n.Channel)
+		require.Equal(t, req.To, n.To)
+		require.Equal(t, req.Subject, n.Subject)
+		require.Equal(t, req.Body, n.Body)
+		require.Equal(t, notify.StatusPending, n.Status)
+		require.Zero(t, n.Attempts)
+		require.Empty(t, n.LastError)
+		require.Nil(t, n.SentAt)
+	}
 	n := c.Notification
 	require.Positive(t, n.ID)
-	require.Equal(t, req.UserID, n.UserID)
-	require.Equal(t, req.Channel, n.Channel)
-	require.Equal(t, req.To, n.To)
-	require.Equal(t, req.Subject, n.Subject)
-	require.Equal(t, req.Body, n.Body)
-	require.Equal(t, notify.StatusPending, n.Status)
-	require.Zero(t, n.Attempts)
-	require.Empty(t, n.LastError)
-	require.Nil(t, n.SentAt)
+	requested(n)
 	require.True(t, n.CreatedAt.After(before), "created_at %v", n.CreatedAt)
 	require.True(t, n.CreatedAt.Before(time.Now().Add(time.Minute)), "created_at %v", n.CreatedAt)
 
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, n.ID, got.ID)
-	require.Equal(t, req.UserID, got.UserID)
-	require.Equal(t, req.Channel, got.Channel)
-	require.Equal(t, req.To, got.To)
-	require.Equal(t, req.Subject, got.Subject)
-	require.Equal(t, req.Body, got.Body)
-	require.Equal(t, notify.StatusPending, got.Status)
-	require.Zero(t, got.Attempts)
-	require.Empty(t, got.LastError)
+	requested(got)
 	require.Equal(t, "k-1", got.IdempotencyKey)
-	require.Nil(t, got.SentAt)
 	require.WithinDuration(t, n.CreatedAt, got.CreatedAt, time.Millisecond)
 	require.False(t, got.UpdatedAt.Before(got.CreatedAt.Add(-time.Millisecond)))
 
