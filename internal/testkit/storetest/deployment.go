@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
 )
 
 // The subtests of what the console and GET /status read of the whole
@@ -36,8 +35,7 @@ func testPendingStats(t *testing.T, ctx context.Context, h Harness) {
 	h.Backdate(t, oldest.ID, 2*time.Hour)
 	// The events handed on: the outbox's backlog is empty, the
 	// notifications are still pending.
-	_, err = relay.Batch(ctx, s, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) { return ids(evs), nil })
-	require.NoError(t, err)
+	relayAll(t, ctx, h)
 	require.Zero(t, unprocessed(t, ctx, s))
 
 	st, err = s.PendingStats(ctx)

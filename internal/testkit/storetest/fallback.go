@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
 )
 
 // fallbackTests are the subtests of a create's fallback list (issue 35,
@@ -37,18 +36,13 @@ func withFallback(i int, cat string) notify.NewNotification {
 func requestedFor(t *testing.T, ctx context.Context, h Harness, id int64) notify.Requested {
 	t.Helper()
 	var got []notify.Requested
-	_, err := relay.Batch(ctx, h.Store, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		for _, e := range evs {
-			var r notify.Requested
-			require.NoError(t, json.Unmarshal(e.Payload, &r))
-			if r.NotificationID == notify.FormatID(id) {
-				got = append(got, r)
-			}
+	for _, e := range relayed(t, ctx, h.Store, requestedOnly, true) {
+		var r notify.Requested
+		require.NoError(t, json.Unmarshal(e.Payload, &r))
+		if r.NotificationID == notify.FormatID(id) {
+			got = append(got, r)
 		}
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	}
 	require.Len(t, got, 1, "one notification.requested event of notification %d", id)
 	return got[0]
 }

@@ -243,11 +243,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	evs := allEvents(t, ctx, s)
 	require.Len(t, evs, 1)
 	old := evs[0].ID
-	_, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	relayAll(t, ctx, h)
 	require.NoError(t, recordFailure(ctx, s, old, n.ID, "421 busy", false))
 	// The retry's copy (retry count 1) is the one dead-lettered.
 	require.NoError(t, recordCopyFailure(ctx, s, notify.ClaimRequest{MessageID: old, NotificationID: n.ID, RetryCount: 1}, "550 mailbox unavailable", true))

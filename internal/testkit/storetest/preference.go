@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
 )
 
 // preferenceTests are the subtests of categories and preferences (issue
@@ -187,16 +186,11 @@ func testUnsubscribeStored(t *testing.T, ctx context.Context, h Harness) {
 	got := get(t, ctx, s, c.Notification.ID)
 	require.Equal(t, nn.Request.Unsubscribe, got.Unsubscribe)
 	var payloads []notify.Requested
-	_, err = relay.Batch(ctx, s, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		for _, e := range evs {
-			var r notify.Requested
-			require.NoError(t, json.Unmarshal(e.Payload, &r))
-			payloads = append(payloads, r)
-		}
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	for _, e := range relayed(t, ctx, s, requestedOnly, true) {
+		var r notify.Requested
+		require.NoError(t, json.Unmarshal(e.Payload, &r))
+		payloads = append(payloads, r)
+	}
 	require.Len(t, payloads, 1)
 	require.Equal(t, nn.Request.Unsubscribe, payloads[0].Unsubscribe)
 	require.Equal(t, nn.Request.Unsubscribe, notify.NewOutgoing(payloads[0]).Unsubscribe)

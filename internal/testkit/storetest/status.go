@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/testkit/deliverytest"
 )
 
@@ -36,13 +35,7 @@ func apiTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 // as a status relay does, and returns them in id order.
 func relayStatus(t *testing.T, ctx context.Context, s Store) []notify.Event {
 	t.Helper()
-	var got []notify.Event
-	_, err := relay.Batch(ctx, s, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		got = append(got, evs...)
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	got := relayed(t, ctx, s, notify.StatusEventTypes, true)
 	for _, e := range got {
 		require.True(t, notify.IsStatusEvent(e.Type), "event %d of type %s relayed as a status event", e.ID, e.Type)
 	}
@@ -235,13 +228,7 @@ func testRelayBatchTypes(t *testing.T, ctx context.Context, h Harness) {
 	types := func(evs []notify.Event) []string {
 		return pluck(evs, func(e notify.Event) string { return e.Type })
 	}
-	var all []notify.Event
-	_, err = relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		all = evs
-		return nil, nil
-	})
-
-	require.NoError(t, err)
+	all := relayed(t, ctx, s, nil, false)
 	require.Equal(t, []string{notify.EventSent, notify.EventRequested}, types(all))
 
 	// Each selection takes its own rows only, and marks only them.
@@ -292,12 +279,7 @@ func testReconcileIgnoresStatusEvents(t *testing.T, ctx context.Context, h Harne
 	ok, err := s.Redrive(ctx, n.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		require.Len(t, evs, 1)
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	relayOne(t, ctx, s)
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "the dead-lettering's status event is unprocessed")
 
 	cut := quietBoundary(t)
@@ -416,14 +398,7 @@ func SettleWakes(t *testing.T, s Store) bool {
 	case <-ctx.Done():
 		t.Fatal("no wake-up after a create")
 	}
-	var msg int64
-	_, err := relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		require.Len(t, evs, 1)
-		msg = evs[0].ID
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	msg := relayOne(t, ctx, s)
 	out, err := deliverytest.Deliver(ctx, s, msg, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)

@@ -194,12 +194,31 @@ var requestedOnly = []string{notify.EventRequested}
 // confirming none.
 func allEvents(t *testing.T, ctx context.Context, s Store) []notify.Event {
 	t.Helper()
-	var got []notify.Event
-	_, err := relay.Batch(ctx, s, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		got = append(got, evs...)
-		return nil, nil
-	})
+	return relayed(t, ctx, s, requestedOnly, false)
+}
 
+// relayOne relays the one unprocessed notification.requested event,
+// confirming it, and returns its message id.
+func relayOne(t *testing.T, ctx context.Context, s Store) int64 {
+	t.Helper()
+	evs := relayed(t, ctx, s, requestedOnly, true)
+	require.Len(t, evs, 1)
+	return evs[0].ID
+}
+
+// relayed runs one relay batch of types (up to 1000 rows) and returns its
+// events in id order, confirming every one when confirm, as a relay whose
+// broker took them does, and none otherwise: they stay unprocessed.
+func relayed(t *testing.T, ctx context.Context, s Store, types []string, confirm bool) []notify.Event {
+	t.Helper()
+	var got []notify.Event
+	_, err := relay.Batch(ctx, s, 1000, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		got = append(got, evs...)
+		if !confirm {
+			return nil, nil
+		}
+		return ids(evs), nil
+	})
 	require.NoError(t, err)
 	return got
 }

@@ -27,21 +27,16 @@ var timingTests = []subtest{
 	{"BatchKeepsTiming", testBatchKeepsTiming},
 }
 
-// statusEvents relays the status events and returns them.
+// statusEvents relays the status events and returns them decoded.
 func statusEvents(t *testing.T, ctx context.Context, s Store) []notify.StatusEvent {
 	t.Helper()
 	var out []notify.StatusEvent
-	_, err := relay.Batch(ctx, s, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		for _, e := range evs {
-			st, err := notify.DecodeStatus(e.Payload)
-			require.NoError(t, err)
-			require.Equal(t, e.Type, "notification."+st.Status)
-			out = append(out, st)
-		}
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	for _, e := range relayStatus(t, ctx, s) {
+		st, err := notify.DecodeStatus(e.Payload)
+		require.NoError(t, err)
+		require.Equal(t, e.Type, "notification."+st.Status)
+		out = append(out, st)
+	}
 	return out
 }
 
@@ -60,18 +55,13 @@ func ptr(t time.Time) *time.Time { return &t }
 func relayIDs(t *testing.T, ctx context.Context, s Store, types []string) []int64 {
 	t.Helper()
 	var out []int64
-	_, err := relay.Batch(ctx, s, 1000, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		for _, e := range evs {
-			if e.Type == notify.EventRequested {
-				_, id, err := notify.Message{ID: e.ID, Type: e.Type, Payload: e.Payload}.Decode()
-				require.NoError(t, err)
-				out = append(out, id)
-			}
+	for _, e := range relayed(t, ctx, s, types, true) {
+		if e.Type == notify.EventRequested {
+			_, id, err := notify.Message{ID: e.ID, Type: e.Type, Payload: e.Payload}.Decode()
+			require.NoError(t, err)
+			out = append(out, id)
 		}
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	}
 	return out
 }
 
@@ -211,15 +201,8 @@ func testCancelScheduled(t *testing.T, ctx context.Context, h Harness) {
 func testCancelThenClaim(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	var msg int64
-	_, err := relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		require.Len(t, evs, 1)
-		msg = evs[0].ID
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
-	_, err = s.Cancel(ctx, n.ID)
+	msg := relayOne(t, ctx, s)
+	_, err := s.Cancel(ctx, n.ID)
 	require.NoError(t, err)
 	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
 	require.NoError(t, err)
