@@ -28,9 +28,15 @@ func waitPast(t *testing.T, at time.Time) {
 // microsecond precision.
 func boundary(t *testing.T) time.Time {
 	t.Helper()
-	waitPast(t, time.Now().Add(2*time.Millisecond))
+	return boundaryWithin(t, 2*time.Millisecond)
+}
+
+// boundaryWithin is a boundary with margin on either side of it.
+func boundaryWithin(t *testing.T, margin time.Duration) time.Time {
+	t.Helper()
+	waitPast(t, time.Now().Add(margin))
 	cut := time.Now()
-	waitPast(t, cut.Add(2*time.Millisecond))
+	waitPast(t, cut.Add(margin))
 	return cut
 }
 

@@ -25,10 +25,7 @@ func relayAll(t *testing.T, ctx context.Context, h Harness) []notify.Event {
 // test measured it, which moves the cut a little later.
 func quietBoundary(t *testing.T) time.Time {
 	t.Helper()
-	waitPast(t, time.Now().Add(100*time.Millisecond))
-	cut := time.Now()
-	waitPast(t, cut.Add(100*time.Millisecond))
-	return cut
+	return boundaryWithin(t, 100*time.Millisecond)
 }
 
 // A pending notification whose event left the database (relayed) and then
