@@ -105,19 +105,7 @@ func (s *natsServer) start(ctx context.Context) error {
 		return fmt.Errorf("start nats-server (it must be on PATH): %w", err)
 	}
 	s.p = p
-	deadline := time.Now().Add(30 * time.Second)
-	for !p.LogContains("Server is ready") {
-		if !p.Running() {
-			return fmt.Errorf("nats-server exited at start: %v\n%s", p.Err(), p.LogTail(2000))
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("nats-server not ready within 30s:\n%s", p.LogTail(2000))
-		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	return nil
+	return waitStarted(ctx, p, 30*time.Second, 20*time.Millisecond, func() bool { return p.LogContains("Server is ready") })
 }
 
 // kill kills the server (SIGKILL), as a crash would.

@@ -184,27 +184,39 @@ func timed(st step) step {
 	return st
 }
 
+// latency delays what passes the proxies each visits by 10 to 50 ms (drawn
+// once) each way for faultPause.
+func (h *harness) latency(ctx context.Context, each func(func(*faultproxy.Proxy))) (string, int, error) {
+	d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
+	each(func(p *faultproxy.Proxy) { p.Latency(d) })
+	err := sleep(ctx, faultPause)
+	each((*faultproxy.Proxy).Pass)
+	return fmt.Sprintf("+%s each way for %s", d, faultPause), 0, err
+}
+
+// blackhole makes the proxies each visits swallow everything for
+// faultPause.
+func blackhole(ctx context.Context, each func(func(*faultproxy.Proxy))) (string, int, error) {
+	each((*faultproxy.Proxy).Blackhole)
+	err := sleep(ctx, faultPause)
+	each((*faultproxy.Proxy).Pass)
+	return fmt.Sprintf("blackhole for %s", faultPause), 0, err
+}
+
 // pgFault is one of the database proxies' faults: pg-latency, pg-reset or
 // pg-blackhole.
 func (h *harness) pgFault(name string) step {
 	return timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
 		switch name {
 		case "pg-latency":
-			d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
-			h.eachPG(func(p *faultproxy.Proxy) { p.Latency(d) })
-			err := sleep(ctx, faultPause)
-			h.eachPG((*faultproxy.Proxy).Pass)
-			return fmt.Sprintf("+%s each way for %s", d, faultPause), 0, err
+			return h.latency(ctx, h.eachPG)
 		case "pg-reset":
 			n := 0
 			h.eachPG(func(p *faultproxy.Proxy) { n += p.Reset() })
 			// A reset may cut a worker's transaction after its send.
 			return fmt.Sprintf("%d connections reset", n), len(h.workers) * prefetch, nil
 		default: // pg-blackhole
-			h.eachPG((*faultproxy.Proxy).Blackhole)
-			err := sleep(ctx, faultPause)
-			h.eachPG((*faultproxy.Proxy).Pass)
-			return fmt.Sprintf("blackhole for %s", faultPause), 0, err
+			return blackhole(ctx, h.eachPG)
 		}
 	}})
 }
@@ -219,11 +231,7 @@ func (h *harness) proxyFault(name string) []step {
 	st := timed(step{name: name, do: func(ctx context.Context) (string, int, error) {
 		switch name {
 		case "broker-latency":
-			d := time.Duration(10+h.rng.IntN(40)) * time.Millisecond
-			h.eachProxy(func(p *faultproxy.Proxy) { p.Latency(d) })
-			err := sleep(ctx, faultPause)
-			h.eachProxy((*faultproxy.Proxy).Pass)
-			return fmt.Sprintf("+%s each way for %s", d, faultPause), 0, err
+			return h.latency(ctx, h.eachProxy)
 		case "broker-reset":
 			if c, ok := h.br.(connCutter); ok && h.brokerRow.direct != "" {
 				return fmt.Sprintf("%d broker connections cut", c.cutConns()), 0, nil
@@ -241,10 +249,7 @@ func (h *harness) proxyFault(name string) []step {
 			h.eachProxy((*faultproxy.Proxy).Pass)
 			return fmt.Sprintf("%d connections reset, then TCP accepted and never answered for %s", n, hangPause), 0, err
 		default: // broker-blackhole
-			h.eachProxy((*faultproxy.Proxy).Blackhole)
-			err := sleep(ctx, faultPause)
-			h.eachProxy((*faultproxy.Proxy).Pass)
-			return fmt.Sprintf("blackhole for %s", faultPause), 0, err
+			return blackhole(ctx, h.eachProxy)
 		}
 	}})
 	if name == "broker-hang" {

@@ -94,16 +94,8 @@ func (h *harness) endpointBlackhole(ctx context.Context) (string, int, error) {
 		return "", caught, err
 	}
 	during := rate(others2-others1, end.Sub(start))
-	offered, err := h.countCreated(ctx, `channel = 'webhook' AND recipient <> $3`, start, end, h.load.hookURLs[victim])
-	if err != nil {
-		return "", caught, err
-	}
-	rec := isolationRecord{fault: "endpoint-blackhole", start: start, end: end, window: caught, offered: offered, delivered: others2 - others1, before: others1 - others0}
-	h.mu.Lock()
-	h.isolations = append(h.isolations, rec)
-	h.mu.Unlock()
-
-	spent, deferred, err := h.spentDuring(ctx, `n.recipient = $3`, start, end, h.load.hookURLs[victim])
+	rec := isolationRecord{fault: "endpoint-blackhole", start: start, end: end, window: caught, delivered: others2 - others1, before: others1 - others0}
+	offered, spent, deferred, err := h.keepIsolation(ctx, rec, `channel = 'webhook' AND recipient <> $3`, `n.recipient = $3`, h.load.hookURLs[victim])
 	if err != nil {
 		return "", caught, err
 	}
@@ -141,21 +133,30 @@ func (h *harness) channelOutage(ctx context.Context) (string, int, error) {
 		return "", window, err
 	}
 	during := rate(hooks2-hooks1, end.Sub(start))
-	offered, err := h.countCreated(ctx, `channel = 'webhook'`, start, end)
-	if err != nil {
-		return "", window, err
-	}
-	rec := isolationRecord{fault: "channel-outage", start: start, end: end, window: window, offered: offered, delivered: hooks2 - hooks1, before: hooks1 - hooks0}
-	h.mu.Lock()
-	h.isolations = append(h.isolations, rec)
-	h.mu.Unlock()
-
-	spent, deferred, err := h.spentDuring(ctx, `n.channel = 'email'`, start, end)
+	rec := isolationRecord{fault: "channel-outage", start: start, end: end, window: window, delivered: hooks2 - hooks1, before: hooks1 - hooks0}
+	offered, spent, deferred, err := h.keepIsolation(ctx, rec, `channel = 'webhook'`, `n.channel = 'email'`)
 	if err != nil {
 		return "", window, err
 	}
 	return fmt.Sprintf("SMTP server black-holed for %s, %d sessions cut: webhooks %.1f/s before, %.1f/s during (%d created meanwhile); emails %.1f/s before, %d accepted during; emails spent %d attempts (%d deferred records) so far; %d connects caught",
 		span, cut, hooksBefore, during, offered, mailsBefore, mails2-mails1, spent, deferred, caught), window, nil
+}
+
+// keepIsolation completes rec with how many of the others' notifications
+// were created during the fault (the webhooks matching others, $3 on is
+// args) and keeps it, and returns that count with the attempts (and
+// deferred records) spent meanwhile on the notifications the fault held up
+// (matching held).
+func (h *harness) keepIsolation(ctx context.Context, rec isolationRecord, others, held string, args ...any) (offered, spent, deferred int, err error) {
+	rec.offered, err = h.countCreated(ctx, others, rec.start, rec.end, args...)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	h.mu.Lock()
+	h.isolations = append(h.isolations, rec)
+	h.mu.Unlock()
+	spent, deferred, err = h.spentDuring(ctx, held, rec.start, rec.end, args...)
+	return rec.offered, spent, deferred, err
 }
 
 // holeKey is the Idempotency-Key of the k-th endpoint-blackhole webhook.

@@ -52,6 +52,25 @@ func (p *proc) stop(d time.Duration) bool {
 	return p.Stop(d) == nil && p.Err() == nil
 }
 
+// waitStarted polls ready every poll until it holds, for a process just
+// started; it gives up, with the tail of the process's log, when the process
+// exits first or within passes.
+func waitStarted(ctx context.Context, p *proctest.Proc, within, poll time.Duration, ready func() bool) error {
+	deadline := time.Now().Add(within)
+	for !ready() {
+		if !p.Running() {
+			return fmt.Errorf("%s exited at start: %v\n%s", p.Name(), p.Err(), p.LogTail(2000))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready within %s:\n%s", p.Name(), within, p.LogTail(2000))
+		}
+		if err := sleep(ctx, poll); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // sleep waits d or until ctx ends. The harness paces faults with it; it is
 // never used to wait for a condition.
 func sleep(ctx context.Context, d time.Duration) error {

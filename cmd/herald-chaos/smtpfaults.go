@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -123,28 +122,7 @@ func (h *harness) dropKey(k int) string { return fmt.Sprintf("chaos-%s-drop-%d",
 func (h *harness) createDrop(ctx context.Context, k int) (int64, error) {
 	body := fmt.Sprintf(`{"user_id":"chaos-drop","channel":"email","to":"%s%s-%d@example.com","subject":"chaos %s drop #%d","body":"the sink drops the connection after this message's data"}`,
 		dropPrefix, h.runID, k, h.runID, k)
-	last := ""
-	for try := 0; try < 50; try++ {
-		status, id, _, err := h.load.post(ctx, body, h.dropKey(k))
-		switch {
-		case err != nil:
-			last = err.Error()
-		case status >= 200 && status < 300:
-			n, err := strconv.ParseInt(id, 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("smtp-drop notification %d: id %q: %w", k, id, err)
-			}
-			return n, nil
-		case status == http.StatusTooManyRequests || status >= 500:
-			last = strconv.Itoa(status)
-		default:
-			return 0, fmt.Errorf("create smtp-drop notification %d: %d", k, status)
-		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
-			return 0, err
-		}
-	}
-	return 0, fmt.Errorf("create smtp-drop notification %d: gave up after 50 tries: %s", k, last)
+	return h.createExtra(ctx, h.dropKey(k), body)
 }
 
 func rate(n int, d time.Duration) float64 {

@@ -64,21 +64,7 @@ func (f *ferret) start(ctx context.Context) error {
 		return fmt.Errorf("start ferretdb: %w", err)
 	}
 	f.p = p
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if !p.Running() {
-			return fmt.Errorf("ferretdb exited at start: %v\n%s", p.Err(), p.LogTail(2000))
-		}
-		if pingMongo(ctx, "mongodb://"+f.addr+"/") == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("ferretdb not answering within 60s:\n%s", p.LogTail(2000))
-		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	return waitStarted(ctx, p, 60*time.Second, 100*time.Millisecond, func() bool { return pingMongo(ctx, "mongodb://"+f.addr+"/") == nil })
 }
 
 func (f *ferret) kill() {

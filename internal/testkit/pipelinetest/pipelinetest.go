@@ -33,14 +33,16 @@ import (
 	"github.com/heraldhq/herald/internal/sender/mail"
 	smtpsender "github.com/heraldhq/herald/internal/sender/smtp"
 	"github.com/heraldhq/herald/internal/testkit/smtptest"
+	"github.com/heraldhq/herald/internal/testkit/transporttest"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
-// RetryDelay is the retry delay of every source the suite asks for. It is
+// RetryDelay is the retry delay of every source the suite asks for: the
+// seam's suite's, so that a transport keeps one topology for both. It is
 // exported for transports that keep the delay with their topology (RabbitMQ:
 // the retry queue's message TTL) and so need it before the first source
 // exists, for the publisher behind Pump.
-const RetryDelay = 200 * time.Millisecond
+const RetryDelay = transporttest.RetryDelay
 
 // Store is what the suite needs from a store: creates, reads to check the
 // outcome, and the worker's bookkeeping. Both store engines satisfy it.
@@ -50,19 +52,9 @@ type Store interface {
 	worker.Bookkeeper
 }
 
-// SourceConfig tunes one source the suite asks for.
-type SourceConfig struct {
-	// RetryDelay is the wait before a retried delivery comes back. The
-	// suite always passes the RetryDelay constant.
-	RetryDelay time.Duration
-	// Prefetch is the number of deliveries the source hands out at once.
-	Prefetch int
-	// Lease is how long a delivery its consumer left unsettled stays
-	// invisible before another consumer may take it. Only the table
-	// transport has leases; a broker hands unsettled deliveries back when
-	// the consumer's channel closes.
-	Lease time.Duration
-}
+// SourceConfig tunes one source the suite asks for. It is the seam's
+// suite's, so that one function can make the sources of both.
+type SourceConfig = transporttest.SourceConfig
 
 // Harness is one transport under test, over a store of its own.
 type Harness struct {

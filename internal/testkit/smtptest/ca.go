@@ -32,10 +32,6 @@ type CA struct {
 // hour ago (clock skew between test hosts is not a concern on loopback).
 func NewCA() (*CA, error) {
 	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("CA key: %w", err)
-	}
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "smtptest CA"},
@@ -45,19 +41,15 @@ func NewCA() (*CA, error) {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	caKey, caDER, err := issue(caTmpl, nil, nil)
 	if err != nil {
-		return nil, fmt.Errorf("CA certificate: %w", err)
+		return nil, fmt.Errorf("CA %w", err)
 	}
 	caCert, err := x509.ParseCertificate(caDER)
 	if err != nil {
 		return nil, fmt.Errorf("CA certificate: %w", err)
 	}
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("server key: %w", err)
-	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
 		Subject:      pkix.Name{CommonName: "localhost"},
@@ -68,9 +60,9 @@ func NewCA() (*CA, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	key, der, err := issue(tmpl, caCert, caKey)
 	if err != nil {
-		return nil, fmt.Errorf("server certificate: %w", err)
+		return nil, fmt.Errorf("server %w", err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(caCert)
@@ -79,6 +71,23 @@ func NewCA() (*CA, error) {
 		pool:    pool,
 		leaf:    tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key},
 	}, nil
+}
+
+// issue makes a P-256 key and a certificate of tmpl for it, signed with
+// parentKey as parent, or self-signed when parent is nil.
+func issue(tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*ecdsa.PrivateKey, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("key: %w", err)
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certificate: %w", err)
+	}
+	return key, der, nil
 }
 
 // StartCA makes a CA for the test, failing it on error.

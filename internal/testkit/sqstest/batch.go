@@ -19,11 +19,7 @@ import (
 // the batch response SQS would give: one result or one error per entry. It
 // also refuses the entries s.refuse names, for tests of partial failures.
 func (s *Server) batchShim(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := r.ParseForm(); err != nil || r.Form.Get("Action") != "SendMessageBatch" {
-			next.ServeHTTP(w, r)
-			return
-		}
+	return shim("SendMessageBatch", next, func(w http.ResponseWriter, r *http.Request) {
 		entries := map[int]url.Values{}
 		for k, v := range r.Form {
 			rest, ok := strings.CutPrefix(k, "SendMessageBatchRequestEntry.")

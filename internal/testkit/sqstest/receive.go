@@ -28,11 +28,7 @@ import (
 // visible again) gives nothing, and one receive returns several messages
 // of a group, in order.
 func (s *Server) receiveShim(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := r.ParseForm(); err != nil || r.Form.Get("Action") != "ReceiveMessage" {
-			next.ServeHTTP(w, r)
-			return
-		}
+	return shim("ReceiveMessage", next, func(w http.ResponseWriter, r *http.Request) {
 		name := r.Form.Get("QueueUrl")
 		name = name[strings.LastIndex(name, "/")+1:]
 		app.SyncQueues.RLock()

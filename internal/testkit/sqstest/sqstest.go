@@ -198,6 +198,18 @@ func mapGuard(next http.Handler) http.Handler {
 	})
 }
 
+// shim answers the requests of action (the form's Action) with serve, in
+// goaws's stead, and hands every other request on to next.
+func shim(action string, next http.Handler, serve http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil || r.Form.Get("Action") != action {
+			next.ServeHTTP(w, r)
+			return
+		}
+		serve(w, r)
+	})
+}
+
 // URL is the server's endpoint, for Config.Endpoint.
 func (s *Server) URL() string { return "http://" + s.addr }
 

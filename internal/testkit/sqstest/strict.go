@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/testkit/testenv"
+	"github.com/heraldhq/herald/internal/testkit/testlog"
 )
 
 // The stricter emulator: local-aws-sqs, an npm package pinned in npm/
@@ -186,7 +187,7 @@ func launchStrict(dir string) (*Strict, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var stderr syncBuffer
+	var stderr testlog.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("node serve.js: %w", err)
@@ -229,23 +230,4 @@ func launchStrict(dir string) (*Strict, func() error, error) {
 		_ = stop()
 		return nil, nil, fmt.Errorf("it did not listen within %s\n%s", strictTimeout, stderr.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a process writes while the test may
-// read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

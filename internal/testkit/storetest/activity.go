@@ -18,7 +18,7 @@ func testActivity(t *testing.T, ctx context.Context, h Harness) {
 	since := boundary(t)
 	sent, dead := create(t, ctx, s, 1), create(t, ctx, s, 2)
 	create(t, ctx, s, 3) // stays pending
-	require.True(t, record1(t, ctx, s, claim1(t, ctx, s, 101, sent.ID, lease), notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, 101, 0, sent.ID, notify.AttemptSent, "")
 	deadLetter(t, ctx, s, 102, dead, "550 mailbox unavailable")
 
 	a, err := s.Activity(ctx, since)

@@ -55,8 +55,7 @@ func testBatchCreate(t *testing.T, ctx context.Context, h Harness) {
 		seen[n.ID] = true
 		require.Greater(t, n.ID, prev, "ids follow the requests' order")
 		prev = n.ID
-		got, err := s.Get(ctx, n.ID)
-		require.NoError(t, err)
+		got := get(t, ctx, s, n.ID)
 		require.Equal(t, nns[i].Request.UserID, got.UserID)
 		require.Equal(t, nns[i].Request.Body, got.Body)
 		require.Equal(t, nns[i].IdempotencyKey, got.IdempotencyKey)

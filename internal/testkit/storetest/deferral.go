@@ -76,8 +76,7 @@ func testDeferralFolds(t *testing.T, ctx context.Context, h Harness) {
 	// No kind: never folded.
 	deferOnce(t, ctx, h, 2, n.ID, "", "legacy")
 	deferOnce(t, ctx, h, 2, n.ID, "", "legacy")
-	c := claim1(t, ctx, s, 2, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, 2, 0, n.ID, notify.AttemptSent, "")
 
 	as, err = s.Attempts(ctx, n.ID)
 	require.NoError(t, err)
@@ -114,10 +113,7 @@ func testDeferralLostClaimNotFolded(t *testing.T, ctx context.Context, h Harness
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	deferOnce(t, ctx, h, 1, n.ID, notify.DeferDown, "refused")
-	const short = 50 * time.Millisecond
-	stale := claim1(t, ctx, s, 1, n.ID, short)
-	require.Equal(t, notify.ClaimTaken, stale.Status)
-	waitPast(t, stale.Until.Add(5*time.Millisecond))
+	stale := expiredClaim(t, ctx, s, 1, 0, n.ID)
 	fresh := claim1(t, ctx, s, 1, n.ID, lease)
 	require.Equal(t, notify.ClaimTaken, fresh.Status)
 	ok, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: stale, Outcome: notify.AttemptDeferred, Deferral: notify.DeferDown, Error: "refused"}})

@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,12 +48,34 @@ func claimCopy(t *testing.T, ctx context.Context, s Store, msgID int64, retryCou
 	return cs[0]
 }
 
+// expiredClaim claims the delivery of msgID that carries retryCount with a
+// short lease, requires that it is taken, and waits until the lease has run
+// out: the claim of a holder presumed dead.
+func expiredClaim(t *testing.T, ctx context.Context, s Store, msgID int64, retryCount int, nid int64) notify.Claim {
+	t.Helper()
+	c := claimCopy(t, ctx, s, msgID, retryCount, nid, 50*time.Millisecond)
+	require.Equal(t, notify.ClaimTaken, c.Status)
+	waitPast(t, c.Until.Add(5*time.Millisecond))
+	return c
+}
+
 func record1(t *testing.T, ctx context.Context, s Store, c notify.Claim, outcome, reason string) bool {
 	t.Helper()
 	ok, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: c, Outcome: outcome, Error: reason}})
 	require.NoError(t, err)
 	require.Len(t, ok, 1)
 	return ok[0]
+}
+
+// attemptOnce claims the delivery of msgID that carries retryCount,
+// requires that it is taken, and records outcome (with reason) for it, as a
+// worker's attempt does; it returns the claim.
+func attemptOnce(t *testing.T, ctx context.Context, s Store, msgID int64, retryCount int, nid int64, outcome, reason string) notify.Claim {
+	t.Helper()
+	c := claimCopy(t, ctx, s, msgID, retryCount, nid, lease)
+	require.Equal(t, notify.ClaimTaken, c.Status)
+	require.True(t, record1(t, ctx, s, c, outcome, reason))
+	return c
 }
 
 // recordFailure records a failed attempt of msgID as a worker does: a claim,
@@ -96,11 +117,7 @@ func get(t *testing.T, ctx context.Context, s Store, id int64) notify.Notificati
 
 // outcomes lists the attempts' outcomes ("" while in flight).
 func outcomes(as []notify.Attempt) []string {
-	out := make([]string, len(as))
-	for i, a := range as {
-		out[i] = a.Outcome
-	}
-	return out
+	return pluck(as, func(a notify.Attempt) string { return a.Outcome })
 }
 
 // Two deliveries of one message claim it at once: one gets the claim, the
@@ -110,24 +127,15 @@ func testClaimTwiceConcurrently(t *testing.T, ctx context.Context, h Harness) {
 	for i := range 10 {
 		n := create(t, ctx, s, i)
 		msg := int64(100 + i)
-		start := make(chan struct{})
 		got := make([]notify.Claim, 2)
 		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for w := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				var cs []notify.Claim
-				cs, errs[w] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
-				if len(cs) == 1 {
-					got[w] = cs[0]
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
+		together(2, func(w int) {
+			var cs []notify.Claim
+			cs, errs[w] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
+			if len(cs) == 1 {
+				got[w] = cs[0]
+			}
+		})
 		require.NoError(t, errs[0])
 		require.NoError(t, errs[1])
 		statuses := []notify.ClaimStatus{got[0].Status, got[1].Status}
@@ -170,10 +178,7 @@ func testClaimOneSendPerNotification(t *testing.T, ctx context.Context, h Harnes
 func testClaimExpiredLeaseTakenOver(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	const short = 50 * time.Millisecond
-	stale := claim1(t, ctx, s, 7, n.ID, short)
-	require.Equal(t, notify.ClaimTaken, stale.Status)
-	waitPast(t, stale.Until.Add(5*time.Millisecond))
+	stale := expiredClaim(t, ctx, s, 7, 0, n.ID)
 
 	// The same message comes again (the broker redelivered it).
 	fresh := claim1(t, ctx, s, 7, n.ID, lease)
@@ -202,11 +207,8 @@ func testClaimExpiredLeaseTakenOver(t *testing.T, ctx context.Context, h Harness
 	// A takeover by another message of the notification drops the dead
 	// holder's lease row, so nothing is left claimed.
 	m := create(t, ctx, s, 2)
-	old := claim1(t, ctx, s, 20, m.ID, short)
-	waitPast(t, old.Until.Add(5*time.Millisecond))
-	other := claim1(t, ctx, s, 21, m.ID, lease)
-	require.Equal(t, notify.ClaimTaken, other.Status)
-	require.True(t, record1(t, ctx, s, other, notify.AttemptSent, ""))
+	expiredClaim(t, ctx, s, 20, 0, m.ID)
+	attemptOnce(t, ctx, s, 21, 0, m.ID, notify.AttemptSent, "")
 	require.Equal(t, 2, h.Count(t, "processed_messages"), "message 20's lease row is gone, 21 is done")
 	require.Equal(t, notify.ClaimDuplicate, claim1(t, ctx, s, 20, m.ID, lease).Status)
 }
@@ -214,8 +216,7 @@ func testClaimExpiredLeaseTakenOver(t *testing.T, ctx context.Context, h Harness
 func testClaimAfterSentIsDuplicate(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	c := claim1(t, ctx, s, 5, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptSent, ""))
+	c := attemptOnce(t, ctx, s, 5, 0, n.ID, notify.AttemptSent, "")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.NotNil(t, got.SentAt)
@@ -238,8 +239,7 @@ func testClaimAfterSentIsDuplicate(t *testing.T, ctx context.Context, h Harness)
 func testRecordRetryReleasesClaim(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	c := claim1(t, ctx, s, 9, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptRetry, "451 try later"))
+	attemptOnce(t, ctx, s, 9, 0, n.ID, notify.AttemptRetry, "451 try later")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Equal(t, 1, got.Attempts)
@@ -263,17 +263,14 @@ func testRecordDeferredSpendsNoAttempt(t *testing.T, ctx context.Context, h Harn
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	for range 3 {
-		c := claim1(t, ctx, s, 4, n.ID, lease)
-		require.Equal(t, notify.ClaimTaken, c.Status)
-		require.True(t, record1(t, ctx, s, c, notify.AttemptDeferred, "dial: connection refused"))
+		attemptOnce(t, ctx, s, 4, 0, n.ID, notify.AttemptDeferred, "dial: connection refused")
 	}
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Zero(t, got.Attempts)
 	require.Empty(t, got.LastError)
 	require.Zero(t, h.Count(t, "processed_messages"))
-	c := claim1(t, ctx, s, 4, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, 4, 0, n.ID, notify.AttemptSent, "")
 	got = get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 1, got.Attempts)
@@ -284,8 +281,7 @@ func testRecordDeferredSpendsNoAttempt(t *testing.T, ctx context.Context, h Harn
 func testRecordDead(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	c := claim1(t, ctx, s, 3, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptDead, "550 no such mailbox"))
+	attemptOnce(t, ctx, s, 3, 0, n.ID, notify.AttemptDead, "550 no such mailbox")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusFailed, got.Status)
 	require.Equal(t, 1, got.Attempts)
@@ -313,8 +309,7 @@ func testClaimAndRecordGroups(t *testing.T, ctx context.Context, h Harness) {
 	for i := range 4 {
 		ns = append(ns, create(t, ctx, s, i))
 	}
-	sent := claim1(t, ctx, s, 30, ns[3].ID, lease)
-	require.True(t, record1(t, ctx, s, sent, notify.AttemptSent, ""))
+	sent := attemptOnce(t, ctx, s, 30, 0, ns[3].ID, notify.AttemptSent, "")
 
 	reqs := []notify.ClaimRequest{
 		{MessageID: 12, NotificationID: ns[2].ID},
@@ -365,48 +360,38 @@ func testLockOrderNoDeadlock(t *testing.T, ctx context.Context, h Harness) {
 		held, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, 10*time.Millisecond)
 		require.NoError(t, err)
 		waitPast(t, held[1].Until.Add(2*time.Millisecond))
-		start := make(chan struct{})
-		errs := make(chan error, 4)
-		var wg sync.WaitGroup
-		run := func(fn func() error) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs <- fn()
-			}()
-		}
-		// The holder records both dead, in one group, b before a.
-		run(func() error {
-			_, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{
-				{Claim: held[1], Outcome: notify.AttemptDead, Error: "550"},
-				{Claim: held[0], Outcome: notify.AttemptDead, Error: "550"},
-			})
+		racers := []func() error{
+			// The holder records both dead, in one group, b before a.
+			func() error {
+				_, err := deliverytest.Record(ctx, s, []notify.DeliveryResult{
+					{Claim: held[1], Outcome: notify.AttemptDead, Error: "550"},
+					{Claim: held[0], Outcome: notify.AttemptDead, Error: "550"},
+				})
 
-			return err
-		})
-		// Copies of both messages are claimed (the leases ran out) in
-		// the other order, and one by one.
-		run(func() error {
-			_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, lease)
-			return err
-		})
-		run(func() error {
-			_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: mb, NotificationID: b.ID}}, lease)
-			return err
-		})
-		run(func() error {
-			cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}}, lease)
-			if err != nil || cs[0].Status != notify.ClaimTaken {
 				return err
-			}
-			_, err = deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: cs[0], Outcome: notify.AttemptDead, Error: "550"}})
-			return err
-		})
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+			},
+			// Copies of both messages are claimed (the leases ran out) in
+			// the other order, and one by one.
+			func() error {
+				_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}, {MessageID: mb, NotificationID: b.ID}}, lease)
+				return err
+			},
+			func() error {
+				_, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: mb, NotificationID: b.ID}}, lease)
+				return err
+			},
+			func() error {
+				cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: ma, NotificationID: a.ID}}, lease)
+				if err != nil || cs[0].Status != notify.ClaimTaken {
+					return err
+				}
+				_, err = deliverytest.Record(ctx, s, []notify.DeliveryResult{{Claim: cs[0], Outcome: notify.AttemptDead, Error: "550"}})
+				return err
+			},
+		}
+		errs := make([]error, len(racers))
+		together(len(racers), func(i int) { errs[i] = racers[i]() })
+		for _, err := range errs {
 			require.NoError(t, err, "round %d", r)
 		}
 		// Whoever won, each notification is settled or claimed by exactly

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
 )
 
 // The subtests of what the console and GET /status read of the whole
@@ -36,8 +35,7 @@ func testPendingStats(t *testing.T, ctx context.Context, h Harness) {
 	h.Backdate(t, oldest.ID, 2*time.Hour)
 	// The events handed on: the outbox's backlog is empty, the
 	// notifications are still pending.
-	_, err = relay.Batch(ctx, s, 100, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) { return ids(evs), nil })
-	require.NoError(t, err)
+	relayAll(t, ctx, h)
 	require.Zero(t, unprocessed(t, ctx, s))
 
 	st, err = s.PendingStats(ctx)
@@ -47,9 +45,9 @@ func testPendingStats(t *testing.T, ctx context.Context, h Harness) {
 	require.GreaterOrEqual(t, st.OldestAge, 2*time.Hour, "the oldest pending one's age, from its created_at")
 	require.Less(t, st.OldestAge, 3*time.Hour)
 
-	require.True(t, record1(t, ctx, s, claim1(t, ctx, s, 101, sent.ID, lease), notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, 101, 0, sent.ID, notify.AttemptSent, "")
 	deadLetter(t, ctx, s, 102, dead, "550 mailbox unavailable")
-	require.True(t, record1(t, ctx, s, claim1(t, ctx, s, 103, oldest.ID, lease), notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, 103, 0, oldest.ID, notify.AttemptSent, "")
 	st, err = s.PendingStats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Pending, "sent and dead-lettered ones are not pending")

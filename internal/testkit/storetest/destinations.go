@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,44 +248,35 @@ func testDestinationDisableRace(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	const racers = 8
 	var wins atomic.Int32
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range racers {
-		wg.Go(func() {
-			<-start
-			ok, err := s.DisableDestination(ctx, hookKey, "failing for 72h")
-			if err != nil {
-				t.Error(err)
-			}
-			if ok {
-				wins.Add(1)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+	together(racers, func(int) {
+		ok, err := s.DisableDestination(ctx, hookKey, "failing for 72h")
+		if err != nil {
+			t.Error(err)
+		}
+		if ok {
+			wins.Add(1)
+		}
+	})
 	require.EqualValues(t, 1, wins.Load(), "one disable wins")
 
 	_, err = s.DestinationFailing(ctx, "webhook", otherKey, "refused", time.Now())
 	require.NoError(t, err)
 	var disabled atomic.Bool
-	start = make(chan struct{})
-	wg.Go(func() {
-		<-start
-		ok, err := s.DisableDestination(ctx, otherKey, "failing for 72h")
-		if err != nil {
-			t.Error(err)
-		}
-		disabled.Store(ok)
-	})
-	wg.Go(func() {
-		<-start
-		if err := s.DestinationUp(ctx, otherKey); err != nil {
-			t.Error(err)
-		}
-	})
-	close(start)
-	wg.Wait()
+	both := []func(){
+		func() {
+			ok, err := s.DisableDestination(ctx, otherKey, "failing for 72h")
+			if err != nil {
+				t.Error(err)
+			}
+			disabled.Store(ok)
+		},
+		func() {
+			if err := s.DestinationUp(ctx, otherKey); err != nil {
+				t.Error(err)
+			}
+		},
+	}
+	together(len(both), func(i int) { both[i]() })
 	d, ok := destination(t, ctx, s, otherKey)
 	if disabled.Load() {
 		require.True(t, ok, "the disable won: the record stays")
@@ -343,11 +333,7 @@ func testDestinationPaging(t *testing.T, ctx context.Context, h Harness) {
 }
 
 func destKeys(ds []notify.Destination) []string {
-	out := make([]string, 0, len(ds))
-	for _, d := range ds {
-		out = append(out, d.Key)
-	}
-	return out
+	return pluck(ds, func(d notify.Destination) string { return d.Key })
 }
 
 // A pending notification tells why it waits: the record of its

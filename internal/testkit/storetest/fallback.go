@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
 )
 
 // fallbackTests are the subtests of a create's fallback list (issue 35,
@@ -32,31 +31,18 @@ func withFallback(i int, cat string) notify.NewNotification {
 	return nn
 }
 
-// dead claims n's delivery (message msg) and records it dead.
-func dead(t *testing.T, ctx context.Context, h Harness, msg int64, n notify.Notification) {
-	t.Helper()
-	c := claim1(t, ctx, h.Store, msg, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, c.Status)
-	require.True(t, record1(t, ctx, h.Store, c, notify.AttemptDead, "550 gone"))
-}
-
 // requestedFor returns the payload of the unprocessed
 // notification.requested event of notification id (relaying it).
 func requestedFor(t *testing.T, ctx context.Context, h Harness, id int64) notify.Requested {
 	t.Helper()
 	var got []notify.Requested
-	_, err := relay.Batch(ctx, h.Store, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		for _, e := range evs {
-			var r notify.Requested
-			require.NoError(t, json.Unmarshal(e.Payload, &r))
-			if r.NotificationID == notify.FormatID(id) {
-				got = append(got, r)
-			}
+	for _, e := range relayed(t, ctx, h.Store, requestedOnly, true) {
+		var r notify.Requested
+		require.NoError(t, json.Unmarshal(e.Payload, &r))
+		if r.NotificationID == notify.FormatID(id) {
+			got = append(got, r)
 		}
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	}
 	require.Len(t, got, 1, "one notification.requested event of notification %d", id)
 	return got[0]
 }
@@ -71,9 +57,7 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	nn := withFallback(1, "orders")
 	nn.Request.Priority = notify.PriorityHigh
-	c, err := s.Create(ctx, nn)
-	require.NoError(t, err)
-	first := c.Notification
+	first := createNew(t, ctx, s, nn)
 	require.Equal(t, []string{"telegram", "webhook"}, notify.HopChannels(first.Fallback))
 	got := get(t, ctx, s, first.ID)
 	require.Equal(t, nn.Fallback, got.Fallback, "the hops are stored as resolved")
@@ -81,9 +65,7 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	require.Zero(t, got.FallbackNext)
 	requestedFor(t, ctx, h, first.ID)
 
-	dead(t, ctx, h, 101, first)
-	got = get(t, ctx, s, first.ID)
-	require.Equal(t, notify.StatusFailed, got.Status)
+	got = deadLetter(t, ctx, s, 101, first, "550 gone")
 	require.NotZero(t, got.FallbackNext, "the dead letter made its hop")
 	hop := get(t, ctx, s, got.FallbackNext)
 	require.Equal(t, notify.StatusPending, hop.Status)
@@ -99,8 +81,7 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, "telegram", r.Channel)
 	require.Equal(t, "4242", r.To)
 
-	dead(t, ctx, h, 102, hop)
-	hop = get(t, ctx, s, hop.ID)
+	hop = deadLetter(t, ctx, s, 102, hop, "550 gone")
 	require.NotZero(t, hop.FallbackNext)
 	last := get(t, ctx, s, hop.FallbackNext)
 	require.Equal(t, "webhook", last.Channel)
@@ -109,9 +90,7 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 	require.Empty(t, last.Fallback)
 	requestedFor(t, ctx, h, last.ID)
 
-	dead(t, ctx, h, 103, last)
-	last = get(t, ctx, s, last.ID)
-	require.Equal(t, notify.StatusFailed, last.Status)
+	last = deadLetter(t, ctx, s, 103, last, "550 gone")
 	require.Zero(t, last.FallbackNext, "the chain ends")
 	require.Equal(t, 3, h.Count(t, "notifications"))
 }
@@ -120,14 +99,9 @@ func testFallbackOnDeadLetter(t *testing.T, ctx context.Context, h Harness) {
 // no hop.
 func testFallbackNotOnRetryOrSent(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	c, err := s.Create(ctx, withFallback(1, ""))
-	require.NoError(t, err)
-	n := c.Notification
-	cl := claim1(t, ctx, s, 201, n.ID, lease)
-	require.True(t, record1(t, ctx, s, cl, notify.AttemptRetry, "421 later"))
-	cl = claimCopy(t, ctx, s, 201, 1, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, cl.Status)
-	require.True(t, record1(t, ctx, s, cl, notify.AttemptSent, ""))
+	n := createNew(t, ctx, s, withFallback(1, ""))
+	attemptOnce(t, ctx, s, 201, 0, n.ID, notify.AttemptRetry, "421 later")
+	attemptOnce(t, ctx, s, 201, 1, n.ID, notify.AttemptSent, "")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Zero(t, got.FallbackNext)
@@ -138,18 +112,13 @@ func testFallbackNotOnRetryOrSent(t *testing.T, ctx context.Context, h Harness) 
 // and dead-lettered again, makes no second hop.
 func testFallbackOnceAfterRedrive(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	c, err := s.Create(ctx, withFallback(1, ""))
-	require.NoError(t, err)
-	n := c.Notification
-	dead(t, ctx, h, 301, n)
-	hopID := get(t, ctx, s, n.ID).FallbackNext
+	n := createNew(t, ctx, s, withFallback(1, ""))
+	hopID := deadLetter(t, ctx, s, 301, n, "550 gone").FallbackNext
 	require.NotZero(t, hopID)
 	ok, err := s.Redrive(ctx, n.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	dead(t, ctx, h, 302, n)
-	got := get(t, ctx, s, n.ID)
-	require.Equal(t, notify.StatusFailed, got.Status)
+	got := deadLetter(t, ctx, s, 302, n, "550 gone")
 	require.Equal(t, hopID, got.FallbackNext)
 	require.Equal(t, 2, h.Count(t, "notifications"))
 }
@@ -159,12 +128,9 @@ func testFallbackOnceAfterRedrive(t *testing.T, ctx context.Context, h Harness) 
 // once.
 func testFallbackSuppressedHop(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	c, err := s.Create(ctx, withFallback(1, "news"))
-	require.NoError(t, err)
-	n := c.Notification
+	n := createNew(t, ctx, s, withFallback(1, "news"))
 	require.NoError(t, s.PutPreferences(ctx, n.UserID, notify.Preferences{"news": {"telegram": false}}))
-	dead(t, ctx, h, 401, n)
-	got := get(t, ctx, s, n.ID)
+	got := deadLetter(t, ctx, s, 401, n, "550 gone")
 	sup := get(t, ctx, s, got.FallbackNext)
 	require.Equal(t, "telegram", sup.Channel)
 	require.Equal(t, notify.StatusSuppressed, sup.Status)

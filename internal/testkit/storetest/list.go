@@ -20,9 +20,7 @@ func createFor(t *testing.T, ctx context.Context, s Store, user string, i int) n
 	t.Helper()
 	r := request(i)
 	r.UserID = user
-	c, err := s.Create(ctx, notify.NewNotification{Request: r})
-	require.NoError(t, err)
-	return c.Notification
+	return createNew(t, ctx, s, notify.NewNotification{Request: r})
 }
 
 // newestFirst returns the ids of ns in the listing's order.
@@ -76,8 +74,7 @@ func testList(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, want, notificationIDs(page.Items), "newest first")
 	require.Nil(t, page.Next, "one page holds them all")
 	for _, n := range page.Items {
-		stored, err := s.Get(ctx, n.ID)
-		require.NoError(t, err)
+		stored := get(t, ctx, s, n.ID)
 		require.Empty(t, n.Body, "a listing leaves the body out")
 		stored.Body = ""
 		require.Equal(t, stored.Position(), n.Position())

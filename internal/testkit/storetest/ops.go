@@ -28,9 +28,15 @@ func waitPast(t *testing.T, at time.Time) {
 // microsecond precision.
 func boundary(t *testing.T) time.Time {
 	t.Helper()
-	waitPast(t, time.Now().Add(2*time.Millisecond))
+	return boundaryWithin(t, 2*time.Millisecond)
+}
+
+// boundaryWithin is a boundary with margin on either side of it.
+func boundaryWithin(t *testing.T, margin time.Duration) time.Time {
+	t.Helper()
+	waitPast(t, time.Now().Add(margin))
 	cut := time.Now()
-	waitPast(t, cut.Add(2*time.Millisecond))
+	waitPast(t, cut.Add(margin))
 	return cut
 }
 
@@ -39,19 +45,14 @@ func boundary(t *testing.T) time.Time {
 func deadLetter(t *testing.T, ctx context.Context, s Store, msgID int64, n notify.Notification, reason string) notify.Notification {
 	t.Helper()
 	require.NoError(t, recordFailure(ctx, s, msgID, n.ID, reason, true))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusFailed, got.Status)
 	require.NotNil(t, got.FailedAt, "a dead-lettered notification has failed_at")
 	return got
 }
 
 func notificationIDs(ns []notify.Notification) []int64 {
-	out := make([]int64, len(ns))
-	for i, n := range ns {
-		out[i] = n.ID
-	}
-	return out
+	return pluck(ns, func(n notify.Notification) int64 { return n.ID })
 }
 
 func deadLetterCount(t *testing.T, ctx context.Context, s Store) int64 {
@@ -91,8 +92,7 @@ func testDeadLetters(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, []int64{ns[1].ID, ns[4].ID, ns[0].ID, ns[2].ID}, notificationIDs(got), "newest failure first")
 	for i, n := range got {
 		// Each is the whole stored notification.
-		want, err := s.Get(ctx, n.ID)
-		require.NoError(t, err)
+		want := get(t, ctx, s, n.ID)
 		require.Equal(t, notify.StatusFailed, n.Status)
 		require.Equal(t, want.UserID, n.UserID)
 		require.Equal(t, want.To, n.To)
@@ -111,8 +111,7 @@ func testDeadLetters(t *testing.T, ctx context.Context, h Harness) {
 
 	// A pending and a sent notification have no failed_at.
 	for _, n := range []notify.Notification{ns[3]} {
-		g, err := s.Get(ctx, n.ID)
-		require.NoError(t, err)
+		g := get(t, ctx, s, n.ID)
 		require.Equal(t, notify.StatusSent, g.Status)
 		require.Nil(t, g.FailedAt)
 	}
@@ -151,11 +150,7 @@ func testDeadLettersFilter(t *testing.T, ctx context.Context, h Harness) {
 	}
 	pending := create(t, ctx, s, 99)
 	newestFirst := func(idx ...int) []int64 {
-		out := make([]int64, len(idx))
-		for i, k := range idx {
-			out[i] = failed[k].ID
-		}
-		return out
+		return pluck(idx, func(k int) int64 { return failed[k].ID })
 	}
 
 	for _, tc := range []struct {
@@ -254,11 +249,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	evs := allEvents(t, ctx, s)
 	require.Len(t, evs, 1)
 	old := evs[0].ID
-	_, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	relayAll(t, ctx, h)
 	require.NoError(t, recordFailure(ctx, s, old, n.ID, "421 busy", false))
 	// The retry's copy (retry count 1) is the one dead-lettered.
 	require.NoError(t, recordCopyFailure(ctx, s, notify.ClaimRequest{MessageID: old, NotificationID: n.ID, RetryCount: 1}, "550 mailbox unavailable", true))
@@ -294,8 +285,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 		t.Fatal("no wake-up after a redrive committed")
 	}
 
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Nil(t, got.FailedAt)
 	require.Nil(t, got.SentAt)
@@ -347,8 +337,7 @@ func testRedriveFailed(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.Equal(t, 1, sends)
-	got, err = s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got = get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 3, got.Attempts)
 	require.NotNil(t, got.SentAt)
@@ -372,16 +361,14 @@ func testRedriveNotFailed(t *testing.T, ctx context.Context, h Harness) {
 
 	before := map[int64]notify.Notification{}
 	for _, n := range []notify.Notification{sent, pending} {
-		g, err := s.Get(ctx, n.ID)
-		require.NoError(t, err)
+		g := get(t, ctx, s, n.ID)
 		before[n.ID] = g
 	}
 	for _, n := range []notify.Notification{sent, pending} {
 		ok, err := s.Redrive(ctx, n.ID)
 		require.NoError(t, err)
 		require.False(t, ok, "redrive of a %s notification", before[n.ID].Status)
-		got, err := s.Get(ctx, n.ID)
-		require.NoError(t, err)
+		got := get(t, ctx, s, n.ID)
 		require.Equal(t, before[n.ID], got, "a redrive that did not apply changes nothing")
 	}
 	require.Equal(t, 3, h.Count(t, "outbox"), "no event written (two created, one sent)")

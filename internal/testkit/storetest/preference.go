@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
 )
 
 // preferenceTests are the subtests of categories and preferences (issue
@@ -75,13 +74,10 @@ func testSuppressedCreate(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	require.NoError(t, s.PutPreferences(ctx, "user-1", notify.Preferences{"news": {"email": false, "telegram": true}}))
 
-	c, err := s.Create(ctx, categorized(1, "news"))
-	require.NoError(t, err)
-	sup := c.Notification
+	sup := createNew(t, ctx, s, categorized(1, "news"))
 	require.Equal(t, notify.StatusSuppressed, sup.Status)
 	require.Equal(t, "news", sup.Category)
-	got, err := s.Get(ctx, sup.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, sup.ID)
 	require.Equal(t, notify.StatusSuppressed, got.Status)
 	require.Equal(t, "news", got.Category)
 	require.Equal(t, "someone@example.com", got.To)
@@ -106,13 +102,7 @@ func testSuppressedCreate(t *testing.T, ctx context.Context, h Harness) {
 
 	claimed, err := s.Claim(ctx, "w", 10, time.Minute)
 	require.NoError(t, err)
-	var claimedIDs []int64
-	for _, m := range claimed {
-		_, id, err := m.Decode()
-		require.NoError(t, err)
-		claimedIDs = append(claimedIDs, id)
-	}
-	require.ElementsMatch(t, []int64{other.Notification.ID, req.Notification.ID, someoneElse.Notification.ID}, claimedIDs,
+	require.ElementsMatch(t, []int64{other.Notification.ID, req.Notification.ID, someoneElse.Notification.ID}, claimedIDs(t, claimed),
 		"the table claim takes the pending ones only")
 	require.Empty(t, relayIDs(t, ctx, s, requestedOnly), "the claim took the others")
 
@@ -173,8 +163,7 @@ func testSuppressedNoStatusEvents(t *testing.T, ctx context.Context, h Harness) 
 	c, err := q.Store.Create(ctx, categorized(1, "news"))
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusSuppressed, c.Notification.Status)
-	got, err := q.Store.Get(ctx, c.Notification.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, q.Store, c.Notification.ID)
 	require.Equal(t, notify.StatusSuppressed, got.Status)
 	require.Empty(t, statusEvents(t, ctx, q.Store))
 	require.Empty(t, relayIDs(t, ctx, q.Store, nil))
@@ -194,20 +183,14 @@ func testUnsubscribeStored(t *testing.T, ctx context.Context, h Harness) {
 	c, err := s.Create(ctx, nn)
 	require.NoError(t, err)
 	require.Equal(t, nn.Request.Unsubscribe, c.Notification.Unsubscribe)
-	got, err := s.Get(ctx, c.Notification.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, c.Notification.ID)
 	require.Equal(t, nn.Request.Unsubscribe, got.Unsubscribe)
 	var payloads []notify.Requested
-	_, err = relay.Batch(ctx, s, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		for _, e := range evs {
-			var r notify.Requested
-			require.NoError(t, json.Unmarshal(e.Payload, &r))
-			payloads = append(payloads, r)
-		}
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	for _, e := range relayed(t, ctx, s, requestedOnly, true) {
+		var r notify.Requested
+		require.NoError(t, json.Unmarshal(e.Payload, &r))
+		payloads = append(payloads, r)
+	}
 	require.Len(t, payloads, 1)
 	require.Equal(t, nn.Request.Unsubscribe, payloads[0].Unsubscribe)
 	require.Equal(t, nn.Request.Unsubscribe, notify.NewOutgoing(payloads[0]).Unsubscribe)

@@ -26,10 +26,7 @@ func createPriority(t *testing.T, ctx context.Context, s Store, i int, p notify.
 	t.Helper()
 	r := request(i)
 	r.Priority, r.SendAt = p, sendAt
-	c, err := s.Create(ctx, notify.NewNotification{Request: r})
-	require.NoError(t, err)
-	require.False(t, c.Replayed)
-	return c.Notification
+	return createNew(t, ctx, s, notify.NewNotification{Request: r})
 }
 
 // A notification keeps its priority (normal when none is given), on a
@@ -40,8 +37,7 @@ func testPriorityStored(t *testing.T, ctx context.Context, h Harness) {
 	for i, p := range []notify.Priority{"", notify.PriorityHigh, notify.PriorityNormal, notify.PriorityBulk} {
 		n := createPriority(t, ctx, s, i+1, p, nil)
 		require.Equal(t, p.OrDefault(), n.Priority, "create answers %q", p)
-		got, err := s.Get(ctx, n.ID)
-		require.NoError(t, err)
+		got := get(t, ctx, s, n.ID)
 		require.Equal(t, p.OrDefault(), got.Priority, "stored %q", p)
 	}
 	nns := batchOf(10, 3)
@@ -53,8 +49,7 @@ func testPriorityStored(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	for i, r := range out {
 		require.NoError(t, r.Err)
-		got, err := s.Get(ctx, r.Created.Notification.ID)
-		require.NoError(t, err)
+		got := get(t, ctx, s, r.Created.Notification.ID)
 		require.Equal(t, nns[i].Request.Priority.OrDefault(), got.Priority, "batch item %d", i)
 	}
 	page, err := s.List(ctx, notify.ListFilter{Limit: 100})

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/testkit/deliverytest"
 )
 
@@ -18,14 +17,7 @@ import (
 // broker confirmed everything does, and returns the events.
 func relayAll(t *testing.T, ctx context.Context, h Harness) []notify.Event {
 	t.Helper()
-	var relayed []notify.Event
-	_, err := relay.Batch(ctx, h.Store, 1000, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		relayed = append(relayed, evs...)
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
-	return relayed
+	return relayed(t, ctx, h.Store, nil, true)
 }
 
 // quietBoundary is boundary with margins wide enough for a cut-off given as
@@ -33,10 +25,7 @@ func relayAll(t *testing.T, ctx context.Context, h Harness) []notify.Event {
 // test measured it, which moves the cut a little later.
 func quietBoundary(t *testing.T) time.Time {
 	t.Helper()
-	waitPast(t, time.Now().Add(100*time.Millisecond))
-	cut := time.Now()
-	waitPast(t, cut.Add(100*time.Millisecond))
-	return cut
+	return boundaryWithin(t, 100*time.Millisecond)
 }
 
 // A pending notification whose event left the database (relayed) and then

@@ -2,15 +2,55 @@ package storetest
 
 import (
 	"context"
-	"time"
-
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/relay"
 )
+
+// holdBatch runs a relay batch on ctx in the background whose publish holds
+// the rows it is given, and returns their ids once publish has them. finish
+// lets publish answer, confirming the held rows or none, and requires that
+// the batch returns without an error; the end of the test lets a publish
+// still held go.
+func holdBatch(t *testing.T, ctx context.Context, s Store, confirm bool) (held []int64, finish func()) {
+	t.Helper()
+	inside := make(chan []int64, 1)
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+			inside <- ids(evs)
+			<-release
+			if !confirm {
+				return nil, nil
+			}
+			return ids(evs), nil
+		})
+		done <- err
+	}()
+	let := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(let)
+	select {
+	case held = <-inside:
+	case <-time.After(wait):
+		t.Fatal("publish was not called")
+	}
+	return held, func() {
+		t.Helper()
+		let()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(wait):
+			t.Fatal("the held batch did not return")
+		}
+	}
+}
 
 // testRelayBatchHoldsNothing: while a batch publishes (a broker that takes
 // its time), creates commit at once and another relay takes only the rows
@@ -21,31 +61,7 @@ func testRelayBatchHoldsNothing(t *testing.T, ctx context.Context, h Harness) {
 	for i := range 3 {
 		create(t, ctx, s, i)
 	}
-	inside := make(chan []int64, 1)
-	release := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-			inside <- ids(evs)
-			<-release
-			return ids(evs), nil
-		})
-
-		done <- err
-	}()
-	var held []int64
-	select {
-	case held = <-inside:
-	case <-time.After(wait):
-		t.Fatal("publish was not called")
-	}
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
+	held, finish := holdBatch(t, ctx, s, true)
 	require.Len(t, held, 3)
 
 	start := time.Now()
@@ -65,13 +81,7 @@ func testRelayBatchHoldsNothing(t *testing.T, ctx context.Context, h Harness) {
 	require.Len(t, got, 1)
 	require.NotContains(t, held, got[0])
 
-	close(release)
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(wait):
-		t.Fatal("the batch did not return")
-	}
+	finish()
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "the held rows are marked, the new one is not")
 	evs := allEvents(t, ctx, s)
 	require.Len(t, evs, 1)
@@ -95,31 +105,7 @@ func testRelayBatchLeaseExpires(t *testing.T, ctx context.Context, h Harness) {
 	start := time.Now()
 	hungCtx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	inside := make(chan []int64, 1)
-	release := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := relay.Batch(hungCtx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-			inside <- ids(evs)
-			<-release
-			return nil, nil
-		})
-
-		done <- err
-	}()
-	var held []int64
-	select {
-	case held = <-inside:
-	case <-time.After(wait):
-		t.Fatal("publish was not called")
-	}
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
+	held, finish := holdBatch(t, hungCtx, s, false)
 
 	// Another relay polls until the rows are free again.
 	var (
@@ -140,12 +126,6 @@ func testRelayBatchLeaseExpires(t *testing.T, ctx context.Context, h Harness) {
 	require.GreaterOrEqual(t, takenAt, deadline, "rows taken over before the hung batch's deadline")
 	require.Zero(t, unprocessed(t, ctx, s))
 
-	close(release)
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(wait):
-		t.Fatal("the hung batch did not return")
-	}
+	finish()
 	require.Zero(t, unprocessed(t, ctx, s), "the late answer undid the other relay's marks")
 }

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,9 +30,7 @@ func testStaleCopyAfterRetry(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	const msg = 40
-	first := claimCopy(t, ctx, s, msg, 0, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, first.Status)
-	require.True(t, record1(t, ctx, s, first, notify.AttemptRetry, "451 later"))
+	first := attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptRetry, "451 later")
 
 	// The original comes again (its partition's new owner redelivers it):
 	// stale, nothing claimed, no attempt row.
@@ -88,8 +85,7 @@ func testStaleCopyConcurrent(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	const msg = 60
-	first := claimCopy(t, ctx, s, msg, 0, n.ID, lease)
-	require.True(t, record1(t, ctx, s, first, notify.AttemptRetry, "451 later"))
+	attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptRetry, "451 later")
 
 	const each = 4
 	counts := make([]int, 0, 2*each)
@@ -98,22 +94,13 @@ func testStaleCopyConcurrent(t *testing.T, ctx context.Context, h Harness) {
 	}
 	answers := make([]notify.Claim, len(counts))
 	errs := make([]error, len(counts))
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, rc := range counts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			var cs []notify.Claim
-			cs, errs[i] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: rc}}, lease)
-			if errs[i] == nil {
-				answers[i] = cs[0]
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	together(len(counts), func(i int) {
+		var cs []notify.Claim
+		cs, errs[i] = deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: counts[i]}}, lease)
+		if errs[i] == nil {
+			answers[i] = cs[0]
+		}
+	})
 	taken := 0
 	for i, c := range answers {
 		require.NoError(t, errs[i])
@@ -159,28 +146,18 @@ func testStaleCopyMarkSurvivesRelease(t *testing.T, ctx context.Context, h Harne
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	const msg = 50
-	first := claimCopy(t, ctx, s, msg, 0, n.ID, lease)
-	require.True(t, record1(t, ctx, s, first, notify.AttemptRetry, "451 later"))
+	attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptRetry, "451 later")
 
-	copy1 := claimCopy(t, ctx, s, msg, 1, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, copy1.Status)
-	require.True(t, record1(t, ctx, s, copy1, notify.AttemptDeferred, "dial: connection refused"))
+	attemptOnce(t, ctx, s, msg, 1, n.ID, notify.AttemptDeferred, "dial: connection refused")
 	require.Equal(t, notify.ClaimDuplicate, claimCopy(t, ctx, s, msg, 0, n.ID, lease).Status, "after a deferred release")
 
-	const short = 50 * time.Millisecond
-	held := claimCopy(t, ctx, s, msg, 1, n.ID, short)
-	require.Equal(t, notify.ClaimTaken, held.Status)
-	waitPast(t, held.Until.Add(5*time.Millisecond))
+	expiredClaim(t, ctx, s, msg, 1, n.ID)
 	// A reconciled event (another message id) takes the expired claim over.
-	over := claimCopy(t, ctx, s, 51, 0, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, over.Status)
-	require.True(t, record1(t, ctx, s, over, notify.AttemptDeferred, "dial: connection refused"))
+	attemptOnce(t, ctx, s, 51, 0, n.ID, notify.AttemptDeferred, "dial: connection refused")
 	require.Equal(t, notify.ClaimDuplicate, claimCopy(t, ctx, s, msg, 0, n.ID, lease).Status, "after a takeover")
 	require.Equal(t, 1, h.Count(t, "processed_messages"), "message 50's mark; 51's deferred row is gone")
 
-	c := claimCopy(t, ctx, s, msg, 1, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, c.Status)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, msg, 1, n.ID, notify.AttemptSent, "")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 2, got.Attempts, "the retry and the send; deferred releases spend none")
@@ -237,11 +214,8 @@ func testStaleCopyRedrive(t *testing.T, ctx context.Context, h Harness) {
 	evs := relayAll(t, ctx, h)
 	require.Len(t, evs, 1)
 	old := evs[0].ID
-	c0 := claimCopy(t, ctx, s, old, 0, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c0, notify.AttemptRetry, "451 later"))
-	c1 := claimCopy(t, ctx, s, old, 1, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, c1.Status)
-	require.True(t, record1(t, ctx, s, c1, notify.AttemptDead, "550 gone"))
+	attemptOnce(t, ctx, s, old, 0, n.ID, notify.AttemptRetry, "451 later")
+	attemptOnce(t, ctx, s, old, 1, n.ID, notify.AttemptDead, "550 gone")
 	require.Equal(t, notify.StatusFailed, get(t, ctx, s, n.ID).Status)
 
 	redriven, err := s.Redrive(ctx, n.ID)
@@ -253,13 +227,9 @@ func testStaleCopyRedrive(t *testing.T, ctx context.Context, h Harness) {
 	for rc := range 3 {
 		require.Equal(t, notify.ClaimDuplicate, claimCopy(t, ctx, s, old, rc, n.ID, lease).Status, "old message, retry count %d", rc)
 	}
-	fc := claimCopy(t, ctx, s, fresh[0].ID, 0, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, fc.Status)
-	require.True(t, record1(t, ctx, s, fc, notify.AttemptRetry, "451 later"))
+	attemptOnce(t, ctx, s, fresh[0].ID, 0, n.ID, notify.AttemptRetry, "451 later")
 	require.Equal(t, notify.ClaimDuplicate, claimCopy(t, ctx, s, fresh[0].ID, 0, n.ID, lease).Status, "the fresh event's own stale copy")
-	fc1 := claimCopy(t, ctx, s, fresh[0].ID, 1, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, fc1.Status)
-	require.True(t, record1(t, ctx, s, fc1, notify.AttemptSent, ""))
+	attemptOnce(t, ctx, s, fresh[0].ID, 1, n.ID, notify.AttemptSent, "")
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 4, got.Attempts)

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/notify"
-	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/testkit/deliverytest"
 )
 
@@ -36,13 +35,7 @@ func apiTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 // as a status relay does, and returns them in id order.
 func relayStatus(t *testing.T, ctx context.Context, s Store) []notify.Event {
 	t.Helper()
-	var got []notify.Event
-	_, err := relay.Batch(ctx, s, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		got = append(got, evs...)
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	got := relayed(t, ctx, s, notify.StatusEventTypes, true)
 	for _, e := range got {
 		require.True(t, notify.IsStatusEvent(e.Type), "event %d of type %s relayed as a status event", e.ID, e.Type)
 	}
@@ -110,11 +103,9 @@ func testStatusEventOnDead(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	msg := relayAll(t, ctx, h)[0].ID
-	c0 := claimCopy(t, ctx, s, msg, 0, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c0, notify.AttemptRetry, "451 later"))
+	attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptRetry, "451 later")
 	require.Empty(t, relayStatus(t, ctx, s), "a retry settles nothing")
-	c1 := claimCopy(t, ctx, s, msg, 1, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c1, notify.AttemptDead, "550 no such user"))
+	attemptOnce(t, ctx, s, msg, 1, n.ID, notify.AttemptDead, "550 no such user")
 
 	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusFailed, got.Status)
@@ -134,10 +125,8 @@ func testStatusEventNoneUnsettled(t *testing.T, ctx context.Context, h Harness) 
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	msg := relayAll(t, ctx, h)[0].ID
-	c := claimCopy(t, ctx, s, msg, 0, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptDeferred, ""))
-	c = claimCopy(t, ctx, s, msg, 0, n.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptRetry, "421 busy"))
+	attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptDeferred, "")
+	attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptRetry, "421 busy")
 	require.Equal(t, notify.StatusPending, get(t, ctx, s, n.ID).Status)
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Equal(t, 1, h.Count(t, "outbox"))
@@ -233,29 +222,13 @@ func testRelayBatchTypes(t *testing.T, ctx context.Context, h Harness) {
 	require.EqualValues(t, 1, stats.UnprocessedStatus, "a request is no status event")
 
 	// An empty selection: nothing, publish not called.
-	n, err := relay.Batch(ctx, s, 10, []string{}, func(context.Context, []notify.Event) ([]int64, error) {
-		t.Error("publish called for an empty type selection")
-		return nil, nil
-	})
-
-	require.NoError(t, err)
-	require.Zero(t, n)
+	relayNothing(t, ctx, s, []string{}, "for an empty type selection")
 
 	// nil: every type, in id order.
 	types := func(evs []notify.Event) []string {
-		out := make([]string, len(evs))
-		for i, e := range evs {
-			out[i] = e.Type
-		}
-		return out
+		return pluck(evs, func(e notify.Event) string { return e.Type })
 	}
-	var all []notify.Event
-	_, err = relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		all = evs
-		return nil, nil
-	})
-
-	require.NoError(t, err)
+	all := relayed(t, ctx, s, nil, false)
 	require.Equal(t, []string{notify.EventSent, notify.EventRequested}, types(all))
 
 	// Each selection takes its own rows only, and marks only them.
@@ -266,13 +239,7 @@ func testRelayBatchTypes(t *testing.T, ctx context.Context, h Harness) {
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "the requested row is still unprocessed")
 	require.Equal(t, ids(req), ids(allEvents(t, ctx, s)))
 	// A selection with an unknown type takes nothing.
-	n, err = relay.Batch(ctx, s, 10, []string{"notification.unknown"}, func(context.Context, []notify.Event) ([]int64, error) {
-		t.Error("publish called for a type no row has")
-		return nil, nil
-	})
-
-	require.NoError(t, err)
-	require.Zero(t, n)
+	relayNothing(t, ctx, s, []string{"notification.unknown"}, "for a type no row has")
 }
 
 // The table transport's claim takes notification.requested rows only: a
@@ -312,12 +279,7 @@ func testReconcileIgnoresStatusEvents(t *testing.T, ctx context.Context, h Harne
 	ok, err := s.Redrive(ctx, n.ID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		require.Len(t, evs, 1)
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	relayOne(t, ctx, s)
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "the dead-lettering's status event is unprocessed")
 
 	cut := quietBoundary(t)
@@ -355,10 +317,8 @@ func recordHistory(t *testing.T, ctx context.Context, h Harness) settledRecord {
 	out, err := deliverytest.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
-	c := claimCopy(t, ctx, s, evs[1].ID, 0, failed.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptRetry, "421 busy"))
-	c = claimCopy(t, ctx, s, evs[1].ID, 1, failed.ID, lease)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptDead, "550 no such user"))
+	attemptOnce(t, ctx, s, evs[1].ID, 0, failed.ID, notify.AttemptRetry, "421 busy")
+	attemptOnce(t, ctx, s, evs[1].ID, 1, failed.ID, notify.AttemptDead, "550 no such user")
 
 	var r settledRecord
 	r.Duplicate, err = deliverytest.Deliver(ctx, s, evs[0].ID, sent.ID, func(context.Context) error {
@@ -438,14 +398,7 @@ func SettleWakes(t *testing.T, s Store) bool {
 	case <-ctx.Done():
 		t.Fatal("no wake-up after a create")
 	}
-	var msg int64
-	_, err := relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		require.Len(t, evs, 1)
-		msg = evs[0].ID
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	msg := relayOne(t, ctx, s)
 	out, err := deliverytest.Deliver(ctx, s, msg, n.ID, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)

@@ -160,9 +160,17 @@ func request(i int) notify.CreateRequest {
 	}
 }
 
+// create creates request(i).
 func create(t *testing.T, ctx context.Context, s Store, i int) notify.Notification {
 	t.Helper()
-	c, err := s.Create(ctx, notify.NewNotification{Request: request(i)})
+	return createNew(t, ctx, s, notify.NewNotification{Request: request(i)})
+}
+
+// createNew creates nn, which must be new (no replay), and returns the
+// stored notification.
+func createNew(t *testing.T, ctx context.Context, s Store, nn notify.NewNotification) notify.Notification {
+	t.Helper()
+	c, err := s.Create(ctx, nn)
 	require.NoError(t, err)
 	require.False(t, c.Replayed)
 	return c.Notification
@@ -186,30 +194,75 @@ var requestedOnly = []string{notify.EventRequested}
 // confirming none.
 func allEvents(t *testing.T, ctx context.Context, s Store) []notify.Event {
 	t.Helper()
-	var got []notify.Event
-	_, err := relay.Batch(ctx, s, 1000, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		got = append(got, evs...)
-		return nil, nil
-	})
+	return relayed(t, ctx, s, requestedOnly, false)
+}
 
+// relayOne relays the one unprocessed notification.requested event,
+// confirming it, and returns its message id.
+func relayOne(t *testing.T, ctx context.Context, s Store) int64 {
+	t.Helper()
+	evs := relayed(t, ctx, s, requestedOnly, true)
+	require.Len(t, evs, 1)
+	return evs[0].ID
+}
+
+// relayed runs one relay batch of types (up to 1000 rows) and returns its
+// events in id order, confirming every one when confirm, as a relay whose
+// broker took them does, and none otherwise: they stay unprocessed.
+func relayed(t *testing.T, ctx context.Context, s Store, types []string, confirm bool) []notify.Event {
+	t.Helper()
+	var got []notify.Event
+	_, err := relay.Batch(ctx, s, 1000, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+		got = append(got, evs...)
+		if !confirm {
+			return nil, nil
+		}
+		return ids(evs), nil
+	})
 	require.NoError(t, err)
 	return got
 }
 
-func ids(evs []notify.Event) []int64 {
-	out := make([]int64, len(evs))
-	for i, e := range evs {
-		out[i] = e.ID
+// pluck returns f of each of xs, in order.
+func pluck[T, V any](xs []T, f func(T) V) []V {
+	out := make([]V, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
 	}
 	return out
 }
 
-func msgIDs(ms []notify.Message) []int64 {
-	out := make([]int64, len(ms))
-	for i, m := range ms {
-		out[i] = m.ID
+// together runs fn(0) to fn(n-1), each in a goroutine of its own, lets
+// them all go at once, and waits until every one has returned.
+func together(n int, fn func(i int)) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			fn(i)
+		})
 	}
-	return out
+	close(start)
+	wg.Wait()
+}
+
+// relayNothing requires that a relay batch of types takes no row (and so
+// calls no publish), when: what the outbox holds.
+func relayNothing(t *testing.T, ctx context.Context, s Store, types []string, when string) {
+	t.Helper()
+	n, err := relay.Batch(ctx, s, 10, types, func(context.Context, []notify.Event) ([]int64, error) {
+		t.Error("publish called " + when)
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+func ids(evs []notify.Event) []int64 { return pluck(evs, func(e notify.Event) int64 { return e.ID }) }
+
+func msgIDs(ms []notify.Message) []int64 {
+	return pluck(ms, func(m notify.Message) int64 { return m.ID })
 }
 
 func testPing(t *testing.T, ctx context.Context, h Harness) {
@@ -223,33 +276,30 @@ func testCreateGet(t *testing.T, ctx context.Context, h Harness) {
 	c, err := s.Create(ctx, notify.NewNotification{Request: req, IdempotencyKey: "k-1"})
 	require.NoError(t, err)
 	require.False(t, c.Replayed)
+	// requested requires a notification that is req, pending and never
+	// attempted: the create's answer and the stored row alike.
+	requested := func(n notify.Notification) {
+		t.Helper()
+		require.Equal(t, req.UserID, n.UserID)
+		require.Equal(t, req.Channel, n.Channel)
+		require.Equal(t, req.To, n.To)
+		require.Equal(t, req.Subject, n.Subject)
+		require.Equal(t, req.Body, n.Body)
+		require.Equal(t, notify.StatusPending, n.Status)
+		require.Zero(t, n.Attempts)
+		require.Empty(t, n.LastError)
+		require.Nil(t, n.SentAt)
+	}
 	n := c.Notification
 	require.Positive(t, n.ID)
-	require.Equal(t, req.UserID, n.UserID)
-	require.Equal(t, req.Channel, n.Channel)
-	require.Equal(t, req.To, n.To)
-	require.Equal(t, req.Subject, n.Subject)
-	require.Equal(t, req.Body, n.Body)
-	require.Equal(t, notify.StatusPending, n.Status)
-	require.Zero(t, n.Attempts)
-	require.Empty(t, n.LastError)
-	require.Nil(t, n.SentAt)
+	requested(n)
 	require.True(t, n.CreatedAt.After(before), "created_at %v", n.CreatedAt)
 	require.True(t, n.CreatedAt.Before(time.Now().Add(time.Minute)), "created_at %v", n.CreatedAt)
 
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, n.ID, got.ID)
-	require.Equal(t, req.UserID, got.UserID)
-	require.Equal(t, req.Channel, got.Channel)
-	require.Equal(t, req.To, got.To)
-	require.Equal(t, req.Subject, got.Subject)
-	require.Equal(t, req.Body, got.Body)
-	require.Equal(t, notify.StatusPending, got.Status)
-	require.Zero(t, got.Attempts)
-	require.Empty(t, got.LastError)
+	requested(got)
 	require.Equal(t, "k-1", got.IdempotencyKey)
-	require.Nil(t, got.SentAt)
 	require.WithinDuration(t, n.CreatedAt, got.CreatedAt, time.Millisecond)
 	require.False(t, got.UpdatedAt.Before(got.CreatedAt.Add(-time.Millisecond)))
 
@@ -314,8 +364,7 @@ func testIdempotencyConflict(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, 1, h.Count(t, "notifications"))
 	require.Equal(t, 1, h.Count(t, "outbox"))
 
-	got, err := s.Get(ctx, first.Notification.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, first.Notification.ID)
 	require.Equal(t, request(1).Body, got.Body)
 }
 
@@ -474,8 +523,7 @@ func testMigrateTwice(t *testing.T, ctx context.Context, h Harness) {
 	n := create(t, ctx, s, 1)
 	require.NoError(t, s.Migrate(ctx))
 	require.NoError(t, s.Migrate(ctx))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, n.ID, got.ID)
 	require.Equal(t, 1, h.Count(t, "notifications"))
 	require.Equal(t, 1, h.Count(t, "outbox"))
@@ -485,20 +533,14 @@ func testMigrateTwice(t *testing.T, ctx context.Context, h Harness) {
 func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	// An empty outbox: 0 and publish is not called.
-	n, err := relay.Batch(ctx, s, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
-		t.Error("publish called on an empty outbox")
-		return nil, nil
-	})
-
-	require.NoError(t, err)
-	require.Zero(t, n)
+	relayNothing(t, ctx, s, nil, "on an empty outbox")
 
 	var created []notify.Notification
 	for i := range 3 {
 		created = append(created, create(t, ctx, s, i))
 	}
 	var got []notify.Event
-	n, err = relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
+	n, err := relay.Batch(ctx, s, 10, nil, func(_ context.Context, evs []notify.Event) ([]int64, error) {
 		got = evs
 		return ids(evs), nil
 	})
@@ -523,13 +565,7 @@ func testRelayBatchEvents(t *testing.T, ctx context.Context, h Harness) {
 	require.Zero(t, unprocessed(t, ctx, s))
 	require.Equal(t, 3, h.Count(t, "outbox"))
 
-	n, err = relay.Batch(ctx, s, 10, nil, func(context.Context, []notify.Event) ([]int64, error) {
-		t.Error("publish called with every row processed")
-		return nil, nil
-	})
-
-	require.NoError(t, err)
-	require.Zero(t, n)
+	relayNothing(t, ctx, s, nil, "with every row processed")
 }
 
 func testRelayBatchPartial(t *testing.T, ctx context.Context, h Harness) {
@@ -702,8 +738,7 @@ func testDeliverOnce(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.EqualValues(t, 1, sends.Load())
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.NotNil(t, got.SentAt)
@@ -715,8 +750,7 @@ func testDeliverOnce(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeDuplicate, out)
 	require.EqualValues(t, 1, sends.Load(), "a duplicate must not send")
-	again, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	again := get(t, ctx, s, n.ID)
 	require.Equal(t, 1, again.Attempts)
 	require.Equal(t, 1, h.Count(t, "processed_messages"))
 }
@@ -731,8 +765,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	require.ErrorIs(t, err, boom, "send's error must be returned as is")
 	require.EqualValues(t, 1, sends.Load())
 	require.Equal(t, 1, h.Count(t, "processed_messages"), "a failed send releases the message id, keeping its retry mark")
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Equal(t, 1, got.Attempts, "the failed attempt is counted")
 	require.Equal(t, "451 try later", got.LastError)
@@ -744,8 +777,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
 	require.EqualValues(t, 2, sends.Load())
-	got, err = s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got = get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 2, got.Attempts)
 
@@ -755,8 +787,7 @@ func testDeliverSendError(t *testing.T, ctx context.Context, h Harness) {
 	_, err = deliverytest.Deliver(ctx, s, msg+1, m.ID, func(context.Context) error { return perm })
 	require.ErrorIs(t, err, perm)
 	require.True(t, notify.IsPermanent(err))
-	got, err = s.Get(ctx, m.ID)
-	require.NoError(t, err)
+	got = get(t, ctx, s, m.ID)
 	require.Equal(t, notify.StatusFailed, got.Status)
 }
 
@@ -776,8 +807,7 @@ func testDeliverAlreadySent(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeDuplicate, out)
 	require.Equal(t, 2, h.Count(t, "processed_messages"))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 1, got.Attempts)
 }
@@ -836,8 +866,7 @@ func testDeliverConcurrent(t *testing.T, ctx context.Context, h Harness) {
 	}
 	require.Equal(t, 1, sent)
 	require.EqualValues(t, 1, sends.Load(), "send must run exactly once")
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, 1, got.Attempts)
 	require.Equal(t, 1, h.Count(t, "processed_messages"))
 }
@@ -847,8 +876,7 @@ func testRecordFailureTransient(t *testing.T, ctx context.Context, h Harness) {
 	n := create(t, ctx, s, 1)
 	require.NoError(t, recordFailure(ctx, s, 5, n.ID, "421 try later", false))
 	require.NoError(t, recordFailure(ctx, s, 6, n.ID, "connection refused", false))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusPending, got.Status)
 	require.Equal(t, 2, got.Attempts)
 	require.Equal(t, "connection refused", got.LastError)
@@ -859,8 +887,7 @@ func testRecordFailureTransient(t *testing.T, ctx context.Context, h Harness) {
 		func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, notify.OutcomeSent, out)
-	got, err = s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got = get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 3, got.Attempts)
 }
@@ -869,8 +896,7 @@ func testRecordFailureDead(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
 	require.NoError(t, recordFailure(ctx, s, 9, n.ID, "550 mailbox unavailable", true))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusFailed, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.Equal(t, "550 mailbox unavailable", got.LastError)
@@ -900,8 +926,7 @@ func testRecordFailureNotPending(t *testing.T, ctx context.Context, h Harness) {
 	// changes) leaves a sent notification alone.
 	require.NoError(t, recordFailure(ctx, s, 2, n.ID, "late", false))
 	require.NoError(t, recordFailure(ctx, s, 3, n.ID, "late", true))
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusSent, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.Empty(t, got.LastError)

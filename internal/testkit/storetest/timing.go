@@ -27,21 +27,16 @@ var timingTests = []subtest{
 	{"BatchKeepsTiming", testBatchKeepsTiming},
 }
 
-// statusEvents relays the status events and returns them.
+// statusEvents relays the status events and returns them decoded.
 func statusEvents(t *testing.T, ctx context.Context, s Store) []notify.StatusEvent {
 	t.Helper()
 	var out []notify.StatusEvent
-	_, err := relay.Batch(ctx, s, 1000, notify.StatusEventTypes, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		for _, e := range evs {
-			st, err := notify.DecodeStatus(e.Payload)
-			require.NoError(t, err)
-			require.Equal(t, e.Type, "notification."+st.Status)
-			out = append(out, st)
-		}
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	for _, e := range relayStatus(t, ctx, s) {
+		st, err := notify.DecodeStatus(e.Payload)
+		require.NoError(t, err)
+		require.Equal(t, e.Type, "notification."+st.Status)
+		out = append(out, st)
+	}
 	return out
 }
 
@@ -50,10 +45,7 @@ func createTimed(t *testing.T, ctx context.Context, s Store, i int, sendAt, expi
 	t.Helper()
 	r := request(i)
 	r.SendAt, r.ExpiresAt = sendAt, expiresAt
-	c, err := s.Create(ctx, notify.NewNotification{Request: r})
-	require.NoError(t, err)
-	require.False(t, c.Replayed)
-	return c.Notification
+	return createNew(t, ctx, s, notify.NewNotification{Request: r})
 }
 
 func ptr(t time.Time) *time.Time { return &t }
@@ -63,18 +55,13 @@ func ptr(t time.Time) *time.Time { return &t }
 func relayIDs(t *testing.T, ctx context.Context, s Store, types []string) []int64 {
 	t.Helper()
 	var out []int64
-	_, err := relay.Batch(ctx, s, 1000, types, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		for _, e := range evs {
-			if e.Type == notify.EventRequested {
-				_, id, err := notify.Message{ID: e.ID, Type: e.Type, Payload: e.Payload}.Decode()
-				require.NoError(t, err)
-				out = append(out, id)
-			}
+	for _, e := range relayed(t, ctx, s, types, true) {
+		if e.Type == notify.EventRequested {
+			_, id, err := notify.Message{ID: e.ID, Type: e.Type, Payload: e.Payload}.Decode()
+			require.NoError(t, err)
+			out = append(out, id)
 		}
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
+	}
 	return out
 }
 
@@ -91,8 +78,7 @@ func testScheduledNotBeforeSendAt(t *testing.T, ctx context.Context, h Harness) 
 	require.NotNil(t, sched.SendAt)
 	require.WithinDuration(t, sendAt, *sched.SendAt, time.Millisecond)
 
-	got, err := s.Get(ctx, sched.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, sched.ID)
 	require.Equal(t, notify.StatusPending, got.Status, "stored pending")
 	require.NotNil(t, got.SendAt)
 	require.WithinDuration(t, sendAt, *got.SendAt, time.Millisecond)
@@ -142,18 +128,11 @@ func testScheduledInThePastIsDue(t *testing.T, ctx context.Context, h Harness) {
 	past := time.Now().Add(-time.Hour).UTC()
 	a := createTimed(t, ctx, s, 1, ptr(past), nil)
 	b := createTimed(t, ctx, s, 2, ptr(past), nil)
-	got, err := s.Get(ctx, a.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, a.ID)
 	require.Equal(t, notify.StatusPending, got.StatusAt(time.Now()))
 	claimed, err := s.Claim(ctx, "w", 10, time.Minute)
 	require.NoError(t, err)
-	var claimedIDs []int64
-	for _, m := range claimed {
-		_, id, err := m.Decode()
-		require.NoError(t, err)
-		claimedIDs = append(claimedIDs, id)
-	}
-	require.ElementsMatch(t, []int64{a.ID, b.ID}, claimedIDs, "due at once")
+	require.ElementsMatch(t, []int64{a.ID, b.ID}, claimedIDs(t, claimed), "due at once")
 	c := createTimed(t, ctx, s, 3, ptr(past), nil)
 	require.Equal(t, []int64{c.ID}, relayIDs(t, ctx, s, nil), "due at once")
 }
@@ -195,8 +174,7 @@ func testCancelScheduled(t *testing.T, ctx context.Context, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, notify.StatusCanceled, c.Status)
 	require.NotNil(t, c.CanceledAt)
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusCanceled, got.StatusAt(time.Now()))
 	require.NotNil(t, got.CanceledAt)
 	require.EqualValues(t, 1, unprocessed(t, ctx, s), "only the status event is left")
@@ -223,15 +201,8 @@ func testCancelScheduled(t *testing.T, ctx context.Context, h Harness) {
 func testCancelThenClaim(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	n := create(t, ctx, s, 1)
-	var msg int64
-	_, err := relay.Batch(ctx, s, 10, requestedOnly, func(_ context.Context, evs []notify.Event) ([]int64, error) {
-		require.Len(t, evs, 1)
-		msg = evs[0].ID
-		return ids(evs), nil
-	})
-
-	require.NoError(t, err)
-	_, err = s.Cancel(ctx, n.ID)
+	msg := relayOne(t, ctx, s)
+	_, err := s.Cancel(ctx, n.ID)
 	require.NoError(t, err)
 	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
 	require.NoError(t, err)
@@ -301,8 +272,7 @@ func testCancelRacesClaim(t *testing.T, ctx context.Context, h Harness) {
 			_, err := s.Cancel(ctx, n.ID)
 			require.ErrorIs(t, err, notify.ErrNotCancelable)
 		}
-		got, err := s.Get(ctx, n.ID)
-		require.NoError(t, err)
+		got := get(t, ctx, s, n.ID)
 		require.Contains(t, []notify.Status{notify.StatusCanceled, notify.StatusSent}, got.Status)
 	}
 	t.Logf("cancel won %d races, the claim %d", canceled, sent)
@@ -319,8 +289,7 @@ func testExpiredAtClaim(t *testing.T, ctx context.Context, h Harness) {
 	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID}}, lease)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimDuplicate, cs[0].Status)
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusExpired, got.Status)
 	require.NotNil(t, got.ExpiredAt)
 	require.Empty(t, h.Attempts(t, n.ID), "no attempt started")
@@ -346,9 +315,7 @@ func testExpiredRetryNotSent(t *testing.T, ctx context.Context, h Harness) {
 	expires := time.Now().Add(3 * time.Second)
 	n := createTimed(t, ctx, s, 1, nil, ptr(expires))
 	msg := allEvents(t, ctx, s)[0].ID
-	c := claim1(t, ctx, s, msg, n.ID, lease)
-	require.Equal(t, notify.ClaimTaken, c.Status)
-	require.True(t, record1(t, ctx, s, c, notify.AttemptRetry, "451 try later"))
+	attemptOnce(t, ctx, s, msg, 0, n.ID, notify.AttemptRetry, "451 try later")
 	require.True(t, time.Now().Before(expires), "the first attempt ended after expires_at: the machine is too slow for this test to mean anything")
 	for time.Now().Before(expires.Add(10 * time.Millisecond)) {
 		time.Sleep(10 * time.Millisecond)
@@ -356,8 +323,7 @@ func testExpiredRetryNotSent(t *testing.T, ctx context.Context, h Harness) {
 	cs, err := deliverytest.Claim(ctx, s, []notify.ClaimRequest{{MessageID: msg, NotificationID: n.ID, RetryCount: 1}}, lease)
 	require.NoError(t, err)
 	require.Equal(t, notify.ClaimDuplicate, cs[0].Status, "the retry started after expires_at")
-	got, err := s.Get(ctx, n.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, n.ID)
 	require.Equal(t, notify.StatusExpired, got.Status)
 	require.Equal(t, 1, got.Attempts, "the one attempt before the expiry")
 	require.Len(t, h.Attempts(t, n.ID), 1)
@@ -379,8 +345,7 @@ func testBatchKeepsTiming(t *testing.T, ctx context.Context, h Harness) {
 		require.NoError(t, r.Err, "request %d", i)
 	}
 	timed := out[1].Created.Notification
-	got, err := s.Get(ctx, timed.ID)
-	require.NoError(t, err)
+	got := get(t, ctx, s, timed.ID)
 	require.NotNil(t, got.SendAt, "the batch dropped send_at")
 	require.WithinDuration(t, sendAt, *got.SendAt, time.Millisecond)
 	require.NotNil(t, got.ExpiresAt, "the batch dropped expires_at")

@@ -16,35 +16,32 @@ import (
 func testTraceparent(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	traced, err := s.Create(ctx, notify.NewNotification{Request: request(0), Traceparent: tp})
-	require.NoError(t, err)
+	traced := createNew(t, ctx, s, notify.NewNotification{Request: request(0), Traceparent: tp})
 	untraced := create(t, ctx, s, 1)
 
-	byNotification := func(payload []byte) int64 {
+	// check requires the traced notification's trace context, and none
+	// for the other, of one event or message.
+	check := func(payload []byte, traceparent string) {
+		t.Helper()
 		_, nid, err := notify.Message{Type: notify.EventRequested, Payload: payload}.Decode()
 		require.NoError(t, err)
-		return nid
+		switch nid {
+		case traced.ID:
+			require.Equal(t, tp, traceparent)
+		case untraced.ID:
+			require.Empty(t, traceparent)
+		}
 	}
 	evs := allEvents(t, ctx, s)
 	require.Len(t, evs, 2)
 	for _, e := range evs {
-		switch byNotification(e.Payload) {
-		case traced.Notification.ID:
-			require.Equal(t, tp, e.Traceparent)
-		case untraced.ID:
-			require.Empty(t, e.Traceparent)
-		}
+		check(e.Payload, e.Traceparent)
 	}
 
 	ms, err := s.Claim(ctx, "w", 10, time.Hour)
 	require.NoError(t, err)
 	require.Len(t, ms, 2)
 	for _, m := range ms {
-		switch byNotification(m.Payload) {
-		case traced.Notification.ID:
-			require.Equal(t, tp, m.Traceparent)
-		case untraced.ID:
-			require.Empty(t, m.Traceparent)
-		}
+		check(m.Payload, m.Traceparent)
 	}
 }
