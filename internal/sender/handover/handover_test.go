@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/sender/handover"
+	"github.com/heraldhq/herald/internal/testkit/proctest"
 )
 
 func TestTraceOfAnAnsweredRequest(t *testing.T) {
@@ -31,10 +32,8 @@ func TestTraceOfAnAnsweredRequest(t *testing.T) {
 
 func TestTraceOfARefusedConnection(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proctest.FreeAddr() // nothing listens there
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close()) // nothing listens there now
 	var tr handover.Trace
 	req, err := http.NewRequestWithContext(tr.Context(t.Context()), http.MethodPost, "http://"+addr, nil)
 	require.NoError(t, err)
