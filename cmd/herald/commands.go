@@ -169,39 +169,46 @@ func localURL(addr string) string {
 }
 
 func cmdAPI(ctx context.Context, args []string, e env) error {
-	cfg, err := parseFlags("api", "Serves the HTTP API, /metrics, the backlog monitor and alert.",
-		args, e, nil)
-	if err != nil {
-		return err
-	}
-	return runProcess(ctx, "api", cfg, e, false, roleAPI)
+	return runRole(ctx, args, e, roleAPI, "Serves the HTTP API, /metrics, the backlog monitor and alert.", nil)
 }
 
 func cmdRelay(ctx context.Context, args []string, e env) error {
-	cfg, err := parseFlags("relay", "Publishes outbox events to the broker; marks a row only after the broker confirmed it.",
-		args, e, nil)
-	if err != nil {
-		return err
-	}
-	if brokerKind(cfg.BrokerURL) == "table" {
-		return usageError{errors.New("herald relay needs HERALD_BROKER_URL: without a broker, workers read the outbox table and no relay runs")}
-	}
-	return runProcess(ctx, "relay", cfg, e, false, roleRelay)
+	return runRole(ctx, args, e, roleRelay, "Publishes outbox events to the broker; marks a row only after the broker confirmed it.",
+		func(cfg Config) error {
+			if brokerKind(cfg.BrokerURL) == "table" {
+				return errors.New("herald relay needs HERALD_BROKER_URL: without a broker, workers read the outbox table and no relay runs")
+			}
+			return nil
+		})
 }
 
 func cmdWorker(ctx context.Context, args []string, e env) error {
-	cfg, err := parseFlags("worker", "Delivers notifications from the broker (or the outbox table) to the sender.",
-		args, e, nil)
+	return runRole(ctx, args, e, roleWorker, "Delivers notifications from the broker (or the outbox table) to the sender.",
+		func(cfg Config) error {
+			if cfg.SMTPURL == "" {
+				// Only the embedded default (herald serve) writes mail to a
+				// file unasked: a production worker that marked mail sent
+				// into a file nobody reads would lose it silently.
+				return errors.New("HERALD_SMTP_URL is unset: a worker needs a mail server (smtp://host:port or smtps://...); to write mail to a file on purpose, set HERALD_SMTP_URL=mbox:PATH")
+			}
+			return nil
+		})
+}
+
+// runRole is herald api, relay or worker: the command of one role, named
+// after it and described by summary, run until ctx ends. refuse, when set,
+// says why the configuration cannot run the role: a usage error.
+func runRole(ctx context.Context, args []string, e env, r role, summary string, refuse func(Config) error) error {
+	cfg, err := parseFlags(string(r), summary, args, e, nil)
 	if err != nil {
 		return err
 	}
-	if cfg.SMTPURL == "" {
-		// Only the embedded default (herald serve) writes mail to a file
-		// unasked: a production worker that marked mail sent into a file
-		// nobody reads would lose it silently.
-		return usageError{errors.New("HERALD_SMTP_URL is unset: a worker needs a mail server (smtp://host:port or smtps://...); to write mail to a file on purpose, set HERALD_SMTP_URL=mbox:PATH")}
+	if refuse != nil {
+		if err := refuse(cfg); err != nil {
+			return usageError{err}
+		}
 	}
-	return runProcess(ctx, "worker", cfg, e, false, roleWorker)
+	return runProcess(ctx, string(r), cfg, e, false, r)
 }
 
 // runAll runs the long-running parts of a process until ctx ends or one of

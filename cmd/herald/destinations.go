@@ -27,23 +27,6 @@ type destinationAdmin interface {
 	EnableDestination(ctx context.Context, key string) error
 }
 
-// openDestinations opens the API client when cfg names an API, the
-// migrated store otherwise, and its close func.
-func openDestinations(ctx context.Context, cfg Config) (destinationAdmin, func(), error) {
-	if cfg.APIURL != "" {
-		c, err := newAPIClient(cfg)
-		if err != nil {
-			return nil, nil, err
-		}
-		return c, func() {}, nil
-	}
-	st, closeStore, err := openMigrated(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	return st, closeStore, nil
-}
-
 func cmdDestinationsList(ctx context.Context, args []string, e env) error {
 	var (
 		asJSON        bool
@@ -67,13 +50,10 @@ func cmdDestinationsList(ctx context.Context, args []string, e env) error {
 		}
 	}
 	f, err := api.ParseDestinationFilter(q)
-	if pe, ok := errors.AsType[*api.ParamError](err); ok {
-		return usageError{fmt.Errorf("destinations list: --%s: %s", pe.Field, pe.Message)}
-	}
 	if err != nil {
-		return err
+		return paramFlagError("destinations list", "", err)
 	}
-	book, closeBook, err := openDestinations(ctx, cfg)
+	book, closeBook, err := openAPIOrDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -118,7 +98,7 @@ func cmdDestinationsEnable(ctx context.Context, args []string, e env) error {
 		return usageError{errors.New("destinations enable takes one destination key (run 'herald destinations list' to see them)")}
 	}
 	key := rest[0]
-	book, closeBook, err := openDestinations(ctx, cfg)
+	book, closeBook, err := openAPIOrDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}

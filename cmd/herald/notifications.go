@@ -57,13 +57,10 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	f, err := api.ParseListFilter(q, known)
-	if pe, ok := errors.AsType[*api.ParamError](err); ok {
-		return usageError{fmt.Errorf("notifications list: --%s: %s", strings.ReplaceAll(pe.Field, "_", "-"), pe.Message)}
-	}
 	if err != nil {
-		return err
+		return paramFlagError("notifications list", "", err)
 	}
-	st, closeStore, err := openReader(ctx, cfg)
+	st, closeStore, err := openAPIOrDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -127,13 +124,10 @@ func showNotification(ctx context.Context, name, help string, args []string, e e
 		q.Set("cursor", attemptsFrom)
 	}
 	f, err := api.ParseAttemptFilter(q, id)
-	if pe, ok := errors.AsType[*api.ParamError](err); ok {
-		return usageError{fmt.Errorf("%s: --attempts-%s: %s", name, pe.Field, pe.Message)}
-	}
 	if err != nil {
-		return err
+		return paramFlagError(name, "attempts-", err)
 	}
-	st, closeStore, err := openReader(ctx, cfg)
+	st, closeStore, err := openAPIOrDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -354,9 +348,27 @@ type reader interface {
 	AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error)
 }
 
-// openReader opens the API's client when cfg names an API, the database
-// otherwise.
-func openReader(ctx context.Context, cfg Config) (reader, func(), error) {
+// paramFlagError turns the API's complaint about a query parameter, built from
+// cmd's flags, into a usage error naming the flag: --, prefix, then the
+// parameter with its underscores as dashes. Any other error is returned
+// as is.
+func paramFlagError(cmd, prefix string, err error) error {
+	if pe, ok := errors.AsType[*api.ParamError](err); ok {
+		return usageError{fmt.Errorf("%s: --%s%s: %s", cmd, prefix, strings.ReplaceAll(pe.Field, "_", "-"), pe.Message)}
+	}
+	return err
+}
+
+// apiOrDatabase is what the read and destinations commands use: the
+// database, or (with --api-url) the API through the Go client.
+type apiOrDatabase interface {
+	reader
+	destinationAdmin
+}
+
+// openAPIOrDatabase opens the API's client when cfg names an API, the
+// migrated database otherwise, and its close func.
+func openAPIOrDatabase(ctx context.Context, cfg Config) (apiOrDatabase, func(), error) {
 	if cfg.APIURL != "" {
 		c, err := newAPIClient(cfg)
 		if err != nil {

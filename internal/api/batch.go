@@ -163,16 +163,9 @@ func (a *API) readBatch(w http.ResponseWriter, r *http.Request) (bases []notify.
 	if e != nil {
 		return nil, nil, nil, e, http.StatusBadRequest
 	}
-	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(a.cfg.MaxBatchBytes, 10) + " bytes: send the notifications in more batches"}
-	if r.ContentLength > a.cfg.MaxBatchBytes {
-		return nil, nil, nil, tooLarge, http.StatusRequestEntityTooLarge
-	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBatchBytes))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, nil, nil, tooLarge, http.StatusRequestEntityTooLarge
-		}
-		return nil, nil, nil, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
+	raw, e, status := readBody(w, r, a.cfg.MaxBatchBytes, ": send the notifications in more batches")
+	if e != nil {
+		return nil, nil, nil, e, status
 	}
 	items, e, status := a.decodeBatch(raw)
 	if e != nil {

@@ -17,10 +17,8 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, *e)
 		return
 	}
-	notFound := apiError{Code: "not_found", Message: "no such notification"}
-	id, ok := notify.ParseID(r.PathValue("id"))
+	id, ok := notificationID(w, r)
 	if !ok {
-		writeError(w, http.StatusNotFound, notFound)
 		return
 	}
 	n, err := a.store.Cancel(r.Context(), id)
@@ -28,7 +26,7 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		writeJSON(w, http.StatusOK, newNotificationView(n))
 	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, notFound)
+		writeError(w, http.StatusNotFound, noSuchNotification)
 	case errors.Is(err, notify.ErrNotCancelable):
 		writeError(w, http.StatusConflict, apiError{Code: "not_cancelable",
 			Message: "the notification is " + string(n.Status) + ": only a pending or scheduled one can be canceled"})

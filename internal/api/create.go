@@ -163,16 +163,9 @@ func (a *API) readCreate(w http.ResponseWriter, r *http.Request) (nn notify.NewN
 	if nn.Fault, e = a.fault(r.Header); e != nil {
 		return nn, req, e, http.StatusBadRequest
 	}
-	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(a.cfg.MaxBodyBytes, 10) + " bytes"}
-	if r.ContentLength > a.cfg.MaxBodyBytes {
-		return nn, req, tooLarge, http.StatusRequestEntityTooLarge
-	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nn, req, tooLarge, http.StatusRequestEntityTooLarge
-		}
-		return nn, req, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
+	raw, e, status := readBody(w, r, a.cfg.MaxBodyBytes, "")
+	if e != nil {
+		return nn, req, e, status
 	}
 	req, e = decodeCreate(raw, a.cfg.Channels)
 	if e != nil {
@@ -235,6 +228,24 @@ func (a *API) disabledChannel(channel string) *apiError {
 	}
 	return &apiError{Code: "invalid_field", Field: "channel",
 		Message: fmt.Sprintf("channel %q is not enabled on this server: %s (enabled: %s)", channel, how, strings.Join(enabled, ", "))}
+}
+
+// readBody reads r's body, at most limit bytes: a larger one is answered
+// too_large (413), its message ending in hint, and one that cannot be read
+// invalid_body (400).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, hint string) ([]byte, *apiError, int) {
+	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(limit, 10) + " bytes" + hint}
+	if r.ContentLength > limit {
+		return nil, tooLarge, http.StatusRequestEntityTooLarge
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, tooLarge, http.StatusRequestEntityTooLarge
+		}
+		return nil, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
+	}
+	return raw, nil, 0
 }
 
 // checkContentType accepts one application/json Content-Type with any

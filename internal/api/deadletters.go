@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -243,16 +242,9 @@ func (a *API) redrive(w http.ResponseWriter, r *http.Request) {
 // error. On failure it returns the error to answer and its status.
 func (a *API) readRedrive(w http.ResponseWriter, r *http.Request) (notify.RedriveSelection, []int64, *apiError, int) {
 	var sel notify.RedriveSelection
-	tooLarge := &apiError{Code: "too_large", Message: "the request body is larger than " + strconv.FormatInt(a.cfg.MaxBodyBytes, 10) + " bytes"}
-	if r.ContentLength > a.cfg.MaxBodyBytes {
-		return sel, nil, tooLarge, http.StatusRequestEntityTooLarge
-	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return sel, nil, tooLarge, http.StatusRequestEntityTooLarge
-		}
-		return sel, nil, &apiError{Code: "invalid_body", Message: "the request body could not be read"}, http.StatusBadRequest
+	raw, e, status := readBody(w, r, a.cfg.MaxBodyBytes, "")
+	if e != nil {
+		return sel, nil, e, status
 	}
 	bad := func(e *apiError) (notify.RedriveSelection, []int64, *apiError, int) {
 		return sel, nil, e, http.StatusBadRequest

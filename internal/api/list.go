@@ -310,10 +310,8 @@ func NewAttemptPage(id int64, f notify.AttemptFilter, p notify.AttemptPage) any 
 // attempts handles GET /notifications/{id}/attempts: a page of the
 // attempts, oldest first.
 func (a *API) attempts(w http.ResponseWriter, r *http.Request) {
-	notFound := apiError{Code: "not_found", Message: "no such notification"}
-	id, ok := notify.ParseID(r.PathValue("id"))
+	id, ok := notificationID(w, r)
 	if !ok {
-		writeError(w, http.StatusNotFound, notFound)
 		return
 	}
 	f, e := parseAttemptQuery(r.URL.Query(), id)
@@ -326,7 +324,7 @@ func (a *API) attempts(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		writeJSON(w, http.StatusOK, NewAttemptPage(id, f, p))
 	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, notFound)
+		writeError(w, http.StatusNotFound, noSuchNotification)
 	default:
 		a.unavailable(w, r, "read attempts", err)
 	}

@@ -7,13 +7,26 @@ import (
 	"github.com/heraldhq/herald/internal/notify"
 )
 
-// get handles GET /notifications/{id}. A malformed id is simply not found:
-// telling "malformed" from "absent" would help nobody.
-func (a *API) get(w http.ResponseWriter, r *http.Request) {
-	notFound := apiError{Code: "not_found", Message: "no such notification"}
+// noSuchNotification answers a notification's route for an id that names
+// none.
+var noSuchNotification = apiError{Code: "not_found", Message: "no such notification"}
+
+// notificationID returns the notification id of r's path. A malformed id is
+// simply not found, as an unknown one is: it answers 404 and reports false.
+// Telling "malformed" from "absent" would help nobody.
+func notificationID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	id, ok := notify.ParseID(r.PathValue("id"))
 	if !ok {
-		writeError(w, http.StatusNotFound, notFound)
+		writeError(w, http.StatusNotFound, noSuchNotification)
+	}
+	return id, ok
+}
+
+// get handles GET /notifications/{id}; a malformed id is not found (see
+// notificationID).
+func (a *API) get(w http.ResponseWriter, r *http.Request) {
+	id, ok := notificationID(w, r)
+	if !ok {
 		return
 	}
 	n, err := a.store.Get(r.Context(), id)
@@ -21,7 +34,7 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		writeJSON(w, http.StatusOK, NewNotificationDetail(n))
 	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, notFound)
+		writeError(w, http.StatusNotFound, noSuchNotification)
 	default:
 		a.unavailable(w, r, "get notification", err)
 	}

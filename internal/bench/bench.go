@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -72,15 +71,7 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = 16
 	}
-	if c.Channel == "" {
-		c.Channel = ChannelEmail
-	}
-	if c.To == "" && c.Channel == ChannelEmail {
-		c.To = "bench@example.com"
-	}
-	if c.Stall == 0 {
-		c.Stall = 60 * time.Second
-	}
+	c.Channel, c.To, c.Stall = targetDefaults(c.Channel, c.To, c.Stall)
 	if c.Client == nil {
 		c.Client = &http.Client{Transport: &http.Transport{
 			MaxIdleConns:        c.Concurrency,
@@ -93,23 +84,16 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if err := checkRequests(c.URL, c.N); err != nil {
+		return err
+	}
 	switch {
-	case c.URL == "":
-		return errors.New("bench: API URL is required")
-	case c.N < 1:
-		return fmt.Errorf("bench: n must be at least 1, got %d", c.N)
 	case c.Concurrency < 1:
 		return fmt.Errorf("bench: concurrency must be at least 1, got %d", c.Concurrency)
 	case c.Rate < 0:
 		return fmt.Errorf("bench: rate must not be negative, got %g", c.Rate)
-	case c.Stall <= 0:
-		return fmt.Errorf("bench: stall timeout must be positive, got %s", c.Stall)
-	case !slices.Contains(Channels, c.Channel):
-		return fmt.Errorf("bench: channel must be one of %v, got %q", Channels, c.Channel)
-	case c.To == "":
-		return fmt.Errorf("bench: the %s channel needs a destination (To)", c.Channel)
 	}
-	return nil
+	return checkTarget(c.Channel, c.To, c.Stall)
 }
 
 // Result is what one Run measured.
@@ -312,19 +296,9 @@ func (l *load) measure(res *Result, rec *Recorder, lastAccept time.Time) {
 // create posts one create request and returns the notification's id and
 // the status.
 func create(ctx context.Context, c *http.Client, url string, body []byte) (string, int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	resp, raw, err := postJSON(ctx, c, url, bytes.NewReader(body), "notification")
 	if err != nil {
-		return "", 0, fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", 0, fmt.Errorf("post notification: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", 0, fmt.Errorf("read reply: %w", err)
+		return "", 0, err
 	}
 	if resp.StatusCode != http.StatusCreated {
 		return "", resp.StatusCode, fmt.Errorf("post notification: %s: %s", resp.Status, bytes.TrimSpace(raw))
@@ -336,6 +310,26 @@ func create(ctx context.Context, c *http.Client, url string, body []byte) (strin
 		return "", 0, fmt.Errorf("post notification: 201 without an id: %q", raw)
 	}
 	return v.ID, resp.StatusCode, nil
+}
+
+// postJSON posts body to url as JSON and returns the answer with its body
+// read; what names the request in the errors.
+func postJSON(ctx context.Context, c *http.Client, url string, body io.Reader, what string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build %s request: %w", what, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("post %s: %w", what, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s reply: %w", what, err)
+	}
+	return resp, raw, nil
 }
 
 // drain waits until every accepted create has been delivered; it fails when

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,17 +58,9 @@ func (c BroadcastConfig) withDefaults() BroadcastConfig {
 	if c.Concurrency == 0 {
 		c.Concurrency = 4
 	}
-	if c.Channel == "" {
-		c.Channel = ChannelEmail
-	}
-	if c.To == "" && c.Channel == ChannelEmail {
-		c.To = "bench@example.com"
-	}
+	c.Channel, c.To, c.Stall = targetDefaults(c.Channel, c.To, c.Stall)
 	if c.HighRate == 0 {
 		c.HighRate = 10
-	}
-	if c.Stall == 0 {
-		c.Stall = 60 * time.Second
 	}
 	if c.Client == nil {
 		c.Client = &http.Client{Transport: &http.Transport{
@@ -82,25 +73,18 @@ func (c BroadcastConfig) withDefaults() BroadcastConfig {
 }
 
 func (c BroadcastConfig) validate() error {
+	if err := checkRequests(c.URL, c.N); err != nil {
+		return err
+	}
 	switch {
-	case c.URL == "":
-		return errors.New("bench: API URL is required")
-	case c.N < 1:
-		return fmt.Errorf("bench: n must be at least 1, got %d", c.N)
 	case c.BatchSize < 1 || c.BatchSize > MaxBroadcastBatch:
 		return fmt.Errorf("bench: batch size must be 1 to %d, got %d", MaxBroadcastBatch, c.BatchSize)
 	case c.Concurrency < 1:
 		return fmt.Errorf("bench: concurrency must be at least 1, got %d", c.Concurrency)
 	case c.HighRate < 0:
 		return fmt.Errorf("bench: high rate must not be negative, got %g", c.HighRate)
-	case c.Stall <= 0:
-		return fmt.Errorf("bench: stall timeout must be positive, got %s", c.Stall)
-	case !slices.Contains(Channels, c.Channel):
-		return fmt.Errorf("bench: channel must be one of %v, got %q", Channels, c.Channel)
-	case c.To == "":
-		return fmt.Errorf("bench: the %s channel needs a destination (To)", c.Channel)
 	}
-	return nil
+	return checkTarget(c.Channel, c.To, c.Stall)
 }
 
 // BroadcastResult is what one Broadcast measured.
@@ -383,19 +367,9 @@ func createBatch(ctx context.Context, c *http.Client, url string, request func(i
 		body.Write(request(first + j))
 	}
 	body.WriteString(`]}`)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, &body)
+	resp, raw, err := postJSON(ctx, c, url, &body, "batch")
 	if err != nil {
-		return nil, map[int]int{0: k}, fmt.Errorf("build batch request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, map[int]int{0: k}, fmt.Errorf("post batch: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, map[int]int{0: k}, fmt.Errorf("read batch reply: %w", err)
+		return nil, map[int]int{0: k}, err
 	}
 	if resp.StatusCode != http.StatusMultiStatus {
 		return nil, map[int]int{resp.StatusCode: k}, fmt.Errorf("post batch: %s: %s", resp.Status, bytes.TrimSpace(raw))

@@ -1,7 +1,11 @@
 package bench
 
 import (
+	"errors"
+	"fmt"
+	"slices"
 	"strconv"
+	"time"
 )
 
 // The channels a bench can load, as the API names them.
@@ -13,6 +17,49 @@ const (
 
 // Channels lists the channels a bench can load, email first.
 var Channels = []string{ChannelEmail, ChannelWebhook, ChannelTelegram}
+
+// targetDefaults returns the channel, destination and stall timeout of a
+// load (Run's or Broadcast's) with their defaults: email, to
+// bench@example.com when the channel is email, and 60s.
+func targetDefaults(channel, to string, stall time.Duration) (string, string, time.Duration) {
+	if channel == "" {
+		channel = ChannelEmail
+	}
+	if to == "" && channel == ChannelEmail {
+		to = "bench@example.com"
+	}
+	if stall == 0 {
+		stall = 60 * time.Second
+	}
+	return channel, to, stall
+}
+
+// checkRequests checks what every load needs to send anything: the API's
+// URL and at least one notification.
+func checkRequests(url string, n int) error {
+	switch {
+	case url == "":
+		return errors.New("bench: API URL is required")
+	case n < 1:
+		return fmt.Errorf("bench: n must be at least 1, got %d", n)
+	}
+	return nil
+}
+
+// checkTarget checks where a load's notifications go and how long their
+// drain may stall: a known channel, a destination on it, a positive
+// timeout.
+func checkTarget(channel, to string, stall time.Duration) error {
+	switch {
+	case stall <= 0:
+		return fmt.Errorf("bench: stall timeout must be positive, got %s", stall)
+	case !slices.Contains(Channels, channel):
+		return fmt.Errorf("bench: channel must be one of %v, got %q", Channels, channel)
+	case to == "":
+		return fmt.Errorf("bench: the %s channel needs a destination (To)", channel)
+	}
+	return nil
+}
 
 // requestFunc returns the builder of the i-th create request of a run on
 // channel to destination to, with priority when not "": each the size of a

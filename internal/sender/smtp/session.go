@@ -62,11 +62,9 @@ func (s *Sender) take(ctx context.Context) (*session, error) {
 		// A kept session first: no dial, no wait.
 		select {
 		case ses := <-s.idle:
-			if s.fresh(ses) {
-				ses.reused = true
+			if s.reuse(ses) {
 				return ses, nil
 			}
-			s.discard(ses)
 			continue
 		default:
 		}
@@ -75,11 +73,9 @@ func (s *Sender) take(ctx context.Context) (*session, error) {
 		}
 		select {
 		case ses := <-s.idle:
-			if s.fresh(ses) {
-				ses.reused = true
+			if s.reuse(ses) {
 				return ses, nil
 			}
-			s.discard(ses)
 		case s.slots <- struct{}{}:
 			return nil, nil
 		case <-ctx.Done():
@@ -95,9 +91,15 @@ func (s *Sender) free() {
 	}
 }
 
-// fresh reports whether a kept session is young enough to reuse.
-func (s *Sender) fresh(ses *session) bool {
-	return time.Since(ses.idleSince) < s.cfg.IdleTimeout
+// reuse reports whether a kept session is young enough to serve again,
+// and marks it reused; an older one is discarded.
+func (s *Sender) reuse(ses *session) bool {
+	if time.Since(ses.idleSince) >= s.cfg.IdleTimeout {
+		s.discard(ses)
+		return false
+	}
+	ses.reused = true
+	return true
 }
 
 // keep puts a session that just completed a transaction back for reuse, or

@@ -33,15 +33,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/handover"
 )
 
 // Defaults of a Config that leaves a field zero.
@@ -212,17 +211,10 @@ func (s *Sender) call(ctx context.Context, method string, body []byte) (reply, i
 	if err := ctx.Err(); err != nil {
 		return r, 0, fmt.Errorf("telegram %s: before sending: %w", method, err)
 	}
-	var connected, wrote atomic.Bool
+	var tr handover.Trace
 	tctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	tctx = httptrace.WithClientTrace(tctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
-		WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	})
+	tctx = tr.Context(tctx)
 	req, err := http.NewRequestWithContext(tctx, http.MethodPost, s.base+method, bytes.NewReader(body))
 	if err != nil {
 		return r, 0, notify.SenderDown(fail("build request: %v", err))
@@ -238,17 +230,10 @@ func (s *Sender) call(ctx context.Context, method string, body []byte) (reply, i
 		case errors.Is(ctx.Err(), context.Canceled):
 			// The caller gave up: that says nothing about the API.
 			return r, 0, fmt.Errorf("telegram %s: the caller gave up: %w (%s)", method, ctx.Err(), s.redact(err.Error()))
-		case !wrote.Load() && (tctx.Err() != nil || isTimeout(err)):
-			// A deadline passed before the API took the request: a
-			// connect or TLS handshake that never completed, a black
-			// hole. Whichever deadline fired first (the caller's, this
-			// timeout, or the dialer's or TLS handshake's own timers set
-			// to it), the outcome must not depend on that race: the
-			// provider is down, not the message.
-			what := "no connection in time (the connect or TLS handshake unfinished),"
-			if connected.Load() {
-				what = "the request not taken in time,"
-			}
+		case tr.Stalled(tctx, err):
+			// A deadline passed before the API took the request (the
+			// caller's, this timeout, or the dialer's or TLS
+			// handshake's): the provider is down, not the message.
 			// One text whichever deadline fired (the chain keeps the
 			// context's error and not the request's, whose URL holds the
 			// token), so that the gate's reason does not flip between them.
@@ -257,14 +242,14 @@ func (s *Sender) call(ctx context.Context, method string, body []byte) (reply, i
 				cause = tctx.Err()
 			}
 			return r, 0, notify.SenderDown(fmt.Errorf("telegram %s: %s before the request was handed over: %w",
-				method, what, notify.Quiet("deadline exceeded", cause)))
-		case !connected.Load():
+				method, tr.Unfinished(), notify.Quiet("deadline exceeded", cause)))
+		case !tr.Connected():
 			return r, 0, notify.SenderDown(fail("cannot connect: %v", err))
 		case tctx.Err() != nil:
 			return r, 0, fmt.Errorf("telegram %s: no reply within the deadline (the caller's or the %s timeout), the request sent: %w (%s)",
 				method, s.cfg.Timeout, tctx.Err(), s.redact(err.Error()))
 		default:
-			return r, 0, fail("connection failed during the request (request sent: %t): %v", wrote.Load(), err)
+			return r, 0, fail("connection failed during the request (request sent: %t): %v", tr.Wrote(), err)
 		}
 	}
 	defer resp.Body.Close()
@@ -286,13 +271,6 @@ func (s *Sender) call(ctx context.Context, method string, body []byte) (reply, i
 // errDeadline stands for a dialer's or TLS handshake's own timeout in the
 // chain of a send that no deadline of the context cut.
 var errDeadline = errors.New("dial or TLS handshake timeout")
-
-// isTimeout reports whether err is a network timeout: the dialer's or the
-// TLS handshake's own.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
 
 // describe renders a reply's description for an error: ": <text>".
 func (s *Sender) describe(r reply) string {

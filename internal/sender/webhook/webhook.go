@@ -27,7 +27,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -38,6 +37,7 @@ import (
 	"unicode"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/sender/handover"
 )
 
 // DefaultTimeout is the Timeout of a Config that leaves it zero.
@@ -236,17 +236,10 @@ func (s *Sender) post(ctx context.Context, u *url.URL, id, body string) error {
 		return fail("before sending: %w", err)
 	}
 
-	var connected, wrote atomic.Bool
+	var tr handover.Trace
 	tctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	tctx = httptrace.WithClientTrace(tctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
-		WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	})
+	tctx = tr.Context(tctx)
 	req, err := http.NewRequestWithContext(tctx, http.MethodPost, u.String(), strings.NewReader(body))
 	if err != nil {
 		return notify.Permanent(fail("build request: %w", err))
@@ -259,7 +252,7 @@ func (s *Sender) post(ctx context.Context, u *url.URL, id, body string) error {
 	req.Header.Set("webhook-signature", signature(s.key, id, ts, body))
 
 	resp, err := s.client.Load().Do(req)
-	if err != nil && !connected.Load() {
+	if err != nil && !tr.Connected() {
 		s.noteUnreached(key)
 	}
 	if err != nil {
@@ -276,22 +269,19 @@ func (s *Sender) post(ctx context.Context, u *url.URL, id, body string) error {
 		case errors.Is(ctx.Err(), context.Canceled):
 			// The caller gave up: that says nothing about the endpoint.
 			return fail("the caller gave up: %w (%v)", ctx.Err(), err)
-		case !wrote.Load() && (tctx.Err() != nil || isTimeout(err)):
-			// A deadline passed before the endpoint took the request: a
-			// connect or TLS handshake that never completed, a black
-			// hole. Whichever deadline fired first (the caller's, this
-			// timeout, or the dialer's or TLS handshake's own timers set
-			// to it), the outcome must not depend on that race: the
-			// endpoint is down, not the message.
+		case tr.Stalled(tctx, err):
+			// A deadline passed before the endpoint took the request (the
+			// caller's, this timeout, or the dialer's or TLS
+			// handshake's): the endpoint is down, not the message.
 			return notify.ForDestination(notify.SenderDown(fail("%s before the request was handed over: %w",
-				stalled(connected.Load()), notify.Quiet("deadline exceeded", deadline(tctx, err)))), key)
-		case !connected.Load():
+				tr.Unfinished(), notify.Quiet("deadline exceeded", deadline(tctx, err)))), key)
+		case !tr.Connected():
 			// Nothing reached the endpoint: it is down, not the message.
 			return notify.ForDestination(notify.SenderDown(fail("cannot connect: %w", err)), key)
 		case tctx.Err() != nil:
 			return fail("no reply within the deadline (the caller's or the %s timeout), the request sent: %w (%v)", s.cfg.Timeout, tctx.Err(), err)
 		default:
-			return fail("connection failed during the request (request sent: %t): %w", wrote.Load(), err)
+			return fail("connection failed during the request (request sent: %t): %w", tr.Wrote(), err)
 		}
 	}
 	defer resp.Body.Close()
@@ -308,22 +298,6 @@ func deadline(ctx context.Context, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w (%v)", ctx.Err(), err)
-}
-
-// isTimeout reports whether err is a network timeout: the dialer's or the
-// TLS handshake's own.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// stalled names what had not happened when a deadline passed before the
-// request was handed over.
-func stalled(connected bool) string {
-	if connected {
-		return "the request not taken in time,"
-	}
-	return "no connection in time (the connect or TLS handshake unfinished),"
 }
 
 // classify reads the endpoint's answer.

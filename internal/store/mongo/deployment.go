@@ -106,14 +106,10 @@ func (s *Store) LeaveProcess(ctx context.Context, id string) error {
 // Processes lists the processes' documents, oldest start first, each with
 // its age by this process's clock.
 func (s *Store) Processes(ctx context.Context) ([]notify.Process, error) {
-	cur, err := s.db.Collection(collProcesses).Find(ctx, bson.D{},
+	ds, err := findAll[processDoc](ctx, s.db.Collection(collProcesses), bson.D{},
 		options.Find().SetSort(bson.D{{Key: "started_at", Value: 1}, {Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("list processes: %w", classify(err))
-	}
-	var ds []processDoc
-	if err := cur.All(ctx, &ds); err != nil {
-		return nil, fmt.Errorf("list processes: %w", classify(err))
+		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	out := make([]notify.Process, 0, len(ds))
 	for _, d := range ds {

@@ -232,15 +232,7 @@ func (s *Store) destinations(ctx context.Context, filter bson.D, limit int64) ([
 	if limit > 0 {
 		opts.SetLimit(limit)
 	}
-	cur, err := s.db.Collection(collDestinations).Find(ctx, filter, opts)
-	if err != nil {
-		return nil, classify(err)
-	}
-	var ds []destDoc
-	if err := cur.All(ctx, &ds); err != nil {
-		return nil, classify(err)
-	}
-	return ds, nil
+	return findAll[destDoc](ctx, s.db.Collection(collDestinations), filter, opts)
 }
 
 // pendingByDestination counts the pending notifications of each of keys

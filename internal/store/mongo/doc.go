@@ -446,13 +446,13 @@ func pause(ctx context.Context, try int) error {
 	}
 }
 
-// findDocs runs a find and decodes every document.
-func (s *Store) findDocs(ctx context.Context, filter any, opts ...options.Lister[options.FindOptions]) ([]doc, error) {
-	cur, err := s.n.Find(ctx, filter, opts...)
+// findAll runs a find on coll and decodes every document it matches.
+func findAll[T any](ctx context.Context, coll *mgo.Collection, filter any, opts ...options.Lister[options.FindOptions]) ([]T, error) {
+	cur, err := coll.Find(ctx, filter, opts...)
 	if err != nil {
 		return nil, classify(err)
 	}
-	var out []doc
+	var out []T
 	if err := cur.All(ctx, &out); err != nil {
 		return nil, classify(err)
 	}

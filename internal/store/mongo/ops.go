@@ -111,7 +111,7 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 	// open = open_status is not a filter an index serves: the candidates
 	// are those with no open event (stale_idx) and those with an open
 	// status event (open_status_idx, sparse: a few), checked in stale.
-	cands, err := s.findDocs(ctx, bson.D{
+	cands, err := findAll[doc](ctx, s.n, bson.D{
 		{Key: "status", Value: string(notify.StatusPending)},
 		{Key: "$or", Value: bson.A{
 			bson.D{{Key: "open", Value: 0}},
@@ -179,7 +179,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time, batch int) (notify.
 	for pass := range 2 {
 		var last int64
 		for {
-			cands, err := s.findDocs(ctx, bson.D{
+			cands, err := findAll[doc](ctx, s.n, bson.D{
 				{Key: "settled", Value: bson.D{{Key: "$lt", Value: cut}}},
 				{Key: "_id", Value: bson.D{{Key: "$gt", Value: key(last)}}},
 			}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(batch)).
@@ -289,16 +289,12 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 		return notify.ListPage{}, fmt.Errorf("list notifications: limit must be at least 1, got %d", f.Limit)
 	}
 	filter := listFilter(f)
-	cur, err := s.n.Find(ctx, filter, options.Find().
+	ds, err := findAll[doc](ctx, s.n, filter, options.Find().
 		SetSort(bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}}).
 		SetLimit(int64(f.Limit+1)).
 		SetProjection(bson.D{{Key: "events", Value: 0}, {Key: "processed", Value: 0}, {Key: "history", Value: 0}, {Key: "body", Value: 0}}))
 	if err != nil {
-		return notify.ListPage{}, fmt.Errorf("list notifications: %w", classify(err))
-	}
-	var ds []doc
-	if err := cur.All(ctx, &ds); err != nil {
-		return notify.ListPage{}, fmt.Errorf("list notifications: %w", classify(err))
+		return notify.ListPage{}, fmt.Errorf("list notifications: %w", err)
 	}
 	items := make([]notify.Notification, len(ds))
 	for i := range ds {

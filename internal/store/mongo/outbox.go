@@ -70,17 +70,9 @@ func (s *Store) candidates(ctx context.Context, t time.Time, c cursor, limit int
 	case c.set:
 		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: key(c.key)}}})
 	}
-	cur, err := s.n.Find(ctx, filter,
+	return findAll[candidate](ctx, s.n, filter,
 		options.Find().SetSort(sort).SetLimit(int64(limit)).
 			SetProjection(bson.D{{Key: "id", Value: 1}, {Key: "due", Value: 1}}))
-	if err != nil {
-		return nil, classify(err)
-	}
-	var ds []candidate
-	if err := cur.All(ctx, &ds); err != nil {
-		return nil, classify(err)
-	}
-	return ds, nil
 }
 
 // rankFilter matches the documents of rank: for the normal rank, also

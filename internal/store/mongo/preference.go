@@ -54,13 +54,9 @@ func (s *Store) optedOut(ctx context.Context, nn notify.NewNotification) (bool, 
 // Preferences returns the preferences of userID; none is an empty set,
 // not an error.
 func (s *Store) Preferences(ctx context.Context, userID string) (notify.Preferences, error) {
-	cur, err := s.db.Collection(collPreferences).Find(ctx, bson.D{{Key: "user_id", Value: userID}})
+	docs, err := findAll[preferenceDoc](ctx, s.db.Collection(collPreferences), bson.D{{Key: "user_id", Value: userID}})
 	if err != nil {
-		return nil, fmt.Errorf("get preferences: %w", classify(err))
-	}
-	var docs []preferenceDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("get preferences: %w", classify(err))
+		return nil, fmt.Errorf("get preferences: %w", err)
 	}
 	p := notify.Preferences{}
 	for _, d := range docs {

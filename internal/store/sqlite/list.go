@@ -172,19 +172,14 @@ func (s *Store) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilte
 		if a.StartedAt, err = parseTime(startedAt.String); err != nil {
 			return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
 		}
-		if finishedAt.Valid {
-			t, err := parseTime(finishedAt.String)
-			if err != nil {
-				return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
-			}
-			a.FinishedAt = &t
+		if a.FinishedAt, err = parseNullTime(finishedAt); err != nil {
+			return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
 		}
 		if repeats.Int64 > 0 && lastAt.Valid {
-			t, err := parseTime(lastAt.String)
-			if err != nil {
+			if a.LastAt, err = parseNullTime(lastAt); err != nil {
 				return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
 			}
-			a.Repeats, a.LastAt = int(repeats.Int64), &t
+			a.Repeats = int(repeats.Int64)
 		}
 		out = append(out, a)
 	}

@@ -223,30 +223,12 @@ func scanNotification(row interface{ Scan(...any) error }) (notify.Notification,
 	if n.UpdatedAt, err = parseTime(updatedAt); err != nil {
 		return notify.Notification{}, err
 	}
-	if sentAt.Valid {
-		t, err := parseTime(sentAt.String)
-		if err != nil {
-			return notify.Notification{}, err
-		}
-		n.SentAt = &t
-	}
-	if failedAt.Valid {
-		t, err := parseTime(failedAt.String)
-		if err != nil {
-			return notify.Notification{}, err
-		}
-		n.FailedAt = &t
-	}
 	for _, c := range []struct {
 		v   sql.NullString
 		dst **time.Time
-	}{{sendAt, &n.SendAt}, {expiresAt, &n.ExpiresAt}, {canceledAt, &n.CanceledAt}, {expiredAt, &n.ExpiredAt}} {
-		if c.v.Valid {
-			t, err := parseTime(c.v.String)
-			if err != nil {
-				return notify.Notification{}, err
-			}
-			*c.dst = &t
+	}{{sentAt, &n.SentAt}, {failedAt, &n.FailedAt}, {sendAt, &n.SendAt}, {expiresAt, &n.ExpiresAt}, {canceledAt, &n.CanceledAt}, {expiredAt, &n.ExpiredAt}} {
+		if *c.dst, err = parseNullTime(c.v); err != nil {
+			return notify.Notification{}, err
 		}
 	}
 	return n, nil
@@ -258,6 +240,18 @@ func nullTime(t *time.Time) sql.NullString {
 		return sql.NullString{}
 	}
 	return sql.NullString{String: formatTime(*t), Valid: true}
+}
+
+// parseNullTime reads back what nullTime stored: NULL is nil.
+func parseNullTime(v sql.NullString) (*time.Time, error) {
+	if !v.Valid {
+		return nil, nil
+	}
+	t, err := parseTime(v.String)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
 
 // Subscribe returns a channel that receives a value (coalesced: at most one

@@ -4,7 +4,8 @@
 // (Once), the reconnect backoff (Backoff), the handlers' context that
 // outlives a stop by a grace (HandlerContext), the deliveries a handler
 // left unsettled, handed back when a session stops (Held), and the bound on
-// the reason a copy carries (Truncate, MaxReason). It knows no broker: each
+// the reason a copy carries (Truncate, MaxReason), and the sample of ids an
+// error names (SampleIDs). It knows no broker: each
 // transport package embeds Settings in its Config, wraps the rest in its
 // own delivery and session types, and does the hand-back itself (a
 // confirmed copy, a negative acknowledgement, a visibility of 0). It

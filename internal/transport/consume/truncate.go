@@ -1,6 +1,10 @@
 package consume
 
-import "unicode/utf8"
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
 
 // MaxReason bounds the reason (the last error) a retry copy or a dead
 // letter carries in its header or attribute.
@@ -15,4 +19,14 @@ func Truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// SampleIDs lists the first few of ids (message or event ids) for an error
+// message, with how many more there are.
+func SampleIDs(ids []string) string {
+	const max = 5
+	if len(ids) <= max {
+		return "ids " + strings.Join(ids, ", ")
+	}
+	return "ids " + strings.Join(ids[:max], ", ") + " and " + strconv.Itoa(len(ids)-max) + " more"
 }

@@ -20,3 +20,9 @@ func TestTruncate(t *testing.T) {
 	require.True(t, utf8.ValidString(got))
 	require.Equal(t, MaxReason/3*3, len(got))
 }
+
+func TestSampleIDs(t *testing.T) {
+	require.Equal(t, "ids 1, 2", SampleIDs([]string{"1", "2"}))
+	require.Equal(t, "ids 1, 2, 3, 4, 5", SampleIDs([]string{"1", "2", "3", "4", "5"}))
+	require.Equal(t, "ids 1, 2, 3, 4, 5 and 2 more", SampleIDs([]string{"1", "2", "3", "4", "5", "6", "7"}))
+}

@@ -217,17 +217,29 @@ func (s *session) receive(ctx, hctx context.Context, cons jetstream.Consumer, ha
 		for range n - got {
 			idle <- struct{}{}
 		}
-		switch {
-		case err == nil, errors.Is(err, natsgo.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
-		case gone(err):
-			stop(fmt.Errorf("pull from consumer %q: %w", s.topo.WorkerConsumer, err))
+		if s.fetchEnds(ctx, err, stop, "pull", s.topo.WorkerConsumer, "pull deliveries") {
 			return
-		default:
-			// Reconnecting, most likely: the client recovers on its own.
-			s.log.Debug("pull deliveries", "err", err)
-			sleep(ctx, s.cfg.ReconnectMin)
 		}
 	}
+}
+
+// fetchEnds reports whether err, the outcome of a fetch (verb) from
+// consumer, ends the session: when the consumer is gone, it stops the
+// session with that as the cause. An empty or timed-out fetch is no
+// failure; any other error is logged as logMsg and waited out for
+// ReconnectMin (the client is reconnecting, most likely, and recovers on
+// its own).
+func (s *session) fetchEnds(ctx context.Context, err error, stop context.CancelCauseFunc, verb, consumer, logMsg string) bool {
+	switch {
+	case err == nil, errors.Is(err, natsgo.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
+	case gone(err):
+		stop(fmt.Errorf("%s from consumer %q: %w", verb, consumer, err))
+		return true
+	default:
+		s.log.Debug(logMsg, "err", err)
+		sleep(ctx, s.cfg.ReconnectMin)
+	}
+	return false
 }
 
 // sleep waits for d or until ctx ends.
@@ -326,15 +338,8 @@ func (s *session) moveRetries(ctx context.Context, cons jetstream.Consumer, stop
 			}
 			err = batch.Error()
 		}
-		switch {
-		case err == nil, errors.Is(err, natsgo.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
-		case gone(err):
-			stop(fmt.Errorf("fetch from consumer %q: %w", s.topo.RetryConsumer, err))
+		if s.fetchEnds(ctx, err, stop, "fetch", s.topo.RetryConsumer, "fetch retry copies") {
 			return
-		default:
-			// Reconnecting, most likely: the client recovers on its own.
-			s.log.Debug("fetch retry copies", "err", err)
-			sleep(ctx, s.cfg.ReconnectMin)
 		}
 	}
 }

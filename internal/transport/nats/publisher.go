@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // Publisher publishes outbox events to the streams and waits for their
@@ -154,10 +154,10 @@ func (p *Publisher) Publish(ctx context.Context, events []notify.Event) ([]int64
 		}
 	}
 	if len(refused) > 0 {
-		errs = append(errs, fmt.Errorf("%d events not stored (%s): %w", len(refused), sample(refused), firstRefusal))
+		errs = append(errs, fmt.Errorf("%d events not stored (%s): %w", len(refused), consume.SampleIDs(refused), firstRefusal))
 	}
 	if len(unconfirmed) > 0 {
-		errs = append(errs, fmt.Errorf("%d events not acknowledged (%s)", len(unconfirmed), sample(unconfirmed)))
+		errs = append(errs, fmt.Errorf("%d events not acknowledged (%s)", len(unconfirmed), consume.SampleIDs(unconfirmed)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return confirmed, fmt.Errorf("publish %d events, %d stored: %w", len(events), len(confirmed), err)
@@ -230,13 +230,4 @@ func (p *Publisher) Close() error {
 	p.closed = true
 	p.drop()
 	return nil
-}
-
-// sample lists the first few message ids for an error message.
-func sample(ids []string) string {
-	const max = 5
-	if len(ids) <= max {
-		return "ids " + strings.Join(ids, ", ")
-	}
-	return "ids " + strings.Join(ids[:max], ", ") + " and " + strconv.Itoa(len(ids)-max) + " more"
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // returnBuffer is the capacity of a confirm channel's basic.return buffer
@@ -142,15 +142,15 @@ func (c *confirmChannel) publishChunk(ctx context.Context, timeout time.Duration
 	if len(unconfirmed) > 0 {
 		// Confirms still outstanding would muddle the next call.
 		broken = true
-		errs = append(errs, fmt.Errorf("%d messages not confirmed (%s)", len(unconfirmed), sample(unconfirmed)))
+		errs = append(errs, fmt.Errorf("%d messages not confirmed (%s)", len(unconfirmed), consume.SampleIDs(unconfirmed)))
 	}
 	if len(nacked) > 0 {
 		if c.ch.IsClosed() {
 			// The library nacks every pending confirm when the channel closes.
 			broken = true
-			errs = append(errs, fmt.Errorf("channel closed before %d messages were confirmed (%s)", len(nacked), sample(nacked)))
+			errs = append(errs, fmt.Errorf("channel closed before %d messages were confirmed (%s)", len(nacked), consume.SampleIDs(nacked)))
 		} else {
-			errs = append(errs, fmt.Errorf("broker nacked %d messages (%s)", len(nacked), sample(nacked)))
+			errs = append(errs, fmt.Errorf("broker nacked %d messages (%s)", len(nacked), consume.SampleIDs(nacked)))
 		}
 	}
 
@@ -181,7 +181,7 @@ func (c *confirmChannel) publishChunk(ctx context.Context, timeout time.Duration
 		if len(ids) > 0 {
 			returned = true
 			errs = append(errs, fmt.Errorf("broker returned %d messages as unroutable (%s): %d %s (exchange %q, routing key %q)",
-				len(ids), sample(ids), first.ReplyCode, first.ReplyText, first.Exchange, first.RoutingKey))
+				len(ids), consume.SampleIDs(ids), first.ReplyCode, first.ReplyText, first.Exchange, first.RoutingKey))
 		}
 	}
 	return broken, returned, errors.Join(errs...)
@@ -211,13 +211,4 @@ func isDone(dc *amqp.DeferredConfirmation) bool {
 	default:
 		return false
 	}
-}
-
-// sample lists the first few message ids for an error message.
-func sample(ids []string) string {
-	const max = 5
-	if len(ids) <= max {
-		return "ids " + strings.Join(ids, ", ")
-	}
-	return "ids " + strings.Join(ids[:max], ", ") + " and " + strconv.Itoa(len(ids)-max) + " more"
 }

@@ -23,22 +23,14 @@ func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
 	}
-	conn, stop, err := dialDeadLetters(ctx, cfg)
-	if err != nil {
-		return 0, fmt.Errorf("count dead letters: %w", err)
-	}
-	defer stop()
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("count dead letters: open channel: %w", dlqCtxErr(ctx, err))
-	}
-	q, err := ch.QueueDeclarePassive(cfg.Topology().DeadLetterQueue, true, false, false, false, nil)
-	if dlqNotFound(err) {
+	_, q, stop, err := openDeadLetters(ctx, cfg)
+	if errors.Is(err, errNoDeadLetterQueue) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("count dead letters: %w", dlqCtxErr(ctx, err))
+		return 0, fmt.Errorf("count dead letters: %w", err)
 	}
+	stop()
 	return q.Messages, nil
 }
 
@@ -68,24 +60,15 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 	for _, id := range notificationIDs {
 		remove[id] = true
 	}
-	queue := cfg.Topology().DeadLetterQueue
-
-	conn, stop, err := dialDeadLetters(ctx, cfg)
+	ch, q, stop, err := openDeadLetters(ctx, cfg)
+	if errors.Is(err, errNoDeadLetterQueue) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("remove dead letters: %w", err)
 	}
 	defer stop()
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("remove dead letters: open channel: %w", dlqCtxErr(ctx, err))
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if dlqNotFound(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("remove dead letters: %w", dlqCtxErr(ctx, err))
-	}
+	queue := cfg.Topology().DeadLetterQueue
 
 	var (
 		kept    amqp.Delivery
@@ -126,20 +109,40 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 	return removed, nil
 }
 
-// dialDeadLetters connects for one dead-letter operation. The client library
-// takes no context after the handshake, so the returned stop closes the
-// connection when ctx ends (failing any call in progress) and in any case
-// when called.
-func dialDeadLetters(ctx context.Context, cfg Config) (*amqp.Connection, func(), error) {
+// errNoDeadLetterQueue says the dead-letter queue was never declared: it
+// holds no dead letters.
+var errNoDeadLetterQueue = errors.New("no dead-letter queue")
+
+// openDeadLetters connects for one dead-letter operation and declares the
+// dead-letter queue passively (nothing is created) on a channel of its own;
+// a queue that was never declared is errNoDeadLetterQueue. The client
+// library takes no context after the handshake, so the returned stop
+// closes the connection when ctx ends (failing any call in progress) and
+// in any case when called; on an error it is closed already.
+func openDeadLetters(ctx context.Context, cfg Config) (*amqp.Channel, amqp.Queue, func(), error) {
 	conn, err := cfg.dial(ctx, deadLetterRole)
 	if err != nil {
-		return nil, nil, err
+		return nil, amqp.Queue{}, nil, err
 	}
 	unwatch := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	return conn, func() {
+	stop := func() {
 		unwatch()
 		_ = conn.Close() // already closed after a failure: nothing to report
-	}, nil
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		stop()
+		return nil, amqp.Queue{}, nil, fmt.Errorf("open channel: %w", dlqCtxErr(ctx, err))
+	}
+	q, err := ch.QueueDeclarePassive(cfg.Topology().DeadLetterQueue, true, false, false, false, nil)
+	if err != nil {
+		stop()
+		if dlqNotFound(err) {
+			return nil, amqp.Queue{}, nil, errNoDeadLetterQueue
+		}
+		return nil, amqp.Queue{}, nil, dlqCtxErr(ctx, err)
+	}
+	return ch, q, stop, nil
 }
 
 // deadLetterNotification reads the notification id from a dead letter's
