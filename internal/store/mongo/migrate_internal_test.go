@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/testkit/mongotest"
+	"github.com/heraldhq/herald/internal/testkit/storetest"
 )
 
 // Migration 3 on a database at version 2: the global unique index on
@@ -97,9 +98,9 @@ func TestMigrateRankBackfill(t *testing.T) {
 }
 
 // Migration 12 on a database at version 11: each recipient's three old
-// address fields move into its addresses sub-document, keyed by channel,
-// the empty ones left out, and are unset; the revision stays; running it
-// again changes nothing.
+// address fields move into its addresses sub-document, keyed by channel
+// (see storetest.CheckMigratedRecipients), and are unset; running it again
+// changes nothing.
 func TestMigrateRecipientAddressesBackfill(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -108,38 +109,15 @@ func TestMigrateRecipientAddressesBackfill(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	require.Equal(t, "recipient_addresses", migrations[11].name)
 	require.NoError(t, s.migrate(ctx, migrations[:11]))
-
-	// The recipients as the build before wrote them.
-	at := now()
-	old := func(user, email, chat, hook string, rev int64) any {
-		return bson.D{{Key: "_id", Value: user}, {Key: "email", Value: email}, {Key: "telegram_chat_id", Value: chat},
-			{Key: "webhook_url", Value: hook}, {Key: "locale", Value: "de"}, {Key: "time_zone", Value: ""},
-			{Key: "updated_at", Value: at}, {Key: "revision", Value: rev}}
+	for _, r := range storetest.OldRecipients {
+		_, err := s.db.Collection(collRecipients).InsertOne(ctx, bson.D{{Key: "_id", Value: r.UserID}, {Key: "email", Value: r.Email},
+			{Key: "telegram_chat_id", Value: r.TelegramChatID}, {Key: "webhook_url", Value: r.WebhookURL}, {Key: "locale", Value: r.Locale},
+			{Key: "time_zone", Value: r.TimeZone}, {Key: "updated_at", Value: now()}, {Key: "revision", Value: r.Revision}})
+		require.NoError(t, err)
 	}
-	_, err = s.db.Collection(collRecipients).InsertMany(ctx, []any{
-		old("u-all", "ada@example.com", "-1001", "https://hooks.example.com/a", 3),
-		old("u-mail", "bob@example.com", "", "", 1),
-		old("u-none", "", "", "", 2),
-	})
-	require.NoError(t, err)
 
-	for range 2 {
-		require.NoError(t, s.Migrate(ctx))
-		require.NoError(t, backfillAddresses(ctx, s.db), "a second run finds nothing to move")
-		for user, want := range map[string]map[string]string{
-			"u-all":  {notify.ChannelEmail: "ada@example.com", "telegram": "-1001", "webhook": "https://hooks.example.com/a"},
-			"u-mail": {notify.ChannelEmail: "bob@example.com"},
-			"u-none": nil,
-		} {
-			r, err := s.Recipient(ctx, user)
-			require.NoError(t, err, user)
-			require.Equal(t, want, r.Addresses, user)
-			require.Equal(t, "de", r.Locale, user)
-		}
-	}
-	r, err := s.Recipient(ctx, "u-all")
-	require.NoError(t, err)
-	require.EqualValues(t, 3, r.Revision, "no one changed the recipient")
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, backfillAddresses(ctx, s.db), "a second run finds nothing to move")
 	n, err := s.db.Collection(collRecipients).CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: "email", Value: bson.D{{Key: "$exists", Value: true}}}},
 		bson.D{{Key: "telegram_chat_id", Value: bson.D{{Key: "$exists", Value: true}}}},
@@ -147,4 +125,5 @@ func TestMigrateRecipientAddressesBackfill(t *testing.T) {
 	}}})
 	require.NoError(t, err)
 	require.Zero(t, n, "the old fields are unset")
+	storetest.CheckMigratedRecipients(t, ctx, s)
 }
