@@ -48,8 +48,11 @@ type channelKind struct {
 
 // channelKinds is the registration table: adding a channel is its package
 // (an exported Validate, Config, New and Send), one line here (its spec
-// names the recipient's field for its address, RecipientField) and its
-// rows in the settings table.
+// names the recipient's field for its address, RecipientField: the API,
+// the stores, the console and herald recipients put follow it) and its
+// rows in the settings table. The recipient's field is public: the
+// OpenAPI document and the Go client spell it out
+// (TestRecipientFieldsDocumented).
 var channelKinds = []channelKind{
 	{name: notify.ChannelEmail, spec: emailSpec, open: openEmail, check: checkEmail, limits: emailLimits},
 	{name: "webhook", spec: webhookSpec, enabled: webhookEnabled, enabledBy: "HERALD_WEBHOOK_SECRET", open: openWebhook, check: checkWebhookChannel, limits: webhookLimits},

@@ -80,8 +80,8 @@ func (v RecipientView) MarshalJSON() ([]byte, error) {
 		} else {
 			b.WriteByte(',')
 		}
-		k, _ := json.Marshal(key)
-		x, _ := json.Marshal(val) // strings and an integer: no error
+		k, _ := marshalJSON(key)
+		x, _ := marshalJSON(val) // strings and an integer: no error; no HTML escaping, as every reply
 		b.Write(k)
 		b.WriteByte(':')
 		b.Write(x)
@@ -116,13 +116,12 @@ func (a *API) putRecipient(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, *e)
 		return
 	}
-	fields := a.cfg.KnownChannels.RecipientFields()
 	var body map[string]json.RawMessage
-	if e, status := a.readStrict(w, r, recipientKeys(fields), &body); e != nil {
+	if e, status := a.readStrict(w, r, recipientKeys(a.recipientFields), &body); e != nil {
 		writeError(w, status, *e)
 		return
 	}
-	rec, e := recipientOf(id, body, fields)
+	rec, e := recipientOf(id, body, a.recipientFields)
 	if e != nil {
 		writeError(w, http.StatusBadRequest, *e)
 		return
@@ -136,7 +135,7 @@ func (a *API) putRecipient(w http.ResponseWriter, r *http.Request) {
 		a.unavailable(w, r, "put recipient", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewRecipientView(put, fields))
+	writeJSON(w, http.StatusOK, NewRecipientView(put, a.recipientFields))
 }
 
 // getRecipient handles GET /recipients/{user_id}.
@@ -149,7 +148,7 @@ func (a *API) getRecipient(w http.ResponseWriter, r *http.Request) {
 	rec, err := a.cfg.Recipients.Recipient(r.Context(), id)
 	switch {
 	case err == nil:
-		writeJSON(w, http.StatusOK, NewRecipientView(rec, a.cfg.KnownChannels.RecipientFields()))
+		writeJSON(w, http.StatusOK, NewRecipientView(rec, a.recipientFields))
 	case errors.Is(err, notify.ErrNotFound):
 		writeError(w, http.StatusNotFound, errNoRecipient)
 	default:
@@ -220,7 +219,7 @@ func recipientOf(id string, body map[string]json.RawMessage, fields []notify.Rec
 // its channel checks its to (the webhook URL through the SSRF guard), the
 // locale's shape, the time zone's name. Its error names the field.
 func (a *API) checkRecipient(rec notify.Recipient) *apiError {
-	for _, f := range a.cfg.KnownChannels.RecipientFields() {
+	for _, f := range a.recipientFields {
 		addr := rec.Address(f.Channel)
 		if addr == "" {
 			continue

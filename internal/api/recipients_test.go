@@ -309,20 +309,20 @@ func TestRecipientFieldsFollowTheChannels(t *testing.T) {
 		Channels:      notify.Channels{notify.ChannelEmail: notify.EmailSpec, "pigeon": pigeon},
 		KnownChannels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "pigeon": pigeon, "webhook": hookSpec},
 	})
-	r := do(t, "PUT", e.url+"/recipients/u-1", jsonHeaders(), `{"pigeon_loft":"loft 7","email":null,"locale":"de"}`)
+	r := do(t, "PUT", e.url+"/recipients/u-1", jsonHeaders(), `{"pigeon_loft":"loft <7> & co","email":null,"locale":"de"}`)
 	require.Equal(t, 200, r.status, r.raw)
 	at, _ := json.Marshal(r.json["updated_at"])
-	require.Equal(t, `{"user_id":"u-1","email":"","pigeon_loft":"loft 7","webhook_url":"","locale":"de","time_zone":"","revision":1,"updated_at":`+string(at)+`}`,
-		strings.TrimSpace(r.raw), "every known channel's field, in channel name order, between user_id and locale")
+	require.Equal(t, `{"user_id":"u-1","email":"","pigeon_loft":"loft <7> & co","webhook_url":"","locale":"de","time_zone":"","revision":1,"updated_at":`+string(at)+`}`,
+		strings.TrimSpace(r.raw), "every known channel's field, in channel name order, between user_id and locale; no HTML escaping, as every reply")
 	got := do(t, "GET", e.url+"/recipients/u-1", nil, "")
 	require.Equal(t, r.raw, got.raw)
 	rec, err := e.store.Recipient(t.Context(), "u-1")
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"pigeon": "loft 7"}, rec.Addresses)
+	require.Equal(t, map[string]string{"pigeon": "loft <7> & co"}, rec.Addresses)
 
 	c := do(t, "POST", e.url+"/notifications", jsonHeaders(), `{"user_id":"u-1","channel":"pigeon","body":"coo"}`)
 	require.Equal(t, 201, c.status, c.raw)
-	require.Equal(t, "loft 7", c.json["to"])
+	require.Equal(t, "loft <7> & co", c.json["to"])
 	c = do(t, "POST", e.url+"/notifications", jsonHeaders(), `{"user_id":"u-1","channel":"email","subject":"s","body":"b"}`)
 	require.Equal(t, 422, c.status, c.raw)
 	require.Contains(t, c.errString("message"), `recipient "u-1" has no email`)
@@ -340,4 +340,24 @@ func TestRecipientFieldsFollowTheChannels(t *testing.T) {
 		require.Equal(t, tc.field, r.errField(), tc.body)
 	}
 	require.Equal(t, `pigeon_loft must be a string`, do(t, "PUT", e.url+"/recipients/u-1", jsonHeaders(), `{"pigeon_loft":7}`).errString("message"))
+}
+
+// Two channels with one recipient field, or a channel whose field is one
+// every recipient has, cannot be shown in one recipient: New refuses them.
+func TestRecipientFieldsMustBeDistinct(t *testing.T) {
+	t.Parallel()
+	st := setup(t, api.Config{}).store
+	for _, tc := range []struct {
+		known notify.Channels
+		msg   string
+	}{
+		{notify.Channels{notify.ChannelEmail: notify.EmailSpec, "mail2": {RecipientField: "email"}}, `channels "email" and "mail2": both have recipient field "email"`},
+		{notify.Channels{"sms": {RecipientField: "locale"}}, `channel "sms": recipient field "locale" is a field of every recipient`},
+	} {
+		_, err := api.New(st, api.Config{KnownChannels: tc.known})
+		require.Error(t, err)
+		require.Contains(t, err.Error(), tc.msg)
+	}
+	_, err := api.New(st, api.Config{KnownChannels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "internal": {}}})
+	require.NoError(t, err, "a channel without a recipient field")
 }
