@@ -47,8 +47,12 @@ type channelKind struct {
 }
 
 // channelKinds is the registration table: adding a channel is its package
-// (an exported Validate, Config, New and Send), one line here and its rows
-// in the settings table.
+// (an exported Validate, Config, New and Send), one line here (its spec
+// names the recipient's field for its address, RecipientField: the API,
+// the stores, the console and herald recipients put follow it) and its
+// rows in the settings table. The recipient's field is public: the
+// OpenAPI document and the Go client spell it out
+// (TestRecipientFieldsDocumented).
 var channelKinds = []channelKind{
 	{name: notify.ChannelEmail, spec: emailSpec, open: openEmail, check: checkEmail, limits: emailLimits},
 	{name: "webhook", spec: webhookSpec, enabled: webhookEnabled, enabledBy: "HERALD_WEBHOOK_SECRET", open: openWebhook, check: checkWebhookChannel, limits: webhookLimits},
@@ -112,6 +116,14 @@ func longestSendTimeout(cfg Config) time.Duration {
 	return longest
 }
 
+// registeredSpecs are every registered channel's spec under the zero
+// configuration: what a channel's fields are (what its to is, its
+// recipient field) needs no setting.
+func registeredSpecs() notify.Channels {
+	specs, _ := knownChannelSpecs(Config{})
+	return specs
+}
+
 // channelNames lists the registered channels, sorted.
 func channelNames() []string {
 	var names []string
@@ -128,17 +140,19 @@ func emailSpec(Config) (notify.ChannelSpec, error) { return notify.EmailSpec, ni
 
 // webhookSpec: to is an http(s) URL, refused at create when it is a
 // literal address the SSRF guard refuses (HERALD_WEBHOOK_ALLOW opens
-// ranges); the body any JSON value; no subject.
+// ranges); the body any JSON value; no subject; a recipient's address is
+// its webhook_url.
 func webhookSpec(cfg Config) (notify.ChannelSpec, error) {
 	allow, err := webhook.ParseAllow(cfg.WebhookAllow)
 	if err != nil {
 		return notify.ChannelSpec{}, usageError{fmt.Errorf("HERALD_WEBHOOK_ALLOW: %w", err)}
 	}
 	return notify.ChannelSpec{
-		Validate:    func(r notify.CreateRequest) error { return webhook.ValidateAllowing(r, allow) },
-		JSONBody:    true,
-		To:          "an http(s) URL",
-		Destination: webhook.DestinationKey,
+		Validate:       func(r notify.CreateRequest) error { return webhook.ValidateAllowing(r, allow) },
+		JSONBody:       true,
+		To:             "an http(s) URL",
+		Destination:    webhook.DestinationKey,
+		RecipientField: "webhook_url",
 	}, nil
 }
 
@@ -167,7 +181,8 @@ func webhookLimits(cfg Config) worker.Channel {
 }
 
 func telegramSpec(Config) (notify.ChannelSpec, error) {
-	return notify.ChannelSpec{Validate: telegram.Validate, To: "a chat id or @channel", Destination: notify.ChannelDestination("telegram")}, nil
+	return notify.ChannelSpec{Validate: telegram.Validate, To: "a chat id or @channel", Destination: notify.ChannelDestination("telegram"),
+		RecipientField: "telegram_chat_id"}, nil
 }
 
 func telegramEnabled(cfg Config) bool { return cfg.TelegramBotToken != "" }

@@ -397,8 +397,11 @@ func parseConfig(name, summary string, args []string, e env, extra func(*flag.Fl
 		if ev, ok := lookup(e.getenv, s.env); ok {
 			v, from = ev, s.env
 		}
-		if given[s.flag] {
-			v, from = strings.TrimSpace(values[s.flag].v), "--"+s.flag
+		// A flag of the command's own that shares its name with a setting
+		// the command does not take (recipients put's --telegram-chat-id,
+		// HERALD_TELEGRAM_CHAT_ID's flag) is not that setting.
+		if fv, ok := values[s.flag]; ok && given[s.flag] {
+			v, from = strings.TrimSpace(fv.v), "--"+s.flag
 		}
 		if err := s.set(&c, v); err != nil {
 			if s.takes(name) {

@@ -20,26 +20,31 @@ func (a *app) withConsole(apiHandler http.Handler, hosts []string) (http.Handler
 	if err != nil {
 		return nil, err
 	}
+	known, err := knownChannelSpecs(a.cfg)
+	if err != nil {
+		return nil, err
+	}
 	dep, err := a.newDeploymentReader()
 	if err != nil {
 		return nil, err
 	}
 	c, err := console.New(a.st, a.st, deadletter.New(a.st, a.tr.deadLetters), console.Config{
-		Filters:      console.Filters{Notifications: api.ParseListFilter, Destinations: api.ParseDestinationFilter},
-		Deployment:   dep,
-		Token:        a.cfg.APIToken,
-		Channels:     channels,
-		From:         a.cfg.SMTPFrom,
-		Senders:      a.senderStates,
-		Metrics:      a.reg,
-		SessionTTL:   console.DefaultSessionTTL,
-		RefreshEvery: consoleRefresh,
-		Logger:       a.log.With("component", "console"),
-		Destinations: a.st,
-		Templates:    a.st,
-		AllowedHosts: hosts,
-		Registerer:   a.reg,
-		Recipients:   a.st,
+		Filters:       console.Filters{Notifications: api.ParseListFilter, Destinations: api.ParseDestinationFilter},
+		Deployment:    dep,
+		Token:         a.cfg.APIToken,
+		Channels:      channels,
+		KnownChannels: known,
+		From:          a.cfg.SMTPFrom,
+		Senders:       a.senderStates,
+		Metrics:       a.reg,
+		SessionTTL:    console.DefaultSessionTTL,
+		RefreshEvery:  consoleRefresh,
+		Logger:        a.log.With("component", "console"),
+		Destinations:  a.st,
+		Templates:     a.st,
+		AllowedHosts:  hosts,
+		Registerer:    a.reg,
+		Recipients:    a.st,
 		// As the API's: the page refuses the opt-outs PUT
 		// /recipients/{user_id}/preferences refuses.
 		RequiredCategories: commaList(a.cfg.RequiredCategories),

@@ -278,10 +278,7 @@ func (a apiClient) Cancel(ctx context.Context, id int64) (notify.Notification, e
 func writeNotification(w io.Writer, n notify.Notification) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
-	// How a channel's fields read needs no setting: the zero
-	// configuration's specs say it.
-	specs, _ := knownChannelSpecs(Config{})
-	spec, known := specs[n.Channel]
+	spec, known := registeredSpecs()[n.Channel]
 	row("id", notify.FormatID(n.ID))
 	row("status", string(n.StatusAt(time.Now())))
 	row("user_id", n.UserID)

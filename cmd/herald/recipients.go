@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +21,11 @@ import (
 // database, as migrate does.
 
 func cmdRecipients(ctx context.Context, args []string, e env) error {
-	return subcommands(ctx, args, e, "Usage: herald recipients put USER_ID [--email A] [--telegram-chat-id C] [--webhook-url U] [--locale L] [--time-zone Z]\n       herald recipients get USER_ID\n       herald recipients delete USER_ID\n       herald recipients erase USER_ID\n       herald recipients preferences USER_ID [--set CATEGORY.CHANNEL=true|false ...]\n\nRun 'herald recipients SUBCOMMAND --help' for its flags.",
+	var put strings.Builder
+	for _, f := range registeredSpecs().RecipientFields() {
+		fmt.Fprintf(&put, " [--%s ADDRESS]", recipientFlag(f.Field))
+	}
+	return subcommands(ctx, args, e, "Usage: herald recipients put USER_ID"+put.String()+" [--locale L] [--time-zone Z]\n       herald recipients get USER_ID\n       herald recipients delete USER_ID\n       herald recipients erase USER_ID\n       herald recipients preferences USER_ID [--set CATEGORY.CHANNEL=true|false ...]\n\nRun 'herald recipients SUBCOMMAND --help' for its flags.",
 		map[string]func(context.Context, []string, env) error{"put": cmdRecipientsPut, "get": cmdRecipientsGet, "delete": cmdRecipientsDelete, "erase": cmdRecipientsErase,
 			"preferences": cmdRecipientsPreferences})
 }
@@ -52,17 +57,27 @@ func oneArg(cmd, what string, rest []string) (string, error) {
 	return rest[0], nil
 }
 
+// recipientFlag is the herald recipients put flag of a recipient's JSON
+// field: its name with dashes for underscores.
+func recipientFlag(field string) string { return strings.ReplaceAll(field, "_", "-") }
+
 func cmdRecipientsPut(ctx context.Context, args []string, e env) error {
 	var r apiclient.Recipient
+	specs := registeredSpecs()
+	fields := specs.RecipientFields()
+	addrs := make(map[string]*string, len(fields))
 	cfg, rest, err := parseConfig("recipients put", "Creates or replaces a recipient through the API (PUT /recipients/{user_id}): herald recipients put USER_ID --email ADDRESS ... The whole record is replaced: a flag left out empties its field.",
 		args, e, func(fs *flag.FlagSet) {
-			fs.StringVar(&r.Email, "email", "", "email address")
-			fs.StringVar(&r.TelegramChatID, "telegram-chat-id", "", "Telegram chat id or @username")
-			fs.StringVar(&r.WebhookURL, "webhook-url", "", "webhook URL")
+			for _, f := range fields {
+				addrs[f.Field] = fs.String(recipientFlag(f.Field), "", fmt.Sprintf("the user's address on the %s channel: %s", f.Channel, specs[f.Channel].To))
+			}
 			fs.StringVar(&r.Locale, "locale", "", "BCP 47 language tag (de, pt-BR): the template variant the user receives")
 			fs.StringVar(&r.TimeZone, "time-zone", "", "IANA time zone: the zone of quiet hours given without one")
 		})
 	if err != nil {
+		return err
+	}
+	if err := setAddresses(&r, addrs); err != nil {
 		return err
 	}
 	if r.UserID, err = oneArg("recipients put", "user id", rest); err != nil {
@@ -77,6 +92,26 @@ func cmdRecipientsPut(ctx context.Context, args []string, e env) error {
 		return explainUnauthorized(err, tokenGiven(e, args))
 	}
 	return printJSON(e.stdout, out)
+}
+
+// setAddresses sets each address of addrs, by JSON field, on r: the
+// client's Recipient is a typed copy of the API's fields, and a channel
+// whose field it lacks is an error, not an address dropped without a word.
+func setAddresses(r *apiclient.Recipient, addrs map[string]*string) error {
+	m := make(map[string]string, len(addrs))
+	for field, a := range addrs {
+		m[field] = *a
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(r); err != nil {
+		return fmt.Errorf("recipients put: the Go client's Recipient lacks a channel's address field: %w", err)
+	}
+	return nil
 }
 
 func cmdRecipientsGet(ctx context.Context, args []string, e env) error {

@@ -225,7 +225,27 @@ func (c Config) validate() error {
 		}
 		seen[ch.Name] = true
 	}
+	if err := checkRecipientFields(c.KnownChannels.RecipientFields()); err != nil {
+		return err
+	}
 	return CheckCORSOrigins(c.CORSOrigins)
+}
+
+// checkRecipientFields reports a channel's recipient field that a
+// recipient's JSON cannot hold: one another channel has, or one of the
+// recipient's own fields.
+func checkRecipientFields(fields []notify.RecipientField) error {
+	taken := map[string]string{"user_id": "", "locale": "", "time_zone": "", "revision": "", "updated_at": ""}
+	for _, f := range fields {
+		if other, ok := taken[f.Field]; ok {
+			if other == "" {
+				return fmt.Errorf("channel %q: recipient field %q is a field of every recipient", f.Channel, f.Field)
+			}
+			return fmt.Errorf("channels %q and %q: both have recipient field %q", other, f.Channel, f.Field)
+		}
+		taken[f.Field] = f.Channel
+	}
+	return nil
 }
 
 // CheckCORSOrigins reports the first of origins that Config.CORSOrigins
@@ -269,6 +289,9 @@ type API struct {
 	handler      http.Handler
 	// templates caches parsed template versions (resolve.go).
 	templates templateCache
+	// recipientFields are the address fields of a recipient
+	// (KnownChannels.RecipientFields).
+	recipientFields []notify.RecipientField
 }
 
 // New returns the API over store. It fails when the configuration is
@@ -282,7 +305,7 @@ func New(store Notifications, cfg Config) (*API, error) {
 		return nil, fmt.Errorf("new api: %w", err)
 	}
 	a := &API{store: store, cfg: cfg, log: slog.New(tracing.NewLogHandler(cfg.Logger.Handler())), mux: http.NewServeMux(), routes: map[string]bool{}, open: map[string]bool{},
-		tracer: tracing.Tracer(cfg.TracerProvider), traced: cfg.TracerProvider != nil}
+		tracer: tracing.Tracer(cfg.TracerProvider), traced: cfg.TracerProvider != nil, recipientFields: cfg.KnownChannels.RecipientFields()}
 	if cfg.Token != "" {
 		a.tokenH = sha256.Sum256([]byte(cfg.Token))
 	}

@@ -27,7 +27,7 @@ func TestBatchResolvedFigures(t *testing.T) {
 			e, st := resolvedSetup(t, eng.open, nil)
 			const size = notify.MaxBatch
 			for i := range size {
-				_, err := st.PutRecipient(t.Context(), notify.Recipient{UserID: "r-" + strconv.Itoa(i), Email: "r" + strconv.Itoa(i) + "@example.com", Locale: "de"})
+				_, err := st.PutRecipient(t.Context(), notify.Recipient{UserID: "r-" + strconv.Itoa(i), Addresses: map[string]string{notify.ChannelEmail: "r" + strconv.Itoa(i) + "@example.com"}, Locale: "de"})
 				require.NoError(t, err)
 			}
 			run := func(kind string, item func(i int) any) {

@@ -163,7 +163,7 @@ func TestBatchResolved(t *testing.T) {
 						if changed.Swap(true) {
 							return nil
 						}
-						_, err := st.PutRecipient(ctx, notify.Recipient{UserID: "u-ada", Email: "ada@example.org"})
+						_, err := st.PutRecipient(ctx, notify.Recipient{UserID: "u-ada", Addresses: map[string]string{notify.ChannelEmail: "ada@example.org"}})
 						return err
 					}}
 				})

@@ -13,7 +13,7 @@ import (
 )
 
 // hookSpec stands in for the webhook package's validator: an https URL.
-var hookSpec = notify.ChannelSpec{JSONBody: true, To: "an https URL", Validate: func(r notify.CreateRequest) error {
+var hookSpec = notify.ChannelSpec{JSONBody: true, To: "an https URL", RecipientField: "webhook_url", Validate: func(r notify.CreateRequest) error {
 	if !strings.HasPrefix(r.To, "https://") {
 		return &notify.FieldError{Field: "to", Message: "must be an https URL"}
 	}

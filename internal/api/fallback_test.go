@@ -121,7 +121,7 @@ func TestFallbackCreateReadsRecipientOnce(t *testing.T) {
 	require.NoError(t, st.Migrate(ctx))
 	recs := &countingRecipients{Recipients: st}
 	a, err := api.New(st, api.Config{Recipients: recs, Templates: st, Preferences: st,
-		Channels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": notify.ChannelSpec{JSONBody: true, To: "an http(s) URL", Validate: webhook.Validate}}})
+		Channels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": notify.ChannelSpec{JSONBody: true, To: "an http(s) URL", Validate: webhook.Validate, RecipientField: "webhook_url"}}})
 	require.NoError(t, err)
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)

@@ -247,6 +247,8 @@ func TestOpenAPIResponses(t *testing.T) {
 		LinkSecret:         []byte("0123456789abcdef0123456789abcdef"),
 		Ready:              []api.Check{{Name: "store", Pinger: e.store}},
 		Channels:           notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hookSpec},
+		KnownChannels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hookSpec,
+			"telegram": {To: "a chat id or @channel", RecipientField: "telegram_chat_id"}},
 		Admission: func(context.Context) error {
 			shedMu.Lock()
 			defer shedMu.Unlock()

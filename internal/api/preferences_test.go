@@ -33,7 +33,7 @@ func setupPreferences(t *testing.T, secret string) *env {
 	require.NoError(t, st.Migrate(ctx))
 	a, err := api.New(st, api.Config{Recipients: st, Templates: st, Preferences: st, Token: "tok",
 		RequiredCategories: []string{"security"}, LinkSecret: []byte(secret), PublicURL: "https://herald.example.com",
-		Channels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": notify.ChannelSpec{JSONBody: true, To: "an http(s) URL", Validate: webhook.Validate}}})
+		Channels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": notify.ChannelSpec{JSONBody: true, To: "an http(s) URL", Validate: webhook.Validate, RecipientField: "webhook_url"}}})
 	require.NoError(t, err)
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)

@@ -28,35 +28,74 @@ type Recipients interface {
 	DeleteRecipient(ctx context.Context, userID string) error
 }
 
-// recipientFields are the keys a PUT /recipients/{user_id} body may hold.
-var recipientFields = map[string]bool{"email": true, "telegram_chat_id": true, "webhook_url": true, "locale": true, "time_zone": true}
-
-// recipientBody is a PUT /recipients/{user_id} body: every field
-// optional, an absent or null one empty. A PUT replaces the whole record.
-type recipientBody struct {
-	Email          *string `json:"email"`
-	TelegramChatID *string `json:"telegram_chat_id"`
-	WebhookURL     *string `json:"webhook_url"`
-	Locale         *string `json:"locale"`
-	TimeZone       *string `json:"time_zone"`
+// recipientKeys are the keys a PUT /recipients/{user_id} body may hold:
+// the address field of each channel herald knows (fields), the locale and
+// the time zone.
+func recipientKeys(fields []notify.RecipientField) map[string]bool {
+	keys := map[string]bool{"locale": true, "time_zone": true}
+	for _, f := range fields {
+		keys[f.Field] = true
+	}
+	return keys
 }
 
-// RecipientView is a recipient as the API shows it.
+// RecipientView is a recipient as the API shows it: user_id, the address
+// field of every channel herald knows, in channel name order ("" for
+// none), locale, time_zone, revision and updated_at (see MarshalJSON).
 type RecipientView struct {
-	UserID         string `json:"user_id"`
-	Email          string `json:"email"`
-	TelegramChatID string `json:"telegram_chat_id"`
-	WebhookURL     string `json:"webhook_url"`
-	Locale         string `json:"locale"`
-	TimeZone       string `json:"time_zone"`
-	Revision       int64  `json:"revision"`
-	UpdatedAt      string `json:"updated_at"`
+	UserID    string
+	Addresses []AddressView
+	Locale    string
+	TimeZone  string
+	Revision  int64
+	UpdatedAt string
 }
 
-// NewRecipientView renders r.
-func NewRecipientView(r notify.Recipient) RecipientView {
-	return RecipientView{UserID: r.UserID, Email: r.Email, TelegramChatID: r.TelegramChatID, WebhookURL: r.WebhookURL,
+// AddressView is one address field of a RecipientView.
+type AddressView struct {
+	// Field is the JSON field (notify.RecipientField); Address the address,
+	// "" for none.
+	Field, Address string
+}
+
+// NewRecipientView renders r with the address fields of fields (see
+// notify.Channels.RecipientFields).
+func NewRecipientView(r notify.Recipient, fields []notify.RecipientField) RecipientView {
+	v := RecipientView{UserID: r.UserID, Addresses: make([]AddressView, len(fields)),
 		Locale: r.Locale, TimeZone: r.TimeZone, Revision: r.Revision, UpdatedAt: formatTime(r.UpdatedAt)}
+	for i, f := range fields {
+		v.Addresses[i] = AddressView{Field: f.Field, Address: r.Address(f.Channel)}
+	}
+	return v
+}
+
+// MarshalJSON writes the recipient as one JSON object, its keys in the
+// order RecipientView gives: every address field between user_id and
+// locale, each a string.
+func (v RecipientView) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	put := func(key string, val any) {
+		if b.Len() == 0 {
+			b.WriteByte('{')
+		} else {
+			b.WriteByte(',')
+		}
+		k, _ := marshalJSON(key)
+		x, _ := marshalJSON(val) // strings and an integer: no error; no HTML escaping, as every reply
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(x)
+	}
+	put("user_id", v.UserID)
+	for _, a := range v.Addresses {
+		put(a.Field, a.Address)
+	}
+	put("locale", v.Locale)
+	put("time_zone", v.TimeZone)
+	put("revision", v.Revision)
+	put("updated_at", v.UpdatedAt)
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 var errNoRecipient = apiError{Code: "not_found", Message: "no such recipient"}
@@ -77,13 +116,16 @@ func (a *API) putRecipient(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, *e)
 		return
 	}
-	var b recipientBody
-	if e, status := a.readStrict(w, r, recipientFields, &b); e != nil {
+	var body map[string]json.RawMessage
+	if e, status := a.readStrict(w, r, recipientKeys(a.recipientFields), &body); e != nil {
 		writeError(w, status, *e)
 		return
 	}
-	rec := notify.Recipient{UserID: id, Email: deref(b.Email), TelegramChatID: deref(b.TelegramChatID),
-		WebhookURL: deref(b.WebhookURL), Locale: deref(b.Locale), TimeZone: deref(b.TimeZone)}
+	rec, e := recipientOf(id, body, a.recipientFields)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, *e)
+		return
+	}
 	if e := a.checkRecipient(rec); e != nil {
 		writeError(w, http.StatusBadRequest, *e)
 		return
@@ -93,7 +135,7 @@ func (a *API) putRecipient(w http.ResponseWriter, r *http.Request) {
 		a.unavailable(w, r, "put recipient", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewRecipientView(put))
+	writeJSON(w, http.StatusOK, NewRecipientView(put, a.recipientFields))
 }
 
 // getRecipient handles GET /recipients/{user_id}.
@@ -106,7 +148,7 @@ func (a *API) getRecipient(w http.ResponseWriter, r *http.Request) {
 	rec, err := a.cfg.Recipients.Recipient(r.Context(), id)
 	switch {
 	case err == nil:
-		writeJSON(w, http.StatusOK, NewRecipientView(rec))
+		writeJSON(w, http.StatusOK, NewRecipientView(rec, a.recipientFields))
 	case errors.Is(err, notify.ErrNotFound):
 		writeError(w, http.StatusNotFound, errNoRecipient)
 	default:
@@ -135,26 +177,55 @@ func (a *API) deleteRecipient(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
+// recipientOf is the recipient id a PUT body (its keys checked, see
+// recipientKeys) describes: each field a string, or null for none; the
+// address fields by channel.
+func recipientOf(id string, body map[string]json.RawMessage, fields []notify.RecipientField) (notify.Recipient, *apiError) {
+	text := func(key string) (string, *apiError) {
+		raw, ok := body[key]
+		if !ok || string(raw) == "null" {
+			return "", nil
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", invalidField(key, "must be a string")
+		}
+		return s, nil
 	}
-	return *s
+	rec := notify.Recipient{UserID: id}
+	for _, f := range fields {
+		addr, e := text(f.Field)
+		if e != nil {
+			return rec, e
+		}
+		if addr != "" {
+			if rec.Addresses == nil {
+				rec.Addresses = map[string]string{}
+			}
+			rec.Addresses[f.Channel] = addr
+		}
+	}
+	var e *apiError
+	if rec.Locale, e = text("locale"); e != nil {
+		return rec, e
+	}
+	if rec.TimeZone, e = text("time_zone"); e != nil {
+		return rec, e
+	}
+	return rec, nil
 }
 
 // checkRecipient checks a recipient's fields: each address as a create to
 // its channel checks its to (the webhook URL through the SSRF guard), the
 // locale's shape, the time zone's name. Its error names the field.
 func (a *API) checkRecipient(rec notify.Recipient) *apiError {
-	for _, f := range []struct{ channel, value string }{
-		{notify.ChannelEmail, rec.Email}, {"telegram", rec.TelegramChatID}, {"webhook", rec.WebhookURL},
-	} {
-		if f.value == "" {
+	for _, f := range a.recipientFields {
+		addr := rec.Address(f.Channel)
+		if addr == "" {
 			continue
 		}
-		field := notify.RecipientFields[f.channel]
-		if err := a.checkAddress(f.channel, f.value); err != nil {
-			return invalidField(field, err.Error())
+		if err := a.checkAddress(f.Channel, addr); err != nil {
+			return invalidField(f.Field, err.Error())
 		}
 	}
 	if !notify.ValidLocale(rec.Locale) {

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -24,15 +25,22 @@ import (
 // validation (its SSRF guard).
 func setupResolving(t *testing.T) *env {
 	t.Helper()
+	hook := notify.ChannelSpec{JSONBody: true, To: "an http(s) URL", Validate: webhook.Validate, RecipientField: "webhook_url"}
+	return setupRecipients(t, api.Config{Channels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hook}})
+}
+
+// setupRecipients serves an API under cfg whose store also keeps the
+// recipients and templates.
+func setupRecipients(t *testing.T, cfg api.Config) *env {
+	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "herald.db")
 	st, err := sqlite.Open(ctx, path, sqlite.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	require.NoError(t, st.Migrate(ctx))
-	hook := notify.ChannelSpec{JSONBody: true, To: "an http(s) URL", Validate: webhook.Validate}
-	a, err := api.New(st, api.Config{Recipients: st, Templates: st,
-		Channels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": hook}})
+	cfg.Recipients, cfg.Templates = st, st
+	a, err := api.New(st, cfg)
 	require.NoError(t, err)
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
@@ -282,4 +290,74 @@ func TestTemplatePutAndPreview(t *testing.T) {
 	require.Equal(t, "template", p.errField())
 	after, _ := e.rows(t)
 	require.Equal(t, before, after, "a preview sends nothing")
+}
+
+// A recipient's address fields are those of the channels herald knows
+// (notify.ChannelSpec.RecipientField), enabled or not, in channel name
+// order between user_id and locale: a channel the API has never heard of
+// before (pigeon) is taken, shown and resolved with no change of the API
+// or the store, and GET shows every known channel's field.
+func TestRecipientFieldsFollowTheChannels(t *testing.T) {
+	t.Parallel()
+	pigeon := notify.ChannelSpec{To: "a loft", RecipientField: "pigeon_loft", Validate: func(r notify.CreateRequest) error {
+		if !strings.HasPrefix(r.To, "loft ") {
+			return &notify.FieldError{Field: "to", Message: "must be a loft"}
+		}
+		return notify.CheckBody(r.Body)
+	}}
+	e := setupRecipients(t, api.Config{
+		Channels:      notify.Channels{notify.ChannelEmail: notify.EmailSpec, "pigeon": pigeon},
+		KnownChannels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "pigeon": pigeon, "webhook": hookSpec},
+	})
+	r := do(t, "PUT", e.url+"/recipients/u-1", jsonHeaders(), `{"pigeon_loft":"loft <7> & co","email":null,"locale":"de"}`)
+	require.Equal(t, 200, r.status, r.raw)
+	at, _ := json.Marshal(r.json["updated_at"])
+	require.Equal(t, `{"user_id":"u-1","email":"","pigeon_loft":"loft <7> & co","webhook_url":"","locale":"de","time_zone":"","revision":1,"updated_at":`+string(at)+`}`,
+		strings.TrimSpace(r.raw), "every known channel's field, in channel name order, between user_id and locale; no HTML escaping, as every reply")
+	got := do(t, "GET", e.url+"/recipients/u-1", nil, "")
+	require.Equal(t, r.raw, got.raw)
+	rec, err := e.store.Recipient(t.Context(), "u-1")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"pigeon": "loft <7> & co"}, rec.Addresses)
+
+	c := do(t, "POST", e.url+"/notifications", jsonHeaders(), `{"user_id":"u-1","channel":"pigeon","body":"coo"}`)
+	require.Equal(t, 201, c.status, c.raw)
+	require.Equal(t, "loft <7> & co", c.json["to"])
+	c = do(t, "POST", e.url+"/notifications", jsonHeaders(), `{"user_id":"u-1","channel":"email","subject":"s","body":"b"}`)
+	require.Equal(t, 422, c.status, c.raw)
+	require.Contains(t, c.errString("message"), `recipient "u-1" has no email`)
+
+	for _, tc := range []struct{ body, field string }{
+		{`{"pigeon_loft":"nest 3"}`, "pigeon_loft"},
+		{`{"pigeon_loft":7}`, "pigeon_loft"},
+		{`{"webhook_url":"ftp://example.com/x"}`, "webhook_url"},
+		{`{"telegram_chat_id":"-1001"}`, "telegram_chat_id"},
+		{`{"pigeon":"loft 7"}`, "pigeon"},
+		{`{"locale":["de"]}`, "locale"},
+	} {
+		r := do(t, "PUT", e.url+"/recipients/u-1", jsonHeaders(), tc.body)
+		require.Equal(t, 400, r.status, tc.body)
+		require.Equal(t, tc.field, r.errField(), tc.body)
+	}
+	require.Equal(t, `pigeon_loft must be a string`, do(t, "PUT", e.url+"/recipients/u-1", jsonHeaders(), `{"pigeon_loft":7}`).errString("message"))
+}
+
+// Two channels with one recipient field, or a channel whose field is one
+// every recipient has, cannot be shown in one recipient: New refuses them.
+func TestRecipientFieldsMustBeDistinct(t *testing.T) {
+	t.Parallel()
+	st := setup(t, api.Config{}).store
+	for _, tc := range []struct {
+		known notify.Channels
+		msg   string
+	}{
+		{notify.Channels{notify.ChannelEmail: notify.EmailSpec, "mail2": {RecipientField: "email"}}, `channels "email" and "mail2": both have recipient field "email"`},
+		{notify.Channels{"sms": {RecipientField: "locale"}}, `channel "sms": recipient field "locale" is a field of every recipient`},
+	} {
+		_, err := api.New(st, api.Config{KnownChannels: tc.known})
+		require.Error(t, err)
+		require.Contains(t, err.Error(), tc.msg)
+	}
+	_, err := api.New(st, api.Config{KnownChannels: notify.Channels{notify.ChannelEmail: notify.EmailSpec, "internal": {}}})
+	require.NoError(t, err, "a channel without a recipient field")
 }

@@ -57,7 +57,7 @@ func (a *API) resolve(ctx context.Context, nn *notify.NewNotification, req notif
 		if rec == nil {
 			return unprocessable("user_id", fmt.Sprintf("user_id %q has no recipient: PUT /recipients/{user_id} first, or give to", req.UserID)), http.StatusUnprocessableEntity
 		}
-		addr, field := rec.Address(req.Channel)
+		addr, field := rec.Address(req.Channel), a.cfg.Channels[req.Channel].RecipientField
 		if addr == "" {
 			msg := fmt.Sprintf("to is required: recipient %q has no %s", req.UserID, field)
 			if field == "" {

@@ -111,6 +111,10 @@ type Config struct {
 	// Channels are the channels the API accepts; the list's channel filter
 	// takes their names. Default: email alone.
 	Channels notify.Channels
+	// KnownChannels are every channel herald knows, enabled or not, as the
+	// API's Config.KnownChannels: the Recipients page shows the address
+	// field of each, as GET /recipients/{user_id} does. Default: Channels.
+	KnownChannels notify.Channels
 	// From is the email From address (HERALD_SMTP_FROM): the detail page
 	// shows the Message-ID every attempt carried, whose domain is its
 	// domain. Default: empty (the worker's fallback, localhost).
@@ -179,6 +183,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Channels == nil {
 		c.Channels = notify.EmailOnly()
+	}
+	if c.KnownChannels == nil {
+		c.KnownChannels = c.Channels
 	}
 	c.LoginPerAddress = c.LoginPerAddress.orDefault(DefaultLoginPerAddress)
 	c.LoginGlobal = c.LoginGlobal.orDefault(DefaultLoginGlobal)

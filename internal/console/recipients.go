@@ -9,6 +9,9 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/heraldhq/herald/internal/notify"
 )
@@ -32,8 +35,10 @@ type recipientsData struct {
 	// UserID is the user looked up ("" before any); UserError why it
 	// cannot be.
 	UserID, UserError string
-	// Recipient is the user's record, nil when they have none.
+	// Recipient is the user's record, nil when they have none; Addresses
+	// its addresses, one row per channel.
 	Recipient *notify.Recipient
+	Addresses []addressRow
 	// Preferences are the user's, by category then channel.
 	Preferences []preferenceRow
 	// Required are the categories no one may opt out of; Channels the
@@ -49,6 +54,51 @@ type recipientsData struct {
 type preferenceRow struct {
 	Category, Channel string
 	Allowed, Required bool
+}
+
+// addressRow is one address of a recipient as the page lists it.
+type addressRow struct {
+	// Channel is the channel's name (the row's id is recipient-CHANNEL);
+	// Label what the row is called; Address the address, "" for none.
+	Channel, Label, Address string
+}
+
+// addressRows are the rows of rec's addresses, by channel name: one for
+// each channel of known with a recipient field, as GET
+// /recipients/{user_id} shows them, and one for each other channel rec
+// holds an address for (one herald no longer knows), so that the page
+// hides nothing the record holds.
+func addressRows(known notify.Channels, rec notify.Recipient) []addressRow {
+	labels := map[string]string{}
+	for _, f := range known.RecipientFields() {
+		labels[f.Channel] = fieldLabel(f.Field)
+	}
+	for ch := range rec.Addresses {
+		if _, ok := labels[ch]; !ok && rec.Address(ch) != "" {
+			labels[ch] = fieldLabel(ch + "_address")
+		}
+	}
+	rows := make([]addressRow, 0, len(labels))
+	for _, ch := range slices.Sorted(maps.Keys(labels)) {
+		rows = append(rows, addressRow{Channel: ch, Label: labels[ch], Address: rec.Address(ch)})
+	}
+	return rows
+}
+
+// fieldLabel is a JSON field name for people: "telegram_chat_id" is
+// "Telegram chat id", "webhook_url" "Webhook URL".
+func fieldLabel(field string) string {
+	words := strings.Split(field, "_")
+	for i, w := range words {
+		switch {
+		case w == "url":
+			words[i] = "URL"
+		case i == 0 && w != "":
+			r, n := utf8.DecodeRuneInString(w)
+			words[i] = string(unicode.ToUpper(r)) + w[n:]
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // recipients handles GET /ui/recipients[?user_id=]: a user's recipient
@@ -76,6 +126,7 @@ func (c *Console) renderRecipients(w http.ResponseWriter, r *http.Request, statu
 	switch {
 	case err == nil:
 		d.Recipient = &rec
+		d.Addresses = addressRows(c.cfg.KnownChannels, rec)
 	case errors.Is(err, notify.ErrNotFound):
 	default:
 		c.unavailable(w, r, "read recipient", err)

@@ -38,7 +38,7 @@ func TestRecipientsPage(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	const user = "u-<42>"
-	_, err = st.PutRecipient(t.Context(), notify.Recipient{UserID: user, Email: "ada+x@example.com", TelegramChatID: "-1001",
+	_, err = st.PutRecipient(t.Context(), notify.Recipient{UserID: user, Addresses: map[string]string{notify.ChannelEmail: "ada+x@example.com", "telegram": "-1001"},
 		Locale: "de-AT", TimeZone: "Europe/Vienna"})
 	require.NoError(t, err)
 	require.NoError(t, st.PutPreferences(t.Context(), user, notify.Preferences{"digest": {"email": false}}))
@@ -144,4 +144,23 @@ func TestRecipientsPage(t *testing.T) {
 		require.NotContains(t, logs.String(), secret)
 	}
 	require.False(t, strings.Contains(page, "ada+x"), "another user's page shows nothing of this one")
+}
+
+// The record lists one address row per channel herald knows with a
+// recipient field, as GET /recipients/{user_id} shows them, and one per
+// other channel the record holds an address for, by channel name; each
+// row is labelled from its field.
+func TestAddressRows(t *testing.T) {
+	t.Parallel()
+	known := notify.Channels{notify.ChannelEmail: notify.EmailSpec, "webhook": {RecipientField: "webhook_url"},
+		"telegram": {RecipientField: "telegram_chat_id"}, "internal": {}}
+	rec := notify.Recipient{Addresses: map[string]string{"telegram": "-1001", "pigeon": "loft 7", "ärger": "x", "gone": ""}}
+	require.Equal(t, []addressRow{
+		{Channel: "email", Label: "Email"},
+		{Channel: "pigeon", Label: "Pigeon address", Address: "loft 7"},
+		{Channel: "telegram", Label: "Telegram chat id", Address: "-1001"},
+		{Channel: "webhook", Label: "Webhook URL"},
+		{Channel: "ärger", Label: "Ärger address", Address: "x"},
+	}, addressRows(known, rec))
+	require.Empty(t, addressRows(notify.Channels{"internal": {}}, notify.Recipient{}))
 }

@@ -28,6 +28,11 @@ type ChannelSpec struct {
 	// scheme://host:port, or the channel's name for a channel with one
 	// provider. Nil: the notification is stored with no destination.
 	Destination func(to string) string
+	// RecipientField is the JSON field of the API's recipient (PUT
+	// /recipients/{user_id}) that holds the channel's address ("email",
+	// "telegram_chat_id", "webhook_url"): a create on the channel without
+	// a to reads it. "": a recipient has no address for the channel.
+	RecipientField string
 }
 
 // DestinationOf returns the destination key of a valid request r under
@@ -52,7 +57,8 @@ type Channels map[string]ChannelSpec
 
 // EmailSpec is the email channel: to an RFC 5322 address, a subject, a
 // text body.
-var EmailSpec = ChannelSpec{Validate: ValidateEmail, Subject: true, To: "an email address", Destination: ChannelDestination(ChannelEmail)}
+var EmailSpec = ChannelSpec{Validate: ValidateEmail, Subject: true, To: "an email address", Destination: ChannelDestination(ChannelEmail),
+	RecipientField: "email"}
 
 // EmailOnly is the set of channels that holds email alone.
 func EmailOnly() Channels { return Channels{ChannelEmail: EmailSpec} }
@@ -65,6 +71,27 @@ func (cs Channels) Names() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// RecipientField is one channel's address field of a recipient.
+type RecipientField struct {
+	// Channel is the channel's name, the key of Recipient.Addresses.
+	Channel string
+	// Field is the JSON field (ChannelSpec.RecipientField).
+	Field string
+}
+
+// RecipientFields are the address fields of the channels of cs that have
+// one, in channel name order: the fields a recipient shows between its
+// user_id and its locale ("email", "telegram_chat_id", "webhook_url").
+func (cs Channels) RecipientFields() []RecipientField {
+	var out []RecipientField
+	for _, n := range cs.Names() {
+		if f := cs[n].RecipientField; f != "" {
+			out = append(out, RecipientField{Channel: n, Field: f})
+		}
+	}
+	return out
 }
 
 // MustBe says which names a channel must be: `must be "email"`, `must

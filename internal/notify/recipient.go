@@ -2,6 +2,7 @@ package notify
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -11,10 +12,13 @@ import (
 // here, once, at create: the notification keeps the address it was
 // accepted with, whatever the recipient becomes.
 type Recipient struct {
-	UserID         string
-	Email          string
-	TelegramChatID string
-	WebhookURL     string
+	UserID string
+	// Addresses are where each channel reaches the user, by channel name
+	// ("email", "telegram", "webhook"); a missing or "" entry is none. A
+	// channel's address is a JSON field of the API's recipient
+	// (ChannelSpec.RecipientField); the stores keep the map as it is, so
+	// a new channel needs no change of theirs.
+	Addresses map[string]string
 	// Locale is a BCP 47 language tag ("de", "pt-BR"); "" is none.
 	Locale string
 	// TimeZone is an IANA zone name; "" is none.
@@ -26,28 +30,45 @@ type Recipient struct {
 	UpdatedAt time.Time
 }
 
-// RecipientFields are a recipient's address fields by channel: the field
-// a create without a to reads for that channel.
-var RecipientFields = map[string]string{
-	ChannelEmail: "email",
-	"telegram":   "telegram_chat_id",
-	"webhook":    "webhook_url",
+// Address returns the recipient's address for channel, "" when it has
+// none.
+func (r Recipient) Address(channel string) string { return r.Addresses[channel] }
+
+// CompactAddresses returns addrs without its empty entries, and nil when
+// none is left: the addresses as the stores return them.
+func CompactAddresses(addrs map[string]string) map[string]string {
+	var out map[string]string
+	for ch, a := range addrs {
+		if a == "" {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(addrs))
+		}
+		out[ch] = a
+	}
+	return out
 }
 
-// Address returns the recipient's address for channel and the name of the
-// recipient field it is read from; the address is "" when the recipient
-// has none (and the field "" when the channel has no recipient field).
-func (r Recipient) Address(channel string) (addr, field string) {
-	field = RecipientFields[channel]
-	switch channel {
-	case ChannelEmail:
-		addr = r.Email
-	case "telegram":
-		addr = r.TelegramChatID
-	case "webhook":
-		addr = r.WebhookURL
+// EncodeAddresses is addrs as a JSON object without its empty entries
+// ({} for none): how the SQL stores keep a recipient's addresses, in one
+// column whatever the channels.
+func EncodeAddresses(addrs map[string]string) []byte {
+	c := CompactAddresses(addrs)
+	if c == nil {
+		return []byte("{}")
 	}
-	return addr, field
+	b, _ := json.Marshal(c) // a map of strings always encodes
+	return b
+}
+
+// DecodeAddresses reads addresses as EncodeAddresses wrote them.
+func DecodeAddresses(b []byte) (map[string]string, error) {
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode addresses: %w", err)
+	}
+	return CompactAddresses(m), nil
 }
 
 // Erasure says what an erasure of a user's personal data changed (see

@@ -165,6 +165,64 @@ var migrations = []migration{
 				Options: options.Index().SetName("fallback_due_idx").SetSparse(true)},
 		},
 	}},
+	// Issue 37: a recipient's addresses are one sub-document keyed by
+	// channel name, so that a new channel needs no field; the three
+	// fields of the recipients written before move into it.
+	{version: 12, name: "recipient_addresses", backfill: backfillAddresses},
+}
+
+// oldAddressFields are the recipient fields of the documents written
+// before version 12, with the channel whose address each held.
+var oldAddressFields = []struct{ field, channel string }{
+	{"email", "email"}, {"telegram_chat_id", "telegram"}, {"webhook_url", "webhook"},
+}
+
+// backfillAddresses moves the old address fields of every recipient that
+// has one into its addresses (an empty one leaves no key; a channel the
+// document already has an address for keeps it) and unsets them, with the
+// document's revision in the filter and left alone, like
+// backfillIdemScope: run by herald migrate before the processes of this
+// version start, nothing else writes the fields. A document it moved has
+// no old field left, so running it again finds nothing to do.
+func backfillAddresses(ctx context.Context, db *mgo.Database) error {
+	coll := db.Collection(collRecipients)
+	var anyOld bson.A
+	unset := bson.D{}
+	for _, o := range oldAddressFields {
+		anyOld = append(anyOld, bson.D{{Key: o.field, Value: bson.D{{Key: "$exists", Value: true}}}})
+		unset = append(unset, bson.E{Key: o.field, Value: ""})
+	}
+	cur, err := coll.Find(ctx, bson.D{{Key: "$or", Value: anyOld}})
+	if err != nil {
+		return classify(err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		var d struct {
+			UserID    string            `bson:"_id"`
+			Revision  int64             `bson:"revision"`
+			Addresses map[string]string `bson:"addresses"`
+		}
+		if err := cur.Decode(&d); err != nil {
+			return err
+		}
+		addrs := notify.CompactAddresses(d.Addresses)
+		if addrs == nil {
+			addrs = map[string]string{}
+		}
+		for _, o := range oldAddressFields {
+			v, ok := cur.Current.Lookup(o.field).StringValueOK()
+			if _, has := addrs[o.channel]; ok && v != "" && !has {
+				addrs[o.channel] = v
+			}
+		}
+		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.UserID}, {Key: "revision", Value: d.Revision}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "addresses", Value: addrs}}}, {Key: "$unset", Value: unset}})
+		if err != nil {
+			return classify(err)
+		}
+	}
+	return classify(cur.Err())
 }
 
 // backfillRank gives every document with an open event (due set) and no

@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/testkit/mongotest"
+	"github.com/heraldhq/herald/internal/testkit/storetest"
 )
 
 // Migration 3 on a database at version 2: the global unique index on
@@ -94,4 +95,35 @@ func TestMigrateRankBackfill(t *testing.T) {
 		got = append(got, m.ID/eventSpan)
 	}
 	require.Equal(t, []int64{h.Notification.ID, before, after}, got)
+}
+
+// Migration 12 on a database at version 11: each recipient's three old
+// address fields move into its addresses sub-document, keyed by channel
+// (see storetest.CheckMigratedRecipients), and are unset; running it again
+// changes nothing.
+func TestMigrateRecipientAddressesBackfill(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, mongotest.URL(t), Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	require.Equal(t, "recipient_addresses", migrations[11].name)
+	require.NoError(t, s.migrate(ctx, migrations[:11]))
+	for _, r := range storetest.OldRecipients {
+		_, err := s.db.Collection(collRecipients).InsertOne(ctx, bson.D{{Key: "_id", Value: r.UserID}, {Key: "email", Value: r.Email},
+			{Key: "telegram_chat_id", Value: r.TelegramChatID}, {Key: "webhook_url", Value: r.WebhookURL}, {Key: "locale", Value: r.Locale},
+			{Key: "time_zone", Value: r.TimeZone}, {Key: "updated_at", Value: now()}, {Key: "revision", Value: r.Revision}})
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, s.Migrate(ctx))
+	require.NoError(t, backfillAddresses(ctx, s.db), "a second run finds nothing to move")
+	n, err := s.db.Collection(collRecipients).CountDocuments(ctx, bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "email", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "telegram_chat_id", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "webhook_url", Value: bson.D{{Key: "$exists", Value: true}}}},
+	}}})
+	require.NoError(t, err)
+	require.Zero(t, n, "the old fields are unset")
+	storetest.CheckMigratedRecipients(t, ctx, s)
 }

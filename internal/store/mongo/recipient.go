@@ -15,18 +15,17 @@ import (
 
 // recipientDoc is one recipient, keyed by user id.
 type recipientDoc struct {
-	UserID         string    `bson:"_id"`
-	Email          string    `bson:"email"`
-	TelegramChatID string    `bson:"telegram_chat_id"`
-	WebhookURL     string    `bson:"webhook_url"`
-	Locale         string    `bson:"locale"`
-	TimeZone       string    `bson:"time_zone"`
-	Revision       int64     `bson:"revision"`
-	UpdatedAt      time.Time `bson:"updated_at"`
+	UserID string `bson:"_id"`
+	// Addresses is a sub-document keyed by channel name.
+	Addresses map[string]string `bson:"addresses"`
+	Locale    string            `bson:"locale"`
+	TimeZone  string            `bson:"time_zone"`
+	Revision  int64             `bson:"revision"`
+	UpdatedAt time.Time         `bson:"updated_at"`
 }
 
 func (d recipientDoc) recipient() notify.Recipient {
-	return notify.Recipient{UserID: d.UserID, Email: d.Email, TelegramChatID: d.TelegramChatID, WebhookURL: d.WebhookURL,
+	return notify.Recipient{UserID: d.UserID, Addresses: notify.CompactAddresses(d.Addresses),
 		Locale: d.Locale, TimeZone: d.TimeZone, Revision: d.Revision, UpdatedAt: d.UpdatedAt.UTC()}
 }
 
@@ -68,11 +67,14 @@ func (s *Store) checkRevision(ctx context.Context, userID string, rev int64) err
 // with its revision and update time.
 func (s *Store) PutRecipient(ctx context.Context, r notify.Recipient) (notify.Recipient, error) {
 	t := now()
+	addrs := notify.CompactAddresses(r.Addresses)
+	if addrs == nil {
+		addrs = map[string]string{} // an empty sub-document, not null
+	}
 	var d recipientDoc
 	err := s.db.Collection(collRecipients).FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: r.UserID}},
 		bson.D{
-			{Key: "$set", Value: bson.D{{Key: "email", Value: r.Email}, {Key: "telegram_chat_id", Value: r.TelegramChatID},
-				{Key: "webhook_url", Value: r.WebhookURL}, {Key: "locale", Value: r.Locale}, {Key: "time_zone", Value: r.TimeZone},
+			{Key: "$set", Value: bson.D{{Key: "addresses", Value: addrs}, {Key: "locale", Value: r.Locale}, {Key: "time_zone", Value: r.TimeZone},
 				{Key: "updated_at", Value: t}}},
 			{Key: "$inc", Value: bson.D{{Key: "revision", Value: int64(1)}}},
 		},

@@ -20,14 +20,13 @@ const (
 	lockRecipient = `SELECT revision FROM recipients WHERE user_id = $1 FOR SHARE`
 
 	upsertRecipient = `
-INSERT INTO recipients (user_id, email, telegram_chat_id, webhook_url, locale, time_zone)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (user_id) DO UPDATE SET email = excluded.email, telegram_chat_id = excluded.telegram_chat_id,
-	webhook_url = excluded.webhook_url, locale = excluded.locale, time_zone = excluded.time_zone,
+INSERT INTO recipients (user_id, addresses, locale, time_zone)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (user_id) DO UPDATE SET addresses = excluded.addresses, locale = excluded.locale, time_zone = excluded.time_zone,
 	revision = recipients.revision + 1, updated_at = now()
 RETURNING revision, updated_at`
 
-	selectRecipient = `SELECT user_id, email, telegram_chat_id, webhook_url, locale, time_zone, revision, updated_at
+	selectRecipient = `SELECT user_id, addresses, locale, time_zone, revision, updated_at
 FROM recipients WHERE user_id = $1`
 
 	deleteRecipient = `DELETE FROM recipients WHERE user_id = $1`
@@ -71,25 +70,31 @@ ORDER BY name, channel, locale, version DESC`
 // PutRecipient creates or replaces the recipient r.UserID and returns it
 // with its revision and update time.
 func (s *Store) PutRecipient(ctx context.Context, r notify.Recipient) (notify.Recipient, error) {
-	err := s.pool.QueryRow(ctx, upsertRecipient, r.UserID, r.Email, r.TelegramChatID, r.WebhookURL, r.Locale, r.TimeZone).
+	err := s.pool.QueryRow(ctx, upsertRecipient, r.UserID, string(notify.EncodeAddresses(r.Addresses)), r.Locale, r.TimeZone).
 		Scan(&r.Revision, &r.UpdatedAt)
 	if err != nil {
 		return notify.Recipient{}, wrap("put recipient", err)
 	}
+	r.Addresses = notify.CompactAddresses(r.Addresses)
 	r.UpdatedAt = r.UpdatedAt.UTC()
 	return r, nil
 }
 
 // Recipient returns the recipient userID, or notify.ErrNotFound.
 func (s *Store) Recipient(ctx context.Context, userID string) (notify.Recipient, error) {
-	var r notify.Recipient
-	err := s.pool.QueryRow(ctx, selectRecipient, userID).Scan(&r.UserID, &r.Email, &r.TelegramChatID, &r.WebhookURL,
-		&r.Locale, &r.TimeZone, &r.Revision, &r.UpdatedAt)
+	var (
+		r     notify.Recipient
+		addrs []byte
+	)
+	err := s.pool.QueryRow(ctx, selectRecipient, userID).Scan(&r.UserID, &addrs, &r.Locale, &r.TimeZone, &r.Revision, &r.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return notify.Recipient{}, fmt.Errorf("get recipient: %w", notify.ErrNotFound)
 	}
 	if err != nil {
 		return notify.Recipient{}, wrap("get recipient", err)
+	}
+	if r.Addresses, err = notify.DecodeAddresses(addrs); err != nil {
+		return notify.Recipient{}, fmt.Errorf("get recipient: %w", err)
 	}
 	r.UpdatedAt = r.UpdatedAt.UTC()
 	return r, nil

@@ -13,14 +13,13 @@ const (
 	selectRecipientRevision = `SELECT revision FROM recipients WHERE user_id = ?`
 
 	upsertRecipient = `
-INSERT INTO recipients (user_id, email, telegram_chat_id, webhook_url, locale, time_zone, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-ON CONFLICT (user_id) DO UPDATE SET email = excluded.email, telegram_chat_id = excluded.telegram_chat_id,
-	webhook_url = excluded.webhook_url, locale = excluded.locale, time_zone = excluded.time_zone,
+INSERT INTO recipients (user_id, addresses, locale, time_zone, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (user_id) DO UPDATE SET addresses = excluded.addresses, locale = excluded.locale, time_zone = excluded.time_zone,
 	revision = recipients.revision + 1, updated_at = excluded.updated_at
 RETURNING revision`
 
-	selectRecipient = `SELECT user_id, email, telegram_chat_id, webhook_url, locale, time_zone, revision, updated_at
+	selectRecipient = `SELECT user_id, addresses, locale, time_zone, revision, updated_at
 FROM recipients WHERE user_id = ?`
 
 	deleteRecipient = `DELETE FROM recipients WHERE user_id = ?`
@@ -67,12 +66,13 @@ ORDER BY t.name, t.channel, t.locale`
 func (s *Store) PutRecipient(ctx context.Context, r notify.Recipient) (notify.Recipient, error) {
 	t := now()
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, upsertRecipient, r.UserID, r.Email, r.TelegramChatID, r.WebhookURL, r.Locale, r.TimeZone, formatTime(t)).
+		return tx.QueryRowContext(ctx, upsertRecipient, r.UserID, string(notify.EncodeAddresses(r.Addresses)), r.Locale, r.TimeZone, formatTime(t)).
 			Scan(&r.Revision)
 	})
 	if err != nil {
 		return notify.Recipient{}, fmt.Errorf("put recipient: %w", classify(err))
 	}
+	r.Addresses = notify.CompactAddresses(r.Addresses)
 	r.UpdatedAt = t
 	return r, nil
 }
@@ -80,11 +80,10 @@ func (s *Store) PutRecipient(ctx context.Context, r notify.Recipient) (notify.Re
 // Recipient returns the recipient userID, or notify.ErrNotFound.
 func (s *Store) Recipient(ctx context.Context, userID string) (notify.Recipient, error) {
 	var (
-		r  notify.Recipient
-		at string
+		r         notify.Recipient
+		addrs, at string
 	)
-	err := s.read.QueryRowContext(ctx, selectRecipient, userID).Scan(&r.UserID, &r.Email, &r.TelegramChatID, &r.WebhookURL,
-		&r.Locale, &r.TimeZone, &r.Revision, &at)
+	err := s.read.QueryRowContext(ctx, selectRecipient, userID).Scan(&r.UserID, &addrs, &r.Locale, &r.TimeZone, &r.Revision, &at)
 	if errors.Is(err, sql.ErrNoRows) {
 		return notify.Recipient{}, fmt.Errorf("get recipient: %w", notify.ErrNotFound)
 	}
@@ -92,6 +91,9 @@ func (s *Store) Recipient(ctx context.Context, userID string) (notify.Recipient,
 		return notify.Recipient{}, fmt.Errorf("get recipient: %w", classify(err))
 	}
 	if r.UpdatedAt, err = parseTime(at); err != nil {
+		return notify.Recipient{}, fmt.Errorf("get recipient: %w", err)
+	}
+	if r.Addresses, err = notify.DecodeAddresses([]byte(addrs)); err != nil {
 		return notify.Recipient{}, fmt.Errorf("get recipient: %w", err)
 	}
 	return r, nil

@@ -226,12 +226,12 @@ func testBatchKeyExpired(t *testing.T, ctx context.Context, h Harness) {
 // the ids follow the requests' order.
 func testBatchResolved(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	rec, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-2", Email: "ada@example.com"})
+	rec, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-2", Addresses: map[string]string{notify.ChannelEmail: "ada@example.com"}})
 	require.NoError(t, err)
 	require.NoError(t, s.PutPreferences(ctx, "user-3", notify.Preferences{"news": {"email": false}}))
 	nns := batchOf(1, 4)
 	templated := &nns[1]
-	templated.Request.To = rec.Email
+	templated.Request.To = rec.Address(notify.ChannelEmail)
 	templated.Request.HTML = "<p>Hello</p>"
 	templated.Request.Template, templated.Request.TemplateVersion, templated.Request.Locale = "welcome", 2, "de"
 	templated.RecipientRevision, templated.Digest = rec.Revision, "digest-2"
@@ -278,12 +278,12 @@ func testBatchResolved(t *testing.T, ctx context.Context, h Harness) {
 // requests: the API resolves the batch again and sends it whole.
 func testBatchRecipientChanged(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	rec, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-2", Email: "ada@example.com"})
+	rec, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-2", Addresses: map[string]string{notify.ChannelEmail: "ada@example.com"}})
 	require.NoError(t, err)
-	_, err = s.PutRecipient(ctx, notify.Recipient{UserID: "user-2", Email: "ada@example.org"})
+	_, err = s.PutRecipient(ctx, notify.Recipient{UserID: "user-2", Addresses: map[string]string{notify.ChannelEmail: "ada@example.org"}})
 	require.NoError(t, err)
 	nns := batchOf(1, 3)
-	nns[1].Request.To = rec.Email
+	nns[1].Request.To = rec.Address(notify.ChannelEmail)
 	nns[1].RecipientRevision, nns[1].Digest = rec.Revision, "digest-2"
 	_, err = s.CreateBatch(ctx, nns)
 	require.ErrorIs(t, err, notify.ErrRecipientChanged)

@@ -17,6 +17,7 @@ import (
 // (issue 35, points 1 and 2).
 var recipientTests = []subtest{
 	{"RecipientPutGetDelete", testRecipientPutGetDelete},
+	{"RecipientAddressOfAnyChannel", testRecipientAddressOfAnyChannel},
 	{"RecipientGuard", testRecipientGuard},
 	{"ResolvedCreate", testResolvedCreate},
 	{"ResolvedReplay", testResolvedReplay},
@@ -29,8 +30,8 @@ func testRecipientPutGetDelete(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	_, err := s.Recipient(ctx, "u-1")
 	require.ErrorIs(t, err, notify.ErrNotFound)
-	in := notify.Recipient{UserID: "u-1", Email: "ada@example.com", TelegramChatID: "-1001", WebhookURL: "https://example.com/h",
-		Locale: "de-AT", TimeZone: "Europe/Vienna"}
+	in := notify.Recipient{UserID: "u-1", Addresses: map[string]string{notify.ChannelEmail: "ada@example.com", "telegram": "-1001",
+		"webhook": "https://example.com/h"}, Locale: "de-AT", TimeZone: "Europe/Vienna"}
 	before := time.Now().Add(-time.Minute)
 	put, err := s.PutRecipient(ctx, in)
 	require.NoError(t, err)
@@ -43,13 +44,13 @@ func testRecipientPutGetDelete(t *testing.T, ctx context.Context, h Harness) {
 	require.Equal(t, put, got)
 
 	// A PUT replaces the whole record: a field left out is emptied.
-	put2, err := s.PutRecipient(ctx, notify.Recipient{UserID: "u-1", Email: "ada@example.org"})
+	put2, err := s.PutRecipient(ctx, notify.Recipient{UserID: "u-1", Addresses: map[string]string{notify.ChannelEmail: "ada@example.org", "webhook": ""}})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, put2.Revision)
 	got, err = s.Recipient(ctx, "u-1")
 	require.NoError(t, err)
-	require.Equal(t, "ada@example.org", got.Email)
-	require.Empty(t, got.TelegramChatID)
+	require.Equal(t, map[string]string{notify.ChannelEmail: "ada@example.org"}, got.Addresses, "an empty address is none")
+	require.Empty(t, got.Address("telegram"))
 	require.Empty(t, got.Locale)
 	require.EqualValues(t, 2, got.Revision)
 
@@ -59,20 +60,44 @@ func testRecipientPutGetDelete(t *testing.T, ctx context.Context, h Harness) {
 	require.ErrorIs(t, s.DeleteRecipient(ctx, "u-1"), notify.ErrNotFound)
 }
 
+// testRecipientAddressOfAnyChannel: the addresses are kept by channel
+// name, whatever the name: a channel herald has never heard of needs no
+// change of the store's schema. A recipient without any address has none.
+func testRecipientAddressOfAnyChannel(t *testing.T, ctx context.Context, h Harness) {
+	s := h.Store
+	in := notify.Recipient{UserID: "u-1", Addresses: map[string]string{"pigeon": "loft 7, perch 3", notify.ChannelEmail: "ada@example.com",
+		"sms_v2": "+49 30 1234567 ☎"}}
+	put, err := s.PutRecipient(ctx, in)
+	require.NoError(t, err)
+	require.Equal(t, in.Addresses, put.Addresses)
+	got, err := s.Recipient(ctx, "u-1")
+	require.NoError(t, err)
+	require.Equal(t, in.Addresses, got.Addresses)
+	require.Equal(t, "loft 7, perch 3", got.Address("pigeon"))
+
+	_, err = s.PutRecipient(ctx, notify.Recipient{UserID: "u-1", Locale: "de"})
+	require.NoError(t, err)
+	got, err = s.Recipient(ctx, "u-1")
+	require.NoError(t, err)
+	require.Empty(t, got.Addresses, "a PUT replaces the addresses too")
+	require.Empty(t, got.Address("pigeon"))
+	require.Equal(t, "de", got.Locale)
+}
+
 // testRecipientGuard: a create that read the recipient at a revision
 // commits only while the recipient is still at it; otherwise nothing is
 // written.
 func testRecipientGuard(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	rec, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-1", Email: "ada@example.com"})
+	rec, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-1", Addresses: map[string]string{notify.ChannelEmail: "ada@example.com"}})
 	require.NoError(t, err)
 	req := request(1)
-	req.To = rec.Email
+	req.To = rec.Address(notify.ChannelEmail)
 	c, err := s.Create(ctx, notify.NewNotification{Request: req, RecipientRevision: rec.Revision, Digest: "d1"})
 	require.NoError(t, err)
 	require.Equal(t, "ada@example.com", c.Notification.To)
 
-	_, err = s.PutRecipient(ctx, notify.Recipient{UserID: "user-1", Email: "ada@example.org"})
+	_, err = s.PutRecipient(ctx, notify.Recipient{UserID: "user-1", Addresses: map[string]string{notify.ChannelEmail: "ada@example.org"}})
 	require.NoError(t, err)
 	_, err = s.Create(ctx, notify.NewNotification{Request: req, RecipientRevision: rec.Revision, Digest: "d2"})
 	require.ErrorIs(t, err, notify.ErrRecipientChanged)
@@ -156,7 +181,7 @@ func testResolvedReplay(t *testing.T, ctx context.Context, h Harness) {
 // attempts, and nothing of anyone else's.
 func testEraseRecipient(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
-	_, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-1", Email: "ada@example.com"})
+	_, err := s.PutRecipient(ctx, notify.Recipient{UserID: "user-1", Addresses: map[string]string{notify.ChannelEmail: "ada@example.com"}})
 	require.NoError(t, err)
 	mine := make([]notify.Notification, 2)
 	for i := range mine {
