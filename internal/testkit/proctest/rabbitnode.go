@@ -273,7 +273,12 @@ func StartRabbitNodes(ctx context.Context, dir string, n int) ([]*RabbitNode, er
 	var wg sync.WaitGroup
 	errs := make([]error, len(nodes))
 	for i, nd := range nodes {
-		wg.Go(func() { errs[i] = nd.Wait(ctx, 4*time.Minute) })
+		wg.Go(func() {
+			// A node that does not start says why in its own output.
+			if err := nd.Wait(ctx, 4*time.Minute); err != nil {
+				errs[i] = fmt.Errorf("%w\n%s", err, nd.LogTail(3000))
+			}
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
