@@ -70,17 +70,16 @@ func fresh(ctx context.Context, tx pgx.Tx, nns []notify.NewNotification) ([]bool
 		if err != nil {
 			return nil, wrap("read idempotency keys", err)
 		}
-		for rows.Next() {
+		held, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (userKey, error) {
 			var k userKey
-			if err := rows.Scan(&k.user, &k.key); err != nil {
-				rows.Close()
-				return nil, wrap("read idempotency keys", err)
-			}
-			taken[k] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			err := r.Scan(&k.user, &k.key)
+			return k, err
+		})
+		if err != nil {
 			return nil, wrap("read idempotency keys", err)
+		}
+		for _, k := range held {
+			taken[k] = true
 		}
 	}
 	out := make([]bool, len(nns))

@@ -500,18 +500,13 @@ func readRecorded(br pgx.BatchResults, aids []int64, recorded []bool) error {
 	if err != nil {
 		return err
 	}
-	applied := make(map[int64]bool, len(aids))
-	for rows.Next() {
-		var aid int64
-		if err := rows.Scan(&aid); err != nil {
-			rows.Close()
-			return err
-		}
-		applied[aid] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
 		return err
+	}
+	applied := make(map[int64]bool, len(ids))
+	for _, aid := range ids {
+		applied[aid] = true
 	}
 	for i, aid := range aids {
 		recorded[i] = applied[aid]

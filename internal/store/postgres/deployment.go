@@ -89,27 +89,26 @@ func (s *Store) Processes(ctx context.Context) ([]notify.Process, error) {
 	if err != nil {
 		return nil, wrap("list processes", err)
 	}
-	defer rows.Close()
-	var out []notify.Process
-	for rows.Next() {
+	// AppendRows on nil, not CollectRows: no row gives nil.
+	out, err := pgx.AppendRows([]notify.Process(nil), rows, func(r pgx.CollectableRow) (notify.Process, error) {
 		var (
 			p       notify.Process
 			roles   string
 			age     float64
 			senders []byte
 		)
-		if err := rows.Scan(&p.ID, &p.Host, &p.PID, &roles, &p.Version, &p.StartedAt, &p.SeenAt, &age, &senders); err != nil {
-			return nil, wrap("list processes", err)
+		if err := r.Scan(&p.ID, &p.Host, &p.PID, &roles, &p.Version, &p.StartedAt, &p.SeenAt, &age, &senders); err != nil {
+			return p, err
 		}
 		p.Roles = splitRoles(roles)
 		p.StartedAt, p.SeenAt = p.StartedAt.UTC(), p.SeenAt.UTC()
 		p.Age = time.Duration(age * float64(time.Second))
 		if err := json.Unmarshal(senders, &p.Senders); err != nil {
-			return nil, fmt.Errorf("list processes: process %s: senders: %w", p.ID, err)
+			return p, fmt.Errorf("process %s: senders: %w", p.ID, err)
 		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
+		return p, nil
+	})
+	if err != nil {
 		return nil, wrap("list processes", err)
 	}
 	return out, nil

@@ -35,17 +35,8 @@ func (s *Store) fallBack(ctx context.Context, tx pgx.Tx, ids []int64) error {
 	if err != nil {
 		return wrap("read fallback", err)
 	}
-	var falling []notify.Notification
-	for rows.Next() {
-		n, err := scanNotification(rows)
-		if err != nil {
-			rows.Close()
-			return wrap("read fallback", err)
-		}
-		falling = append(falling, n)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	falling, err := pgx.CollectRows(rows, collectNotification)
+	if err != nil {
 		return wrap("read fallback", err)
 	}
 	for _, n := range falling {

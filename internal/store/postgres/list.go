@@ -154,16 +154,14 @@ func (s *Store) List(ctx context.Context, f notify.ListFilter) (notify.ListPage,
 		return notify.ListPage{}, wrap("list notifications", err)
 	}
 	items := make([]notify.Notification, 0, min(f.Limit+1, 64))
-	for rows.Next() {
-		n, err := scanNotification(rows)
+	items, err = pgx.AppendRows(items, rows, func(r pgx.CollectableRow) (notify.Notification, error) {
+		n, err := scanNotification(r)
 		if err != nil {
-			rows.Close()
-			return notify.ListPage{}, wrap("list notifications: scan", err)
+			return n, fmt.Errorf("scan: %w", err)
 		}
-		items = append(items, n)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return n, nil
+	})
+	if err != nil {
 		return notify.ListPage{}, wrap("list notifications", err)
 	}
 	if err := br.Close(); err != nil {

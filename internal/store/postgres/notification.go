@@ -366,6 +366,11 @@ type withExtra struct {
 
 func (r withExtra) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
 
+// collectNotification is scanNotification as a pgx.RowToFunc.
+func collectNotification(row pgx.CollectableRow) (notify.Notification, error) {
+	return scanNotification(row)
+}
+
 func scanNotification(row pgx.Row) (notify.Notification, error) {
 	var (
 		n                notify.Notification

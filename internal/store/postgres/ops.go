@@ -60,16 +60,9 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 	if err != nil {
 		return nil, wrap("list dead letters", err)
 	}
-	defer rows.Close()
-	var out []notify.Notification
-	for rows.Next() {
-		n, err := scanNotification(rows)
-		if err != nil {
-			return nil, wrap("list dead letters", err)
-		}
-		out = append(out, n)
-	}
-	if err := rows.Err(); err != nil {
+	// AppendRows on nil, not CollectRows: no row gives nil.
+	out, err := pgx.AppendRows([]notify.Notification(nil), rows, collectNotification)
+	if err != nil {
 		return nil, wrap("list dead letters", err)
 	}
 	return out, nil

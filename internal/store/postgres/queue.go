@@ -96,23 +96,19 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 	if err != nil {
 		return nil, wrap("claim outbox rows", err)
 	}
-	defer rows.Close()
-	var ms []notify.Message
-	for rows.Next() {
+	// AppendRows on nil, not CollectRows: no row gives nil.
+	ms, err := pgx.AppendRows([]notify.Message(nil), rows, func(r pgx.CollectableRow) (notify.Message, error) {
 		var (
 			m    notify.Message
 			rank int16
 		)
-		if err := rows.Scan(&m.ID, &m.Type, &m.Payload, &m.RetryCount, &m.OccurredAt, &m.Traceparent, &rank); err != nil {
-			return nil, wrap("claim outbox rows", err)
-		}
+		err := r.Scan(&m.ID, &m.Type, &m.Payload, &m.RetryCount, &m.OccurredAt, &m.Traceparent, &rank)
 		m.Priority = notify.PriorityOfRank(int(rank))
-		ms = append(ms, m)
-	}
-	if err := rows.Err(); err != nil {
+		return m, err
+	})
+	if err != nil {
 		return nil, wrap("claim outbox rows", err)
 	}
-	rows.Close()
 	if err := br.Close(); err != nil {
 		return nil, wrap("claim outbox rows", err)
 	}

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/heraldhq/herald/internal/store/migrate"
 )
 
@@ -30,15 +32,12 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]migrate.State, error) {
 		if err != nil {
 			return nil, wrap("read schema_migrations", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var r migrate.Record
-			if err := rows.Scan(&r.Version, &r.Name, &r.AppliedAt); err != nil {
-				return nil, wrap("read schema_migrations", err)
-			}
-			records = append(records, r)
-		}
-		if err := rows.Err(); err != nil {
+		records, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (migrate.Record, error) {
+			var rec migrate.Record
+			err := r.Scan(&rec.Version, &rec.Name, &rec.AppliedAt)
+			return rec, err
+		})
+		if err != nil {
 			return nil, wrap("read schema_migrations", err)
 		}
 	}

@@ -100,33 +100,32 @@ func (s *Store) Processes(ctx context.Context) ([]notify.Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", classify(err))
 	}
-	defer func() { _ = rows.Close() }()
-	var out []notify.Process
-	for rows.Next() {
+	out, err := collect(rows, func(r *sql.Rows) (notify.Process, error) {
 		var (
 			p                    notify.Process
 			roles, started, seen string
 			senders              string
+			err                  error
 		)
-		if err := rows.Scan(&p.ID, &p.Host, &p.PID, &roles, &p.Version, &started, &seen, &senders); err != nil {
-			return nil, fmt.Errorf("list processes: %w", classify(err))
+		if err = r.Scan(&p.ID, &p.Host, &p.PID, &roles, &p.Version, &started, &seen, &senders); err != nil {
+			return p, err
 		}
 		if roles != "" {
 			p.Roles = strings.Split(roles, ",")
 		}
 		if p.StartedAt, err = parseTime(started); err != nil {
-			return nil, fmt.Errorf("list processes: %w", err)
+			return p, err
 		}
 		if p.SeenAt, err = parseTime(seen); err != nil {
-			return nil, fmt.Errorf("list processes: %w", err)
+			return p, err
 		}
 		p.Age = max(time.Since(p.SeenAt), 0)
-		if err := json.Unmarshal([]byte(senders), &p.Senders); err != nil {
-			return nil, fmt.Errorf("list processes: process %s: senders: %w", p.ID, err)
+		if err = json.Unmarshal([]byte(senders), &p.Senders); err != nil {
+			return p, fmt.Errorf("process %s: senders: %w", p.ID, err)
 		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
+		return p, nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("list processes: %w", classify(err))
 	}
 	return out, nil

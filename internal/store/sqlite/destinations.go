@@ -97,16 +97,12 @@ func (s *Store) DisabledDestinations(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list disabled destinations: %w", classify(err))
 	}
-	defer rows.Close()
-	var keys []string
-	for rows.Next() {
+	keys, err := collect(rows, func(r *sql.Rows) (string, error) {
 		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, fmt.Errorf("list disabled destinations: %w", classify(err))
-		}
-		keys = append(keys, k)
-	}
-	if err := rows.Err(); err != nil {
+		err := r.Scan(&k)
+		return k, err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("list disabled destinations: %w", classify(err))
 	}
 	return keys, nil
@@ -122,22 +118,18 @@ func (s *Store) ListDestinations(ctx context.Context, f notify.DestinationFilter
 	if err != nil {
 		return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", classify(err))
 	}
-	defer rows.Close()
-	var out []notify.Destination
-	for rows.Next() {
+	out, err := collect(rows, func(r *sql.Rows) (notify.Destination, error) {
 		var (
 			d     notify.Destination
 			since string
 		)
-		if err := rows.Scan(&d.Key, &d.Channel, &d.State, &d.Reason, &since, &d.Pending); err != nil {
-			return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", classify(err))
+		err := r.Scan(&d.Key, &d.Channel, &d.State, &d.Reason, &since, &d.Pending)
+		if err == nil {
+			d.Since, err = parseTime(since)
 		}
-		if d.Since, err = parseTime(since); err != nil {
-			return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", err)
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
+		return d, err
+	})
+	if err != nil {
 		return notify.DestinationPage{}, fmt.Errorf("list destinations: %w", classify(err))
 	}
 	return notify.CutDestinations(out, f.Limit), nil

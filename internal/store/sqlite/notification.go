@@ -189,6 +189,9 @@ type withExtra struct {
 
 func (r withExtra) Scan(dest ...any) error { return r.row.Scan(append(dest, r.extra...)...) }
 
+// collectNotification is scanNotification for collect.
+func collectNotification(rows *sql.Rows) (notify.Notification, error) { return scanNotification(rows) }
+
 // scanNotification reads one row of notificationColumns, from a *sql.Row
 // or *sql.Rows.
 func scanNotification(row interface{ Scan(...any) error }) (notify.Notification, error) {

@@ -59,16 +59,8 @@ func (s *Store) DeadLetters(ctx context.Context, f notify.DeadLetterFilter) ([]n
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", classify(err))
 	}
-	defer rows.Close()
-	var out []notify.Notification
-	for rows.Next() {
-		n, err := scanNotification(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list dead letters: %w", err)
-		}
-		out = append(out, n)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := collect(rows, collectNotification)
+	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", classify(err))
 	}
 	return out, nil

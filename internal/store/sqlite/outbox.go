@@ -266,25 +266,23 @@ func (s *Store) Claim(ctx context.Context, token string, limit int, lease time.D
 		if err != nil {
 			return classify(err)
 		}
-		defer rows.Close()
-		for rows.Next() {
+		msgs, err = collect(rows, func(r *sql.Rows) (notify.Message, error) {
 			var (
 				m          notify.Message
 				payload    string
 				occurredAt string
 				rank       int
 			)
-			if err := rows.Scan(&m.ID, &m.Type, &payload, &m.RetryCount, &occurredAt, &m.Traceparent, &rank); err != nil {
-				return fmt.Errorf("scan: %w", err)
+			err := r.Scan(&m.ID, &m.Type, &payload, &m.RetryCount, &occurredAt, &m.Traceparent, &rank)
+			if err != nil {
+				return m, fmt.Errorf("scan: %w", err)
 			}
 			m.Priority = notify.PriorityOfRank(rank)
 			m.Payload = []byte(payload)
-			if m.OccurredAt, err = parseTime(occurredAt); err != nil {
-				return err
-			}
-			msgs = append(msgs, m)
-		}
-		return classify(rows.Err())
+			m.OccurredAt, err = parseTime(occurredAt)
+			return m, err
+		})
+		return classify(err)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox rows: %w", err)

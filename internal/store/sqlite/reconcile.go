@@ -46,23 +46,16 @@ func (s *Store) Reconcile(ctx context.Context, after time.Duration, limit int) (
 		if err != nil {
 			return classify(err)
 		}
-		var stale []notify.Notification
-		for rows.Next() {
+		stale, err := collect(rows, func(r *sql.Rows) (notify.Notification, error) {
 			var (
 				n    notify.Notification
 				rank int
 			)
-			if err := rows.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &rank); err != nil {
-				_ = rows.Close()
-				return classify(err)
-			}
+			err := r.Scan(&n.ID, &n.UserID, &n.Channel, &n.To, &n.Subject, &n.Body, &rank)
 			n.Priority = notify.PriorityOfRank(rank)
-			stale = append(stale, n)
-		}
-		if err := rows.Close(); err != nil {
-			return classify(err)
-		}
-		if err := rows.Err(); err != nil {
+			return n, err
+		})
+		if err != nil {
 			return classify(err)
 		}
 		t := formatTime(now())

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/heraldhq/herald/internal/store/migrate"
@@ -29,19 +30,18 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]migrate.State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var r migrate.Record
-			var at string
-			if err := rows.Scan(&r.Version, &r.Name, &at); err != nil {
-				return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
+		records, err = collect(rows, func(r *sql.Rows) (migrate.Record, error) {
+			var (
+				rec migrate.Record
+				at  string
+			)
+			err := r.Scan(&rec.Version, &rec.Name, &at)
+			if err == nil {
+				rec.AppliedAt, err = parseTime(at)
 			}
-			if r.AppliedAt, err = parseTime(at); err != nil {
-				return nil, fmt.Errorf("read schema_migrations: %w", err)
-			}
-			records = append(records, r)
-		}
-		if err := rows.Err(); err != nil {
+			return rec, err
+		})
+		if err != nil {
 			return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
 		}
 	}

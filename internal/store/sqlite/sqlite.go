@@ -287,6 +287,25 @@ func classify(err error) error {
 	return err
 }
 
+// collect reads every row of rows with scan, closes rows, and returns the
+// values read, nil when there is none. It returns the first error, scan's
+// or the rows', as it is: the caller wraps it.
+func collect[T any](rows *sql.Rows, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // timeLayout is how every timestamp is stored: UTC, fixed width, microsecond
 // precision (as PostgreSQL's timestamptz). Fixed width makes SQL text
 // comparison (<, MIN, ORDER BY) agree with time order, and the text stays
