@@ -163,7 +163,7 @@ func testPriorityRelayOrder(t *testing.T, ctx context.Context, h Harness) {
 func testBacklogLeavesScheduledOut(t *testing.T, ctx context.Context, h Harness) {
 	s := h.Store
 	later := time.Now().Add(time.Hour)
-	soon := time.Now().Add(1500 * time.Millisecond)
+	soon := time.Now().Add(3 * time.Second)
 	for i := range 3 {
 		createPriority(t, ctx, s, i+1, notify.PriorityBulk, &later)
 	}
@@ -178,13 +178,21 @@ func testBacklogLeavesScheduledOut(t *testing.T, ctx context.Context, h Harness)
 	require.Less(t, st.OldestAge, time.Minute, "scheduled rows do not age the backlog")
 
 	// Relayed, the due row leaves the backlog empty: the scheduled rows
-	// wait without counting.
+	// wait without counting. On a loaded machine the soon one may be due
+	// by the time the stats are read (seen on MongoDB): the strict check
+	// holds for a read that ended before it was due.
 	require.Len(t, relayIDs(t, ctx, s, requestedOnly), 1)
 	st, err = s.OutboxStats(ctx)
+	read := time.Now()
 	require.NoError(t, err)
-	require.Zero(t, st.Unprocessed)
-	require.Zero(t, st.OldestAge)
-	require.EqualValues(t, 4, st.Scheduled)
+	if read.Before(soon) {
+		require.Zero(t, st.Unprocessed)
+		require.Zero(t, st.OldestAge)
+		require.EqualValues(t, 4, st.Scheduled)
+	} else {
+		require.EqualValues(t, 4, st.Unprocessed+st.Scheduled, "the soon row is backlog or scheduled: %+v", st)
+		require.LessOrEqual(t, st.Unprocessed, int64(1), "only the soon row can be due: %+v", st)
+	}
 
 	// Once due, the soon one is backlog.
 	require.Eventually(t, func() bool {
