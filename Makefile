@@ -47,17 +47,12 @@ services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS, the tests'
 # -parallel 4: most end-to-end tests of cmd/herald wait on timers (an
 # outage's length, a retry delay) rather than burn CPU; two at a time (the
 # default on two cores) left the package at over four minutes.
-# -p 3: three packages at a time, not two (the default on two cores). The
-# packages' times add up to about 21 minutes, most of it waiting (on
-# timers, on PostgreSQL, on brokers): with two at a time test-go took
-# 652 s in CI, the longest part of make test, while the machine's two
-# cores were busy less than half the time.
 # The Go client is a module of its own (client/go.mod), which ./... stops
 # at: its tests run apart, with go -C. Its tests against the real API run
 # in internal/clientcheck, within ./...
 test-go: ## unit and integration tests (services required), the client module's included
 	@start=$$(date +%s); set -x; \
-	$(GO) test -count=1 -timeout 8m -p 3 -parallel 4 -skip '^TestGeneratorsAcceptDocument$$' $(PKGS) && \
+	$(GO) test -count=1 -timeout 8m -parallel 4 -skip '^TestGeneratorsAcceptDocument$$' $(PKGS) && \
 	$(GO) -C client test -count=1 ./...; rc=$$?; { set +x; } 2>/dev/null; \
 	echo "make test: test-go took $$(( $$(date +%s) - start ))s"; exit $$rc
 
