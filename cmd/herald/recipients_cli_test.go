@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http/httptest"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,8 +99,8 @@ func TestRecipientFieldsDocumented(t *testing.T) {
 	want := append(append([]string{"user_id"}, fields...), "locale", "time_zone", "revision", "updated_at")
 	rec := doc.Components.Schemas["Recipient"]
 	require.Equal(t, want, rec.Required, "internal/api/openapi.json, Recipient.required: every field, in the order GET answers them")
-	require.ElementsMatch(t, want, keys(rec.Properties), "internal/api/openapi.json, Recipient.properties")
-	require.ElementsMatch(t, append(append([]string{}, fields...), "locale", "time_zone"), keys(doc.Components.Schemas["RecipientRequest"].Properties),
+	require.ElementsMatch(t, want, slices.Collect(maps.Keys(rec.Properties)), "internal/api/openapi.json, Recipient.properties")
+	require.ElementsMatch(t, append(append([]string{}, fields...), "locale", "time_zone"), slices.Collect(maps.Keys(doc.Components.Schemas["RecipientRequest"].Properties)),
 		"internal/api/openapi.json, RecipientRequest.properties: the keys PUT takes")
 
 	var tags []string
@@ -108,12 +110,18 @@ func TestRecipientFieldsDocumented(t *testing.T) {
 		tags = append(tags, name)
 	}
 	require.Equal(t, want, tags, "client/recipients.go, Recipient: the typed client has a field for every channel's address, in the API's order")
-}
 
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+	// docs/design.md's routes table names the keys a PUT takes.
+	var row string
+	for _, line := range strings.Split(readRepoFile(t, "docs/design.md"), "\n") {
+		if strings.HasPrefix(line, "| `PUT /recipients/{user_id}` |") {
+			row = line
+		}
 	}
-	return out
+	require.NotEmpty(t, row, "docs/design.md: the routes table has no PUT /recipients/{user_id} row")
+	quoted := make([]string, 0, len(fields)+2)
+	for _, f := range append(append([]string{}, fields...), "locale", "time_zone") {
+		quoted = append(quoted, `"`+f+`"`)
+	}
+	require.Contains(t, row, "{"+strings.Join(quoted, ", ")+"}", "docs/design.md: the PUT /recipients/{user_id} row lists every key a PUT takes, in the API's order")
 }
