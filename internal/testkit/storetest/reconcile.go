@@ -140,6 +140,12 @@ func testReconcileLeavesFailingDestinations(t *testing.T, ctx context.Context, h
 	other := create(t, ctx, s, 2)
 	relayAll(t, ctx, h)
 	cut := quietBoundary(t)
+	// Reconcile's cut-off is its own clock's now less after, so it falls
+	// later than cut by the time from time.Since(cut) to the store's
+	// reading of its clock: seconds on a loaded machine (CI, PostgreSQL).
+	// The failing record is written well after cut, so that it stays
+	// newer than the cut-off however late that falls.
+	waitPast(t, cut.Add(2*time.Second))
 	_, err = s.DestinationFailing(ctx, "webhook", hook, "dial tcp: connection refused", time.Now())
 	require.NoError(t, err)
 	ids, err := s.Reconcile(ctx, time.Since(cut), 100)
