@@ -117,13 +117,13 @@ func (c *Consumer) Consume(ctx context.Context, handle notify.Handler) error {
 			failing = false
 		}
 		backoff.Reset()
+		if c.cfg.FIFO {
+			// In receipt order: a group's messages queue behind each
+			// other here, whichever receive brought them.
+			groups.add(hctx, msgs)
+			continue
+		}
 		for _, m := range msgs {
-			if c.cfg.FIFO {
-				// In receipt order: a group's messages queue behind each
-				// other here, whichever receive brought them.
-				groups.add(hctx, m)
-				continue
-			}
 			wg.Go(func() {
 				defer func() { <-slots }()
 				if d := c.dispatch(hctx, m, handle, acks); d != nil {

@@ -57,28 +57,44 @@ func groupKey(m types.Message) string {
 	return groupOf([]byte(aws.ToString(m.Body)))
 }
 
-// add queues a received message behind its group's and starts the group's
-// lane if it is not running. ctx is the handlers' context.
-func (l *lanes) add(ctx context.Context, m types.Message) {
-	d := l.c.open(ctx, m, l.acks)
-	if d == nil {
+// add queues the messages of one receive behind their groups', in
+// order, and starts the lane of each group that is not running. The whole
+// receive is queued at once: a lane that hands one of them back with the
+// rest of its group (see run) finds every message that came with it.
+// ctx is the handlers' context.
+func (l *lanes) add(ctx context.Context, msgs []types.Message) {
+	ds := make([]*delivery, 0, len(msgs))
+	for _, m := range msgs {
+		if d := l.c.open(ctx, m, l.acks); d != nil {
+			ds = append(ds, d)
+			continue
+		}
 		l.free()
-		return
 	}
-	g := groupKey(m)
+	var start []string
 	l.mu.Lock()
-	q, running := l.queued[g]
-	l.queued[g] = append(q, d)
+	for _, d := range ds {
+		g := groupKey(d.raw)
+		q, running := l.queued[g]
+		if !running {
+			start = append(start, g)
+		}
+		l.queued[g] = append(q, d)
+	}
 	l.mu.Unlock()
-	if !running {
+	for _, g := range start {
 		l.wg.Go(func() { l.run(ctx, g) })
 	}
 }
 
 // run hands group g's messages over one after another until none is left.
 // When one stays where it is in the queue (parked or held by its
-// visibility, left unsettled), the messages queued behind it are handed
-// back so that SQS gives them again after it, in order.
+// visibility, left unsettled), the messages queued behind it when it was
+// handed over are handed back so that SQS gives them again after it, in
+// order. Those are all of the group that SQS had handed out then: it hands
+// out nothing more of a group while one of its messages is in flight. What
+// a later receive brings (once the message settled, its copy among them
+// when it moved) takes its turn here, as any message does.
 func (l *lanes) run(ctx context.Context, g string) {
 	for {
 		l.mu.Lock()
@@ -90,10 +106,11 @@ func (l *lanes) run(ctx context.Context, g string) {
 		}
 		d := q[0]
 		l.queued[g] = q[1:]
+		behind := len(q) - 1
 		l.mu.Unlock()
 
 		if l.stop.Err() != nil {
-			l.putBack(g, false, d)
+			l.putBack(g, false, -1, d)
 			continue
 		}
 		if l.ahead(g, d) {
@@ -109,7 +126,7 @@ func (l *lanes) run(ctx context.Context, g string) {
 			l.record(g, d)
 		}
 		if stays {
-			l.putBack(g, d.moved.Load())
+			l.putBack(g, d.moved.Load(), behind)
 		}
 	}
 }
@@ -170,13 +187,18 @@ func (l *lanes) record(g string, ds ...*delivery) {
 	}
 }
 
-// putBack hands back first (if any) and every message queued behind group
-// g, in order, and frees their slots; asCopies sends them all as copies (they
-// follow a parked message that moved to the end of the group).
-func (l *lanes) putBack(g string, asCopies bool, first ...*delivery) {
+// putBack hands back first (if any) and the first n messages queued
+// behind group g (every one when n is negative), in order, and frees their
+// slots; asCopies sends them all as copies (they follow a parked message
+// that moved to the end of the group).
+func (l *lanes) putBack(g string, asCopies bool, n int, first ...*delivery) {
 	l.mu.Lock()
-	rest := append(first, l.queued[g]...)
-	l.queued[g] = l.queued[g][:0]
+	q := l.queued[g]
+	if n < 0 || n > len(q) {
+		n = len(q)
+	}
+	rest := append(first, q[:n]...)
+	l.queued[g] = q[n:]
 	l.mu.Unlock()
 	if len(rest) == 0 {
 		return
