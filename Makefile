@@ -103,7 +103,7 @@ beside-test-go:
 	@for step in chaos-short check-prometheus "fuzz-short FUZZFLAGS=-parallel=1"; do start=$$(date +%s); $(MAKE) --no-print-directory $$step || exit 1; \
 		echo "make test: beside test-go, $${step%% *} took $$(( $$(date +%s) - start ))s"; done
 
-chaos-short: ## the short chaos run (300 notifications, every fault once, table and RabbitMQ; pg-failover alone beside it, 120 notifications): about 2.5 minutes
+chaos-short: ## the short chaos run (300 notifications, every fault once, table and RabbitMQ; pg-failover alone beside it on the table transport, 120 notifications): about 2.5 minutes
 	@rc=$(CHAOS_LOG).rc; { $(GO) test -count=1 -timeout 10m -p 1 -tags outage ./cmd/herald-chaos/ 2>&1; echo $$? > $$rc; } | tee $(CHAOS_LOG); exit $$(cat $$rc)
 
 # -fuzzminimizetime 1x: minimising a new interesting input can outlast a short
