@@ -29,8 +29,15 @@ wait_port() {
 	return 1
 }
 
+# apt_install [--no-install-recommends] PACKAGE...: Debian's packages, the
+# package lists updated once per run.
 apt_updated=0
 apt_install() {
+	local opts=()
+	if [ "$1" = --no-install-recommends ]; then
+		opts=("$1")
+		shift
+	fi
 	if [ "$(id -u)" != 0 ]; then
 		log "need root to install $*"
 		return 1
@@ -40,7 +47,7 @@ apt_install() {
 		apt_updated=1
 	fi
 	log "installing $*"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${opts[@]}" "$@" >/dev/null
 }
 
 postgres() {
@@ -137,16 +144,7 @@ browser() {
 prometheus_bin() {
 	if ! command -v prometheus >/dev/null 2>&1; then
 		# --no-install-recommends: the server and promtool, not the exporters.
-		if [ "$(id -u)" != 0 ]; then
-			log "need root to install prometheus"
-			return 1
-		fi
-		if [ "$apt_updated" = 0 ]; then
-			DEBIAN_FRONTEND=noninteractive apt-get update -qq
-			apt_updated=1
-		fi
-		log "installing prometheus"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+		apt_install --no-install-recommends prometheus || return 1
 	fi
 	log "prometheus ready ($(prometheus --version 2>&1 | head -n 1))"
 }
