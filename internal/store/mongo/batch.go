@@ -9,6 +9,7 @@ import (
 	mgo "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/batch"
 )
 
 // CreateBatch writes the creates of nns in their order, each as Create
@@ -67,15 +68,11 @@ func (s *Store) CreateBatch(ctx context.Context, nns []notify.NewNotification) (
 			continue
 		}
 		c, err := s.create(ctx, nns[i])
-		switch {
-		case errors.Is(err, notify.ErrConflict):
-			out[i].Err = notify.ErrConflict
-		case err != nil:
+		w, err := batch.PutCreated(&out[i], c, err)
+		if err != nil {
 			return nil, fmt.Errorf("create batch: request %d of %d (the requests before it are done): %w", i+1, len(nns), err)
-		default:
-			out[i].Created = c
-			written = written || !c.Replayed
 		}
+		written = written || w
 		i++
 	}
 	return out, nil

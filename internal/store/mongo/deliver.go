@@ -10,6 +10,7 @@ import (
 	mgo "go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/batch"
 )
 
 // A claim and a record are each one change of the notification document
@@ -33,16 +34,10 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 		}
 		recorded[i] = ok
 	}
-	seenM := make(map[int64]bool, len(reqs))
-	seenN := make(map[int64]bool, len(reqs))
-	for i, r := range reqs {
-		c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy, RetryCount: r.RetryCount}
-		if !seenM[r.MessageID] && !seenN[r.NotificationID] {
-			seenM[r.MessageID], seenN[r.NotificationID] = true, true
-			var err error
-			if c, err = s.claimOne(ctx, r, lease); err != nil {
-				return nil, nil, fmt.Errorf("claim deliveries: %w", err)
-			}
+	for _, i := range batch.FirstClaims(reqs, claims) {
+		c, err := s.claimOne(ctx, reqs[i], lease)
+		if err != nil {
+			return nil, nil, fmt.Errorf("claim deliveries: %w", err)
 		}
 		claims[i] = c
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/batch"
 )
 
 // batchTries bounds how often a batch is run again after a conflict with
@@ -116,15 +117,11 @@ func (s *Store) createBatch(ctx context.Context, nns []notify.NewNotification) (
 		if !group[i] {
 			fault = fault || nns[i].Fault == notify.FaultAfterOutboxInsert
 			c, err := createInTx(ctx, tx, nns[i], s.statusEvents)
-			switch {
-			case errors.Is(err, notify.ErrConflict):
-				out[i].Err = notify.ErrConflict
-			case err != nil:
+			w, err := batch.PutCreated(&out[i], c, err)
+			if err != nil {
 				return nil, err
-			default:
-				out[i].Created = c
-				written = written || !c.Replayed
 			}
+			written = written || w
 			i++
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/batch"
 )
 
 // Lock order. Every transaction that writes a delivery's bookkeeping locks
@@ -397,14 +398,9 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 	var msgs, nids []int64
 	var reqRCs []int64
 	at := make(map[int64]int, len(reqs)) // message id -> index in claims
-	seenN := make(map[int64]bool, len(reqs))
-	for i, r := range reqs {
-		claims[i] = notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy, RetryCount: r.RetryCount}
-		if _, dup := at[r.MessageID]; dup || seenN[r.NotificationID] {
-			continue
-		}
+	for _, i := range batch.FirstClaims(reqs, claims) {
+		r := reqs[i]
 		at[r.MessageID] = i
-		seenN[r.NotificationID] = true
 		msgs = append(msgs, r.MessageID)
 		nids = append(nids, r.NotificationID)
 		reqRCs = append(reqRCs, int64(r.RetryCount))

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/sqlrows"
 )
 
 // The listing's SQL is put together from these fragments, one per filter the
@@ -193,10 +194,7 @@ func (s *Store) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilte
 		return notify.AttemptPage{}, wrap(op, err)
 	}
 	defer rows.Close()
-	found := false
-	out := []notify.Attempt{}
-	for rows.Next() {
-		found = true
+	p, err := sqlrows.AttemptPage(rows, f.Limit, func() (notify.Attempt, bool, error) {
 		var (
 			rowID            *int64
 			attempt          *int32
@@ -209,10 +207,10 @@ func (s *Store) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilte
 			lastAt           *time.Time
 		)
 		if err := rows.Scan(&rowID, &attempt, &messageID, &startedAt, &finishedAt, &outcome, &errText, &deferral, &repeats, &lastAt); err != nil {
-			return notify.AttemptPage{}, wrap(op+": scan", err)
+			return notify.Attempt{}, false, fmt.Errorf("scan: %w", err)
 		}
 		if attempt == nil {
-			continue // the notification exists and has no attempt
+			return notify.Attempt{}, false, nil // the notification exists and has no attempt
 		}
 		a := notify.Attempt{ID: *rowID, Attempt: int(*attempt), MessageID: *messageID, StartedAt: startedAt.UTC(), FinishedAt: utcp(finishedAt)}
 		if outcome != nil {
@@ -227,15 +225,12 @@ func (s *Store) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilte
 		if repeats != nil && *repeats > 0 {
 			a.Repeats, a.LastAt = int(*repeats), utcp(lastAt)
 		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
+		return a, true, nil
+	})
+	if err != nil {
 		return notify.AttemptPage{}, wrap(op, err)
 	}
-	if !found {
-		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, notify.ErrNotFound)
-	}
-	return notify.CutAttempts(out, f.Limit), nil
+	return p, nil
 }
 
 func utcp(t *time.Time) *time.Time {

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/sqlrows"
 )
 
 const (
@@ -28,21 +29,8 @@ func (s *Store) Preferences(ctx context.Context, userID string) (notify.Preferen
 		return nil, wrap("get preferences", err)
 	}
 	defer rows.Close()
-	p := notify.Preferences{}
-	for rows.Next() {
-		var (
-			cat, ch string
-			allowed bool
-		)
-		if err := rows.Scan(&cat, &ch, &allowed); err != nil {
-			return nil, wrap("get preferences", err)
-		}
-		if p[cat] == nil {
-			p[cat] = map[string]bool{}
-		}
-		p[cat][ch] = allowed
-	}
-	if err := rows.Err(); err != nil {
+	p, err := sqlrows.Preferences(rows)
+	if err != nil {
 		return nil, wrap("get preferences", err)
 	}
 	return p, nil

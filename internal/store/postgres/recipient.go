@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/sqlrows"
 )
 
 const (
@@ -237,20 +238,13 @@ func (s *Store) Templates(ctx context.Context) ([]notify.Template, error) {
 // scanTemplates groups rows of variants, ordered by name, into templates.
 func scanTemplates(rows pgx.Rows) ([]notify.Template, error) {
 	defer rows.Close()
-	var out []notify.Template
-	for rows.Next() {
+	return sqlrows.Templates(rows, func() (notify.TemplateVersion, int, error) {
 		var (
 			v      notify.TemplateVersion
 			latest int
 		)
-		if err := rows.Scan(&v.Name, &v.Version, &v.Channel, &v.Locale, &v.Subject, &v.Text, &v.HTML, &v.CreatedAt, &latest); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&v.Name, &v.Version, &v.Channel, &v.Locale, &v.Subject, &v.Text, &v.HTML, &v.CreatedAt, &latest)
 		v.CreatedAt = v.CreatedAt.UTC()
-		if len(out) == 0 || out[len(out)-1].Name != v.Name {
-			out = append(out, notify.Template{Name: v.Name, Latest: latest})
-		}
-		out[len(out)-1].Variants = append(out[len(out)-1].Variants, v)
-	}
-	return out, rows.Err()
+		return v, latest, err
+	})
 }

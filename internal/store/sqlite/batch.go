@@ -2,10 +2,10 @@ package sqlite
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/batch"
 )
 
 // CreateBatch writes the creates of nns in one transaction on the write
@@ -56,15 +56,11 @@ func (s *Store) createBatch(ctx context.Context, nns []notify.NewNotification) (
 	written := false
 	for i, nn := range nns {
 		c, err := s.createIn(ctx, tx, nn, t)
-		switch {
-		case errors.Is(err, notify.ErrConflict):
-			out[i].Err = notify.ErrConflict
-		case err != nil:
+		w, err := batch.PutCreated(&out[i], c, err)
+		if err != nil {
 			return nil, err
-		default:
-			out[i].Created = c
-			written = written || !c.Replayed
 		}
+		written = written || w
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", classify(err))

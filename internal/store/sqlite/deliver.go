@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/batch"
 )
 
 // A delivery's bookkeeping takes two short write transactions, a claim
@@ -117,16 +118,10 @@ func (s *Store) ClaimAndRecord(ctx context.Context, reqs []notify.ClaimRequest, 
 func claimTx(ctx context.Context, tx txStmts, reqs []notify.ClaimRequest, t time.Time, lease time.Duration, statusEvents bool, out []notify.Claim) error {
 	ts := formatTime(t)
 	until := t.Add(lease).Truncate(time.Microsecond)
-	seenM := make(map[int64]bool, len(reqs))
-	seenN := make(map[int64]bool, len(reqs))
-	for i, r := range reqs {
-		c := notify.Claim{MessageID: r.MessageID, NotificationID: r.NotificationID, Status: notify.ClaimBusy, RetryCount: r.RetryCount}
-		if !seenM[r.MessageID] && !seenN[r.NotificationID] {
-			seenM[r.MessageID], seenN[r.NotificationID] = true, true
-			var err error
-			if c, err = claimOne(ctx, tx, r, ts, until, statusEvents); err != nil {
-				return err
-			}
+	for _, i := range batch.FirstClaims(reqs, out) {
+		c, err := claimOne(ctx, tx, reqs[i], ts, until, statusEvents)
+		if err != nil {
+			return err
 		}
 		out[i] = c
 	}

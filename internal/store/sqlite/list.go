@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/sqlrows"
 )
 
 // The listing's SQL is put together from these fragments, one per filter the
@@ -153,41 +154,36 @@ func (s *Store) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilte
 		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, classify(err))
 	}
 	defer rows.Close()
-	found := false
-	out := []notify.Attempt{}
-	for rows.Next() {
-		found = true
+	p, err := sqlrows.AttemptPage(rows, f.Limit, func() (notify.Attempt, bool, error) {
 		var (
 			rowID, attempt, messageID, repeats                    sql.NullInt64
 			startedAt, finishedAt, outcome, msg, deferral, lastAt sql.NullString
+			err                                                   error
 		)
-		if err := rows.Scan(&rowID, &attempt, &messageID, &startedAt, &finishedAt, &outcome, &msg, &deferral, &repeats, &lastAt); err != nil {
-			return notify.AttemptPage{}, fmt.Errorf("%s: scan: %w", op, classify(err))
+		if err = rows.Scan(&rowID, &attempt, &messageID, &startedAt, &finishedAt, &outcome, &msg, &deferral, &repeats, &lastAt); err != nil {
+			return notify.Attempt{}, false, fmt.Errorf("scan: %w", err)
 		}
 		if !attempt.Valid {
-			continue // the notification exists and has no attempt
+			return notify.Attempt{}, false, nil // the notification exists and has no attempt
 		}
 		a := notify.Attempt{ID: rowID.Int64, Attempt: int(attempt.Int64), MessageID: messageID.Int64, Outcome: outcome.String, Error: msg.String,
 			Deferral: deferral.String}
 		if a.StartedAt, err = parseTime(startedAt.String); err != nil {
-			return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
+			return notify.Attempt{}, false, err
 		}
 		if a.FinishedAt, err = parseNullTime(finishedAt); err != nil {
-			return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
+			return notify.Attempt{}, false, err
 		}
 		if repeats.Int64 > 0 && lastAt.Valid {
 			if a.LastAt, err = parseNullTime(lastAt); err != nil {
-				return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
+				return notify.Attempt{}, false, err
 			}
 			a.Repeats = int(repeats.Int64)
 		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
+		return a, true, nil
+	})
+	if err != nil {
 		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, classify(err))
 	}
-	if !found {
-		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, notify.ErrNotFound)
-	}
-	return notify.CutAttempts(out, f.Limit), nil
+	return p, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/sqlrows"
 )
 
 const (
@@ -27,21 +28,8 @@ func (s *Store) Preferences(ctx context.Context, userID string) (notify.Preferen
 		return nil, fmt.Errorf("get preferences: %w", classify(err))
 	}
 	defer rows.Close()
-	p := notify.Preferences{}
-	for rows.Next() {
-		var (
-			cat, ch string
-			allowed bool
-		)
-		if err := rows.Scan(&cat, &ch, &allowed); err != nil {
-			return nil, fmt.Errorf("get preferences: %w", classify(err))
-		}
-		if p[cat] == nil {
-			p[cat] = map[string]bool{}
-		}
-		p[cat][ch] = allowed
-	}
-	if err := rows.Err(); err != nil {
+	p, err := sqlrows.Preferences(rows)
+	if err != nil {
 		return nil, fmt.Errorf("get preferences: %w", classify(err))
 	}
 	return p, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/store/sqlrows"
 )
 
 const (
@@ -233,23 +234,18 @@ func (s *Store) templates(ctx context.Context, query string, args ...any) ([]not
 		return nil, classify(err)
 	}
 	defer rows.Close()
-	var out []notify.Template
-	for rows.Next() {
+	ts, err := sqlrows.Templates(rows, func() (notify.TemplateVersion, int, error) {
 		var (
 			v      notify.TemplateVersion
 			at     string
 			latest int
 		)
 		if err := rows.Scan(&v.Name, &v.Version, &v.Channel, &v.Locale, &v.Subject, &v.Text, &v.HTML, &at, &latest); err != nil {
-			return nil, classify(err)
+			return v, 0, err
 		}
-		if v.CreatedAt, err = parseTime(at); err != nil {
-			return nil, err
-		}
-		if len(out) == 0 || out[len(out)-1].Name != v.Name {
-			out = append(out, notify.Template{Name: v.Name, Latest: latest})
-		}
-		out[len(out)-1].Variants = append(out[len(out)-1].Variants, v)
-	}
-	return out, classify(rows.Err())
+		t, err := parseTime(at)
+		v.CreatedAt = t
+		return v, latest, err
+	})
+	return ts, classify(err) // a parse error is no driver error: classify keeps it as it is
 }
