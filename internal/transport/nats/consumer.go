@@ -237,43 +237,27 @@ func (s *session) fetchEnds(ctx context.Context, err error, stop context.CancelC
 		return true
 	default:
 		s.log.Debug(logMsg, "err", err)
-		sleep(ctx, s.cfg.ReconnectMin)
+		consume.Sleep(ctx, s.cfg.ReconnectMin)
 	}
 	return false
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // check ends the session when the stream or a consumer is gone: a pull on
 // a consumer that no longer exists is not answered, and would wait for
 // ever.
 func (s *session) check(ctx context.Context, stop context.CancelCauseFunc, cons ...jetstream.Consumer) {
-	t := time.NewTicker(s.cfg.CheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	consume.Every(ctx, s.cfg.CheckInterval, nil, func() bool {
 		for _, c := range cons {
 			ictx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
 			_, err := c.Info(ictx)
 			cancel()
 			if gone(err) {
 				stop(fmt.Errorf("consumer %q is gone (stream deleted?): %w", c.CachedInfo().Name, err))
-				return
+				return false
 			}
 		}
-	}
+		return true
+	})
 }
 
 // handBack returns a message to the stream for immediate redelivery.
