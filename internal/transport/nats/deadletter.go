@@ -2,14 +2,13 @@ package nats
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // deadLetterRole names the connection of the dead-letter operations
@@ -70,7 +69,7 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 	}
 	defer nc.Close()
 	err = eachDeadLetter(ctx, js, cfg.Topology(), func(s jetstream.Stream, m *jetstream.RawStreamMsg) error {
-		if id, ok := deadLetterNotification(m.Data); !ok || !remove[id] {
+		if id, ok := consume.DeadLetterNotification(m.Data); !ok || !remove[id] {
 			return nil
 		}
 		if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -128,17 +127,4 @@ func dialJetStream(ctx context.Context, cfg Config, role string) (*natsgo.Conn, 
 		return nil, nil, fmt.Errorf("open jetstream: %w", err)
 	}
 	return nc, js, nil
-}
-
-// deadLetterNotification reads the notification id from a dead letter's
-// payload. It is lenient where Message.Decode is strict: a dead letter is
-// often a message that could not be processed, and only its id matters here.
-func deadLetterNotification(body []byte) (int64, bool) {
-	var p struct {
-		NotificationID string `json:"notification_id"`
-	}
-	if err := json.Unmarshal(body, &p); err != nil {
-		return 0, false
-	}
-	return notify.ParseID(p.NotificationID)
 }

@@ -2,13 +2,12 @@ package rabbitmq
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // deadLetterRole names the connection of the dead-letter operations
@@ -85,7 +84,7 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 		if !ok {
 			break // drained by someone else meanwhile
 		}
-		if id, ok := deadLetterNotification(d.Body); ok && remove[id] {
+		if id, ok := consume.DeadLetterNotification(d.Body); ok && remove[id] {
 			if err := d.Ack(false); err != nil {
 				return removed, fmt.Errorf("remove dead letters: ack: %w", dlqCtxErr(ctx, err))
 			}
@@ -143,19 +142,6 @@ func openDeadLetters(ctx context.Context, cfg Config) (*amqp.Channel, amqp.Queue
 		return nil, amqp.Queue{}, nil, dlqCtxErr(ctx, err)
 	}
 	return ch, q, stop, nil
-}
-
-// deadLetterNotification reads the notification id from a dead letter's
-// payload. It is lenient where Message.Decode is strict: a dead letter is
-// often a message that could not be processed, and only its id matters here.
-func deadLetterNotification(body []byte) (int64, bool) {
-	var p struct {
-		NotificationID string `json:"notification_id"`
-	}
-	if err := json.Unmarshal(body, &p); err != nil {
-		return 0, false
-	}
-	return notify.ParseID(p.NotificationID)
 }
 
 func dlqNotFound(err error) bool {
