@@ -18,11 +18,7 @@ const deadLetterRole = "dead letters"
 // DeadLetterCount returns the number of messages on notifications.dlq. A
 // stream that was never declared holds no dead letters: 0.
 func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return 0, err
-	}
-	nc, js, err := dialJetStream(ctx, cfg, deadLetterRole)
+	cfg, nc, js, err := openJetStream(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return 0, fmt.Errorf("count dead letters: %w", err)
 	}
@@ -52,18 +48,15 @@ func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
 // stream held when it began, so it ends even while new dead letters arrive.
 // A message whose payload cannot be read names no notification and stays.
 func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64) (removed int, err error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return 0, err
-	}
 	if len(notificationIDs) == 0 {
-		return 0, nil
+		// Nothing to remove; a configuration that cannot work still fails.
+		return 0, cfg.withDefaults().validate()
 	}
 	remove := make(map[int64]bool, len(notificationIDs))
 	for _, id := range notificationIDs {
 		remove[id] = true
 	}
-	nc, js, err := dialJetStream(ctx, cfg, deadLetterRole)
+	cfg, nc, js, err := openJetStream(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return 0, fmt.Errorf("remove dead letters: %w", err)
 	}
@@ -112,6 +105,18 @@ func eachDeadLetter(ctx context.Context, js jetstream.JetStream, t Topology, fn 
 		seq = m.Sequence + 1
 	}
 	return nil
+}
+
+// openJetStream is how an operation of its own begins (a count, a
+// removal, a probe): it fills cfg's defaults and checks them, then dials
+// JetStream. It returns cfg as filled; the caller closes the connection.
+func openJetStream(ctx context.Context, cfg Config, role string) (Config, *natsgo.Conn, jetstream.JetStream, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return cfg, nil, nil, err
+	}
+	nc, js, err := dialJetStream(ctx, cfg, role)
+	return cfg, nc, js, err
 }
 
 // dialJetStream connects for one operation (role names the connection) and

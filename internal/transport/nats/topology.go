@@ -332,11 +332,7 @@ func gone(err error) bool {
 // messages and consumers. A missing stream is not an error. Tests and
 // herald bench clean up with it.
 func Delete(ctx context.Context, cfg Config) error {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	nc, js, err := dialJetStream(ctx, cfg, "admin")
+	cfg, nc, js, err := openJetStream(ctx, cfg, "admin")
 	if err != nil {
 		return err
 	}
@@ -358,11 +354,7 @@ func Delete(ctx context.Context, cfg Config) error {
 // marked notify.Permanent; any other error (the server unreachable) may
 // pass.
 func DeclareStream(ctx context.Context, cfg Config) error {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	nc, js, err := dialJetStream(ctx, cfg, "start-up check")
+	cfg, nc, js, err := openJetStream(ctx, cfg, "start-up check")
 	if err != nil {
 		return err
 	}
