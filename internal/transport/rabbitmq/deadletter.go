@@ -18,10 +18,6 @@ const deadLetterRole = "dead letters"
 // queue (declared passively: nothing is created). A queue that was never
 // declared holds no dead letters: 0.
 func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return 0, err
-	}
 	_, q, stop, err := openDeadLetters(ctx, cfg)
 	if errors.Is(err, errNoDeadLetterQueue) {
 		return 0, nil
@@ -48,12 +44,9 @@ func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
 // message is only ever deleted when it was asked for. A message whose payload
 // cannot be read names no notification and stays.
 func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64) (removed int, err error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return 0, err
-	}
 	if len(notificationIDs) == 0 {
-		return 0, nil
+		// Nothing to remove; a configuration that cannot work still fails.
+		return 0, cfg.withDefaults().validate()
 	}
 	remove := make(map[int64]bool, len(notificationIDs))
 	for _, id := range notificationIDs {
@@ -112,21 +105,15 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 // holds no dead letters.
 var errNoDeadLetterQueue = errors.New("no dead-letter queue")
 
-// openDeadLetters connects for one dead-letter operation and declares the
-// dead-letter queue passively (nothing is created) on a channel of its own;
-// a queue that was never declared is errNoDeadLetterQueue. The client
-// library takes no context after the handshake, so the returned stop
-// closes the connection when ctx ends (failing any call in progress) and
-// in any case when called; on an error it is closed already.
+// openDeadLetters connects for one dead-letter operation (see openConn)
+// and declares the dead-letter queue passively (nothing is created) on a
+// channel of its own; a queue that was never declared is
+// errNoDeadLetterQueue. The returned stop closes the connection; on an
+// error it is closed already.
 func openDeadLetters(ctx context.Context, cfg Config) (*amqp.Channel, amqp.Queue, func(), error) {
-	conn, err := cfg.dial(ctx, deadLetterRole)
+	cfg, conn, stop, err := openConn(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return nil, amqp.Queue{}, nil, err
-	}
-	unwatch := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	stop := func() {
-		unwatch()
-		_ = conn.Close() // already closed after a failure: nothing to report
 	}
 	ch, err := conn.Channel()
 	if err != nil {
