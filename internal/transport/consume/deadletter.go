@@ -20,3 +20,17 @@ func DeadLetterNotification(body []byte) (int64, bool) {
 	}
 	return notify.ParseID(p.NotificationID)
 }
+
+// NamesOneOf returns the test a redrive removes dead letters by: whether a
+// dead letter's payload names one of notificationIDs (the notifications
+// it sent again). A payload that names none is never removed.
+func NamesOneOf(notificationIDs []int64) func(body []byte) bool {
+	set := make(map[int64]bool, len(notificationIDs))
+	for _, id := range notificationIDs {
+		set[id] = true
+	}
+	return func(body []byte) bool {
+		id, ok := DeadLetterNotification(body)
+		return ok && set[id]
+	}
+}

@@ -21,3 +21,11 @@ func TestDeadLetterNotification(t *testing.T) {
 		require.Equal(t, want != 0, ok, body)
 	}
 }
+
+func TestNamesOneOf(t *testing.T) {
+	named := NamesOneOf([]int64{7, 42})
+	require.True(t, named([]byte(`{"notification_id":"42"}`)))
+	require.False(t, named([]byte(`{"notification_id":"43"}`)))
+	require.False(t, named([]byte(`not json`)))
+	require.False(t, NamesOneOf(nil)([]byte(`{"notification_id":"42"}`)))
+}

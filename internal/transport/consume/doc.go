@@ -7,9 +7,9 @@
 // a handler left unsettled, handed back when a session stops (Held), the
 // bound on the reason a copy carries (Truncate, MaxReason), the sample of
 // ids an error names (SampleIDs), and the notification a dead letter names
-// (DeadLetterNotification). It knows no broker: each transport package
-// embeds Settings in its Config, wraps the rest in its own delivery and
-// session types, and does the hand-back itself (a confirmed copy, a
-// negative acknowledgement, a visibility of 0). It imports only the
-// standard library and notify.
+// (DeadLetterNotification, NamesOneOf). It knows no broker: each
+// transport package embeds Settings in its Config, wraps the rest in its
+// own delivery and session types, and does the hand-back itself (a
+// confirmed copy, a negative acknowledgement, a visibility of 0). It
+// imports only the standard library and notify.
 package consume

@@ -52,17 +52,14 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 		// Nothing to remove; a configuration that cannot work still fails.
 		return 0, cfg.withDefaults().validate()
 	}
-	remove := make(map[int64]bool, len(notificationIDs))
-	for _, id := range notificationIDs {
-		remove[id] = true
-	}
+	named := consume.NamesOneOf(notificationIDs)
 	cfg, nc, js, err := openJetStream(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return 0, fmt.Errorf("remove dead letters: %w", err)
 	}
 	defer nc.Close()
 	err = eachDeadLetter(ctx, js, cfg.Topology(), func(s jetstream.Stream, m *jetstream.RawStreamMsg) error {
-		if id, ok := consume.DeadLetterNotification(m.Data); !ok || !remove[id] {
+		if !named(m.Data) {
 			return nil
 		}
 		if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -48,10 +48,7 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 		// Nothing to remove; a configuration that cannot work still fails.
 		return 0, cfg.withDefaults().validate()
 	}
-	remove := make(map[int64]bool, len(notificationIDs))
-	for _, id := range notificationIDs {
-		remove[id] = true
-	}
+	named := consume.NamesOneOf(notificationIDs)
 	ch, q, stop, err := openDeadLetters(ctx, cfg)
 	if errors.Is(err, errNoDeadLetterQueue) {
 		return 0, nil
@@ -77,7 +74,7 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 		if !ok {
 			break // drained by someone else meanwhile
 		}
-		if id, ok := consume.DeadLetterNotification(d.Body); ok && remove[id] {
+		if named(d.Body) {
 			if err := d.Ack(false); err != nil {
 				return removed, fmt.Errorf("remove dead letters: ack: %w", dlqCtxErr(ctx, err))
 			}
