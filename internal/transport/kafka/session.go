@@ -230,7 +230,7 @@ func (s *session) take(ctx context.Context) *entry {
 // not herald's), then books what became of it.
 func (s *session) deliver(e *entry) {
 	msg, bad := message(e.rec)
-	d := &delivery{s: s, e: e, msg: msg}
+	d := &delivery{s: s, e: e, Delivered: consume.Delivered{Msg: msg}}
 	if bad != "" {
 		if err := d.DeadLetter(s.hctx, bad); err != nil {
 			s.warn("kafka: dead-letter a record that is not herald's", err)
@@ -241,7 +241,7 @@ func (s *session) deliver(e *entry) {
 	} else {
 		s.handle(s.hctx, d)
 	}
-	abandoned := d.once.Close(errReturned)
+	abandoned := d.Once.Close(errReturned)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
