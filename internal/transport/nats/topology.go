@@ -130,21 +130,31 @@ func nameSafe(s string) string {
 // subject is the subject events of type typ are published to, and the
 // stream that takes it; ok is false for a type herald does not publish.
 func (t Topology) subject(typ string) (subject, stream string, ok bool) {
-	switch typ {
-	case notify.EventRequested:
+	if typ == notify.EventRequested {
 		return t.Requested, t.Stream, true
-	case notify.EventSent:
-		return t.StatusSent, t.StatusStream, true
-	case notify.EventFailed:
-		return t.StatusFailed, t.StatusStream, true
-	case notify.EventCanceled:
-		return t.StatusCanceled, t.StatusStream, true
-	case notify.EventExpired:
-		return t.StatusExpired, t.StatusStream, true
-	case notify.EventSuppressed:
-		return t.StatusSuppressed, t.StatusStream, true
+	}
+	for _, s := range t.statusSubjects() {
+		if s.typ == typ {
+			return s.subject, t.StatusStream, true
+		}
 	}
 	return "", "", false
+}
+
+// eventSubject is the subject one event type is published to.
+type eventSubject struct{ typ, subject string }
+
+// statusSubjects pairs each status event type with its subject, in the
+// order the status stream lists them: a status event added to herald is
+// one row here.
+func (t Topology) statusSubjects() []eventSubject {
+	return []eventSubject{
+		{notify.EventSent, t.StatusSent},
+		{notify.EventFailed, t.StatusFailed},
+		{notify.EventCanceled, t.StatusCanceled},
+		{notify.EventExpired, t.StatusExpired},
+		{notify.EventSuppressed, t.StatusSuppressed},
+	}
 }
 
 // statusStreamConfig is the status stream as cfg declares it: limits
@@ -152,10 +162,14 @@ func (t Topology) subject(typ string) (subject, stream string, ok bool) {
 // it), so that any number of consumers each read every event, and nothing
 // piles up when nobody reads.
 func (t Topology) statusStreamConfig(cfg Config) jetstream.StreamConfig {
+	var subjects []string
+	for _, s := range t.statusSubjects() {
+		subjects = append(subjects, s.subject)
+	}
 	return jetstream.StreamConfig{
 		Name:        t.StatusStream,
 		Description: "herald status events: notification.sent, .failed, .canceled, .expired and .suppressed, for other services",
-		Subjects:    []string{t.StatusSent, t.StatusFailed, t.StatusCanceled, t.StatusExpired, t.StatusSuppressed},
+		Subjects:    subjects,
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
