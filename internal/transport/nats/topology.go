@@ -162,39 +162,39 @@ func (t Topology) statusSubjects() []eventSubject {
 // it), so that any number of consumers each read every event, and nothing
 // piles up when nobody reads.
 func (t Topology) statusStreamConfig(cfg Config) jetstream.StreamConfig {
-	var subjects []string
-	for _, s := range t.statusSubjects() {
-		subjects = append(subjects, s.subject)
+	s := streamBase(cfg)
+	s.Name = t.StatusStream
+	s.Description = "herald status events: notification.sent, .failed, .canceled, .expired and .suppressed, for other services"
+	for _, st := range t.statusSubjects() {
+		s.Subjects = append(s.Subjects, st.subject)
 	}
-	return jetstream.StreamConfig{
-		Name:        t.StatusStream,
-		Description: "herald status events: notification.sent, .failed, .canceled, .expired and .suppressed, for other services",
-		Subjects:    subjects,
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		Discard:     jetstream.DiscardOld,
-		MaxMsgs:     -1,
-		MaxBytes:    -1,
-		MaxAge:      cfg.StatusMaxAge,
-	}
+	s.Retention = jetstream.LimitsPolicy
+	s.MaxAge = cfg.StatusMaxAge
+	return s
 }
 
-// streamConfig is the stream as cfg declares it.
+// streamConfig is the stream as cfg declares it: work-queue retention and
+// no maximum age (a message stays until it is acknowledged).
 func (t Topology) streamConfig(cfg Config) jetstream.StreamConfig {
+	s := streamBase(cfg)
+	s.Name = t.Stream
+	s.Description = "herald notifications: requested, retries and dead letters"
+	s.Subjects = []string{t.Requested, t.Retry, t.DeadLetter}
+	s.Retention = jetstream.WorkQueuePolicy
+	return s
+}
+
+// streamBase is what both of herald's streams declare alike: file
+// storage, cfg's replicas and duplicate window, and no bound on the
+// number or size of their messages.
+func streamBase(cfg Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:        t.Stream,
-		Description: "herald notifications: requested, retries and dead letters",
-		Subjects:    []string{t.Requested, t.Retry, t.DeadLetter},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		Discard:     jetstream.DiscardOld,
-		MaxMsgs:     -1,
-		MaxBytes:    -1,
-		MaxAge:      0,
+		Storage:    jetstream.FileStorage,
+		Replicas:   cfg.Replicas,
+		Duplicates: cfg.DuplicateWindow,
+		Discard:    jetstream.DiscardOld,
+		MaxMsgs:    -1,
+		MaxBytes:   -1,
 	}
 }
 
