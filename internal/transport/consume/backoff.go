@@ -27,14 +27,7 @@ func (b *Backoff) Current() time.Duration {
 func (b *Backoff) Wait(ctx context.Context) bool {
 	d := b.Current()
 	b.cur = min(d*2, b.Max)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return Sleep(ctx, d)
 }
 
 // Reset makes the next pause Min again (the last attempt got through).

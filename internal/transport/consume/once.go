@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/heraldhq/herald/internal/notify"
 )
 
 // ErrSettled is what a settlement of a delivery already settled returns.
@@ -80,4 +82,22 @@ func (o *Once) Settled() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.settled
+}
+
+// Delivered is the part of a notify.Delivery every broker's delivery has
+// alike: the message as herald reads it, and the guard that settles it
+// once. A transport's delivery embeds it beside what its broker needs to
+// settle the message.
+type Delivered struct {
+	Msg  notify.Message
+	Once Once
+}
+
+// Message returns the delivered message.
+func (d *Delivered) Message() notify.Message { return d.Msg }
+
+// Settle is Once.Settle under the message's id: "ack message 42: already
+// settled".
+func (d *Delivered) Settle(what string, op func() error) error {
+	return d.Once.Settle(what, notify.FormatID(d.Msg.ID), op)
 }

@@ -206,12 +206,7 @@ func (s *session) poll(ctx context.Context) {
 			}
 			if len(recs) == 0 {
 				// Not a busy loop while the cluster keeps failing.
-				t := time.NewTimer(s.cfg.ReconnectMin)
-				select {
-				case <-ctx.Done():
-				case <-t.C:
-				}
-				t.Stop()
+				consume.Sleep(ctx, s.cfg.ReconnectMin)
 			}
 		}
 	}
@@ -219,18 +214,12 @@ func (s *session) poll(ctx context.Context) {
 
 // commitLoop commits settled offsets every CommitInterval until ctx ends.
 func (s *session) commitLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	consume.Every(ctx, s.cfg.CommitInterval, nil, func() bool {
 		if err := s.commit(ctx, nil); err != nil && ctx.Err() == nil {
 			s.warn("kafka offset commit failed; retrying at the next interval", err)
 		}
-	}
+		return true
+	})
 }
 
 // warn logs err at WARN, at most once per warnEvery for the same message,

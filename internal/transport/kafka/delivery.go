@@ -16,22 +16,18 @@ import (
 // delivery implements notify.Delivery for one record of the requested
 // topic.
 type delivery struct {
-	s   *session
-	e   *entry
-	msg notify.Message
+	s *session
+	e *entry
 
-	// once makes settling once hold even against a confused caller; it is
-	// closed (errReturned) when the handler returns: a delivery its handler
-	// gave up is redelivered, not settled late.
-	once consume.Once
+	// Delivered's Once makes settling once hold even against a confused
+	// caller; it is closed (errReturned) when the handler returns: a
+	// delivery its handler gave up is redelivered, not settled late.
+	consume.Delivered
 }
-
-// Message returns the delivered message.
-func (d *delivery) Message() notify.Message { return d.msg }
 
 // Ack settles the record as done: its offset may be committed.
 func (d *delivery) Ack(ctx context.Context) error {
-	return d.settle("ack", func() error { return d.s.settle(d.e) })
+	return d.Settle("ack", func() error { return d.s.settle(d.e) })
 }
 
 // Release hands the record back unchanged, without counting a retry. With
@@ -43,7 +39,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 // no handler. Should the copy not be acknowledged, the record goes out
 // again at once, as it does with after <= 0: still first of its key.
 func (d *delivery) Release(ctx context.Context, after time.Duration) error {
-	return d.settle("release", func() error {
+	return d.Settle("release", func() error {
 		if after <= 0 {
 			return d.s.requeue(d.e)
 		}
@@ -57,7 +53,7 @@ func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 		if rerr := d.s.requeue(d.e); rerr != nil {
 			return errors.Join(err, rerr)
 		}
-		d.s.log.Warn("kafka: park copy not acknowledged; the record goes out again at once", "message_id", d.msg.ID,
+		d.s.log.Warn("kafka: park copy not acknowledged; the record goes out again at once", "message_id", d.Msg.ID,
 			"after", after, "err", err)
 		return nil
 	})
@@ -78,8 +74,8 @@ var errNotProduced = errors.New("copy not acknowledged, original left unsettled"
 // requested topic once it has held it for the delay, behind whatever its
 // key received meanwhile.
 func (d *delivery) Retry(ctx context.Context, reason string) error {
-	return d.settle("retry", func() error {
-		n := d.msg.RetryCount + 1
+	return d.Settle("retry", func() error {
+		n := d.Msg.RetryCount + 1
 		delay := d.s.cfg.retryDelay(n)
 		r := copyRecord(d.e.rec, d.s.topics.Retry, HeaderRetryCount, HeaderLastError, HeaderRetryDelay, HeaderDueAt)
 		r.Headers = append(r.Headers,
@@ -95,7 +91,7 @@ func (d *delivery) Retry(ctx context.Context, reason string) error {
 // waits for the cluster's acknowledgement, and only then settles the
 // original.
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
-	return d.settle("dead-letter", func() error {
+	return d.Settle("dead-letter", func() error {
 		r := copyRecord(d.e.rec, d.s.topics.DeadLetters, HeaderLastError, HeaderRetryDelay, HeaderDueAt, HeaderSource)
 		r.Headers = append(r.Headers,
 			kgo.RecordHeader{Key: HeaderLastError, Value: []byte(consume.Truncate(reason, consume.MaxReason))},
@@ -110,11 +106,6 @@ func (d *delivery) produceThenSettle(ctx context.Context, r *kgo.Record) error {
 		return fmt.Errorf("%w: copy to %s: %w", errNotProduced, r.Topic, err)
 	}
 	return d.s.settle(d.e)
-}
-
-// settle runs op as the delivery's one settlement (see consume.Once).
-func (d *delivery) settle(what string, op func() error) error {
-	return d.once.Settle(what, notify.FormatID(d.msg.ID), op)
 }
 
 // errReturned is why a delivery cannot be settled once its handler

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // topicPartition names one partition.
@@ -229,7 +230,7 @@ func (s *session) take(ctx context.Context) *entry {
 // not herald's), then books what became of it.
 func (s *session) deliver(e *entry) {
 	msg, bad := message(e.rec)
-	d := &delivery{s: s, e: e, msg: msg}
+	d := &delivery{s: s, e: e, Delivered: consume.Delivered{Msg: msg}}
 	if bad != "" {
 		if err := d.DeadLetter(s.hctx, bad); err != nil {
 			s.warn("kafka: dead-letter a record that is not herald's", err)
@@ -240,7 +241,7 @@ func (s *session) deliver(e *entry) {
 	} else {
 		s.handle(s.hctx, d)
 	}
-	abandoned := d.once.Close(errReturned)
+	abandoned := d.Once.Close(errReturned)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -503,15 +504,7 @@ func (s *session) forwardDue(due []*entry) {
 // watchTopics recreates the topics when somebody deletes them, every
 // TopicCheckInterval and after a failed fetch.
 func (s *session) watchTopics(ctx context.Context, adm *kadm.Client) {
-	t := time.NewTicker(s.cfg.TopicCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-s.checkTopics:
-		}
+	consume.Every(ctx, s.cfg.TopicCheckInterval, s.checkTopics, func() bool {
 		created, err := ensureTopics(ctx, adm, s.cfg, s.topics.worker())
 		if err != nil && ctx.Err() == nil {
 			s.warn("kafka: checking the topics failed", err)
@@ -520,7 +513,8 @@ func (s *session) watchTopics(ctx context.Context, adm *kadm.Client) {
 		if len(created) > 0 {
 			s.topicRecreated()
 		}
-	}
+		return true
+	})
 }
 
 // topicRecreated ends the session without committing: its offsets belong

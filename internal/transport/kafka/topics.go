@@ -62,6 +62,18 @@ func ensureTopics(ctx context.Context, adm *kadm.Client, cfg Config, names []str
 	return created, nil
 }
 
+// openAdmin is how an operation of its own begins (EnsureTopics, Delete):
+// it fills cfg's defaults and checks them, then opens an admin client. It
+// returns cfg as filled; the returned func closes the client.
+func openAdmin(cfg Config) (Config, *kadm.Client, func(), error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return cfg, nil, nil, err
+	}
+	adm, closeAdm, err := newAdmin(cfg)
+	return cfg, adm, closeAdm, err
+}
+
 // newAdmin returns an admin client on its own kgo client, closed by the
 // returned func.
 func newAdmin(cfg Config) (*kadm.Client, func(), error) {
@@ -86,11 +98,7 @@ func logRecreated(log *slog.Logger, created []string) {
 // when missing. Publishers
 // and Consumers do it themselves; tests and operators may call it ahead.
 func EnsureTopics(ctx context.Context, cfg Config) error {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	adm, closeAdm, err := newAdmin(cfg)
+	cfg, adm, closeAdm, err := openAdmin(cfg)
 	if err != nil {
 		return err
 	}
@@ -103,11 +111,7 @@ func EnsureTopics(ctx context.Context, cfg Config) error {
 // consumer group. Missing ones are not an error. Tests and herald bench
 // clean up with it.
 func Delete(ctx context.Context, cfg Config) error {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	adm, closeAdm, err := newAdmin(cfg)
+	cfg, adm, closeAdm, err := openAdmin(cfg)
 	if err != nil {
 		return err
 	}

@@ -237,43 +237,27 @@ func (s *session) fetchEnds(ctx context.Context, err error, stop context.CancelC
 		return true
 	default:
 		s.log.Debug(logMsg, "err", err)
-		sleep(ctx, s.cfg.ReconnectMin)
+		consume.Sleep(ctx, s.cfg.ReconnectMin)
 	}
 	return false
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // check ends the session when the stream or a consumer is gone: a pull on
 // a consumer that no longer exists is not answered, and would wait for
 // ever.
 func (s *session) check(ctx context.Context, stop context.CancelCauseFunc, cons ...jetstream.Consumer) {
-	t := time.NewTicker(s.cfg.CheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	consume.Every(ctx, s.cfg.CheckInterval, nil, func() bool {
 		for _, c := range cons {
 			ictx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
 			_, err := c.Info(ictx)
 			cancel()
 			if gone(err) {
 				stop(fmt.Errorf("consumer %q is gone (stream deleted?): %w", c.CachedInfo().Name, err))
-				return
+				return false
 			}
 		}
-	}
+		return true
+	})
 }
 
 // handBack returns a message to the stream for immediate redelivery.
@@ -296,7 +280,7 @@ func (s *session) dispatch(ctx context.Context, m jetstream.Msg, handle notify.H
 	h := m.Headers()
 	raw := h.Get(HeaderMessageID)
 	id, ok := notify.ParseID(raw)
-	d := &delivery{s: s, m: m, msg: notify.Message{
+	d := &delivery{s: s, m: m, Delivered: consume.Delivered{Msg: notify.Message{
 		ID:          id,
 		Type:        h.Get(HeaderType),
 		Payload:     m.Data(),
@@ -305,7 +289,7 @@ func (s *session) dispatch(ctx context.Context, m jetstream.Msg, handle notify.H
 		PublishedAt: storedAt(m),
 		Traceparent: h.Get(HeaderTraceparent),
 		Priority:    notify.KnownPriority(h.Get(HeaderPriority)),
-	}}
+	}}}
 	if !ok {
 		reason := fmt.Sprintf("not a herald message: invalid %s %q", HeaderMessageID, consume.Truncate(raw, 64))
 		if err := d.DeadLetter(ctx, reason); err != nil {
@@ -537,19 +521,14 @@ func retryCount(h natsgo.Header) int {
 
 // delivery implements notify.Delivery.
 type delivery struct {
-	s   *session
-	m   jetstream.Msg
-	msg notify.Message
-
-	once consume.Once
+	s *session
+	m jetstream.Msg
+	consume.Delivered
 }
-
-// Message returns the delivered message.
-func (d *delivery) Message() notify.Message { return d.msg }
 
 // Ack settles the message as done, and waits for the server to confirm it.
 func (d *delivery) Ack(ctx context.Context) error {
-	return d.settle("ack", func() error { return d.m.DoubleAck(ctx) })
+	return d.Settle("ack", func() error { return d.m.DoubleAck(ctx) })
 }
 
 // Release hands the message back unchanged (x-retry-count kept) as a copy,
@@ -574,7 +553,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 // acknowledgement with the delay (the server is struggling; the fallback at
 // least never loops), and says so in the log.
 func (d *delivery) Release(ctx context.Context, after time.Duration) error {
-	return d.settle("release", func() error {
+	return d.Settle("release", func() error {
 		var out *natsgo.Msg
 		var msgID string
 		// The stream sequence of this copy makes the id unique per hand-back
@@ -602,7 +581,7 @@ func (d *delivery) Release(ctx context.Context, after time.Duration) error {
 			return errors.Join(err, fmt.Errorf("hand back the original: %w", nerr))
 		}
 		d.s.log.Warn("hand-back copy not stored; handed the original back to the worker consumer, where it waits pending",
-			"message_id", d.msg.ID, "after", after, "err", err)
+			"message_id", d.Msg.ID, "after", after, "err", err)
 		return nil
 	})
 }
@@ -617,8 +596,8 @@ func ceilMillis(d time.Duration) int64 {
 // for the stream to store it, and only then acknowledges the original. If
 // the copy is not stored the original stays unsettled.
 func (d *delivery) Retry(ctx context.Context, reason string) error {
-	return d.settle("retry", func() error {
-		n := d.msg.RetryCount + 1
+	return d.Settle("retry", func() error {
+		n := d.Msg.RetryCount + 1
 		delay := d.s.cfg.retryDelay(n)
 		return d.forward(ctx, d.s.topo.Retry, n, reason, &delay, d.copyID("retry."+strconv.Itoa(n)))
 	})
@@ -627,8 +606,8 @@ func (d *delivery) Retry(ctx context.Context, reason string) error {
 // DeadLetter publishes a copy with its reason to notifications.dlq, waits
 // for the stream to store it, and only then acknowledges the original.
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
-	return d.settle("dead-letter", func() error {
-		return d.forward(ctx, d.s.topo.DeadLetter, d.msg.RetryCount, reason, nil, d.copyID("dlq"))
+	return d.Settle("dead-letter", func() error {
+		return d.forward(ctx, d.s.topo.DeadLetter, d.Msg.RetryCount, reason, nil, d.copyID("dlq"))
 	})
 }
 
@@ -636,18 +615,13 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 // the same copy published twice is stored once; from the stream sequence
 // for a message that has no id.
 func (d *delivery) copyID(what string) string {
-	if d.msg.ID > 0 {
-		return notify.FormatID(d.msg.ID) + "." + what
+	if d.Msg.ID > 0 {
+		return notify.FormatID(d.Msg.ID) + "." + what
 	}
 	return "seq." + strconv.FormatUint(streamSeq(d.m), 10) + "." + what
 }
 
-func (d *delivery) isSettled() bool { return d.once.Settled() }
-
-// settle runs op as the delivery's one settlement (see consume.Once).
-func (d *delivery) settle(what string, op func() error) error {
-	return d.once.Settle(what, notify.FormatID(d.msg.ID), op)
-}
+func (d *delivery) isSettled() bool { return d.Once.Settled() }
 
 // forward publishes a copy of the message to subject, with its retry
 // delay when delay is not nil, and acknowledges the original once the

@@ -2,14 +2,13 @@ package nats
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // deadLetterRole names the connection of the dead-letter operations
@@ -19,11 +18,7 @@ const deadLetterRole = "dead letters"
 // DeadLetterCount returns the number of messages on notifications.dlq. A
 // stream that was never declared holds no dead letters: 0.
 func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return 0, err
-	}
-	nc, js, err := dialJetStream(ctx, cfg, deadLetterRole)
+	cfg, nc, js, err := openJetStream(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return 0, fmt.Errorf("count dead letters: %w", err)
 	}
@@ -53,24 +48,18 @@ func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
 // stream held when it began, so it ends even while new dead letters arrive.
 // A message whose payload cannot be read names no notification and stays.
 func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64) (removed int, err error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return 0, err
-	}
 	if len(notificationIDs) == 0 {
-		return 0, nil
+		// Nothing to remove; a configuration that cannot work still fails.
+		return 0, cfg.withDefaults().validate()
 	}
-	remove := make(map[int64]bool, len(notificationIDs))
-	for _, id := range notificationIDs {
-		remove[id] = true
-	}
-	nc, js, err := dialJetStream(ctx, cfg, deadLetterRole)
+	named := consume.NamesOneOf(notificationIDs)
+	cfg, nc, js, err := openJetStream(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return 0, fmt.Errorf("remove dead letters: %w", err)
 	}
 	defer nc.Close()
 	err = eachDeadLetter(ctx, js, cfg.Topology(), func(s jetstream.Stream, m *jetstream.RawStreamMsg) error {
-		if id, ok := deadLetterNotification(m.Data); !ok || !remove[id] {
+		if !named(m.Data) {
 			return nil
 		}
 		if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -115,6 +104,18 @@ func eachDeadLetter(ctx context.Context, js jetstream.JetStream, t Topology, fn 
 	return nil
 }
 
+// openJetStream is how an operation of its own begins (a count, a
+// removal, a probe): it fills cfg's defaults and checks them, then dials
+// JetStream. It returns cfg as filled; the caller closes the connection.
+func openJetStream(ctx context.Context, cfg Config, role string) (Config, *natsgo.Conn, jetstream.JetStream, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return cfg, nil, nil, err
+	}
+	nc, js, err := dialJetStream(ctx, cfg, role)
+	return cfg, nc, js, err
+}
+
 // dialJetStream connects for one operation (role names the connection) and
 // opens JetStream on it; the caller closes the connection.
 func dialJetStream(ctx context.Context, cfg Config, role string) (*natsgo.Conn, jetstream.JetStream, error) {
@@ -128,17 +129,4 @@ func dialJetStream(ctx context.Context, cfg Config, role string) (*natsgo.Conn, 
 		return nil, nil, fmt.Errorf("open jetstream: %w", err)
 	}
 	return nc, js, nil
-}
-
-// deadLetterNotification reads the notification id from a dead letter's
-// payload. It is lenient where Message.Decode is strict: a dead letter is
-// often a message that could not be processed, and only its id matters here.
-func deadLetterNotification(body []byte) (int64, bool) {
-	var p struct {
-		NotificationID string `json:"notification_id"`
-	}
-	if err := json.Unmarshal(body, &p); err != nil {
-		return 0, false
-	}
-	return notify.ParseID(p.NotificationID)
 }

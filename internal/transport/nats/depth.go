@@ -27,11 +27,7 @@ type Depth struct {
 // Consumers is nil, but 0 while the durable consumer was never made (no
 // worker ever ran). Before the stream exists it reports nothing.
 func (d Depth) QueueDepths(ctx context.Context) ([]notify.QueueDepth, error) {
-	cfg := d.Config.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	nc, js, err := dialJetStream(ctx, cfg, "status")
+	cfg, nc, js, err := openJetStream(ctx, d.Config, "status")
 	if err != nil {
 		return nil, fmt.Errorf("queue depths: %w", err)
 	}

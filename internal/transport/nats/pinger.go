@@ -3,8 +3,6 @@ package nats
 import (
 	"context"
 	"fmt"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Pinger checks that the server is reachable and has JetStream, for
@@ -19,19 +17,11 @@ type Pinger struct {
 // Ping connects, asks for the account's JetStream information and
 // disconnects. ctx bounds the attempt.
 func (p Pinger) Ping(ctx context.Context) error {
-	cfg := Config{URL: p.URL, ConnectionName: "herald readiness"}.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	nc, err := cfg.connect(ctx, ctx, "readiness", nil)
+	_, nc, js, err := openJetStream(ctx, Config{URL: p.URL, ConnectionName: "herald readiness"}, "readiness")
 	if err != nil {
 		return fmt.Errorf("ping broker: %w", err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("ping broker: %w", err)
-	}
 	if _, err := js.AccountInfo(ctx); err != nil {
 		return fmt.Errorf("ping broker: jetstream: %w", err)
 	}

@@ -130,21 +130,31 @@ func nameSafe(s string) string {
 // subject is the subject events of type typ are published to, and the
 // stream that takes it; ok is false for a type herald does not publish.
 func (t Topology) subject(typ string) (subject, stream string, ok bool) {
-	switch typ {
-	case notify.EventRequested:
+	if typ == notify.EventRequested {
 		return t.Requested, t.Stream, true
-	case notify.EventSent:
-		return t.StatusSent, t.StatusStream, true
-	case notify.EventFailed:
-		return t.StatusFailed, t.StatusStream, true
-	case notify.EventCanceled:
-		return t.StatusCanceled, t.StatusStream, true
-	case notify.EventExpired:
-		return t.StatusExpired, t.StatusStream, true
-	case notify.EventSuppressed:
-		return t.StatusSuppressed, t.StatusStream, true
+	}
+	for _, s := range t.statusSubjects() {
+		if s.typ == typ {
+			return s.subject, t.StatusStream, true
+		}
 	}
 	return "", "", false
+}
+
+// eventSubject is the subject one event type is published to.
+type eventSubject struct{ typ, subject string }
+
+// statusSubjects pairs each status event type with its subject, in the
+// order the status stream lists them: a status event added to herald is
+// one row here.
+func (t Topology) statusSubjects() []eventSubject {
+	return []eventSubject{
+		{notify.EventSent, t.StatusSent},
+		{notify.EventFailed, t.StatusFailed},
+		{notify.EventCanceled, t.StatusCanceled},
+		{notify.EventExpired, t.StatusExpired},
+		{notify.EventSuppressed, t.StatusSuppressed},
+	}
 }
 
 // statusStreamConfig is the status stream as cfg declares it: limits
@@ -152,35 +162,39 @@ func (t Topology) subject(typ string) (subject, stream string, ok bool) {
 // it), so that any number of consumers each read every event, and nothing
 // piles up when nobody reads.
 func (t Topology) statusStreamConfig(cfg Config) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:        t.StatusStream,
-		Description: "herald status events: notification.sent, .failed, .canceled, .expired and .suppressed, for other services",
-		Subjects:    []string{t.StatusSent, t.StatusFailed, t.StatusCanceled, t.StatusExpired, t.StatusSuppressed},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		Discard:     jetstream.DiscardOld,
-		MaxMsgs:     -1,
-		MaxBytes:    -1,
-		MaxAge:      cfg.StatusMaxAge,
+	s := streamBase(cfg)
+	s.Name = t.StatusStream
+	s.Description = "herald status events: notification.sent, .failed, .canceled, .expired and .suppressed, for other services"
+	for _, st := range t.statusSubjects() {
+		s.Subjects = append(s.Subjects, st.subject)
 	}
+	s.Retention = jetstream.LimitsPolicy
+	s.MaxAge = cfg.StatusMaxAge
+	return s
 }
 
-// streamConfig is the stream as cfg declares it.
+// streamConfig is the stream as cfg declares it: work-queue retention and
+// no maximum age (a message stays until it is acknowledged).
 func (t Topology) streamConfig(cfg Config) jetstream.StreamConfig {
+	s := streamBase(cfg)
+	s.Name = t.Stream
+	s.Description = "herald notifications: requested, retries and dead letters"
+	s.Subjects = []string{t.Requested, t.Retry, t.DeadLetter}
+	s.Retention = jetstream.WorkQueuePolicy
+	return s
+}
+
+// streamBase is what both of herald's streams declare alike: file
+// storage, cfg's replicas and duplicate window, and no bound on the
+// number or size of their messages.
+func streamBase(cfg Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:        t.Stream,
-		Description: "herald notifications: requested, retries and dead letters",
-		Subjects:    []string{t.Requested, t.Retry, t.DeadLetter},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		Discard:     jetstream.DiscardOld,
-		MaxMsgs:     -1,
-		MaxBytes:    -1,
-		MaxAge:      0,
+		Storage:    jetstream.FileStorage,
+		Replicas:   cfg.Replicas,
+		Duplicates: cfg.DuplicateWindow,
+		Discard:    jetstream.DiscardOld,
+		MaxMsgs:    -1,
+		MaxBytes:   -1,
 	}
 }
 
@@ -332,11 +346,7 @@ func gone(err error) bool {
 // messages and consumers. A missing stream is not an error. Tests and
 // herald bench clean up with it.
 func Delete(ctx context.Context, cfg Config) error {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	nc, js, err := dialJetStream(ctx, cfg, "admin")
+	cfg, nc, js, err := openJetStream(ctx, cfg, "admin")
 	if err != nil {
 		return err
 	}
@@ -358,11 +368,7 @@ func Delete(ctx context.Context, cfg Config) error {
 // marked notify.Permanent; any other error (the server unreachable) may
 // pass.
 func DeclareStream(ctx context.Context, cfg Config) error {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	nc, js, err := dialJetStream(ctx, cfg, "start-up check")
+	cfg, nc, js, err := openJetStream(ctx, cfg, "start-up check")
 	if err != nil {
 		return err
 	}

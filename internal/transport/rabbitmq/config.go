@@ -136,6 +136,29 @@ func (c Config) dial(ctx context.Context, role string) (*amqp.Connection, error)
 	return conn, err
 }
 
+// openConn is how an operation of its own begins (a count, a removal, a
+// status read, a declaration at start): it fills cfg's defaults and checks
+// them, then dials (role names the connection). The client library takes
+// no context after the handshake, so the connection is closed when ctx
+// ends, failing any call in progress; the returned stop closes it in any
+// case, without waiting for ever on a broker that blocked it. It returns
+// cfg as filled.
+func openConn(ctx context.Context, cfg Config, role string) (Config, *amqp.Connection, func(), error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return cfg, nil, nil, err
+	}
+	conn, err := cfg.dial(ctx, role)
+	if err != nil {
+		return cfg, nil, nil, err
+	}
+	unwatch := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	return cfg, conn, func() {
+		unwatch()
+		_ = closeConn(conn) // already closed after a failure: nothing to report
+	}, nil
+}
+
 // dialFrom tries the nodes of the URL list in turn, starting with the one at
 // index start, and returns the connection to the first that answers and its
 // index. ctx bounds the whole attempt.

@@ -279,7 +279,7 @@ const handBackTimeout = 5 * time.Second
 // delivery wraps d for settling.
 func (s *session) delivery(d amqp.Delivery) *delivery {
 	id, _ := notify.ParseID(d.MessageId)
-	return &delivery{s: s, d: d, msg: notify.Message{
+	return &delivery{s: s, d: d, Delivered: consume.Delivered{Msg: notify.Message{
 		ID:          id,
 		Type:        d.Type,
 		Payload:     d.Body,
@@ -288,7 +288,7 @@ func (s *session) delivery(d amqp.Delivery) *delivery {
 		PublishedAt: microsHeader(d.Headers, HeaderPublishedAt),
 		Traceparent: stringHeader(d.Headers, HeaderTraceparent),
 		Priority:    deliveryPriority(d),
-	}}
+	}}}
 }
 
 // deliveryPriority is a delivery's priority as far as the broker tells:
@@ -318,7 +318,7 @@ func (s *session) dispatch(ctx context.Context, d amqp.Delivery, handle notify.H
 		return
 	}
 	if n := intHeader(d.Headers, headerDeliveryCount); n >= refreshAt {
-		err := dl.settle("refresh", func() error {
+		err := dl.Settle("refresh", func() error {
 			cctx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
 			defer cancel()
 			_, err := dl.requeueCopy(cctx)
@@ -374,7 +374,7 @@ func (s *session) handBackHeld(ctx context.Context) {
 		if res.confirmed == nil || !res.confirmed[i] {
 			continue
 		}
-		if err := d.settle("hand back", func() error { return d.d.Ack(false) }); err != nil {
+		if err := d.Settle("hand back", func() error { return d.d.Ack(false) }); err != nil {
 			errs = append(errs, fmt.Errorf("ack original after its copy was confirmed: %w", err))
 			continue
 		}
@@ -447,20 +447,15 @@ func intHeader(h amqp.Table, key string) int {
 
 // delivery implements notify.Delivery.
 type delivery struct {
-	s   *session
-	d   amqp.Delivery
-	msg notify.Message
-
-	once consume.Once
+	s *session
+	d amqp.Delivery
+	consume.Delivered
 }
-
-// Message returns the delivered message.
-func (d *delivery) Message() notify.Message { return d.msg }
 
 // Ack settles the message as done. ctx is not consulted: an ack is one
 // frame, sent without waiting for an answer.
 func (d *delivery) Ack(ctx context.Context) error {
-	return d.settle("ack", func() error { return d.d.Ack(false) })
+	return d.Settle("ack", func() error { return d.d.Ack(false) })
 }
 
 // Release hands the message back unchanged (its x-retry-count kept), as a
@@ -475,7 +470,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 // can be published, it requeues the original, which a quorum queue counts,
 // and says so in the log.
 func (d *delivery) Release(ctx context.Context, after time.Duration) error {
-	return d.settle("release", func() error {
+	return d.Settle("release", func() error {
 		cctx, cancel := context.WithTimeout(ctx, d.s.cfg.ConfirmTimeout)
 		defer cancel()
 		if after > 0 {
@@ -539,7 +534,7 @@ func (d *delivery) requeueCopy(ctx context.Context) (copied bool, err error) {
 // properties and headers, x-retry-count included.
 func (d *delivery) handBackCopy() outgoing {
 	queue := d.s.topo.SendQueue
-	if d.msg.Priority == notify.PriorityHigh && d.s.topo.HighQueue != "" {
+	if d.Msg.Priority == notify.PriorityHigh && d.s.topo.HighQueue != "" {
 		queue = d.s.topo.HighQueue
 	}
 	return outgoing{exchange: "", key: queue, msg: d.publishing(copyHeaders(d.d.Headers))}
@@ -551,8 +546,8 @@ func (d *delivery) handBackCopy() outgoing {
 // Retry fails and the original stays unsettled: the caller hands it back
 // with Release.
 func (d *delivery) Retry(ctx context.Context, reason string) error {
-	n := d.msg.RetryCount + 1
-	return d.settle("retry", func() error {
+	n := d.Msg.RetryCount + 1
+	return d.Settle("retry", func() error {
 		return d.forward(ctx, "", d.s.topo.RetryQueueFor(n), n, reason)
 	})
 }
@@ -560,17 +555,13 @@ func (d *delivery) Retry(ctx context.Context, reason string) error {
 // DeadLetter publishes a copy with its reason to the dead-letter exchange,
 // waits for its confirm, and only then acks the original.
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
-	return d.settle("dead-letter", func() error {
-		return d.forward(ctx, d.s.topo.DeadLetterExchange, RoutingKey, d.msg.RetryCount, reason)
+	return d.Settle("dead-letter", func() error {
+		return d.forward(ctx, d.s.topo.DeadLetterExchange, RoutingKey, d.Msg.RetryCount, reason)
 	})
 }
 
-func (d *delivery) settle(what string, op func() error) error {
-	return d.once.Settle(what, d.d.MessageId, op)
-}
-
 // isSettled reports whether a settle method succeeded.
-func (d *delivery) isSettled() bool { return d.once.Settled() }
+func (d *delivery) isSettled() bool { return d.Once.Settled() }
 
 // forward publishes a copy of the message with retries and reason, and
 // acks the original once the copy is confirmed.

@@ -2,13 +2,12 @@ package rabbitmq
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // deadLetterRole names the connection of the dead-letter operations
@@ -19,10 +18,6 @@ const deadLetterRole = "dead letters"
 // queue (declared passively: nothing is created). A queue that was never
 // declared holds no dead letters: 0.
 func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return 0, err
-	}
 	_, q, stop, err := openDeadLetters(ctx, cfg)
 	if errors.Is(err, errNoDeadLetterQueue) {
 		return 0, nil
@@ -49,17 +44,11 @@ func DeadLetterCount(ctx context.Context, cfg Config) (int, error) {
 // message is only ever deleted when it was asked for. A message whose payload
 // cannot be read names no notification and stays.
 func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64) (removed int, err error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return 0, err
-	}
 	if len(notificationIDs) == 0 {
-		return 0, nil
+		// Nothing to remove; a configuration that cannot work still fails.
+		return 0, cfg.withDefaults().validate()
 	}
-	remove := make(map[int64]bool, len(notificationIDs))
-	for _, id := range notificationIDs {
-		remove[id] = true
-	}
+	named := consume.NamesOneOf(notificationIDs)
 	ch, q, stop, err := openDeadLetters(ctx, cfg)
 	if errors.Is(err, errNoDeadLetterQueue) {
 		return 0, nil
@@ -85,7 +74,7 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 		if !ok {
 			break // drained by someone else meanwhile
 		}
-		if id, ok := deadLetterNotification(d.Body); ok && remove[id] {
+		if named(d.Body) {
 			if err := d.Ack(false); err != nil {
 				return removed, fmt.Errorf("remove dead letters: ack: %w", dlqCtxErr(ctx, err))
 			}
@@ -113,21 +102,15 @@ func RemoveDeadLetters(ctx context.Context, cfg Config, notificationIDs []int64)
 // holds no dead letters.
 var errNoDeadLetterQueue = errors.New("no dead-letter queue")
 
-// openDeadLetters connects for one dead-letter operation and declares the
-// dead-letter queue passively (nothing is created) on a channel of its own;
-// a queue that was never declared is errNoDeadLetterQueue. The client
-// library takes no context after the handshake, so the returned stop
-// closes the connection when ctx ends (failing any call in progress) and
-// in any case when called; on an error it is closed already.
+// openDeadLetters connects for one dead-letter operation (see openConn)
+// and declares the dead-letter queue passively (nothing is created) on a
+// channel of its own; a queue that was never declared is
+// errNoDeadLetterQueue. The returned stop closes the connection; on an
+// error it is closed already.
 func openDeadLetters(ctx context.Context, cfg Config) (*amqp.Channel, amqp.Queue, func(), error) {
-	conn, err := cfg.dial(ctx, deadLetterRole)
+	cfg, conn, stop, err := openConn(ctx, cfg, deadLetterRole)
 	if err != nil {
 		return nil, amqp.Queue{}, nil, err
-	}
-	unwatch := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	stop := func() {
-		unwatch()
-		_ = conn.Close() // already closed after a failure: nothing to report
 	}
 	ch, err := conn.Channel()
 	if err != nil {
@@ -143,19 +126,6 @@ func openDeadLetters(ctx context.Context, cfg Config) (*amqp.Channel, amqp.Queue
 		return nil, amqp.Queue{}, nil, dlqCtxErr(ctx, err)
 	}
 	return ch, q, stop, nil
-}
-
-// deadLetterNotification reads the notification id from a dead letter's
-// payload. It is lenient where Message.Decode is strict: a dead letter is
-// often a message that could not be processed, and only its id matters here.
-func deadLetterNotification(body []byte) (int64, bool) {
-	var p struct {
-		NotificationID string `json:"notification_id"`
-	}
-	if err := json.Unmarshal(body, &p); err != nil {
-		return 0, false
-	}
-	return notify.ParseID(p.NotificationID)
 }
 
 func dlqNotFound(err error) bool {

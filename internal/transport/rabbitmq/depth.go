@@ -26,19 +26,11 @@ type Depth struct {
 func (d Depth) QueueDepths(ctx context.Context) ([]notify.QueueDepth, error) {
 	cfg := d.Config
 	cfg.ConnectionName = "herald status"
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	conn, err := cfg.dial(ctx, "status")
+	cfg, conn, stop, err := openConn(ctx, cfg, "status")
 	if err != nil {
 		return nil, fmt.Errorf("queue depths: %w", err)
 	}
-	unwatch := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	defer func() {
-		unwatch()
-		_ = conn.Close()
-	}()
+	defer stop()
 	t := cfg.Topology()
 	type q struct{ name, role string }
 	qs := []q{{t.SendQueue, notify.QueueSend}}

@@ -583,19 +583,13 @@ func DeclareRouteTopology(ctx context.Context, cfg Config) error {
 
 // declareAtStart runs declare on a connection of its own.
 func declareAtStart(ctx context.Context, cfg Config, declare func(Topology, *amqp.Channel) error) error {
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	conn, err := cfg.dial(ctx, "start-up check")
+	// openConn closes the connection when ctx ends: that ends a
+	// declaration the broker never answers.
+	cfg, conn, stop, err := openConn(ctx, cfg, "start-up check")
 	if err != nil {
 		return err
 	}
-	// The client takes no context after the handshake: closing the
-	// connection ends a declaration the broker never answers.
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
-	defer closeConn(conn)
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)

@@ -2,7 +2,6 @@ package sqs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -10,7 +9,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/heraldhq/herald/internal/notify"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // DeadLetter is one message in the DLQ.
@@ -60,12 +59,7 @@ func walkDeadLetters(ctx context.Context, cfg Config, keep func(DeadLetter) bool
 			if dec, err := decode(m); err == nil {
 				dl.ID, dl.RetryCount = dec.msg.ID, dec.msg.RetryCount
 			}
-			var p struct {
-				NotificationID string `json:"notification_id"`
-			}
-			if json.Unmarshal([]byte(aws.ToString(m.Body)), &p) == nil {
-				dl.NotificationID, _ = notify.ParseID(p.NotificationID)
-			}
+			dl.NotificationID, _ = consume.DeadLetterNotification([]byte(aws.ToString(m.Body)))
 			if v, ok := m.MessageAttributes[AttrLastError]; ok {
 				dl.Reason = aws.ToString(v.StringValue)
 			}

@@ -207,14 +207,11 @@ func decode(m types.Message) (decoded, error) {
 	return d, nil
 }
 
+// toSend is toEntry for a single SendMessage.
 func (m message) toSend(queueURL string) *awssqs.SendMessageInput {
-	in := &awssqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String(m.body), MessageAttributes: m.attrs}
-	if m.group != "" {
-		in.MessageGroupId = aws.String(m.group)
-		in.MessageDeduplicationId = aws.String(m.dedup)
+	e := m.toEntry("")
+	return &awssqs.SendMessageInput{
+		QueueUrl: aws.String(queueURL), MessageBody: e.MessageBody, MessageAttributes: e.MessageAttributes,
+		MessageGroupId: e.MessageGroupId, MessageDeduplicationId: e.MessageDeduplicationId, DelaySeconds: e.DelaySeconds,
 	}
-	if m.delay > 0 {
-		in.DelaySeconds = m.delay
-	}
-	return in
 }

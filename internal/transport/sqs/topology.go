@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -349,18 +350,7 @@ func note(cfg Config, level slog.Level, queue, attribute, herald, found, consequ
 // that exists with other attributes (QueueAlreadyExists in SQS's Query
 // protocol, QueueNameExists in its JSON one).
 func isQueueExists(err error) bool {
-	var exists *types.QueueNameExists
-	if errors.As(err, &exists) {
-		return true
-	}
-	var api interface{ ErrorCode() string }
-	if errors.As(err, &api) {
-		switch api.ErrorCode() {
-		case "QueueAlreadyExists", "QueueNameExists":
-			return true
-		}
-	}
-	return false
+	return isAPIError[*types.QueueNameExists](err, "QueueAlreadyExists", "QueueNameExists")
 }
 
 // seconds rounds d up to whole seconds.
@@ -370,18 +360,19 @@ func seconds(d time.Duration) int {
 
 // isMissingQueue reports whether err says the queue does not exist.
 func isMissingQueue(err error) bool {
-	var missing *types.QueueDoesNotExist
-	if errors.As(err, &missing) {
+	return isAPIError[*types.QueueDoesNotExist](err, "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue")
+}
+
+// isAPIError reports whether err is the SDK's typed error T or carries one
+// of codes: SQS names the same error differently in its protocols, and the
+// SDK types only the name it knows.
+func isAPIError[T error](err error, codes ...string) bool {
+	var typed T
+	if errors.As(err, &typed) {
 		return true
 	}
 	var api interface{ ErrorCode() string }
-	if errors.As(err, &api) {
-		switch api.ErrorCode() {
-		case "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue":
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &api) && slices.Contains(codes, api.ErrorCode())
 }
 
 // Delete removes the topology's queues, the status queue too (bench's
