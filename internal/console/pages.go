@@ -574,9 +574,7 @@ var skipReasons = map[string]string{
 // be sent again (a dry run); step "redrive" redrives, as POST
 // /dead-letters/redrive does, and says what became of each.
 func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
-		c.forbidden(w, r)
+	if !c.acceptForm(w, r) {
 		return
 	}
 	form := r.PostForm
@@ -783,9 +781,7 @@ func (c *Console) renderDestinations(w http.ResponseWriter, r *http.Request, sta
 // (303 to its page); a notification that cannot be canceled is a 409 page
 // that says why.
 func (c *Console) cancelNotification(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
-		c.forbidden(w, r)
+	if !c.acceptForm(w, r) {
 		return
 	}
 	id, ok := notify.ParseID(r.PathValue("id"))
@@ -813,9 +809,7 @@ func (c *Console) cancelNotification(w http.ResponseWriter, r *http.Request) {
 // enableDestination handles the Enable button, as POST
 // /destinations/{key}/enable does.
 func (c *Console) enableDestination(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
-		c.forbidden(w, r)
+	if !c.acceptForm(w, r) {
 		return
 	}
 	key := r.PostForm.Get("key")
