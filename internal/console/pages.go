@@ -376,17 +376,20 @@ type detailData struct {
 	MessageID string
 }
 
+// noSuchNotification is the page of a notification id that is malformed
+// or names none.
+var noSuchNotification = errorPage{Title: "Not found", Message: "There is no such notification."}
+
 func (c *Console) detail(w http.ResponseWriter, r *http.Request) {
-	notFound := errorPage{Title: "Not found", Message: "There is no such notification."}
 	id, ok := notify.ParseID(r.PathValue("id"))
 	if !ok {
-		c.render(w, r, http.StatusNotFound, "error", notFound)
+		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
 		return
 	}
 	n, err := c.notes.Get(r.Context(), id)
 	switch {
 	case errors.Is(err, notify.ErrNotFound):
-		c.render(w, r, http.StatusNotFound, "error", notFound)
+		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
 		return
 	case err != nil:
 		c.unavailable(w, r, "read notification", err)
@@ -786,13 +789,13 @@ func (c *Console) cancelNotification(w http.ResponseWriter, r *http.Request) {
 	}
 	id, ok := notify.ParseID(r.PathValue("id"))
 	if !ok {
-		c.render(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Message: "There is no such notification."})
+		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
 		return
 	}
 	n, err := c.notes.Cancel(r.Context(), id)
 	switch {
 	case errors.Is(err, notify.ErrNotFound):
-		c.render(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Message: "There is no such notification."})
+		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
 	case errors.Is(err, notify.ErrNotCancelable):
 		c.render(w, r, http.StatusConflict, "error", errorPage{Title: "Not canceled",
 			Message: "Notification " + notify.FormatID(id) + " is " + string(n.Status) + ": only a pending or scheduled notification can be canceled."})
