@@ -43,11 +43,7 @@ func (a *app) apiHandler() (http.Handler, error) {
 	if a.cfg.MaxBacklog > 0 {
 		admission = api.BacklogGate(a.st, int64(a.cfg.MaxBacklog), 250*time.Millisecond)
 	}
-	channels, err := channelSpecs(a.cfg)
-	if err != nil {
-		return nil, err
-	}
-	known, err := knownChannelSpecs(a.cfg)
+	channels, known, err := servedChannels(a.cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -94,6 +94,19 @@ func knownChannelSpecs(cfg Config) (notify.Channels, error) {
 	return specsOf(cfg, channelKinds)
 }
 
+// servedChannels are the channels the API and the console serve: the
+// enabled ones a create may name, and every registered one a stored
+// notification may carry.
+func servedChannels(cfg Config) (enabled, known notify.Channels, err error) {
+	if enabled, err = channelSpecs(cfg); err != nil {
+		return nil, nil, err
+	}
+	if known, err = knownChannelSpecs(cfg); err != nil {
+		return nil, nil, err
+	}
+	return enabled, known, nil
+}
+
 func specsOf(cfg Config, ks []channelKind) (notify.Channels, error) {
 	cs := make(notify.Channels, len(ks))
 	for _, k := range ks {

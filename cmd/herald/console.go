@@ -16,11 +16,7 @@ const consoleRefresh = 3 * time.Second
 // withConsole serves the web console at /ui beside the API on the API's
 // listener; every other path goes to the API as before.
 func (a *app) withConsole(apiHandler http.Handler, hosts []string) (http.Handler, error) {
-	channels, err := channelSpecs(a.cfg)
-	if err != nil {
-		return nil, err
-	}
-	known, err := knownChannelSpecs(a.cfg)
+	channels, known, err := servedChannels(a.cfg)
 	if err != nil {
 		return nil, err
 	}

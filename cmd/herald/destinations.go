@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -43,13 +42,7 @@ func cmdDestinationsList(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	q := url.Values{"limit": {strconv.Itoa(limit)}}
-	for name, v := range map[string]string{"state": state, "cursor": cursor} {
-		if v != "" {
-			q.Set(name, v)
-		}
-	}
-	f, err := api.ParseDestinationFilter(q)
+	f, err := api.ParseDestinationFilter(listQuery(limit, map[string]string{"state": state, "cursor": cursor}))
 	if err != nil {
 		return paramFlagError("destinations list", "", err)
 	}

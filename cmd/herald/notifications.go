@@ -24,6 +24,19 @@ func cmdNotifications(ctx context.Context, args []string, e env) error {
 		map[string]func(context.Context, []string, env) error{"list": cmdNotificationsList, "show": cmdNotificationsShow, "cancel": cmdNotificationsCancel, "create": cmdNotificationsCreate})
 }
 
+// listQuery is the query a list command's flags stand for, for the API's
+// own parser: the page size, and each filter or cursor given (an empty
+// one is left out, as a client leaves it out).
+func listQuery(limit int, params map[string]string) url.Values {
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	for name, v := range params {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	return q
+}
+
 func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 	var (
 		userID, status, channel, after, before, cursor string
@@ -46,12 +59,7 @@ func cmdNotificationsList(ctx context.Context, args []string, e env) error {
 	}
 	// The flags go through the API's own parser: the same rules, the same
 	// cursors, usable with either.
-	q := url.Values{"limit": {strconv.Itoa(limit)}}
-	for name, v := range map[string]string{"user_id": userID, "status": status, "channel": channel, "created_after": after, "created_before": before, "cursor": cursor} {
-		if v != "" {
-			q.Set(name, v)
-		}
-	}
+	q := listQuery(limit, map[string]string{"user_id": userID, "status": status, "channel": channel, "created_after": after, "created_before": before, "cursor": cursor})
 	known, err := knownChannelSpecs(cfg)
 	if err != nil {
 		return err
@@ -119,11 +127,7 @@ func showNotification(ctx context.Context, name, help string, args []string, e e
 	if err != nil {
 		return err
 	}
-	q := url.Values{"limit": {strconv.Itoa(attemptsLimit)}}
-	if attemptsFrom != "" {
-		q.Set("cursor", attemptsFrom)
-	}
-	f, err := api.ParseAttemptFilter(q, id)
+	f, err := api.ParseAttemptFilter(listQuery(attemptsLimit, map[string]string{"cursor": attemptsFrom}), id)
 	if err != nil {
 		return paramFlagError(name, "attempts-", err)
 	}

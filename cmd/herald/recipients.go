@@ -114,16 +114,27 @@ func setAddresses(r *apiclient.Recipient, addrs map[string]*string) error {
 	return nil
 }
 
-func cmdRecipientsGet(ctx context.Context, args []string, e env) error {
-	cfg, rest, err := parseConfig("recipients get", "Prints a recipient as GET /recipients/{user_id} answers it: herald recipients get USER_ID.", args, e, nil)
+// userClient reads the settings and flags (extra) of a recipients command
+// that names one user and goes through the API, and returns the user id
+// and the API's client.
+func userClient(name, help string, args []string, e env, extra func(*flag.FlagSet)) (string, *apiclient.Client, error) {
+	cfg, rest, err := parseConfig(name, help, args, e, extra)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	id, err := oneArg("recipients get", "user id", rest)
+	id, err := oneArg(name, "user id", rest)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	c, err := apiOf(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	return id, c, nil
+}
+
+func cmdRecipientsGet(ctx context.Context, args []string, e env) error {
+	id, c, err := userClient("recipients get", "Prints a recipient as GET /recipients/{user_id} answers it: herald recipients get USER_ID.", args, e, nil)
 	if err != nil {
 		return err
 	}
@@ -135,15 +146,7 @@ func cmdRecipientsGet(ctx context.Context, args []string, e env) error {
 }
 
 func cmdRecipientsDelete(ctx context.Context, args []string, e env) error {
-	cfg, rest, err := parseConfig("recipients delete", "Deletes a recipient's record (DELETE /recipients/{user_id}): its addresses, locale and time zone. Its notifications keep what they were accepted with: herald recipients erase anonymises them too.", args, e, nil)
-	if err != nil {
-		return err
-	}
-	id, err := oneArg("recipients delete", "user id", rest)
-	if err != nil {
-		return err
-	}
-	c, err := apiOf(cfg)
+	id, c, err := userClient("recipients delete", "Deletes a recipient's record (DELETE /recipients/{user_id}): its addresses, locale and time zone. Its notifications keep what they were accepted with: herald recipients erase anonymises them too.", args, e, nil)
 	if err != nil {
 		return err
 	}
@@ -179,7 +182,7 @@ func parsePreferenceSet(v string) (preferenceSet, error) {
 
 func cmdRecipientsPreferences(ctx context.Context, args []string, e env) error {
 	var sets []preferenceSet
-	cfg, rest, err := parseConfig("recipients preferences", preferencesHelp, args, e, func(fs *flag.FlagSet) {
+	id, c, err := userClient("recipients preferences", preferencesHelp, args, e, func(fs *flag.FlagSet) {
 		fs.Func("set", "CATEGORY.CHANNEL=true|false: opt the user back in to (true) or out of (false) a category on a channel; repeatable", func(v string) error {
 			s, err := parsePreferenceSet(v)
 			if err == nil {
@@ -188,14 +191,6 @@ func cmdRecipientsPreferences(ctx context.Context, args []string, e env) error {
 			return err
 		})
 	})
-	if err != nil {
-		return err
-	}
-	id, err := oneArg("recipients preferences", "user id", rest)
-	if err != nil {
-		return err
-	}
-	c, err := apiOf(cfg)
 	if err != nil {
 		return err
 	}

@@ -229,7 +229,7 @@ func (l *load) client(ctx context.Context, url string, request func(int) []byte)
 		began := time.Now()
 		if l.interval > 0 {
 			began = l.start.Add(time.Duration(i) * l.interval)
-			if err := sleepUntil(ctx, began); err != nil {
+			if !waitUntil(ctx, nil, began) {
 				return
 			}
 		}
@@ -371,21 +371,6 @@ func checkSink(received map[string]int, samples []sample) error {
 		return fmt.Errorf("bench: the sink misses %d of %d accepted notifications", missing, len(samples))
 	}
 	return nil
-}
-
-func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
 }
 
 // progress redraws a status line on w every 250ms until the returned func is

@@ -340,7 +340,7 @@ func (b *broadcast) measure(res *BroadcastResult) {
 }
 
 // waitUntil waits until t and reports true, or false when ctx ends or
-// stop is closed first.
+// stop is closed first (a nil stop: ctx alone).
 func waitUntil(ctx context.Context, stop <-chan struct{}, t time.Time) bool {
 	timer := time.NewTimer(max(time.Until(t), 0))
 	defer timer.Stop()

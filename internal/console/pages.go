@@ -376,17 +376,20 @@ type detailData struct {
 	MessageID string
 }
 
+// noSuchNotification is the page of a notification id that is malformed
+// or names none.
+var noSuchNotification = errorPage{Title: "Not found", Message: "There is no such notification."}
+
 func (c *Console) detail(w http.ResponseWriter, r *http.Request) {
-	notFound := errorPage{Title: "Not found", Message: "There is no such notification."}
 	id, ok := notify.ParseID(r.PathValue("id"))
 	if !ok {
-		c.render(w, r, http.StatusNotFound, "error", notFound)
+		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
 		return
 	}
 	n, err := c.notes.Get(r.Context(), id)
 	switch {
 	case errors.Is(err, notify.ErrNotFound):
-		c.render(w, r, http.StatusNotFound, "error", notFound)
+		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
 		return
 	case err != nil:
 		c.unavailable(w, r, "read notification", err)
@@ -574,9 +577,7 @@ var skipReasons = map[string]string{
 // be sent again (a dry run); step "redrive" redrives, as POST
 // /dead-letters/redrive does, and says what became of each.
 func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
-		c.forbidden(w, r)
+	if !c.acceptForm(w, r) {
 		return
 	}
 	form := r.PostForm
@@ -783,20 +784,18 @@ func (c *Console) renderDestinations(w http.ResponseWriter, r *http.Request, sta
 // (303 to its page); a notification that cannot be canceled is a 409 page
 // that says why.
 func (c *Console) cancelNotification(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
-		c.forbidden(w, r)
+	if !c.acceptForm(w, r) {
 		return
 	}
 	id, ok := notify.ParseID(r.PathValue("id"))
 	if !ok {
-		c.render(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Message: "There is no such notification."})
+		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
 		return
 	}
 	n, err := c.notes.Cancel(r.Context(), id)
 	switch {
 	case errors.Is(err, notify.ErrNotFound):
-		c.render(w, r, http.StatusNotFound, "error", errorPage{Title: "Not found", Message: "There is no such notification."})
+		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
 	case errors.Is(err, notify.ErrNotCancelable):
 		c.render(w, r, http.StatusConflict, "error", errorPage{Title: "Not canceled",
 			Message: "Notification " + notify.FormatID(id) + " is " + string(n.Status) + ": only a pending or scheduled notification can be canceled."})
@@ -813,9 +812,7 @@ func (c *Console) cancelNotification(w http.ResponseWriter, r *http.Request) {
 // enableDestination handles the Enable button, as POST
 // /destinations/{key}/enable does.
 func (c *Console) enableDestination(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
-		c.forbidden(w, r)
+	if !c.acceptForm(w, r) {
 		return
 	}
 	key := r.PostForm.Get("key")

@@ -153,9 +153,7 @@ func (c *Console) renderRecipients(w http.ResponseWriter, r *http.Request, statu
 // server takes, no opt-out of a required category), then shows the user
 // again. A refused change is shown on the page and changes nothing.
 func (c *Console) setPreference(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
-		c.forbidden(w, r)
+	if !c.acceptForm(w, r) {
 		return
 	}
 	f := r.PostForm

@@ -261,3 +261,15 @@ const maxFormBytes = 1 << 20
 func (c *Console) forbidden(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusForbidden, "error", errorPage{Title: "Refused", Message: csrfMessage})
 }
+
+// acceptForm takes a form post that changes something: its body bounded
+// and parsed, its CSRF token checked (checkCSRF). It answers 403 and
+// reports false when either fails.
+func (c *Console) acceptForm(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil || !c.checkCSRF(r) {
+		c.forbidden(w, r)
+		return false
+	}
+	return true
+}
