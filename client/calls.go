@@ -67,13 +67,7 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
 // oldest first (GET /notifications/{id}/attempts). Pass the page's
 // NextCursor as opts.Cursor for the next.
 func (c *Client) AttemptPage(ctx context.Context, id string, opts AttemptOptions) (AttemptPage, error) {
-	q := url.Values{}
-	if opts.Limit != 0 {
-		q.Set("limit", strconv.Itoa(opts.Limit))
-	}
-	if opts.Cursor != "" {
-		q.Set("cursor", opts.Cursor)
-	}
+	q := pageQuery(opts.Limit, opts.Cursor, nil)
 	var p AttemptPage
 	_, err := c.do(ctx, request{method: http.MethodGet, path: "/notifications/" + url.PathEscape(id) + "/attempts", query: q, repeatable: true}, &p)
 	return p, err
@@ -92,21 +86,13 @@ func (c *Client) AllAttempts(ctx context.Context, id string, opts AttemptOptions
 // List returns one page of notifications, newest first (GET
 // /notifications). Pass the page's NextCursor as opts.Cursor for the next.
 func (c *Client) List(ctx context.Context, opts ListOptions) (Page, error) {
-	q := url.Values{}
-	set := func(k, v string) {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	set("user_id", opts.UserID)
-	set("status", string(opts.Status))
-	set("channel", opts.Channel)
-	set("created_after", stamp(opts.CreatedAfter))
-	set("created_before", stamp(opts.CreatedBefore))
-	if opts.Limit != 0 {
-		q.Set("limit", strconv.Itoa(opts.Limit))
-	}
-	set("cursor", opts.Cursor)
+	q := pageQuery(opts.Limit, opts.Cursor, map[string]string{
+		"user_id":        opts.UserID,
+		"status":         string(opts.Status),
+		"channel":        opts.Channel,
+		"created_after":  stamp(opts.CreatedAfter),
+		"created_before": stamp(opts.CreatedBefore),
+	})
 	var p Page
 	_, err := c.do(ctx, request{method: http.MethodGet, path: "/notifications", query: q, repeatable: true}, &p)
 	return p, err
@@ -129,19 +115,11 @@ func (c *Client) ListAll(ctx context.Context, opts ListOptions) iter.Seq2[Notifi
 // DeadLetters returns one page of dead letters, newest failure first (GET
 // /dead-letters).
 func (c *Client) DeadLetters(ctx context.Context, opts DeadLetterOptions) (DeadLetterPage, error) {
-	q := url.Values{}
+	since := ""
 	if opts.Since != 0 {
-		q.Set("since", opts.Since.String())
+		since = opts.Since.String()
 	}
-	if opts.Error != "" {
-		q.Set("error", opts.Error)
-	}
-	if opts.Limit != 0 {
-		q.Set("limit", strconv.Itoa(opts.Limit))
-	}
-	if opts.Cursor != "" {
-		q.Set("cursor", opts.Cursor)
-	}
+	q := pageQuery(opts.Limit, opts.Cursor, map[string]string{"since": since, "error": opts.Error})
 	var p DeadLetterPage
 	_, err := c.do(ctx, request{method: http.MethodGet, path: "/dead-letters", query: q, repeatable: true}, &p)
 	return p, err
@@ -184,16 +162,7 @@ func (c *Client) Destinations(ctx context.Context) ([]Destination, error) {
 // by key (GET /destinations). Pass the page's NextCursor as opts.Cursor
 // for the next.
 func (c *Client) DestinationPage(ctx context.Context, opts DestinationOptions) (DestinationPage, error) {
-	q := url.Values{}
-	if opts.State != "" {
-		q.Set("state", opts.State)
-	}
-	if opts.Limit != 0 {
-		q.Set("limit", strconv.Itoa(opts.Limit))
-	}
-	if opts.Cursor != "" {
-		q.Set("cursor", opts.Cursor)
-	}
+	q := pageQuery(opts.Limit, opts.Cursor, map[string]string{"state": opts.State})
 	var p DestinationPage
 	_, err := c.do(ctx, request{method: http.MethodGet, path: "/destinations", query: q, repeatable: true}, &p)
 	return p, err
@@ -246,4 +215,23 @@ func stamp(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// pageQuery returns the query of a request for one page: the filters, and
+// the page's limit and cursor. A filter whose value is empty, a zero limit
+// and an empty cursor are left out, so that the server applies its default.
+func pageQuery(limit int, cursor string, filters map[string]string) url.Values {
+	q := url.Values{}
+	for k, v := range filters {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	return q
 }

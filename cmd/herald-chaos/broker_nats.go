@@ -68,9 +68,9 @@ func (r *natsRun) drainNote(ctx context.Context) string {
 // free port with its own store directory, so that the broker-restart fault
 // may kill it (never the machine's server).
 type natsServer struct {
+	service
 	port int
 	dir  string
-	p    *proctest.Proc
 }
 
 func startNATS(ctx context.Context, dir string) (*natsServer, error) {
@@ -106,19 +106,6 @@ func (s *natsServer) start(ctx context.Context) error {
 	}
 	s.p = p
 	return waitStarted(ctx, p, 30*time.Second, 20*time.Millisecond, func() bool { return p.LogContains("Server is ready") })
-}
-
-// kill kills the server (SIGKILL), as a crash would.
-func (s *natsServer) kill() {
-	if s.p != nil {
-		s.p.Kill()
-	}
-}
-
-func (s *natsServer) stop() {
-	if s.p != nil {
-		_ = s.p.Stop(15 * time.Second)
-	}
 }
 
 // natsBroker is NATS JetStream: the stream of herald's contract.

@@ -52,6 +52,28 @@ func (p *proc) stop(d time.Duration) bool {
 	return p.Stop(d) == nil && p.Err() == nil
 }
 
+// service is a server the harness runs for itself beside herald's
+// processes (nats-server, FerretDB), which a fault kills and starts again;
+// its process is nil until it is started.
+type service struct {
+	p *proctest.Proc
+}
+
+// kill kills the server (SIGKILL), as a crash would.
+func (s *service) kill() {
+	if s.p != nil {
+		s.p.Kill()
+	}
+}
+
+// stop stops the server: SIGTERM, and SIGKILL if it is still running after
+// 15 s.
+func (s *service) stop() {
+	if s.p != nil {
+		_ = s.p.Stop(15 * time.Second)
+	}
+}
+
 // waitStarted polls ready every poll until it holds, for a process just
 // started; it gives up, with the tail of the process's log, when the process
 // exits first or within passes.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -218,14 +219,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request, k int) {
 func (r *receiver) deliveries() (map[string]int, map[string]int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	got, index := make(map[string]int, len(r.got)), make(map[string]int, len(r.index))
-	for k, v := range r.got {
-		got[k] = v
-	}
-	for k, v := range r.index {
-		index[k] = v
-	}
-	return got, index
+	return maps.Clone(r.got), maps.Clone(r.index)
 }
 
 // count is the number of 2xx answers so far.
@@ -272,11 +266,7 @@ func (r *receiver) refused() (badSignature, badBody int) {
 func (r *receiver) failures() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]int, len(r.failed))
-	for k, v := range r.failed {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.failed)
 }
 
 // webhookFail makes the receiver fail every request for faultPause (a

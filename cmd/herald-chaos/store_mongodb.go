@@ -26,11 +26,11 @@ const mongoDatabase = "herald"
 // database, which the ferretdb-restart fault kills with SIGKILL and
 // starts again on the same data and port.
 type ferret struct {
+	service
 	bin   string
 	addr  string
 	pgURL string
 	dir   string
-	p     *proctest.Proc
 }
 
 // buildFerret compiles ./cmd/herald-chaos/ferretdb into dir.
@@ -65,18 +65,6 @@ func (f *ferret) start(ctx context.Context) error {
 	}
 	f.p = p
 	return waitStarted(ctx, p, 60*time.Second, 100*time.Millisecond, func() bool { return pingMongo(ctx, "mongodb://"+f.addr+"/") == nil })
-}
-
-func (f *ferret) kill() {
-	if f.p != nil {
-		f.p.Kill()
-	}
-}
-
-func (f *ferret) stop() {
-	if f.p != nil {
-		_ = f.p.Stop(15 * time.Second)
-	}
 }
 
 func pingMongo(ctx context.Context, uri string) error {

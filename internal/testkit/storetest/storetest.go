@@ -505,17 +505,25 @@ func testInjectedFault(t *testing.T, ctx context.Context, h Harness) {
 		_, err := s.Create(ctx, notify.NewNotification{Request: request(1), IdempotencyKey: key, Fault: notify.FaultAfterOutboxInsert})
 		require.ErrorIs(t, err, notify.ErrInjectedFault)
 	}
-	require.Zero(t, h.Count(t, "notifications"))
-	require.Zero(t, h.Count(t, "outbox"))
-	require.Zero(t, unprocessed(t, ctx, s))
-
-	// The key of the failed create is free: nothing of it was kept.
-	c, err := s.Create(ctx, notify.NewNotification{Request: request(2), IdempotencyKey: "fault-key"})
-	require.NoError(t, err)
-	require.False(t, c.Replayed)
+	c := requireFaultKeptNothing(t, ctx, h, notify.NewNotification{Request: request(2), IdempotencyKey: "fault-key"})
 	require.Equal(t, request(2).Body, c.Notification.Body)
 	require.Equal(t, 1, h.Count(t, "notifications"))
 	require.Equal(t, 1, h.Count(t, "outbox"))
+}
+
+// requireFaultKeptNothing requires that what the debug fault failed (a
+// create or a batch) was written by no part: no notification, no outbox
+// row, no event left to relay, and its idempotency key is free, so next,
+// created under it, is new and not a replay. It returns next's answer.
+func requireFaultKeptNothing(t *testing.T, ctx context.Context, h Harness, next notify.NewNotification) notify.Created {
+	t.Helper()
+	require.Zero(t, h.Count(t, "notifications"))
+	require.Zero(t, h.Count(t, "outbox"))
+	require.Zero(t, unprocessed(t, ctx, h.Store))
+	c, err := h.Store.Create(ctx, next)
+	require.NoError(t, err)
+	require.False(t, c.Replayed, "the failed write kept its idempotency key")
+	return c
 }
 
 func testMigrateTwice(t *testing.T, ctx context.Context, h Harness) {

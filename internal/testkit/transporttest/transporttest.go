@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -246,11 +247,7 @@ func (j *journal) len() int {
 func (j *journal) acks() map[int64]int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := make(map[int64]int, len(j.acked))
-	for id, n := range j.acked {
-		out[id] = n
-	}
-	return out
+	return maps.Clone(j.acked)
 }
 
 // ids returns the ids of the deliveries, in the order they came.
