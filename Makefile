@@ -57,22 +57,9 @@ services: ## start (or install and start) PostgreSQL, RabbitMQ, NATS, the tests'
 # The Go client is a module of its own (client/go.mod), which ./... stops
 # at: its tests run apart, with go -C. Its tests against the real API run
 # in internal/clientcheck, within ./...
-#
-# The order the packages start in (go test keeps the order it is given):
-# cmd/herald, the longest, first; then the transports' packages, whose
-# tests wait on timers (an outage's length, a visibility timeout, a
-# redelivery) more than they compute, so that they wait while the chaos
-# run beside them takes the cores; the packages that keep the cores busy
-# (the stores' suites on PostgreSQL and FerretDB, the browser tests) come
-# after and fill the end, when test-go runs alone. In the alphabetical
-# order of ./... the transports came last: a CPU sample of one CI run
-# (one reading of /proc/stat every 5 s) had the machine 82% busy in all,
-# saturated for the first eight minutes and half idle for the last two,
-# while two of them waited on timers side by side.
-TEST_FIRST := ./cmd/herald ./internal/transport/table ./internal/transport/nats ./internal/transport/sqs ./internal/transport/rabbitmq ./internal/transport/kafka
 test-go: ## unit and integration tests (services required), the client module's included
 	@start=$$(date +%s); set -x; \
-	$(GO) test -count=1 -timeout 8m -parallel 4 -skip '^TestGeneratorsAcceptDocument$$' $(if $(filter ./...,$(PKGS)),$(TEST_FIRST)) $(PKGS) && \
+	$(GO) test -count=1 -timeout 8m -parallel 4 -skip '^TestGeneratorsAcceptDocument$$' $(PKGS) && \
 	$(GO) -C client test -count=1 ./...; rc=$$?; { set +x; } 2>/dev/null; \
 	echo "make test: test-go took $$(( $$(date +%s) - start ))s"; exit $$rc
 
