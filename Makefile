@@ -21,7 +21,8 @@ PGBOUNCER ?= postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable
 # binaries): some sixty links in make test, each a third cheaper without
 # the debugging tables (cmd/herald's test binary: 4.5 s of CPU, 3.1 s
 # without). Stack traces need no DWARF; a debugger does, so make build
-# keeps it. A -ldflags on a command line replaces this one.
+# keeps it (and the caller's own GOFLAGS). A -ldflags on a command line
+# replaces this one.
 GOFLAGS += -trimpath -ldflags=-w
 export GOFLAGS
 
@@ -38,7 +39,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build bin/herald
-	GOFLAGS=-trimpath $(GO) build -o bin/herald ./cmd/herald
+	GOFLAGS='$(filter-out -ldflags=-w,$(GOFLAGS))' $(GO) build -o bin/herald ./cmd/herald
 
 # Each step in turn, with the time it took: CI's log shows where the
 # minutes go.
