@@ -45,19 +45,14 @@ func StartBouncer(ctx context.Context, addr string) (*Bouncer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: bouncer target %q: %w", addr, err)
 	}
-	dir, err := os.MkdirTemp("", "herald-pgbouncer-")
+	dir, err := serverDir("herald-pgbouncer-", cred)
 	if err != nil {
-		return nil, fmt.Errorf("pgcluster: temp dir: %w", err)
+		return nil, err
 	}
 	b := &Bouncer{dir: dir}
 	fail := func(err error) (*Bouncer, error) {
 		b.Close()
 		return nil, err
-	}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return fail(fmt.Errorf("pgcluster: %w", err))
-		}
 	}
 	if b.port, err = freePort(); err != nil {
 		return fail(err)

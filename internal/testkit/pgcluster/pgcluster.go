@@ -160,17 +160,11 @@ func newCluster(name string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "herald-pg-")
+	dir, err := serverDir("herald-pg-", cred)
 	if err != nil {
-		return nil, fmt.Errorf("pgcluster: temp dir: %w", err)
+		return nil, err
 	}
 	c := &Cluster{name: name, dir: dir, bin: bin, cred: cred}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("pgcluster: give %s to the postgres user: %w", dir, err)
-		}
-	}
 	if c.port, err = freePort(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -565,6 +559,25 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// serverDir makes a temporary directory, its name beginning with pattern,
+// for a server (PostgreSQL or PgBouncer) that runs as cred: owned by that
+// user when cred is not nil, so that the server can write its files and
+// sockets there. It removes the directory again when it cannot hand it
+// over.
+func serverDir(pattern string, cred *syscall.Credential) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", fmt.Errorf("pgcluster: temp dir: %w", err)
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("pgcluster: give %s to the postgres user: %w", dir, err)
+		}
+	}
+	return dir, nil
 }
 
 // serverCredential is the user the servers run as: the postgres user when
