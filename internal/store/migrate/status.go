@@ -1,8 +1,10 @@
 package migrate
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 )
@@ -47,6 +49,23 @@ func Status(ms []Migration, records []Record) []State {
 		}
 	}
 	return out
+}
+
+// Report loads the migrations in dir of fsys (see Load) and pairs them with
+// the records that records reads (see Status): an engine's
+// MigrationStatus, as Apply is its Migrate. records reads the database's
+// schema_migrations, none before the first migration, and changes
+// nothing; its error is returned as it is, for the engine to have wrapped.
+func Report(ctx context.Context, fsys fs.FS, dir string, records func(context.Context) ([]Record, error)) ([]State, error) {
+	ms, err := Load(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := records(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Status(ms, rs), nil
 }
 
 // ErrNotMigrated is returned by Check for a database that lacks migrations

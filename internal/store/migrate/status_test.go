@@ -1,8 +1,10 @@
 package migrate_test
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -32,4 +34,33 @@ func TestStatusAndCheck(t *testing.T) {
 	require.Len(t, newer, 3)
 	require.True(t, newer[2].Unknown)
 	require.Equal(t, "0003_future", newer[2].String())
+}
+
+func TestReport(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fsys := fstest.MapFS{"m/0001_init.sql": {Data: []byte("A")}, "m/0002_ops.sql": {Data: []byte("B")}}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+	states, err := migrate.Report(ctx, fsys, "m", func(context.Context) ([]migrate.Record, error) {
+		return []migrate.Record{{Version: 1, Name: "init", AppliedAt: at}}, nil
+	})
+	require.NoError(t, err)
+	require.Len(t, states, 2)
+	require.True(t, states[0].Applied)
+	require.Equal(t, at, states[0].AppliedAt)
+	require.False(t, states[1].Applied)
+	require.Equal(t, "0002_ops", states[1].String())
+
+	unread := errors.New("read schema_migrations: down")
+	_, err = migrate.Report(ctx, fsys, "m", func(context.Context) ([]migrate.Record, error) { return nil, unread })
+	require.Equal(t, unread, err, "the records' error as it is")
+
+	read := false
+	_, err = migrate.Report(ctx, fstest.MapFS{"m/0001.sql": {}}, "m", func(context.Context) ([]migrate.Record, error) {
+		read = true
+		return nil, nil
+	})
+	require.ErrorContains(t, err, "NNNN_name.sql")
+	require.False(t, read, "a malformed migration fails before the database is read")
 }

@@ -192,37 +192,26 @@ func backfillAddresses(ctx context.Context, db *mgo.Database) error {
 		anyOld = append(anyOld, bson.D{{Key: o.field, Value: bson.D{{Key: "$exists", Value: true}}}})
 		unset = append(unset, bson.E{Key: o.field, Value: ""})
 	}
-	cur, err := coll.Find(ctx, bson.D{{Key: "$or", Value: anyOld}})
-	if err != nil {
-		return classify(err)
+	type recipient struct {
+		UserID    string            `bson:"_id"`
+		Revision  int64             `bson:"revision"`
+		Addresses map[string]string `bson:"addresses"`
 	}
-	defer cur.Close(ctx)
-	for cur.Next(ctx) {
-		var d struct {
-			UserID    string            `bson:"_id"`
-			Revision  int64             `bson:"revision"`
-			Addresses map[string]string `bson:"addresses"`
-		}
-		if err := cur.Decode(&d); err != nil {
-			return err
-		}
+	return eachDoc(ctx, coll, bson.D{{Key: "$or", Value: anyOld}}, func(d recipient, raw bson.Raw) error {
 		addrs := notify.CompactAddresses(d.Addresses)
 		if addrs == nil {
 			addrs = map[string]string{}
 		}
 		for _, o := range oldAddressFields {
-			v, ok := cur.Current.Lookup(o.field).StringValueOK()
+			v, ok := raw.Lookup(o.field).StringValueOK()
 			if _, has := addrs[o.channel]; ok && v != "" && !has {
 				addrs[o.channel] = v
 			}
 		}
 		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.UserID}, {Key: "revision", Value: d.Revision}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "addresses", Value: addrs}}}, {Key: "$unset", Value: unset}})
-		if err != nil {
-			return classify(err)
-		}
-	}
-	return classify(cur.Err())
+		return classify(err)
+	})
 }
 
 // backfillRank gives every document with an open event (due set) and no
@@ -260,27 +249,38 @@ func backfillDestinations(ctx context.Context, db *mgo.Database) error {
 // processes of this version start, nothing else writes the field.
 func backfillIdemScope(ctx context.Context, db *mgo.Database) error {
 	coll := db.Collection(collNotifications)
-	cur, err := coll.Find(ctx, bson.D{{Key: "idempotency_key", Value: bson.D{{Key: "$exists", Value: true}}},
-		{Key: "idem_scope", Value: bson.D{{Key: "$exists", Value: false}}}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "rev", Value: 1}, {Key: "user_id", Value: 1}, {Key: "idempotency_key", Value: 1}}))
+	type keyed struct {
+		Key    string `bson:"_id"`
+		Rev    int64  `bson:"rev"`
+		UserID string `bson:"user_id"`
+		IdKey  string `bson:"idempotency_key"`
+	}
+	filter := bson.D{{Key: "idempotency_key", Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: "idem_scope", Value: bson.D{{Key: "$exists", Value: false}}}}
+	return eachDoc(ctx, coll, filter, func(d keyed, _ bson.Raw) error {
+		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.Key}, {Key: "rev", Value: d.Rev}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "idem_scope", Value: idemScope(d.UserID, d.IdKey)}}}})
+		return classify(err)
+	}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "rev", Value: 1}, {Key: "user_id", Value: 1}, {Key: "idempotency_key", Value: 1}}))
+}
+
+// eachDoc passes each document of coll that filter selects (with opts) to
+// fn, decoded into a T and as it is, and stops at fn's first error: a
+// backfill's walk over the documents it rewrites, one at a time. A
+// decoding error is returned as it is, the driver's classified.
+func eachDoc[T any](ctx context.Context, coll *mgo.Collection, filter any, fn func(d T, raw bson.Raw) error, opts ...options.Lister[options.FindOptions]) error {
+	cur, err := coll.Find(ctx, filter, opts...)
 	if err != nil {
 		return classify(err)
 	}
 	defer cur.Close(ctx)
 	for cur.Next(ctx) {
-		var d struct {
-			Key    string `bson:"_id"`
-			Rev    int64  `bson:"rev"`
-			UserID string `bson:"user_id"`
-			IdKey  string `bson:"idempotency_key"`
-		}
+		var d T
 		if err := cur.Decode(&d); err != nil {
 			return err
 		}
-		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.Key}, {Key: "rev", Value: d.Rev}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "idem_scope", Value: idemScope(d.UserID, d.IdKey)}}}})
-		if err != nil {
-			return classify(err)
+		if err := fn(d, cur.Current); err != nil {
+			return err
 		}
 	}
 	return classify(cur.Err())

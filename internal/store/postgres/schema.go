@@ -18,10 +18,12 @@ const (
 // MigrationStatus reports each migration this binary ships, and any the
 // database records beyond them, as applied or pending. It changes nothing.
 func (s *Store) MigrationStatus(ctx context.Context) ([]migrate.State, error) {
-	ms, err := migrate.Load(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
+	return migrate.Report(ctx, migrationFS, "migrations", s.migrationRecords)
+}
+
+// migrationRecords reads schema_migrations, none before the first
+// migration.
+func (s *Store) migrationRecords(ctx context.Context) ([]migrate.Record, error) {
 	var exists bool
 	if err := s.pool.QueryRow(ctx, migrationsTableExists).Scan(&exists); err != nil {
 		return nil, wrap("read schema_migrations", err)
@@ -41,5 +43,5 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]migrate.State, error) {
 			return nil, wrap("read schema_migrations", err)
 		}
 	}
-	return migrate.Status(ms, records), nil
+	return records, nil
 }

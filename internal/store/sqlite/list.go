@@ -64,6 +64,9 @@ WHERE n.id = ?1
 ORDER BY a.id DESC`
 )
 
+// attemptStatements are AttemptPage's statements.
+var attemptStatements = sqlrows.AttemptStatements{Oldest: selectAttempts, Newest: selectAttemptsNewest}
+
 // listQuery returns the listing's statement and arguments for f. It reads
 // one row past the limit to learn whether there is a next page.
 func listQuery(f notify.ListFilter) (string, []any) {
@@ -142,14 +145,11 @@ func (s *Store) Attempts(ctx context.Context, id int64) ([]notify.Attempt, error
 // notify.ErrNotFound when there is no such notification.
 func (s *Store) AttemptPage(ctx context.Context, id int64, f notify.AttemptFilter) (notify.AttemptPage, error) {
 	op := "attempts of notification " + strconv.FormatInt(id, 10)
-	if f.Limit < 1 {
-		return notify.AttemptPage{}, fmt.Errorf("%s: limit must be at least 1, got %d", op, f.Limit)
+	q, args, err := attemptStatements.For(id, f)
+	if err != nil {
+		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, err)
 	}
-	q := selectAttempts
-	if f.Newest {
-		q = selectAttemptsNewest
-	}
-	rows, err := s.read.QueryContext(ctx, q, id, f.After, int64(f.Limit)+1)
+	rows, err := s.read.QueryContext(ctx, q, args...)
 	if err != nil {
 		return notify.AttemptPage{}, fmt.Errorf("%s: %w", op, classify(err))
 	}

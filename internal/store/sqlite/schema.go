@@ -16,10 +16,12 @@ const (
 // MigrationStatus reports each migration this binary ships, and any the
 // database records beyond them, as applied or pending. It changes nothing.
 func (s *Store) MigrationStatus(ctx context.Context) ([]migrate.State, error) {
-	ms, err := migrate.Load(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
+	return migrate.Report(ctx, migrationFS, "migrations", s.migrationRecords)
+}
+
+// migrationRecords reads schema_migrations, none before the first
+// migration.
+func (s *Store) migrationRecords(ctx context.Context) ([]migrate.Record, error) {
 	var exists bool
 	if err := s.read.QueryRowContext(ctx, migrationsTableExists).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
@@ -45,5 +47,5 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]migrate.State, error) {
 			return nil, fmt.Errorf("read schema_migrations: %w", classify(err))
 		}
 	}
-	return migrate.Status(ms, records), nil
+	return records, nil
 }

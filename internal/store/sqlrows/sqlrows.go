@@ -1,5 +1,6 @@
 // Package sqlrows turns the rows of a query into domain values where
-// PostgreSQL and SQLite read the same columns by the same rule, so that the
+// PostgreSQL and SQLite read the same columns by the same rule, and gives
+// such a query its arguments where they follow the same rule, so that the
 // rule lives once. Each engine keeps its own SQL, its own column types and
 // its own error wrapping: the functions here return an error as it is, for
 // the caller to wrap.
@@ -7,7 +8,11 @@
 // It lives beside the store engines, which share it.
 package sqlrows
 
-import "github.com/heraldhq/herald/internal/notify"
+import (
+	"fmt"
+
+	"github.com/heraldhq/herald/internal/notify"
+)
 
 // Rows is the part of a query's result that both engines' drivers offer
 // (pgx.Rows, *sql.Rows). The caller closes it.
@@ -38,6 +43,28 @@ func Preferences(rows Rows) (notify.Preferences, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// AttemptStatements are an engine's two statements for a page of a
+// notification's attempts, Oldest in attempt order and Newest newest
+// first. Each takes the arguments (the notification's id, the filter's
+// After, the rows to read) and answers as AttemptPage reads.
+type AttemptStatements struct {
+	Oldest, Newest string
+}
+
+// For returns the statement and arguments that read the page f selects of
+// notification id's attempts, one row past the page (see AttemptPage), or
+// an error when f's limit is below 1.
+func (s AttemptStatements) For(id int64, f notify.AttemptFilter) (string, []any, error) {
+	if f.Limit < 1 {
+		return "", nil, fmt.Errorf("limit must be at least 1, got %d", f.Limit)
+	}
+	q := s.Oldest
+	if f.Newest {
+		q = s.Newest
+	}
+	return q, []any{id, f.After, int64(f.Limit) + 1}, nil
 }
 
 // AttemptPage reads the rows of a query for a page of a notification's

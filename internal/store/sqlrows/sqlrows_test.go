@@ -43,6 +43,22 @@ func TestPreferences(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 }
 
+func TestAttemptStatementsFor(t *testing.T) {
+	t.Parallel()
+	st := sqlrows.AttemptStatements{Oldest: "oldest", Newest: "newest"}
+	q, args, err := st.For(7, notify.AttemptFilter{Limit: 10, After: 3})
+	require.NoError(t, err)
+	require.Equal(t, "oldest", q)
+	require.Equal(t, []any{int64(7), int64(3), int64(11)}, args, "one row past the page")
+
+	q, _, err = st.For(7, notify.AttemptFilter{Limit: 1, Newest: true})
+	require.NoError(t, err)
+	require.Equal(t, "newest", q)
+
+	_, _, err = st.For(7, notify.AttemptFilter{})
+	require.EqualError(t, err, "limit must be at least 1, got 0")
+}
+
 func TestAttemptPage(t *testing.T) {
 	t.Parallel()
 	// Each row holds an attempt id, 0 for the row without an attempt.
