@@ -490,7 +490,7 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 		})
 	}
 	// The schema first: the raw PostgreSQL ceiling copies its tables.
-	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, sc.cfg.DatabaseDirectURL, 0, true, nil, true)
+	s, closeStore, err := openOneShot(ctx, sc.cfg, true)
 	if err != nil {
 		return nil, err
 	}
