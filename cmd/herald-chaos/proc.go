@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/internal/testkit/proctest"
+	"github.com/heraldhq/herald/internal/transport/consume"
 )
 
 // proc is one herald process of the run.
@@ -93,17 +94,14 @@ func waitStarted(ctx context.Context, p *proctest.Proc, within, poll time.Durati
 	return nil
 }
 
-// sleep waits d or until ctx ends. The harness paces faults with it; it is
-// never used to wait for a condition.
+// sleep waits d or until ctx ends, and then returns ctx's error, which a
+// fault's step passes on. The harness paces faults with it; it is never
+// used to wait for a condition.
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !consume.Sleep(ctx, d) {
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
+	return nil
 }
 
 // suffix returns a short random name part.

@@ -23,6 +23,7 @@ import (
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/bench/raw"
 	"github.com/heraldhq/herald/internal/relay"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
@@ -284,8 +285,8 @@ func measuredRun(ctx context.Context, sc *scratch, st *benchStack, target *bench
 	if sc.engine.bench.stats {
 		if before.warmedUp > 0 && o.statsSettle > 0 {
 			fmt.Fprintf(e.stderr, "herald bench: waiting %s for the warm-up's statistics to reach pg_stat\n", o.statsSettle)
-			if err := sleepCtx(ctx, o.statsSettle); err != nil {
-				return fmt.Errorf("herald bench: %w", err)
+			if !consume.Sleep(ctx, o.statsSettle) {
+				return fmt.Errorf("herald bench: %w", ctx.Err())
 			}
 		}
 		if stopActivity, err = raw.WatchActivity(ctx, sc.rawURL()); err != nil {
@@ -489,7 +490,7 @@ func newScratch(ctx context.Context, cfg Config, e env) (sc *scratch, err error)
 		})
 	}
 	// The schema first: the raw PostgreSQL ceiling copies its tables.
-	s, closeStore, err := openStore(ctx, sc.cfg.DatabaseURL, sc.cfg.DatabaseDirectURL, 0, true, nil, true)
+	s, closeStore, err := openOneShot(ctx, sc.cfg, true)
 	if err != nil {
 		return nil, err
 	}
@@ -647,18 +648,6 @@ func findRate(ctx context.Context, sc *scratch, st *benchStack, target *benchTar
 		return search.WriteJSON(e.stdout)
 	}
 	return search.WriteText(e.stdout)
-}
-
-// sleepCtx waits for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // benchStack is herald's api, relay and worker running in-process.

@@ -22,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/internal/relay"
 	"github.com/heraldhq/herald/internal/retention"
 	"github.com/heraldhq/herald/internal/sender/webhook"
+	"github.com/heraldhq/herald/internal/transport/consume"
 	"github.com/heraldhq/herald/internal/worker"
 )
 
@@ -300,12 +301,8 @@ func drainStatus(rl *relay.Relay, batch int, interval time.Duration) func(contex
 			case err == nil:
 				continue
 			}
-			t := time.NewTimer(interval)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !consume.Sleep(ctx, interval) {
 				return nil
-			case <-t.C:
 			}
 		}
 	}

@@ -156,10 +156,18 @@ func describeStore(url string, at func(string) string, isNew bool) string {
 	return e.title + " file " + path
 }
 
+// openOneShot opens the configured store for a one-shot command (migrate,
+// the admin commands, bench's scratch schema): the store's default pool and
+// no tracing. It settles no delivery, so statusEvents is moot (left on).
+// create is openStore's.
+func openOneShot(ctx context.Context, cfg Config, create bool) (store, func(), error) {
+	return openStore(ctx, cfg.DatabaseURL, cfg.DatabaseDirectURL, 0, create, nil, true)
+}
+
 // openMigrated opens the store of a one-shot command: it must exist and be
 // migrated.
 func openMigrated(ctx context.Context, cfg Config) (store, func(), error) {
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, cfg.DatabaseDirectURL, 0, false, nil, true)
+	st, closeStore, err := openOneShot(ctx, cfg, false)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -155,6 +155,15 @@ func brokerPublisher[C any, P interface {
 	}
 }
 
+// brokerSource is a transport's source field for a broker whose package
+// builds its consumer from a configuration of a role; a broker's consumer
+// needs no store.
+func brokerSource[C any, S worker.Source](newConsumer func(C) (S, error), conf func(role string) C) func(store, string) (worker.Source, error) {
+	return func(_ store, role string) (worker.Source, error) {
+		return newConsumer(conf(role))
+	}
+}
+
 // brokerDeadLetters removes redriven messages from a broker's dead letters
 // (RabbitMQ's and SQS's dead-letter queue, NATS's notifications.dlq) with its
 // package's RemoveDeadLetters.

@@ -179,11 +179,7 @@ func openWebhook(cfg Config) (worker.Sender, func(), error) {
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("HERALD_WEBHOOK_ALLOW: %w", err)}
 	}
-	s, err := webhook.New(webhook.Config{Secret: cfg.WebhookSecret, Allow: allow, Timeout: cfg.WebhookTimeout})
-	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("webhook channel: %w", err)}
-	}
-	return s, func() { _ = s.Close() }, nil
+	return channelSender("webhook", webhook.New, webhook.Config{Secret: cfg.WebhookSecret, Allow: allow, Timeout: cfg.WebhookTimeout})
 }
 
 func webhookLimits(cfg Config) worker.Channel {
@@ -203,11 +199,7 @@ func telegramEnabled(cfg Config) bool { return cfg.TelegramBotToken != "" }
 // openTelegram builds the telegram channel's sender: sendMessage with
 // HERALD_TELEGRAM_BOT_TOKEN at HERALD_TELEGRAM_API.
 func openTelegram(cfg Config) (worker.Sender, func(), error) {
-	s, err := telegram.New(telegram.Config{Token: cfg.TelegramBotToken, APIBase: cfg.TelegramAPI, Timeout: cfg.TelegramTimeout})
-	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("telegram channel: %w", err)}
-	}
-	return s, func() { _ = s.Close() }, nil
+	return channelSender("telegram", telegram.New, telegram.Config{Token: cfg.TelegramBotToken, APIBase: cfg.TelegramAPI, Timeout: cfg.TelegramTimeout})
 }
 
 func telegramLimits(cfg Config) worker.Channel {
@@ -244,6 +236,20 @@ func emailLimits(cfg Config) worker.Channel {
 	ch := channelLimits(timeout, cfg.SMTPRate, cfg.EmailConcurrency)
 	ch.Provider = "mail server"
 	return ch
+}
+
+// channelSender is a channel's open for a sender its package builds from a
+// configuration: the sender and its close func, or the refusal as a usage
+// error naming the channel.
+func channelSender[C any, S interface {
+	worker.Sender
+	Close() error
+}](channel string, newSender func(C) (S, error), conf C) (worker.Sender, func(), error) {
+	s, err := newSender(conf)
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("%s channel: %w", channel, err)}
+	}
+	return s, func() { _ = s.Close() }, nil
 }
 
 // defaultChannelTimeout is a channel's send timeout when its setting is

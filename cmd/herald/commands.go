@@ -239,7 +239,7 @@ func cmdMigrate(ctx context.Context, args []string, e env) error {
 	// Said before anything changes: which database this is, and whether a
 	// new SQLite file is about to appear.
 	fmt.Fprintf(e.stderr, "migrate: database %s\n", describeDatabase(cfg.DatabaseURL))
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, cfg.DatabaseDirectURL, 0, true, nil, true)
+	st, closeStore, err := openOneShot(ctx, cfg, true)
 	if err != nil {
 		return err
 	}
@@ -273,7 +273,7 @@ func cmdMigrateStatus(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openStore(ctx, cfg.DatabaseURL, cfg.DatabaseDirectURL, 0, false, nil, true)
+	st, closeStore, err := openOneShot(ctx, cfg, false)
 	if err != nil {
 		return err
 	}

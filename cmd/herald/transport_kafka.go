@@ -7,7 +7,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/bench/rawpublish"
 	"github.com/heraldhq/herald/internal/transport/kafka"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
 // The Kafka transport's row functions: its constructor, its
@@ -25,10 +24,8 @@ func kafkaTransport(cfg Config, log *slog.Logger, prefix string) (transport, err
 	conf := func(role string) kafka.Config { return kafkaConfig(cfg, log, base, prefix, role) }
 	return transport{
 		publisher: brokerPublisher(kafka.NewPublisher, conf),
-		source: func(_ store, role string) (worker.Source, error) {
-			return kafka.NewConsumer(conf(role))
-		},
-		probe: kafka.Pinger{Config: base},
+		source:    brokerSource(kafka.NewConsumer, conf),
+		probe:     kafka.Pinger{Config: base},
 		// The topics carry no setting of one process: a retry's delay
 		// travels in its record's headers.
 		declare: func(ctx context.Context, _ bool) error { return kafka.EnsureTopics(ctx, conf("start-up check")) },

@@ -7,7 +7,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/bench/rawpublish"
 	"github.com/heraldhq/herald/internal/transport/nats"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
 // The NATS JetStream transport's row functions: its constructor, its
@@ -18,10 +17,8 @@ import (
 func natsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
 	conf := func(role string) nats.Config { return natsConfig(cfg, log, prefix, role) }
 	return transport{
-		publisher: brokerPublisher(nats.NewPublisher, conf),
-		source: func(_ store, role string) (worker.Source, error) {
-			return nats.NewConsumer(conf(role))
-		},
+		publisher:      brokerPublisher(nats.NewPublisher, conf),
+		source:         brokerSource(nats.NewConsumer, conf),
 		deadLetters:    brokerDeadLetters[nats.Config]{cfg: conf("dlq"), remove: nats.RemoveDeadLetters},
 		deadLetterName: nats.NewTopology(prefix).DeadLetter,
 		probe:          nats.Pinger{URL: cfg.BrokerURL},

@@ -8,7 +8,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/bench/rawpublish"
 	"github.com/heraldhq/herald/internal/transport/rabbitmq"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
 // The RabbitMQ transport's row functions: its constructor, its
@@ -19,10 +18,8 @@ import (
 func rabbitTransport(cfg Config, log *slog.Logger, prefix string) (transport, error) {
 	conf := func(role string) rabbitmq.Config { return rabbitConfig(cfg, log, prefix, role) }
 	return transport{
-		publisher: brokerPublisher(rabbitmq.NewPublisher, conf),
-		source: func(_ store, role string) (worker.Source, error) {
-			return rabbitmq.NewConsumer(conf(role))
-		},
+		publisher:      brokerPublisher(rabbitmq.NewPublisher, conf),
+		source:         brokerSource(rabbitmq.NewConsumer, conf),
 		deadLetters:    brokerDeadLetters[rabbitmq.Config]{cfg: conf("dlq"), remove: rabbitmq.RemoveDeadLetters},
 		deadLetterName: prefix + "notifications.send.dlq",
 		probe:          rabbitmq.Pinger{URL: cfg.BrokerURL},

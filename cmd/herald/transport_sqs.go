@@ -9,7 +9,6 @@ import (
 
 	"github.com/heraldhq/herald/internal/bench/rawpublish"
 	"github.com/heraldhq/herald/internal/transport/sqs"
-	"github.com/heraldhq/herald/internal/worker"
 )
 
 // The Amazon SQS transport's row functions: its constructor, its
@@ -24,10 +23,8 @@ func sqsTransport(cfg Config, log *slog.Logger, prefix string) (transport, error
 		return transport{}, err
 	}
 	return transport{
-		publisher: brokerPublisher(sqs.NewPublisher, conf),
-		source: func(_ store, role string) (worker.Source, error) {
-			return sqs.NewConsumer(conf(role))
-		},
+		publisher:      brokerPublisher(sqs.NewPublisher, conf),
+		source:         brokerSource(sqs.NewConsumer, conf),
 		deadLetters:    brokerDeadLetters[sqs.Config]{cfg: conf("dlq"), remove: sqs.RemoveDeadLetters},
 		deadLetterName: conf("dlq").Topology().DeadLetter,
 		probe:          sqs.Pinger{Config: conf("probe")},
