@@ -4,6 +4,7 @@
 package monitor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,12 +59,8 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Interval == 0 {
-		c.Interval = 15 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.Interval = cmp.Or(c.Interval, 15*time.Second)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if c.Telegram != nil {
 		t := c.Telegram.withDefaults()
 		c.Telegram = &t

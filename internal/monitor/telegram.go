@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,9 +31,7 @@ type TelegramConfig struct {
 }
 
 func (c TelegramConfig) withDefaults() TelegramConfig {
-	if c.API == "" {
-		c.API = "https://api.telegram.org"
-	}
+	c.API = cmp.Or(c.API, "https://api.telegram.org")
 	if c.Client == nil {
 		c.Client = &http.Client{Timeout: 10 * time.Second}
 	}

@@ -31,27 +31,38 @@ var (
 	ErrRecipientChanged = errors.New("the recipient changed during the create")
 )
 
-// permanentError marks an error that retrying cannot cure.
-type permanentError struct{ err error }
+// marked is err carrying the mark M, which errors.As finds anywhere in a
+// chain: Permanent and SenderDown are the same wrapper under two marks.
+// It adds nothing to err's text.
+type marked[M any] struct{ err error }
 
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
+func (e marked[M]) Error() string { return e.err.Error() }
+func (e marked[M]) Unwrap() error { return e.err }
 
-// Permanent marks err as permanent: the delivery goes to the dead letters at
-// once instead of being retried. Permanent(nil) is nil.
-func Permanent(err error) error {
+// mark gives err the mark M; mark(nil) is nil.
+func mark[M any](err error) error {
 	if err == nil {
 		return nil
 	}
-	return permanentError{err}
+	return marked[M]{err}
 }
+
+// hasMark reports whether err, or any error it wraps, carries the mark M.
+func hasMark[M any](err error) bool {
+	var m marked[M]
+	return errors.As(err, &m)
+}
+
+// permanent marks an error that retrying cannot cure.
+type permanent struct{}
+
+// Permanent marks err as permanent: the delivery goes to the dead letters at
+// once instead of being retried. Permanent(nil) is nil.
+func Permanent(err error) error { return mark[permanent](err) }
 
 // IsPermanent reports whether err, or any error it wraps, was marked
 // Permanent.
-func IsPermanent(err error) bool {
-	var p permanentError
-	return errors.As(err, &p)
-}
+func IsPermanent(err error) bool { return hasMark[permanent](err) }
 
 // FieldError is a validation error about one field of a request.
 type FieldError struct {
@@ -61,30 +72,19 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Message) }
 
-// senderDownError marks a failure of the mail server itself, not of the
+// senderDown marks a failure of the mail server itself, not of the
 // message: it was unreachable, refused TLS or authentication, or answered
 // the greeting or EHLO with 421 or a 5xx.
-type senderDownError struct{ err error }
-
-func (e senderDownError) Error() string { return e.err.Error() }
-func (e senderDownError) Unwrap() error { return e.err }
+type senderDown struct{}
 
 // SenderDown marks err as a failure of the mail server itself: the delivery
 // costs no retry; the worker stops taking new sends, backs off and probes
 // until the server is back. SenderDown(nil) is nil.
-func SenderDown(err error) error {
-	if err == nil {
-		return nil
-	}
-	return senderDownError{err}
-}
+func SenderDown(err error) error { return mark[senderDown](err) }
 
 // IsSenderDown reports whether err, or any error it wraps, was marked
 // SenderDown.
-func IsSenderDown(err error) bool {
-	var s senderDownError
-	return errors.As(err, &s)
-}
+func IsSenderDown(err error) bool { return hasMark[senderDown](err) }
 
 // throttledError marks a provider's request to slow down: a 421 or 429, a
 // Retry-After, a quota. The message is not at fault and spends no attempt.

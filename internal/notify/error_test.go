@@ -40,3 +40,26 @@ func TestQuiet(t *testing.T) {
 	require.ErrorIs(t, b, os.ErrDeadlineExceeded)
 	require.ErrorIs(t, notify.SenderDown(a), context.DeadlineExceeded)
 }
+
+// Permanent and SenderDown keep err's text and chain, are found through
+// wrapping, and are told apart.
+func TestMarks(t *testing.T) {
+	require.NoError(t, notify.Permanent(nil))
+	require.NoError(t, notify.SenderDown(nil))
+	base := errors.New("550 no such user")
+	perm := fmt.Errorf("send: %w", notify.Permanent(base))
+	require.Equal(t, "send: 550 no such user", perm.Error())
+	require.ErrorIs(t, perm, base)
+	require.True(t, notify.IsPermanent(perm))
+	require.False(t, notify.IsSenderDown(perm))
+	down := fmt.Errorf("dial: %w", notify.SenderDown(base))
+	require.Equal(t, "dial: 550 no such user", down.Error())
+	require.ErrorIs(t, down, base)
+	require.True(t, notify.IsSenderDown(down))
+	require.False(t, notify.IsPermanent(down))
+	both := notify.Permanent(notify.SenderDown(base))
+	require.True(t, notify.IsPermanent(both))
+	require.True(t, notify.IsSenderDown(both))
+	require.False(t, notify.IsPermanent(base))
+	require.False(t, notify.IsSenderDown(nil))
+}

@@ -11,6 +11,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -55,15 +56,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Interval == 0 {
-		c.Interval = min(max(c.After/4, 100*time.Millisecond), time.Minute)
-	}
-	if c.Batch == 0 {
-		c.Batch = 100
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.Interval = cmp.Or(c.Interval, min(max(c.After/4, 100*time.Millisecond), time.Minute))
+	c.Batch = cmp.Or(c.Batch, 100)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return c
 }
 

@@ -4,6 +4,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,24 +68,12 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Batch == 0 {
-		c.Batch = 100
-	}
-	if c.Interval == 0 {
-		c.Interval = 500 * time.Millisecond
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = 5 * time.Second
-	}
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = time.Minute
-	}
-	if c.Name == "" {
-		c.Name = "outbox"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.Batch = cmp.Or(c.Batch, 100)
+	c.Interval = cmp.Or(c.Interval, 500*time.Millisecond)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, 5*time.Second)
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, time.Minute)
+	c.Name = cmp.Or(c.Name, "outbox")
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return c
 }
 

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,15 +72,9 @@ type RetryConfig struct {
 }
 
 func (c RetryConfig) withDefaults() RetryConfig {
-	if c.Capacity == 0 {
-		c.Capacity = 1000
-	}
-	if c.Name == "" {
-		c.Name = "status"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.Capacity = cmp.Or(c.Capacity, 1000)
+	c.Name = cmp.Or(c.Name, "status")
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return c
 }
 

@@ -4,6 +4,7 @@
 package retention
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -41,18 +42,10 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Retention == 0 {
-		c.Retention = 168 * time.Hour
-	}
-	if c.Interval == 0 {
-		c.Interval = 10 * time.Minute
-	}
-	if c.Batch == 0 {
-		c.Batch = 1000
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Retention = cmp.Or(c.Retention, 168*time.Hour)
+	c.Interval = cmp.Or(c.Interval, 10*time.Minute)
+	c.Batch = cmp.Or(c.Batch, 1000)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 

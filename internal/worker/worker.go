@@ -12,6 +12,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -216,12 +217,8 @@ type Channel struct {
 }
 
 func (c Channel) withDefaults(name string) Channel {
-	if c.Provider == "" {
-		c.Provider = name + " provider"
-	}
-	if c.SendTimeout == 0 {
-		c.SendTimeout = defaultSendTimeout
-	}
+	c.Provider = cmp.Or(c.Provider, name+" provider")
+	c.SendTimeout = cmp.Or(c.SendTimeout, defaultSendTimeout)
 	return c
 }
 
@@ -251,24 +248,12 @@ func longestTimeout(channels map[string]Channel) time.Duration {
 }
 
 func (c Config) withDefaults(longest time.Duration) Config {
-	if c.StoreBackoff == 0 {
-		c.StoreBackoff = 5 * time.Second
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease(longest)
-	}
-	if c.SenderBackoff == 0 {
-		c.SenderBackoff = time.Second
-	}
-	if c.Patience == 0 {
-		c.Patience = 2 * time.Second
-	}
-	if c.SenderBackoffMax == 0 {
-		c.SenderBackoffMax = 60 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.StoreBackoff = cmp.Or(c.StoreBackoff, 5*time.Second)
+	c.Lease = cmp.Or(c.Lease, DefaultLease(longest))
+	c.SenderBackoff = cmp.Or(c.SenderBackoff, time.Second)
+	c.Patience = cmp.Or(c.Patience, 2*time.Second)
+	c.SenderBackoffMax = cmp.Or(c.SenderBackoffMax, 60*time.Second)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if c.Crash == nil {
 		c.Crash = func(string) {}
 	}

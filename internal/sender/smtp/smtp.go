@@ -1,6 +1,7 @@
 package smtp
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -69,15 +70,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.HelloName == "" {
-		c.HelloName = "localhost"
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = 30 * time.Second
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.HelloName = cmp.Or(c.HelloName, "localhost")
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, 30*time.Second)
 	return c
 }
 

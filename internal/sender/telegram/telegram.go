@@ -26,6 +26,7 @@ package telegram
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,12 +71,8 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.APIBase == "" {
-		c.APIBase = DefaultAPI
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
+	c.APIBase = cmp.Or(c.APIBase, DefaultAPI)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	return c
 }
 

@@ -20,6 +20,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -79,9 +80,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,21 +60,11 @@ func (s Settings) WithDefaults() Settings {
 	if len(s.RetryDelays) == 0 {
 		s.RetryDelays = []time.Duration{DefaultRetryDelay}
 	}
-	if s.Prefetch == 0 {
-		s.Prefetch = DefaultPrefetch
-	}
-	if s.Logger == nil {
-		s.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if s.ReconnectMin == 0 {
-		s.ReconnectMin = DefaultReconnectMin
-	}
-	if s.ReconnectMax == 0 {
-		s.ReconnectMax = DefaultReconnectMax
-	}
-	if s.ShutdownGrace == 0 {
-		s.ShutdownGrace = DefaultShutdownGrace
-	}
+	s.Prefetch = cmp.Or(s.Prefetch, DefaultPrefetch)
+	s.Logger = cmp.Or(s.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.ReconnectMin = cmp.Or(s.ReconnectMin, DefaultReconnectMin)
+	s.ReconnectMax = cmp.Or(s.ReconnectMax, DefaultReconnectMax)
+	s.ShutdownGrace = cmp.Or(s.ShutdownGrace, DefaultShutdownGrace)
 	return s
 }
 

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -174,30 +175,14 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Settings = c.Settings.WithDefaults()
-	if c.Group == "" {
-		c.Group = DefaultGroup
-	}
-	if c.MaxBuffered == 0 {
-		c.MaxBuffered = max(1000, c.Prefetch)
-	}
-	if c.Partitions == 0 {
-		c.Partitions = 12
-	}
-	if c.ConfirmTimeout == 0 {
-		c.ConfirmTimeout = 15 * time.Second
-	}
-	if c.CommitInterval == 0 {
-		c.CommitInterval = time.Second
-	}
-	if c.TopicCheckInterval == 0 {
-		c.TopicCheckInterval = 30 * time.Second
-	}
-	if c.RedeliverDelay == 0 {
-		c.RedeliverDelay = time.Second
-	}
-	if c.ClientID == "" {
-		c.ClientID = "herald"
-	}
+	c.Group = cmp.Or(c.Group, DefaultGroup)
+	c.MaxBuffered = cmp.Or(c.MaxBuffered, max(1000, c.Prefetch))
+	c.Partitions = cmp.Or(c.Partitions, 12)
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 15*time.Second)
+	c.CommitInterval = cmp.Or(c.CommitInterval, time.Second)
+	c.TopicCheckInterval = cmp.Or(c.TopicCheckInterval, 30*time.Second)
+	c.RedeliverDelay = cmp.Or(c.RedeliverDelay, time.Second)
+	c.ClientID = cmp.Or(c.ClientID, "herald")
 	if c.User != "" && c.Mechanism == "" {
 		c.Mechanism = "SCRAM-SHA-512"
 	}

@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,27 +89,13 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Settings = c.Settings.WithDefaults()
-	if c.MaxAckPending == 0 {
-		c.MaxAckPending = DefaultMaxAckPending
-	}
-	if c.AckWait == 0 {
-		c.AckWait = 5 * time.Minute
-	}
-	if c.DuplicateWindow == 0 {
-		c.DuplicateWindow = 2 * time.Minute
-	}
-	if c.StatusMaxAge == 0 {
-		c.StatusMaxAge = DefaultStatusMaxAge
-	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.ConfirmTimeout == 0 {
-		c.ConfirmTimeout = 15 * time.Second
-	}
-	if c.CheckInterval == 0 {
-		c.CheckInterval = 10 * time.Second
-	}
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultMaxAckPending)
+	c.AckWait = cmp.Or(c.AckWait, 5*time.Minute)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, 2*time.Minute)
+	c.StatusMaxAge = cmp.Or(c.StatusMaxAge, DefaultStatusMaxAge)
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 15*time.Second)
+	c.CheckInterval = cmp.Or(c.CheckInterval, 10*time.Second)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,21 +53,15 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.RetryDelay == 0 {
-		c.RetryDelay = consume.DefaultRetryDelay
-	}
+	c.RetryDelay = cmp.Or(c.RetryDelay, consume.DefaultRetryDelay)
 	if len(c.RetryDelays) == 0 {
 		c.RetryDelays = []time.Duration{c.RetryDelay}
 	} else {
 		c.RetryDelay = c.RetryDelays[0]
 	}
 	c.Settings = c.Settings.WithDefaults()
-	if c.QueueType == "" {
-		c.QueueType = QueueQuorum
-	}
-	if c.ConfirmTimeout == 0 {
-		c.ConfirmTimeout = 15 * time.Second
-	}
+	c.QueueType = cmp.Or(c.QueueType, QueueQuorum)
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 15*time.Second)
 	return c
 }
 

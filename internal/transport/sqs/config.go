@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,19 +133,11 @@ func ParseURL(s string) (Config, error) {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
-	}
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
 	c.Settings = c.Settings.WithDefaults()
-	if c.VisibilityTimeout == 0 {
-		c.VisibilityTimeout = DefaultVisibilityTimeout
-	}
-	if c.WaitTime == 0 {
-		c.WaitTime = 5 * time.Second
-	}
-	if c.MaxReceiveCount == 0 {
-		c.MaxReceiveCount = DefaultMaxReceiveCount
-	}
+	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, DefaultVisibilityTimeout)
+	c.WaitTime = cmp.Or(c.WaitTime, 5*time.Second)
+	c.MaxReceiveCount = cmp.Or(c.MaxReceiveCount, DefaultMaxReceiveCount)
 	return c
 }
 

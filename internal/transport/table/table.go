@@ -4,6 +4,7 @@
 package table
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -65,21 +66,11 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Prefetch == 0 {
-		c.Prefetch = 10
-	}
-	if c.Lease == 0 {
-		c.Lease = 15 * time.Second
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 500 * time.Millisecond
-	}
-	if c.Grace == 0 {
-		c.Grace = 5 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.Prefetch = cmp.Or(c.Prefetch, 10)
+	c.Lease = cmp.Or(c.Lease, 15*time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, 500*time.Millisecond)
+	c.Grace = cmp.Or(c.Grace, 5*time.Second)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return c
 }
 
