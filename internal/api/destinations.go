@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 
@@ -118,6 +117,10 @@ func (a *API) listDestinations(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, NewDestinationList(f, p))
 }
 
+// errNoDestination answers POST /destinations/{key}/enable for a key with
+// no record.
+var errNoDestination = apiError{Code: "not_found", Message: "no such destination: it has no failing or disabled record (a destination without one is up)"}
+
 func (a *API) enableDestination(w http.ResponseWriter, r *http.Request) {
 	if e := checkParams(r.URL.Query(), nil); e != nil {
 		writeError(w, http.StatusBadRequest, *e)
@@ -125,12 +128,8 @@ func (a *API) enableDestination(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.PathValue("key")
 	err := a.cfg.Destinations.EnableDestination(r.Context(), key)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, NewEnabled(key))
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Message: "no such destination: it has no failing or disabled record (a destination without one is up)"})
-	default:
-		a.unavailable(w, r, "enable destination", err)
+	if a.storeFailed(w, r, "enable destination", err, errNoDestination) {
+		return
 	}
+	writeJSON(w, http.StatusOK, NewEnabled(key))
 }

@@ -320,12 +320,8 @@ func (a *API) attempts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := a.store.AttemptPage(r.Context(), id, f)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, NewAttemptPage(id, f, p))
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, noSuchNotification)
-	default:
-		a.unavailable(w, r, "read attempts", err)
+	if a.storeFailed(w, r, "read attempts", err, noSuchNotification) {
+		return
 	}
+	writeJSON(w, http.StatusOK, NewAttemptPage(id, f, p))
 }

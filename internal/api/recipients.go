@@ -146,14 +146,10 @@ func (a *API) getRecipient(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err := a.cfg.Recipients.Recipient(r.Context(), id)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, NewRecipientView(rec, a.recipientFields))
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, errNoRecipient)
-	default:
-		a.unavailable(w, r, "get recipient", err)
+	if a.storeFailed(w, r, "get recipient", err, errNoRecipient) {
+		return
 	}
+	writeJSON(w, http.StatusOK, NewRecipientView(rec, a.recipientFields))
 }
 
 // deleteRecipient handles DELETE /recipients/{user_id}: the recipient's
@@ -167,14 +163,10 @@ func (a *API) deleteRecipient(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err := a.cfg.Recipients.DeleteRecipient(r.Context(), id)
-	switch {
-	case err == nil:
-		w.WriteHeader(http.StatusNoContent)
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, errNoRecipient)
-	default:
-		a.unavailable(w, r, "delete recipient", err)
+	if a.storeFailed(w, r, "delete recipient", err, errNoRecipient) {
+		return
 	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // recipientOf is the recipient id a PUT body (its keys checked, see

@@ -215,16 +215,14 @@ func (a *API) getTemplate(w http.ResponseWriter, r *http.Request) {
 		version = v
 	}
 	t, err := a.cfg.Templates.Template(r.Context(), name, version)
-	switch {
-	case err == nil && version > t.Latest:
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Message: fmt.Sprintf("template %q has no version %d (its latest is %d)", name, version, t.Latest)})
-	case err == nil:
-		writeJSON(w, http.StatusOK, NewTemplateView(t))
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, errNoTemplate)
-	default:
-		a.unavailable(w, r, "get template", err)
+	if a.storeFailed(w, r, "get template", err, errNoTemplate) {
+		return
 	}
+	if version > t.Latest {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Message: fmt.Sprintf("template %q has no version %d (its latest is %d)", name, version, t.Latest)})
+		return
+	}
+	writeJSON(w, http.StatusOK, NewTemplateView(t))
 }
 
 // listTemplates handles GET /templates: every template as of its newest
