@@ -29,12 +29,6 @@ type destinationView struct {
 	Pending int64  `json:"pending"`
 }
 
-// destinationList is the reply of GET /destinations.
-type destinationList struct {
-	Items      []destinationView `json:"items"`
-	NextCursor string            `json:"next_cursor,omitempty"`
-}
-
 // destinationParams are the query parameters of GET /destinations.
 var destinationParams = map[string]bool{"state": true, "limit": true, "cursor": true}
 
@@ -80,17 +74,18 @@ func parseDestinationQuery(q url.Values) (notify.DestinationFilter, *apiError) {
 // listing, shared by the API and `herald destinations list --json`; f is
 // the listing's filter, to which the next cursor is bound.
 func NewDestinationList(f notify.DestinationFilter, p notify.DestinationPage) any {
-	v := destinationList{Items: make([]destinationView, 0, len(p.Items))}
+	next := ""
 	if p.Next != "" {
-		v.NextCursor = f.EncodeCursor(p.Next)
+		next = f.EncodeCursor(p.Next)
 	}
-	for _, d := range p.Items {
-		v.Items = append(v.Items, destinationView{
-			Key: d.Key, Channel: d.Channel, State: d.State, Reason: d.Reason,
-			Since: formatTime(d.Since), Pending: d.Pending,
-		})
+	return newPage(p.Items, newDestinationView, next)
+}
+
+func newDestinationView(d notify.Destination) destinationView {
+	return destinationView{
+		Key: d.Key, Channel: d.Channel, State: d.State, Reason: d.Reason,
+		Since: formatTime(d.Since), Pending: d.Pending,
 	}
-	return v
 }
 
 // enabledView is the reply of POST /destinations/{key}/enable.

@@ -94,11 +94,7 @@ func newVariantView(v notify.TemplateVersion) TemplateVariantView {
 
 // NewTemplateView renders t.
 func NewTemplateView(t notify.Template) TemplateView {
-	v := TemplateView{Name: t.Name, LatestVersion: t.Latest, Variants: make([]TemplateVariantView, 0, len(t.Variants))}
-	for _, x := range t.Variants {
-		v.Variants = append(v.Variants, newVariantView(x))
-	}
-	return v
+	return TemplateView{Name: t.Name, LatestVersion: t.Latest, Variants: viewsOf(t.Variants, newVariantView)}
 }
 
 // TemplateList answers GET /templates.
@@ -233,11 +229,7 @@ func (a *API) listTemplates(w http.ResponseWriter, r *http.Request) {
 		a.unavailable(w, r, "list templates", err)
 		return
 	}
-	out := TemplateList{Items: make([]TemplateView, 0, len(ts))}
-	for _, t := range ts {
-		out.Items = append(out.Items, NewTemplateView(t))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, TemplateList{Items: viewsOf(ts, NewTemplateView)})
 }
 
 // previewTemplate handles POST /templates/{name}/preview: renders as a

@@ -80,6 +80,30 @@ func newNotificationView(n notify.Notification) notificationView {
 	return v
 }
 
+// page is the reply of a paged listing (GET /notifications, its attempts,
+// /dead-letters, /destinations): the page's items, [] when there are
+// none, and the cursor of the next page, absent on the last.
+type page[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// newPage is the page of items, each shown by view; next is the next
+// page's cursor ("" on the last page).
+func newPage[S, T any](items []S, view func(S) T, next string) page[T] {
+	return page[T]{Items: viewsOf(items, view), NextCursor: next}
+}
+
+// viewsOf shows each of items with view, in order. It is never nil, so
+// that a reply shows no items as [], not null.
+func viewsOf[S, T any](items []S, view func(S) T) []T {
+	out := make([]T, 0, len(items))
+	for _, it := range items {
+		out = append(out, view(it))
+	}
+	return out
+}
+
 // formatTimePtr is formatTime of an optional time, nil for nil.
 func formatTimePtr(t *time.Time) *string {
 	if t == nil {
