@@ -34,15 +34,8 @@ type deadLetterView struct {
 }
 
 func newDeadLetterView(n notify.Notification) deadLetterView {
-	v := deadLetterView{ID: notify.FormatID(n.ID), To: n.To, Attempts: n.Attempts}
-	if n.LastError != "" {
-		v.LastError = &n.LastError
-	}
-	if n.FailedAt != nil {
-		s := formatTime(*n.FailedAt)
-		v.FailedAt = &s
-	}
-	return v
+	return deadLetterView{ID: notify.FormatID(n.ID), To: n.To, Attempts: n.Attempts,
+		LastError: nullIfEmpty(n.LastError), FailedAt: formatTimePtr(n.FailedAt)}
 }
 
 // DeadLetterQuery is a parsed GET /dead-letters query: the filter of one

@@ -227,17 +227,8 @@ type attemptView struct {
 func NewAttemptViews(as []notify.Attempt) any { return viewsOf(as, newAttemptView) }
 
 func newAttemptView(at notify.Attempt) attemptView {
-	v := attemptView{Attempt: at.Attempt, MessageID: notify.FormatID(at.MessageID), StartedAt: formatTime(at.StartedAt)}
-	if at.FinishedAt != nil {
-		s := formatTime(*at.FinishedAt)
-		v.FinishedAt = &s
-	}
-	if at.Outcome != "" {
-		v.Outcome = &at.Outcome
-	}
-	if at.Error != "" {
-		v.Error = &at.Error
-	}
+	v := attemptView{Attempt: at.Attempt, MessageID: notify.FormatID(at.MessageID), StartedAt: formatTime(at.StartedAt),
+		FinishedAt: formatTimePtr(at.FinishedAt), Outcome: nullIfEmpty(at.Outcome), Error: nullIfEmpty(at.Error)}
 	if at.Repeats > 0 && at.LastAt != nil {
 		s := formatTime(*at.LastAt)
 		v.Repeats, v.LastAt = at.Repeats, &s

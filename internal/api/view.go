@@ -56,17 +56,9 @@ func newNotificationView(n notify.Notification) notificationView {
 		UpdatedAt: formatTime(n.UpdatedAt),
 		Priority:  string(n.Priority.OrDefault()),
 		Category:  n.Category,
-	}
-	if n.LastError != "" {
-		v.LastError = &n.LastError
-	}
-	if n.SentAt != nil {
-		s := formatTime(*n.SentAt)
-		v.SentAt = &s
-	}
-	if n.FailedAt != nil {
-		s := formatTime(*n.FailedAt)
-		v.FailedAt = &s
+		LastError: nullIfEmpty(n.LastError),
+		SentAt:    formatTimePtr(n.SentAt),
+		FailedAt:  formatTimePtr(n.FailedAt),
 	}
 	v.FallbackChannels = notify.HopChannels(n.Fallback)
 	if n.FallbackOf != 0 {
@@ -113,6 +105,15 @@ func formatTimePtr(t *time.Time) *string {
 	return &s
 }
 
+// nullIfEmpty is an optional text field's value: s, or nil (JSON null)
+// when it is empty.
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 // formatTime renders RFC 3339 in UTC, with the fraction the store kept.
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
@@ -153,10 +154,7 @@ type waitingView struct {
 // NewNotificationDetail is the JSON shape of one notification with its body,
 // shared by the API and `herald notifications show --json`.
 func NewNotificationDetail(n notify.Notification) any {
-	v := notificationDetail{notificationView: newNotificationView(n), Body: n.Body}
-	if n.HTML != "" {
-		v.HTML = &n.HTML
-	}
+	v := notificationDetail{notificationView: newNotificationView(n), Body: n.Body, HTML: nullIfEmpty(n.HTML)}
 	if n.Template != "" {
 		v.Template, v.TemplateVersion, v.Locale = &n.Template, &n.TemplateVersion, &n.Locale
 	}
