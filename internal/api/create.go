@@ -147,6 +147,22 @@ func (a *API) unavailable(w http.ResponseWriter, r *http.Request, what string, e
 	writeError(w, http.StatusServiceUnavailable, apiError{Code: "unavailable", Message: "the service is temporarily unavailable; retry later"})
 }
 
+// storeFailed answers a failed read or change of one resource and reports
+// whether err is a failure: notFound (404) for notify.ErrNotFound, 503 for
+// any other error (see unavailable, which logs it as what). On nil it
+// writes nothing and reports false, leaving the reply to the caller.
+func (a *API) storeFailed(w http.ResponseWriter, r *http.Request, what string, err error, notFound apiError) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, notify.ErrNotFound):
+		writeError(w, http.StatusNotFound, notFound)
+	default:
+		a.unavailable(w, r, what, err)
+	}
+	return true
+}
+
 // readCreate checks a create request's headers and decodes its body:
 // the create's headers in nn, the request in req. On failure it returns
 // the error to answer and its status.

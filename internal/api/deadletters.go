@@ -34,21 +34,8 @@ type deadLetterView struct {
 }
 
 func newDeadLetterView(n notify.Notification) deadLetterView {
-	v := deadLetterView{ID: notify.FormatID(n.ID), To: n.To, Attempts: n.Attempts}
-	if n.LastError != "" {
-		v.LastError = &n.LastError
-	}
-	if n.FailedAt != nil {
-		s := formatTime(*n.FailedAt)
-		v.FailedAt = &s
-	}
-	return v
-}
-
-// deadLetterPage is the reply of GET /dead-letters.
-type deadLetterPage struct {
-	Items      []deadLetterView `json:"items"`
-	NextCursor string           `json:"next_cursor,omitempty"`
+	return deadLetterView{ID: notify.FormatID(n.ID), To: n.To, Attempts: n.Attempts,
+		LastError: nullIfEmpty(n.LastError), FailedAt: formatTimePtr(n.FailedAt)}
 }
 
 // DeadLetterQuery is a parsed GET /dead-letters query: the filter of one
@@ -152,11 +139,7 @@ func (dq DeadLetterQuery) Page(ns []notify.Notification) ([]notify.Notification,
 // NewDeadLetterPage is the JSON shape of a page of dead letters, shared by
 // the API and `herald dlq list --json`.
 func NewDeadLetterPage(ns []notify.Notification, next string) any {
-	v := deadLetterPage{Items: make([]deadLetterView, 0, len(ns)), NextCursor: next}
-	for _, n := range ns {
-		v.Items = append(v.Items, newDeadLetterView(n))
-	}
-	return v
+	return newPage(ns, newDeadLetterView, next)
 }
 
 func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
@@ -227,7 +210,7 @@ func (a *API) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := redriveView{
-		Selected: res.Selected, Redriven: formatIDs(res.Redriven), Skipped: []skippedView{},
+		Selected: res.Selected, Redriven: viewsOf(res.Redriven, notify.FormatID), Skipped: []skippedView{},
 		RemovedFromQueue: res.RemovedFromQueue, DryRun: res.DryRun,
 	}
 	for _, s := range skips {
@@ -300,14 +283,6 @@ var redriveTypes = map[string]string{
 	"error":   "a string",
 	"limit":   "an integer from 1 to " + strconv.Itoa(MaxRedriveLimit),
 	"dry_run": "a boolean",
-}
-
-func formatIDs(ids []int64) []string {
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, notify.FormatID(id))
-	}
-	return out
 }
 
 // deadLetterFilter parses the filters shared by the listing and the

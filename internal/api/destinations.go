@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 
@@ -28,12 +27,6 @@ type destinationView struct {
 	Reason  string `json:"reason"`
 	Since   string `json:"since"`
 	Pending int64  `json:"pending"`
-}
-
-// destinationList is the reply of GET /destinations.
-type destinationList struct {
-	Items      []destinationView `json:"items"`
-	NextCursor string            `json:"next_cursor,omitempty"`
 }
 
 // destinationParams are the query parameters of GET /destinations.
@@ -81,17 +74,18 @@ func parseDestinationQuery(q url.Values) (notify.DestinationFilter, *apiError) {
 // listing, shared by the API and `herald destinations list --json`; f is
 // the listing's filter, to which the next cursor is bound.
 func NewDestinationList(f notify.DestinationFilter, p notify.DestinationPage) any {
-	v := destinationList{Items: make([]destinationView, 0, len(p.Items))}
+	next := ""
 	if p.Next != "" {
-		v.NextCursor = f.EncodeCursor(p.Next)
+		next = f.EncodeCursor(p.Next)
 	}
-	for _, d := range p.Items {
-		v.Items = append(v.Items, destinationView{
-			Key: d.Key, Channel: d.Channel, State: d.State, Reason: d.Reason,
-			Since: formatTime(d.Since), Pending: d.Pending,
-		})
+	return newPage(p.Items, newDestinationView, next)
+}
+
+func newDestinationView(d notify.Destination) destinationView {
+	return destinationView{
+		Key: d.Key, Channel: d.Channel, State: d.State, Reason: d.Reason,
+		Since: formatTime(d.Since), Pending: d.Pending,
 	}
-	return v
 }
 
 // enabledView is the reply of POST /destinations/{key}/enable.
@@ -118,6 +112,10 @@ func (a *API) listDestinations(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, NewDestinationList(f, p))
 }
 
+// errNoDestination answers POST /destinations/{key}/enable for a key with
+// no record.
+var errNoDestination = apiError{Code: "not_found", Message: "no such destination: it has no failing or disabled record (a destination without one is up)"}
+
 func (a *API) enableDestination(w http.ResponseWriter, r *http.Request) {
 	if e := checkParams(r.URL.Query(), nil); e != nil {
 		writeError(w, http.StatusBadRequest, *e)
@@ -125,12 +123,8 @@ func (a *API) enableDestination(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.PathValue("key")
 	err := a.cfg.Destinations.EnableDestination(r.Context(), key)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, NewEnabled(key))
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Message: "no such destination: it has no failing or disabled record (a destination without one is up)"})
-	default:
-		a.unavailable(w, r, "enable destination", err)
+	if a.storeFailed(w, r, "enable destination", err, errNoDestination) {
+		return
 	}
+	writeJSON(w, http.StatusOK, NewEnabled(key))
 }

@@ -180,24 +180,15 @@ func checkQueryText(name, v string, max int) *apiError {
 	return nil
 }
 
-// pageView is the reply of GET /notifications.
-type pageView struct {
-	Items      []notificationView `json:"items"`
-	NextCursor string             `json:"next_cursor,omitempty"`
-}
-
 // NewPageView is the JSON shape of a page of notifications, shared by the
 // API and `herald notifications list --json`; f is the listing's filter, to
 // which the next cursor is bound.
 func NewPageView(f notify.ListFilter, p notify.ListPage) any {
-	v := pageView{Items: make([]notificationView, 0, len(p.Items))}
-	for _, n := range p.Items {
-		v.Items = append(v.Items, newNotificationView(n))
-	}
+	next := ""
 	if p.Next != nil {
-		v.NextCursor = f.EncodeCursor(*p.Next)
+		next = f.EncodeCursor(*p.Next)
 	}
-	return v
+	return newPage(p.Items, newNotificationView, next)
 }
 
 // list handles GET /notifications.
@@ -233,27 +224,16 @@ type attemptView struct {
 // NewAttemptViews is the JSON shape of a notification's attempts, oldest
 // first (an array), shared by the API and `herald notifications show
 // --json`.
-func NewAttemptViews(as []notify.Attempt) any {
-	items := make([]attemptView, 0, len(as))
-	for _, at := range as {
-		v := attemptView{Attempt: at.Attempt, MessageID: notify.FormatID(at.MessageID), StartedAt: formatTime(at.StartedAt)}
-		if at.FinishedAt != nil {
-			s := formatTime(*at.FinishedAt)
-			v.FinishedAt = &s
-		}
-		if at.Outcome != "" {
-			v.Outcome = &at.Outcome
-		}
-		if at.Error != "" {
-			v.Error = &at.Error
-		}
-		if at.Repeats > 0 && at.LastAt != nil {
-			s := formatTime(*at.LastAt)
-			v.Repeats, v.LastAt = at.Repeats, &s
-		}
-		items = append(items, v)
+func NewAttemptViews(as []notify.Attempt) any { return viewsOf(as, newAttemptView) }
+
+func newAttemptView(at notify.Attempt) attemptView {
+	v := attemptView{Attempt: at.Attempt, MessageID: notify.FormatID(at.MessageID), StartedAt: formatTime(at.StartedAt),
+		FinishedAt: formatTimePtr(at.FinishedAt), Outcome: nullIfEmpty(at.Outcome), Error: nullIfEmpty(at.Error)}
+	if at.Repeats > 0 && at.LastAt != nil {
+		s := formatTime(*at.LastAt)
+		v.Repeats, v.LastAt = at.Repeats, &s
 	}
-	return items
+	return v
 }
 
 // attemptParams are the query parameters of GET
@@ -290,21 +270,15 @@ func parseAttemptQuery(q url.Values, id int64) (notify.AttemptFilter, *apiError)
 	return f, nil
 }
 
-// attemptPageView is the reply of GET /notifications/{id}/attempts.
-type attemptPageView struct {
-	Items      any    `json:"items"`
-	NextCursor string `json:"next_cursor,omitempty"`
-}
-
 // NewAttemptPage is the JSON shape of a page of a notification's
 // attempts, shared by the API and the command line; f is the listing's
 // filter, to which the next cursor is bound.
 func NewAttemptPage(id int64, f notify.AttemptFilter, p notify.AttemptPage) any {
-	v := attemptPageView{Items: NewAttemptViews(p.Items)}
+	next := ""
 	if p.Next != 0 {
-		v.NextCursor = f.EncodeAttemptCursor(id, p.Next)
+		next = f.EncodeAttemptCursor(id, p.Next)
 	}
-	return v
+	return newPage(p.Items, newAttemptView, next)
 }
 
 // attempts handles GET /notifications/{id}/attempts: a page of the
@@ -320,12 +294,8 @@ func (a *API) attempts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := a.store.AttemptPage(r.Context(), id, f)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, NewAttemptPage(id, f, p))
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, noSuchNotification)
-	default:
-		a.unavailable(w, r, "read attempts", err)
+	if a.storeFailed(w, r, "read attempts", err, noSuchNotification) {
+		return
 	}
+	writeJSON(w, http.StatusOK, NewAttemptPage(id, f, p))
 }

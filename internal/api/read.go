@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/heraldhq/herald/internal/notify"
@@ -30,14 +29,10 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, err := a.store.Get(r.Context(), id)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, NewNotificationDetail(n))
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, noSuchNotification)
-	default:
-		a.unavailable(w, r, "get notification", err)
+	if a.storeFailed(w, r, "get notification", err, noSuchNotification) {
+		return
 	}
+	writeJSON(w, http.StatusOK, NewNotificationDetail(n))
 }
 
 // healthz handles GET /healthz: the process is alive and serving.

@@ -109,6 +109,17 @@ func userIDParam(r *http.Request) (string, *apiError) {
 	return id, nil
 }
 
+// recipientID returns the {user_id} of r's path for a route that reads or
+// deletes a recipient. A malformed one names no recipient: it answers 404
+// (errNoRecipient), as an unknown one does, and reports false.
+func recipientID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id, e := userIDParam(r)
+	if e != nil {
+		writeError(w, http.StatusNotFound, errNoRecipient)
+	}
+	return id, e == nil
+}
+
 // putRecipient handles PUT /recipients/{user_id}.
 func (a *API) putRecipient(w http.ResponseWriter, r *http.Request) {
 	id, e := userIDParam(r)
@@ -140,20 +151,15 @@ func (a *API) putRecipient(w http.ResponseWriter, r *http.Request) {
 
 // getRecipient handles GET /recipients/{user_id}.
 func (a *API) getRecipient(w http.ResponseWriter, r *http.Request) {
-	id, e := userIDParam(r)
-	if e != nil {
-		writeError(w, http.StatusNotFound, errNoRecipient)
+	id, ok := recipientID(w, r)
+	if !ok {
 		return
 	}
 	rec, err := a.cfg.Recipients.Recipient(r.Context(), id)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, NewRecipientView(rec, a.recipientFields))
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, errNoRecipient)
-	default:
-		a.unavailable(w, r, "get recipient", err)
+	if a.storeFailed(w, r, "get recipient", err, errNoRecipient) {
+		return
 	}
+	writeJSON(w, http.StatusOK, NewRecipientView(rec, a.recipientFields))
 }
 
 // deleteRecipient handles DELETE /recipients/{user_id}: the recipient's
@@ -161,20 +167,15 @@ func (a *API) getRecipient(w http.ResponseWriter, r *http.Request) {
 // notifications keep the addresses they were accepted with:
 // `herald recipients erase` anonymises them.
 func (a *API) deleteRecipient(w http.ResponseWriter, r *http.Request) {
-	id, e := userIDParam(r)
-	if e != nil {
-		writeError(w, http.StatusNotFound, errNoRecipient)
+	id, ok := recipientID(w, r)
+	if !ok {
 		return
 	}
 	err := a.cfg.Recipients.DeleteRecipient(r.Context(), id)
-	switch {
-	case err == nil:
-		w.WriteHeader(http.StatusNoContent)
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, errNoRecipient)
-	default:
-		a.unavailable(w, r, "delete recipient", err)
+	if a.storeFailed(w, r, "delete recipient", err, errNoRecipient) {
+		return
 	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // recipientOf is the recipient id a PUT body (its keys checked, see

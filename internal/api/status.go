@@ -91,10 +91,7 @@ func NewStatus(d notify.Deployment) any {
 			qs = append(qs, statusQueue{Name: q.Name, Role: q.Role, Ready: q.Ready, InFlight: q.InFlight, Delayed: q.Delayed, Consumers: q.Consumers})
 		}
 		v.Queues = &qs
-		if d.QueueError != "" {
-			e := d.QueueError
-			v.QueuesError = &e
-		}
+		v.QueuesError = nullIfEmpty(d.QueueError)
 	}
 	for _, p := range d.Processes {
 		sp := statusProcess{ID: p.ID, Host: p.Host, PID: p.PID, Roles: p.Roles, Version: p.Version, State: ProcessGone,
@@ -106,16 +103,13 @@ func NewStatus(d notify.Deployment) any {
 			sp.State = ProcessLive
 		}
 		for _, s := range p.Senders {
-			ss := statusSender{Channel: s.Channel, State: "up", Reason: s.Reason, Since: formatTime(s.Since), PausedDestinations: s.PausedDestinations}
+			ss := statusSender{Channel: s.Channel, State: "up", Reason: s.Reason, Since: formatTime(s.Since), Until: formatTimePtr(s.Until),
+				PausedDestinations: s.PausedDestinations}
 			if !s.Up {
 				ss.State = s.Class
 				if ss.State == "" {
 					ss.State = "down"
 				}
-			}
-			if s.Until != nil {
-				u := formatTime(*s.Until)
-				ss.Until = &u
 			}
 			sp.Senders = append(sp.Senders, ss)
 		}

@@ -94,11 +94,7 @@ func newVariantView(v notify.TemplateVersion) TemplateVariantView {
 
 // NewTemplateView renders t.
 func NewTemplateView(t notify.Template) TemplateView {
-	v := TemplateView{Name: t.Name, LatestVersion: t.Latest, Variants: make([]TemplateVariantView, 0, len(t.Variants))}
-	for _, x := range t.Variants {
-		v.Variants = append(v.Variants, newVariantView(x))
-	}
-	return v
+	return TemplateView{Name: t.Name, LatestVersion: t.Latest, Variants: viewsOf(t.Variants, newVariantView)}
 }
 
 // TemplateList answers GET /templates.
@@ -215,16 +211,14 @@ func (a *API) getTemplate(w http.ResponseWriter, r *http.Request) {
 		version = v
 	}
 	t, err := a.cfg.Templates.Template(r.Context(), name, version)
-	switch {
-	case err == nil && version > t.Latest:
-		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Message: fmt.Sprintf("template %q has no version %d (its latest is %d)", name, version, t.Latest)})
-	case err == nil:
-		writeJSON(w, http.StatusOK, NewTemplateView(t))
-	case errors.Is(err, notify.ErrNotFound):
-		writeError(w, http.StatusNotFound, errNoTemplate)
-	default:
-		a.unavailable(w, r, "get template", err)
+	if a.storeFailed(w, r, "get template", err, errNoTemplate) {
+		return
 	}
+	if version > t.Latest {
+		writeError(w, http.StatusNotFound, apiError{Code: "not_found", Message: fmt.Sprintf("template %q has no version %d (its latest is %d)", name, version, t.Latest)})
+		return
+	}
+	writeJSON(w, http.StatusOK, NewTemplateView(t))
 }
 
 // listTemplates handles GET /templates: every template as of its newest
@@ -235,11 +229,7 @@ func (a *API) listTemplates(w http.ResponseWriter, r *http.Request) {
 		a.unavailable(w, r, "list templates", err)
 		return
 	}
-	out := TemplateList{Items: make([]TemplateView, 0, len(ts))}
-	for _, t := range ts {
-		out.Items = append(out.Items, NewTemplateView(t))
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, TemplateList{Items: viewsOf(ts, NewTemplateView)})
 }
 
 // previewTemplate handles POST /templates/{name}/preview: renders as a

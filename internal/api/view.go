@@ -56,17 +56,9 @@ func newNotificationView(n notify.Notification) notificationView {
 		UpdatedAt: formatTime(n.UpdatedAt),
 		Priority:  string(n.Priority.OrDefault()),
 		Category:  n.Category,
-	}
-	if n.LastError != "" {
-		v.LastError = &n.LastError
-	}
-	if n.SentAt != nil {
-		s := formatTime(*n.SentAt)
-		v.SentAt = &s
-	}
-	if n.FailedAt != nil {
-		s := formatTime(*n.FailedAt)
-		v.FailedAt = &s
+		LastError: nullIfEmpty(n.LastError),
+		SentAt:    formatTimePtr(n.SentAt),
+		FailedAt:  formatTimePtr(n.FailedAt),
 	}
 	v.FallbackChannels = notify.HopChannels(n.Fallback)
 	if n.FallbackOf != 0 {
@@ -80,12 +72,45 @@ func newNotificationView(n notify.Notification) notificationView {
 	return v
 }
 
+// page is the reply of a paged listing (GET /notifications, its attempts,
+// /dead-letters, /destinations): the page's items, [] when there are
+// none, and the cursor of the next page, absent on the last.
+type page[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// newPage is the page of items, each shown by view; next is the next
+// page's cursor ("" on the last page).
+func newPage[S, T any](items []S, view func(S) T, next string) page[T] {
+	return page[T]{Items: viewsOf(items, view), NextCursor: next}
+}
+
+// viewsOf shows each of items with view, in order. It is never nil, so
+// that a reply shows no items as [], not null.
+func viewsOf[S, T any](items []S, view func(S) T) []T {
+	out := make([]T, 0, len(items))
+	for _, it := range items {
+		out = append(out, view(it))
+	}
+	return out
+}
+
 // formatTimePtr is formatTime of an optional time, nil for nil.
 func formatTimePtr(t *time.Time) *string {
 	if t == nil {
 		return nil
 	}
 	s := formatTime(*t)
+	return &s
+}
+
+// nullIfEmpty is an optional text field's value: s, or nil (JSON null)
+// when it is empty.
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
 	return &s
 }
 
@@ -129,10 +154,7 @@ type waitingView struct {
 // NewNotificationDetail is the JSON shape of one notification with its body,
 // shared by the API and `herald notifications show --json`.
 func NewNotificationDetail(n notify.Notification) any {
-	v := notificationDetail{notificationView: newNotificationView(n), Body: n.Body}
-	if n.HTML != "" {
-		v.HTML = &n.HTML
-	}
+	v := notificationDetail{notificationView: newNotificationView(n), Body: n.Body, HTML: nullIfEmpty(n.HTML)}
 	if n.Template != "" {
 		v.Template, v.TemplateVersion, v.Locale = &n.Template, &n.TemplateVersion, &n.Locale
 	}

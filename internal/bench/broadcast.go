@@ -513,12 +513,7 @@ func NewBroadcastReport(store, transport string, cfg BroadcastConfig, res Broadc
 }
 
 // WriteJSON writes the report as one JSON object on one line.
-func (r BroadcastReport) WriteJSON(w io.Writer) error {
-	if err := json.NewEncoder(w).Encode(r); err != nil {
-		return fmt.Errorf("write broadcast report: %w", err)
-	}
-	return nil
-}
+func (r BroadcastReport) WriteJSON(w io.Writer) error { return writeJSONLine(w, "broadcast report", r) }
 
 // WriteText writes the report for people.
 func (r BroadcastReport) WriteText(w io.Writer) error {
@@ -537,8 +532,5 @@ func (r BroadcastReport) WriteText(w io.Writer) error {
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}
-	if _, err := io.WriteString(w, b.String()); err != nil {
-		return fmt.Errorf("write broadcast report: %w", err)
-	}
-	return nil
+	return writeText(w, "broadcast report", b.String())
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -238,12 +237,7 @@ func roundRate(r float64) float64 {
 }
 
 // WriteJSON writes the search as one JSON object on one line.
-func (s RateSearch) WriteJSON(w io.Writer) error {
-	if err := json.NewEncoder(w).Encode(s); err != nil {
-		return fmt.Errorf("write rate search: %w", err)
-	}
-	return nil
-}
+func (s RateSearch) WriteJSON(w io.Writer) error { return writeJSONLine(w, "rate search", s) }
 
 // WriteText writes the search for people: each probe, then the result.
 func (s RateSearch) WriteText(w io.Writer) error {
@@ -267,8 +261,5 @@ func (s RateSearch) WriteText(w io.Writer) error {
 	for _, n := range s.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}
-	if _, err := io.WriteString(w, b.String()); err != nil {
-		return fmt.Errorf("write rate search: %w", err)
-	}
-	return nil
+	return writeText(w, "rate search", b.String())
 }

@@ -278,9 +278,22 @@ func round(v float64, digits int) float64 {
 }
 
 // WriteJSON writes the report as one JSON object on one line.
-func (r Report) WriteJSON(w io.Writer) error {
-	if err := json.NewEncoder(w).Encode(r); err != nil {
-		return fmt.Errorf("write report: %w", err)
+func (r Report) WriteJSON(w io.Writer) error { return writeJSONLine(w, "report", r) }
+
+// writeJSONLine writes v, a report, as one JSON object on one line; what
+// names it in the error.
+func writeJSONLine(w io.Writer, what string, v any) error {
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		return fmt.Errorf("write %s: %w", what, err)
+	}
+	return nil
+}
+
+// writeText writes text, a report made for people; what names it in the
+// error.
+func writeText(w io.Writer, what, text string) error {
+	if _, err := io.WriteString(w, text); err != nil {
+		return fmt.Errorf("write %s: %w", what, err)
 	}
 	return nil
 }
@@ -342,8 +355,5 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "\n  note: %s", n)
 	}
 	b.WriteString("\n")
-	if _, err := io.WriteString(w, b.String()); err != nil {
-		return fmt.Errorf("write report: %w", err)
-	}
-	return nil
+	return writeText(w, "report", b.String())
 }

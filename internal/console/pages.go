@@ -380,10 +380,20 @@ type detailData struct {
 // or names none.
 var noSuchNotification = errorPage{Title: "Not found", Message: "There is no such notification."}
 
-func (c *Console) detail(w http.ResponseWriter, r *http.Request) {
+// notificationID returns the notification id of r's path. A malformed id
+// is not found, as an unknown one is: it renders the 404 page and reports
+// false.
+func (c *Console) notificationID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	id, ok := notify.ParseID(r.PathValue("id"))
 	if !ok {
 		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
+	}
+	return id, ok
+}
+
+func (c *Console) detail(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.notificationID(w, r)
+	if !ok {
 		return
 	}
 	n, err := c.notes.Get(r.Context(), id)
@@ -787,9 +797,8 @@ func (c *Console) cancelNotification(w http.ResponseWriter, r *http.Request) {
 	if !c.acceptForm(w, r) {
 		return
 	}
-	id, ok := notify.ParseID(r.PathValue("id"))
+	id, ok := c.notificationID(w, r)
 	if !ok {
-		c.render(w, r, http.StatusNotFound, "error", noSuchNotification)
 		return
 	}
 	n, err := c.notes.Cancel(r.Context(), id)

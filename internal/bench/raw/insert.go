@@ -2,13 +2,13 @@ package raw
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
 	"github.com/heraldhq/herald/internal/bench"
 	"github.com/heraldhq/herald/internal/notify"
 	"github.com/heraldhq/herald/internal/store/postgres"
+	"github.com/heraldhq/herald/internal/store/sqlite"
 )
 
 // InsertOptions shapes a raw insert ceiling: the bulk creates a broadcast
@@ -77,23 +77,16 @@ func PostgresInsert(ctx context.Context, dbURL string, o InsertOptions) (float64
 // SQLite file beside path by the store's CreateBatch, o.Batch to a
 // transaction: SQLite is in process, so the store's batch is the bare
 // multi-row insert. The scratch file is removed afterwards.
-func SQLiteInsert(ctx context.Context, path string, o InsertOptions) (_ float64, err error) {
+func SQLiteInsert(ctx context.Context, path string, o InsertOptions) (float64, error) {
 	if err := o.validate(); err != nil {
 		return 0, err
 	}
-	s, done, err := scratchSQLite(ctx, path)
-	if err != nil {
-		return 0, fmt.Errorf("raw insert: %w", err)
-	}
-	defer func() {
-		if derr := done(); derr != nil {
-			err = errors.Join(err, fmt.Errorf("raw insert: %w", derr))
-		}
-	}()
-	return o.groups(ctx, func(ctx context.Context, nns []notify.NewNotification) error {
-		if _, err := s.CreateBatch(ctx, nns); err != nil {
-			return fmt.Errorf("raw insert: %w", err)
-		}
-		return nil
+	return onScratchSQLite(ctx, path, "raw insert", func(s *sqlite.Store) (float64, error) {
+		return o.groups(ctx, func(ctx context.Context, nns []notify.NewNotification) error {
+			if _, err := s.CreateBatch(ctx, nns); err != nil {
+				return fmt.Errorf("raw insert: %w", err)
+			}
+			return nil
+		})
 	})
 }

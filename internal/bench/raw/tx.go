@@ -115,6 +115,23 @@ func scratchSQLite(ctx context.Context, path string) (_ *sqlite.Store, done func
 	return s, done, nil
 }
 
+// onScratchSQLite runs measure on the raw ceilings' scratch file beside
+// path (see scratchSQLite), and closes and removes the file afterwards;
+// what ("raw insert", "raw tx") prefixes the errors of opening, migrating
+// and removing it.
+func onScratchSQLite(ctx context.Context, path, what string, measure func(s *sqlite.Store) (float64, error)) (_ float64, err error) {
+	s, done, err := scratchSQLite(ctx, path)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	defer func() {
+		if derr := done(); derr != nil {
+			err = errors.Join(err, fmt.Errorf("%s: %w", what, derr))
+		}
+	}()
+	return measure(s)
+}
+
 // migratePostgres gives the scratch schema herald's tables and indexes.
 func migratePostgres(ctx context.Context, rawURL string) error {
 	s, err := postgres.Open(ctx, rawURL, postgres.Config{MaxConns: 1})
@@ -178,21 +195,14 @@ func pgCreate(ctx context.Context, pool *pgxpool.Pool, i int, withNotify bool) e
 // IMMEDIATE, one writer) is the connection a bare transaction would use, and
 // with no subscriber its Create is the bare transaction: the two INSERTs
 // and a COMMIT. The scratch file is removed afterwards.
-func SQLiteTx(ctx context.Context, path string, o TxOptions) (_ float64, err error) {
+func SQLiteTx(ctx context.Context, path string, o TxOptions) (float64, error) {
 	if err := o.validate(); err != nil {
 		return 0, err
 	}
-	s, done, err := scratchSQLite(ctx, path)
-	if err != nil {
-		return 0, fmt.Errorf("raw tx: %w", err)
-	}
-	defer func() {
-		if derr := done(); derr != nil {
-			err = errors.Join(err, fmt.Errorf("raw tx: %w", derr))
-		}
-	}()
-	return bench.Ceiling(ctx, o.N, o.Clients, func(ctx context.Context, i int) error {
-		_, err := s.Create(ctx, newNotification(i))
-		return err
+	return onScratchSQLite(ctx, path, "raw tx", func(s *sqlite.Store) (float64, error) {
+		return bench.Ceiling(ctx, o.N, o.Clients, func(ctx context.Context, i int) error {
+			_, err := s.Create(ctx, newNotification(i))
+			return err
+		})
 	})
 }
