@@ -3,7 +3,8 @@
 // plumbing of their consumers: the guard that settles a delivery once
 // (Once), the part of a delivery every broker's has alike (Delivered), the
 // reconnect backoff (Backoff), the pause and the periodic check that end
-// with the consumer's context (Sleep, Every), the handlers' context that
+// with the consumer's context (Sleep, Every; herald's bench, its status
+// drain and the chaos harness pause with Sleep too), the handlers' context that
 // outlives a stop by a grace (HandlerContext), the deliveries a handler
 // left unsettled, handed back when a session stops (Held), the bound on
 // the reason a copy carries (Truncate, MaxReason), the sample of ids an
