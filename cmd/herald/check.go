@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -145,7 +144,7 @@ func checkProcess(cfg Config, roles []role) error {
 				errs = append(errs, err)
 			}
 		}
-		if _, err := crashHook(cfg.DebugCrash, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		if _, err := crashHook(cfg.DebugCrash, slog.New(slog.DiscardHandler)); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"time"
@@ -60,7 +59,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Interval = cmp.Or(c.Interval, 15*time.Second)
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Telegram != nil {
 		t := c.Telegram.withDefaults()
 		c.Telegram = &t

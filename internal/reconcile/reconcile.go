@@ -14,7 +14,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -58,7 +57,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.Interval = cmp.Or(c.Interval, min(max(c.After/4, 100*time.Millisecond), time.Minute))
 	c.Batch = cmp.Or(c.Batch, 100)
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 

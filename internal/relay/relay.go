@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -73,7 +72,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, 5*time.Second)
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, time.Minute)
 	c.Name = cmp.Or(c.Name, "outbox")
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -74,7 +73,7 @@ type RetryConfig struct {
 func (c RetryConfig) withDefaults() RetryConfig {
 	c.Capacity = cmp.Or(c.Capacity, 1000)
 	c.Name = cmp.Or(c.Name, "status")
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 

@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"regexp"
@@ -253,7 +252,7 @@ func (c Config) withDefaults(longest time.Duration) Config {
 	c.SenderBackoff = cmp.Or(c.SenderBackoff, time.Second)
 	c.Patience = cmp.Or(c.Patience, 2*time.Second)
 	c.SenderBackoffMax = cmp.Or(c.SenderBackoffMax, 60*time.Second)
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	if c.Crash == nil {
 		c.Crash = func(string) {}
 	}

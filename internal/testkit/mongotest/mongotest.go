@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -77,7 +76,7 @@ func StartFerretOn(addr, dir, pgURL string) (*Ferret, error) {
 		SQLiteURL: "file:" + dir + "/",
 		// FerretDB logs every failed command at WARN with its whole
 		// message; a duplicate key is an answer here, not a problem.
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 	}
 	if pgURL != "" {
 		cfg.Handler, cfg.SQLiteURL, cfg.PostgreSQLURL = "postgresql", "", pgURL

@@ -3,7 +3,6 @@ package consume
 import (
 	"cmp"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 )
@@ -61,7 +60,7 @@ func (s Settings) WithDefaults() Settings {
 		s.RetryDelays = []time.Duration{DefaultRetryDelay}
 	}
 	s.Prefetch = cmp.Or(s.Prefetch, DefaultPrefetch)
-	s.Logger = cmp.Or(s.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.Logger = cmp.Or(s.Logger, slog.New(slog.DiscardHandler))
 	s.ReconnectMin = cmp.Or(s.ReconnectMin, DefaultReconnectMin)
 	s.ReconnectMax = cmp.Or(s.ReconnectMax, DefaultReconnectMax)
 	s.ShutdownGrace = cmp.Or(s.ShutdownGrace, DefaultShutdownGrace)

@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -70,7 +69,7 @@ func (c Config) withDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, 15*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, 500*time.Millisecond)
 	c.Grace = cmp.Or(c.Grace, 5*time.Second)
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 
